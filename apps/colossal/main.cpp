@@ -1,0 +1,88 @@
+// colossal: the command-line front door.
+//   colossal run [--nproc_per_node N] [--nnodes M --node_rank R --master_addr A --master_port P]
+//                [--hostfile F] [--max_restarts K] [--tee RANK] [--config FILE] -- PROGRAM ARGS...
+//   colossal check
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "core/common/check.h"
+#include "core/common/config.h"
+#include "core/launch/launcher.h"
+#include "core/launch/system_report.h"
+
+int main(int argc, char** argv) {
+  // Everything after "--" is the program to launch; CLI11 never sees it.
+  std::vector<std::string> command;
+  int cli_argc = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      command.assign(argv + i + 1, argv + argc);
+      cli_argc = i;
+      break;
+    }
+  }
+
+  CLI::App app{"colossal-cpp: launch and inspect distributed jobs"};
+  app.require_subcommand(1);
+
+  colossal::launch::LaunchOptions opts;
+  std::string config_file;
+  int tee = -1;
+  auto* run = app.add_subcommand("run", "start the ranks of a job (torchrun-style)");
+  run->add_option("--nproc_per_node", opts.nproc_per_node, "ranks on this node")
+      ->capture_default_str();
+  run->add_option("--nnodes", opts.nnodes, "number of nodes")->capture_default_str();
+  run->add_option("--node_rank", opts.node_rank, "this node's index")->capture_default_str();
+  run->add_option("--master_addr", opts.master_addr, "host of node 0 (rendezvous)")
+      ->capture_default_str();
+  run->add_option("--master_port", opts.master_port,
+                  "rendezvous port; 0 picks a free one (default: free port on one node, 29500 "
+                  "on several)");
+  run->add_option("--hostfile", opts.hostfile,
+                  "one 'HOST [slots=N]' per line; this machine is the first, the others are "
+                  "started over ssh");
+  run->add_option("--ssh", opts.ssh, "command used to reach the hostfile's hosts")
+      ->capture_default_str();
+  run->add_option("--max_restarts", opts.max_restarts, "restart the whole group after a failure")
+      ->capture_default_str();
+  run->add_option("--tee", tee, "show only this rank's output");
+  run->add_option("--grace_period", opts.grace_period_s,
+                  "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->capture_default_str();
+  run->add_option("--rdzv_timeout", opts.rdzv_timeout_s,
+                  "seconds to wait for the other nodes' launchers")
+      ->capture_default_str();
+  run->add_option("--config", config_file, "JSON or YAML file with these options");
+  run->prefix_command();  // torchrun style also works: colossal run --nproc_per_node 2 prog args
+
+  app.add_subcommand("check", "print versions, BLAS, threads, Gloo/NCCL/CUDA, cores, memory");
+
+  try {
+    app.parse(cli_argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (app.got_subcommand("check")) {
+      std::cout << colossal::launch::system_report();
+      return 0;
+    }
+    if (!config_file.empty()) {
+      auto cfg = colossal::ConfigNode::load_file(config_file);
+      opts.read(cfg);
+      cfg.check_all_keys_used();
+    }
+    // Explicit flags win over the config file: parse again on top of it.
+    if (!config_file.empty()) app.parse(cli_argc, argv);
+    if (tee >= 0) opts.tee = tee;
+    if (command.empty()) command = run->remaining();
+    opts.command = command;
+    return colossal::launch::run(opts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "colossal: error: %s\n", colossal::error_text(e).c_str());
+    return 2;
+  }
+}

@@ -1,0 +1,26 @@
+# LibTorch comes from the `torch` wheel in the project's virtual environment (scripts/setup.sh),
+# located through torch.utils.cmake_prefix_path. An explicit Torch_DIR or CMAKE_PREFIX_PATH wins.
+if(NOT Torch_DIR)
+  if(NOT COLOSSAL_PYTHON)
+    execute_process(COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/setup.sh --python
+                    OUTPUT_VARIABLE COLOSSAL_PYTHON OUTPUT_STRIP_TRAILING_WHITESPACE)
+  endif()
+  if(NOT EXISTS "${COLOSSAL_PYTHON}")
+    message(FATAL_ERROR "colossal: no python with torch at '${COLOSSAL_PYTHON}'; run scripts/setup.sh first")
+  endif()
+  execute_process(COMMAND ${COLOSSAL_PYTHON} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+                  OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                  RESULT_VARIABLE _torch_rc)
+  if(NOT _torch_rc EQUAL 0)
+    message(FATAL_ERROR "colossal: '${COLOSSAL_PYTHON}' cannot import torch; run scripts/setup.sh")
+  endif()
+  list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+endif()
+
+# The wheel is a CUDA build; its CMake config looks for the toolkit even for CPU-only use.
+# Fix the arch list so it does not probe for a GPU (and so nvcc flags are short).
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+endif()
+find_package(Torch REQUIRED)
+message(STATUS "colossal: LibTorch ${Torch_VERSION} from ${TORCH_INSTALL_PREFIX}")

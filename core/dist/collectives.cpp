@@ -1,0 +1,336 @@
+#include "core/dist/collectives.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "core/common/check.h"
+#include "core/common/log.h"
+#include "core/dist/monitor.h"
+#include "core/dist/runtime_internal.h"
+
+namespace colossal::dist {
+
+struct Handle::State {
+  detail::GroupState* group = nullptr;
+  c10::intrusive_ptr<c10d::Work> work;
+  const char* op = "";
+  uint64_t seq = 0;
+  std::chrono::steady_clock::time_point start;
+  std::function<void()> finish;  // post-processing after success (e.g. divide for kAvg)
+  bool point_to_point = false;
+};
+
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:  // Gloo has no AVG: sum, then divide (see finish)
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+double elapsed_s(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+[[noreturn]] void fail(Handle::State& s, const std::string& what) {
+  detail::GroupState& g = *s.group;
+  g.broken.store(true);
+  Monitor* mon = detail::monitor();
+  std::string diagnosis = mon ? mon->diagnose(g, s.point_to_point ? std::nullopt : std::optional<uint64_t>(s.seq)) : "no monitor (dist not initialised)";
+  std::string msg = c10::str("[dist] ", s.op, " #", s.seq, " on group '", g.name, "' (",
+                             g.ranks.size(), " ranks: ", format_ranks(g.ranks), ") failed after ",
+                             elapsed_s(s.start), " s: ", diagnosis, ". Cause: ", what);
+  if (mon) mon->mark_failed(msg);
+  COLOSSAL_FAIL(msg);
+}
+
+std::string first_line(const std::string& s) {
+  auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+// Waits for the work; every heartbeat interval checks whether a member is known gone so a dead
+// peer ends the wait early instead of after the full timeout.
+void wait_state(Handle::State& s) {
+  detail::GroupState& g = *s.group;
+  auto deadline = s.start + g.timeout;
+  Monitor* mon = detail::monitor();
+  auto slice = mon ? mon->options().interval : std::chrono::milliseconds(1000);
+
+  if (s.point_to_point) {
+    // Send/recv works have no future; Gloo bounds their wait by the timeout itself, and a dead
+    // peer is directly connected so its socket error surfaces at once.
+    try {
+      s.work->wait(g.timeout);
+    } catch (const std::exception& e) {
+      fail(s, first_line(e.what()));
+    }
+  } else {
+    auto future = s.work->getFuture();
+    if (!future->completed()) {
+      auto mu = std::make_shared<std::mutex>();
+      auto cv = std::make_shared<std::condition_variable>();
+      future->addCallback([mu, cv](c10::ivalue::Future&) {
+        std::lock_guard<std::mutex> lock(*mu);
+        cv->notify_all();
+      });
+      std::unique_lock<std::mutex> lock(*mu);
+      while (!future->completed()) {
+        auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) {
+          lock.unlock();
+          fail(s, c10::str("timed out after ", g.timeout.count() / 1000.0,
+                           " s (COLOSSAL_DIST_TIMEOUT)"));
+        }
+        cv->wait_for(lock, std::min<std::chrono::steady_clock::duration>(slice, deadline - now));
+        if (future->completed()) break;
+        if (mon && std::chrono::steady_clock::now() - s.start > slice) {
+          lock.unlock();
+          if (auto lost = mon->find_lost_member(g)) fail(s, "a member was lost while waiting");
+          lock.lock();
+        }
+      }
+    }
+    if (future->hasError()) fail(s, first_line(future->tryRetrieveErrorMessage()));
+  }
+  if (s.finish) s.finish();
+}
+
+// Collectives are numbered per group (every member counts the same sequence, which is what lets
+// the monitor tell who has not arrived); point-to-point calls involve two members only and keep
+// their own count.
+Handle::State begin(const Group& group, const char* op, bool point_to_point) {
+  detail::GroupState& g = group.state();
+  COLOSSAL_CHECK(!g.broken.load(), "[dist] ", op, " on group '", g.name,
+                 "': the group is unusable after an earlier failed collective");
+  Handle::State s;
+  s.group = &g;
+  s.op = op;
+  s.point_to_point = point_to_point;
+  s.start = std::chrono::steady_clock::now();
+  if (point_to_point) {
+    s.seq = g.next_p2p_seq.fetch_add(1);
+  } else {
+    s.seq = g.next_seq.fetch_add(1);
+    if (Monitor* mon = detail::monitor()) mon->on_enter(g, op, s.seq);
+  }
+  return s;
+}
+
+// Runs the backend call; a synchronous throw (bad arguments, closed transport) is a failure too.
+template <typename Fn>
+Handle::State launch(const Group& group, const char* op, Fn&& call, bool point_to_point = false) {
+  Handle::State s = begin(group, op, point_to_point);
+  try {
+    s.work = call(*group.backend());
+  } catch (const c10::Error& e) {
+    // Argument errors from c10d are the caller's; report them as they are.
+    if (std::string(e.what()).find("[dist]") != std::string::npos) throw;
+    fail(s, first_line(e.what_without_backtrace()));
+  }
+  return s;
+}
+
+void check_dense(const at::Tensor& t, const char* op, const char* which) {
+  COLOSSAL_CHECK(t.defined(), "[dist] ", op, ": ", which, " tensor is undefined");
+  COLOSSAL_CHECK(t.is_contiguous(), "[dist] ", op, ": ", which,
+                 " tensor must be contiguous (call .contiguous())");
+}
+
+std::vector<int64_t> even_splits(int64_t rows, int size, const char* op, const char* which) {
+  COLOSSAL_CHECK(rows % size == 0, "[dist] ", op, ": ", which, " has ", rows,
+                 " rows, not divisible by the group size ", size, "; pass explicit splits");
+  return std::vector<int64_t>(size, rows / size);
+}
+
+}  // namespace
+
+struct HandleAccess {
+  static Handle make(Handle::State s) { return Handle(std::make_unique<Handle::State>(std::move(s))); }
+};
+
+Handle::Handle(std::unique_ptr<State> s) : state_(std::move(s)) {}
+Handle& Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    if (state_) {
+      try {
+        wait();
+      } catch (const std::exception& e) {
+        COLOSSAL_LOG_ERROR(e.what());
+      }
+    }
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+Handle::~Handle() {
+  if (!state_) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    COLOSSAL_LOG_ERROR(e.what());
+  }
+}
+void Handle::wait() {
+  if (!state_) return;
+  auto s = std::move(state_);
+  wait_state(*s);
+}
+
+Handle all_reduce_async(at::Tensor& tensor, const Group& group, ReduceOp op) {
+  check_dense(tensor, "all_reduce", "the");
+  auto s = launch(group, "all_reduce", [&](c10d::Backend& b) {
+    std::vector<at::Tensor> ts{tensor};
+    c10d::AllreduceOptions o;
+    o.reduceOp = to_c10d(op);
+    o.timeout = group.timeout();
+    return b.allreduce(ts, o);
+  });
+  if (op == ReduceOp::kAvg) {
+    int n = group.size();
+    s.finish = [tensor, n]() mutable { tensor.div_(n); };
+  }
+  return HandleAccess::make(std::move(s));
+}
+void all_reduce(at::Tensor& tensor, const Group& group, ReduceOp op) {
+  all_reduce_async(tensor, group, op).wait();
+}
+
+Handle reduce_scatter_async(at::Tensor& output, const at::Tensor& input, const Group& group,
+                            ReduceOp op) {
+  check_dense(output, "reduce_scatter", "output");
+  check_dense(input, "reduce_scatter", "input");
+  COLOSSAL_CHECK(input.numel() == output.numel() * group.size(), "[dist] reduce_scatter: input has ",
+                 input.numel(), " elements, expected output (", output.numel(), ") x group size (",
+                 group.size(), ") = ", output.numel() * group.size());
+  COLOSSAL_CHECK(input.scalar_type() == output.scalar_type(), "[dist] reduce_scatter: input is ",
+                 input.scalar_type(), " but output is ", output.scalar_type());
+  auto s = launch(group, "reduce_scatter", [&](c10d::Backend& b) {
+    at::Tensor in = input.view({-1});
+    at::Tensor out = output.view({-1});
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = to_c10d(op);
+    o.timeout = group.timeout();
+    return b._reduce_scatter_base(out, in, o);
+  });
+  if (op == ReduceOp::kAvg) {
+    int n = group.size();
+    s.finish = [output, n]() mutable { output.div_(n); };
+  }
+  return HandleAccess::make(std::move(s));
+}
+void reduce_scatter(at::Tensor& output, const at::Tensor& input, const Group& group, ReduceOp op) {
+  reduce_scatter_async(output, input, group, op).wait();
+}
+
+Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group& group) {
+  check_dense(output, "all_gather", "output");
+  check_dense(input, "all_gather", "input");
+  COLOSSAL_CHECK(output.numel() == input.numel() * group.size(), "[dist] all_gather: output has ",
+                 output.numel(), " elements, expected input (", input.numel(), ") x group size (",
+                 group.size(), ") = ", input.numel() * group.size());
+  COLOSSAL_CHECK(input.scalar_type() == output.scalar_type(), "[dist] all_gather: input is ",
+                 input.scalar_type(), " but output is ", output.scalar_type());
+  auto s = launch(group, "all_gather", [&](c10d::Backend& b) {
+    at::Tensor in = input.view({-1});
+    at::Tensor out = output.view({-1});
+    c10d::AllgatherOptions o;
+    o.timeout = group.timeout();
+    return b._allgather_base(out, in, o);
+  });
+  return HandleAccess::make(std::move(s));
+}
+void all_gather(at::Tensor& output, const at::Tensor& input, const Group& group) {
+  all_gather_async(output, input, group).wait();
+}
+
+void broadcast(at::Tensor& tensor, int src, const Group& group) {
+  check_dense(tensor, "broadcast", "the");
+  COLOSSAL_CHECK(src >= 0 && src < group.size(), "[dist] broadcast: source ", src,
+                 " is not a rank of ", group.describe());
+  auto s = launch(group, "broadcast", [&](c10d::Backend& b) {
+    std::vector<at::Tensor> ts{tensor};
+    c10d::BroadcastOptions o;
+    o.rootRank = src;
+    o.timeout = group.timeout();
+    return b.broadcast(ts, o);
+  });
+  HandleAccess::make(std::move(s)).wait();
+}
+
+void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,
+                const std::vector<int64_t>& output_splits,
+                const std::vector<int64_t>& input_splits) {
+  check_dense(output, "all_to_all", "output");
+  check_dense(input, "all_to_all", "input");
+  int n = group.size();
+  auto in_splits = input_splits.empty() ? even_splits(input.size(0), n, "all_to_all", "input")
+                                        : input_splits;
+  auto out_splits = output_splits.empty()
+                        ? even_splits(output.size(0), n, "all_to_all", "output")
+                        : output_splits;
+  COLOSSAL_CHECK(static_cast<int>(in_splits.size()) == n && static_cast<int>(out_splits.size()) == n,
+                 "[dist] all_to_all: expected ", n, " splits (one per rank), got ",
+                 in_splits.size(), " input and ", out_splits.size(), " output splits");
+  int64_t in_rows = 0, out_rows = 0;
+  for (int k = 0; k < n; ++k) {
+    COLOSSAL_CHECK(in_splits[k] >= 0 && out_splits[k] >= 0, "[dist] all_to_all: negative split");
+    in_rows += in_splits[k];
+    out_rows += out_splits[k];
+  }
+  COLOSSAL_CHECK(in_rows == input.size(0), "[dist] all_to_all: input splits sum to ", in_rows,
+                 " rows but the input has ", input.size(0));
+  COLOSSAL_CHECK(out_rows == output.size(0), "[dist] all_to_all: output splits sum to ", out_rows,
+                 " rows but the output has ", output.size(0));
+  auto s = launch(group, "all_to_all", [&](c10d::Backend& b) {
+    at::Tensor in = input;
+    std::vector<int64_t> ic = in_splits, oc = out_splits;
+    c10d::AllToAllOptions o;
+    o.timeout = group.timeout();
+    return b.alltoall_base(output, in, oc, ic, o);
+  });
+  HandleAccess::make(std::move(s)).wait();
+}
+
+void send(const at::Tensor& tensor, int peer, const Group& group, int tag) {
+  check_dense(tensor, "send", "the");
+  COLOSSAL_CHECK(peer >= 0 && peer < group.size() && peer != group.rank(), "[dist] send: peer ",
+                 peer, " is not another rank of ", group.describe());
+  auto s = launch(group, "send", [&](c10d::Backend& b) {
+    std::vector<at::Tensor> ts{tensor};
+    return b.send(ts, peer, tag);
+  }, /*point_to_point=*/true);
+  HandleAccess::make(std::move(s)).wait();
+}
+
+void recv(at::Tensor& tensor, int peer, const Group& group, int tag) {
+  check_dense(tensor, "recv", "the");
+  COLOSSAL_CHECK(peer >= 0 && peer < group.size() && peer != group.rank(), "[dist] recv: peer ",
+                 peer, " is not another rank of ", group.describe());
+  auto s = launch(group, "recv", [&](c10d::Backend& b) {
+    std::vector<at::Tensor> ts{tensor};
+    return b.recv(ts, peer, tag);
+  }, /*point_to_point=*/true);
+  HandleAccess::make(std::move(s)).wait();
+}
+
+void barrier(const Group& group) {
+  auto s = launch(group, "barrier", [&](c10d::Backend& b) {
+    c10d::BarrierOptions o;
+    o.timeout = group.timeout();
+    return b.barrier(o);
+  });
+  HandleAccess::make(std::move(s)).wait();
+}
+
+}  // namespace colossal::dist

@@ -1,0 +1,68 @@
+#pragma once
+// Collectives on any Group, each bounded by the group's timeout. A failure (a peer died, the
+// operation timed out, the transport broke) throws a c10::Error naming the group, the operation,
+// its sequence number on the group and the missing rank(s), and tells the other ranks this one
+// failed so they stop waiting too.
+//
+// Tensor layout conventions (dim 0 is the split dimension, tensors contiguous):
+//   reduce_scatter: input  = size * output.numel() elements, rank r receives chunk r.
+//   all_gather:     output = size * input.numel() elements, chunk r comes from rank r.
+//   all_to_all:     rank r sends input rows [off_in[k], off_in[k]+input_splits[k]) to rank k;
+//                   empty splits mean equal splits of dim 0.
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <optional>
+#include <vector>
+
+#include "core/dist/group.h"
+
+namespace colossal::dist {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin, kProduct };
+
+/// A collective in flight. wait() blocks until it completes or fails (with the diagnosis).
+/// Destroying an un-waited handle waits (errors are then logged, not thrown).
+class Handle {
+ public:
+  Handle() = default;
+  Handle(Handle&&) noexcept = default;
+  Handle& operator=(Handle&&) noexcept;
+  ~Handle();
+  void wait();
+  bool done() const { return state_ == nullptr; }
+
+  struct State;
+
+ private:
+  friend struct HandleAccess;
+  explicit Handle(std::unique_ptr<State> s);
+  std::unique_ptr<State> state_;
+};
+
+void all_reduce(at::Tensor& tensor, const Group& group, ReduceOp op = ReduceOp::kSum);
+Handle all_reduce_async(at::Tensor& tensor, const Group& group, ReduceOp op = ReduceOp::kSum);
+
+void reduce_scatter(at::Tensor& output, const at::Tensor& input, const Group& group,
+                    ReduceOp op = ReduceOp::kSum);
+Handle reduce_scatter_async(at::Tensor& output, const at::Tensor& input, const Group& group,
+                            ReduceOp op = ReduceOp::kSum);
+
+void all_gather(at::Tensor& output, const at::Tensor& input, const Group& group);
+Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group& group);
+
+/// `src` is a group rank.
+void broadcast(at::Tensor& tensor, int src, const Group& group);
+
+/// Uneven splits allowed; sizes are rows of dim 0 and must agree pairwise across ranks.
+void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,
+                const std::vector<int64_t>& output_splits = {},
+                const std::vector<int64_t>& input_splits = {});
+
+/// Point to point; `peer` is a group rank.
+void send(const at::Tensor& tensor, int peer, const Group& group, int tag = 0);
+void recv(at::Tensor& tensor, int peer, const Group& group, int tag = 0);
+
+void barrier(const Group& group);
+
+}  // namespace colossal::dist

@@ -1,0 +1,212 @@
+#include "core/dist/monitor.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/common/log.h"
+
+namespace colossal::dist {
+namespace {
+
+std::string record_key(int rank) { return "colossal/monitor/" + std::to_string(rank); }
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::string first_line(const std::string& s) {
+  auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace
+
+Monitor::Monitor(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, Options options)
+    : store_(std::move(store)), rank_(rank), world_size_(world_size), options_(options) {
+  peers_.resize(world_size_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    publish_locked();  // our record exists before anyone can wait on us
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Monitor::~Monitor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    if (state_ == "alive") state_ = "exited";
+    try {
+      publish_locked();
+    } catch (...) {
+      // The store may already be gone at shutdown; nothing left to tell.
+    }
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Monitor::on_enter(const detail::GroupState& group, const char* op, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  my_groups_[group.store_key] = {seq, op};
+}
+
+void Monitor::mark_failed(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_ = "failed";
+  why_ = first_line(why).substr(0, 400);
+  try {
+    publish_locked();
+  } catch (...) {
+  }
+}
+
+void Monitor::publish_locked() {
+  nlohmann::json rec;
+  rec["hb"] = heartbeat_;
+  rec["state"] = state_;
+  if (!why_.empty()) rec["why"] = why_;
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& [key, v] : my_groups_) groups[key] = {v.first, v.second};
+  rec["groups"] = groups;
+  std::string text = rec.dump();
+  store_->set(record_key(rank_), std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+void Monitor::poll_peers_locked() {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size_; ++r) keys.push_back(record_key(r));
+  auto now = std::chrono::steady_clock::now();
+  // check() first: get() would block on a rank that has not published yet.
+  for (int r = 0; r < world_size_; ++r) {
+    if (r == rank_) continue;
+    PeerRecord& p = peers_[r];
+    if (!p.present && !store_->check({keys[r]})) continue;
+    auto raw = store_->get(keys[r]);
+    auto rec = nlohmann::json::parse(std::string(raw.begin(), raw.end()), nullptr, false);
+    if (rec.is_discarded()) continue;
+    int64_t hb = rec.value("hb", int64_t{-1});
+    if (!p.present || hb != p.heartbeat) p.last_advance = now;
+    p.present = true;
+    p.heartbeat = hb;
+    p.state = rec.value("state", std::string("alive"));
+    p.why = rec.value("why", std::string());
+    p.groups.clear();
+    for (auto it = rec["groups"].begin(); it != rec["groups"].end(); ++it) {
+      p.groups[it.key()] = {it.value()[0].get<uint64_t>(), it.value()[1].get<std::string>()};
+    }
+  }
+}
+
+void Monitor::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, options_.interval, [this] { return stopping_; });
+    if (stopping_) break;
+    ++heartbeat_;
+    try {
+      publish_locked();
+      poll_peers_locked();
+    } catch (const std::exception& e) {
+      if (!store_lost_) {
+        store_lost_ = true;
+        store_error_ = first_line(e.what());
+        COLOSSAL_LOG_WARN_ALL_RANKS("[dist] lost the rendezvous store: ", store_error_);
+      }
+    }
+  }
+}
+
+std::optional<std::string> Monitor::lost_reason_locked(
+    int rank, std::chrono::steady_clock::time_point now) const {
+  const PeerRecord& p = peers_[rank];
+  if (!p.present) return std::nullopt;
+  if (p.state == "failed") return c10::str("rank ", rank, " failed: ", p.why);
+  if (p.state == "exited") return c10::str("rank ", rank, " has already exited");
+  auto silent = now - p.last_advance;
+  if (silent > options_.dead_after) {
+    return c10::str("rank ", rank, " is gone (no heartbeat for ", seconds(silent), " s)");
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Monitor::find_lost_member(const detail::GroupState& group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (store_lost_) {
+    return c10::str("the rendezvous store is unreachable (", store_error_,
+                    "); the process hosting it (rank 0 or the launcher) has probably exited");
+  }
+  auto now = std::chrono::steady_clock::now();
+  for (int r : group.ranks) {
+    if (r == rank_) continue;
+    if (auto why = lost_reason_locked(r, now)) return why;
+  }
+  return std::nullopt;
+}
+
+std::string Monitor::diagnose(const detail::GroupState& group, std::optional<uint64_t> seq) {
+  // A peer killed a moment ago still has a fresh heartbeat. Watch for up to three intervals:
+  // members whose heartbeat advances in that window are alive.
+  auto start = std::chrono::steady_clock::now();
+  auto window = 3 * options_.interval + std::chrono::milliseconds(100);
+  std::map<int, int64_t> first_seen;
+  std::vector<int> peers;
+  for (int r : group.ranks)
+    if (r != rank_) peers.push_back(r);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int r : peers) first_seen[r] = peers_[r].heartbeat;
+  while (!store_lost_) {
+    bool all_advanced = true;
+    for (int r : peers) {
+      const PeerRecord& p = peers_[r];
+      if (p.state != "alive") continue;
+      all_advanced &= p.heartbeat != first_seen[r];
+    }
+    if (all_advanced || std::chrono::steady_clock::now() - start > window) break;
+    lock.unlock();
+    std::this_thread::sleep_for(options_.interval / 4);
+    lock.lock();
+  }
+  if (store_lost_) {
+    return c10::str("the rendezvous store is unreachable (", store_error_,
+                    "); the process hosting it (rank 0 or the launcher) has probably exited");
+  }
+  std::vector<std::string> findings;
+  auto now = std::chrono::steady_clock::now();
+  for (int r : peers) {
+    const PeerRecord& p = peers_[r];
+    if (!p.present) {
+      findings.push_back(c10::str("rank ", r, " never joined the job"));
+      continue;
+    }
+    if (auto why = lost_reason_locked(r, now)) {
+      findings.push_back(*why);
+      continue;
+    }
+    if (p.state == "alive" && p.heartbeat == first_seen[r]) {
+      findings.push_back(c10::str("rank ", r, " is gone (no heartbeat for ",
+                                  seconds(now - p.last_advance), " s)"));
+      continue;
+    }
+    if (!seq) continue;
+    auto it = p.groups.find(group.store_key);
+    if (it == p.groups.end()) {
+      findings.push_back(c10::str("rank ", r, " is alive but has not entered any collective on ",
+                                  "this group (expected #", *seq, ")"));
+    } else if (it->second.first < *seq) {
+      findings.push_back(c10::str("rank ", r, " is alive but has not reached collective #", *seq,
+                                  " (its last on this group is #", it->second.first, " ",
+                                  it->second.second, ")"));
+    }
+  }
+  if (findings.empty()) {
+    return seq ? "every member is alive and entered this collective" : "every member is alive";
+  }
+  std::string out = "missing: ";
+  for (size_t i = 0; i < findings.size(); ++i) out += (i ? "; " : "") + findings[i];
+  return out;
+}
+
+}  // namespace colossal::dist

@@ -1,0 +1,87 @@
+#pragma once
+// Liveness and progress of every rank, so a failed or stuck collective can name who is missing.
+//
+// Each rank runs one background thread that, every `interval`:
+//   * publishes its record under colossal/monitor/<rank> in the rendezvous store: a heartbeat
+//     counter, its state (alive / exited / failed + why), and for each group the sequence number
+//     and name of the last collective it entered;
+//   * reads every other rank's record and remembers when each heartbeat last advanced.
+// A rank whose heartbeat has not advanced for `dead_after` is gone (killed, crashed, frozen).
+// It uses its own store connection, so it never contends with rendezvous traffic.
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/dist/group.h"
+
+namespace colossal::dist {
+
+class Monitor {
+ public:
+  struct Options {
+    std::chrono::milliseconds interval{1000};    // heartbeat period
+    std::chrono::milliseconds dead_after{10000}; // no heartbeat for this long = gone
+  };
+
+  Monitor(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, Options options);
+  /// Publishes "exited" (unless already "failed") and stops the thread.
+  ~Monitor();
+
+  /// Records that this rank entered collective `seq` (`op`) on `group`.
+  void on_enter(const detail::GroupState& group, const char* op, uint64_t seq);
+  /// Publishes "failed: why" at once, so peers stop waiting for us.
+  void mark_failed(const std::string& why);
+
+  /// A member of `group` that is known gone, exited or failed, described for a message; nullopt
+  /// when every member looks alive. Cheap: reads the thread's latest view.
+  std::optional<std::string> find_lost_member(const detail::GroupState& group);
+
+  /// Explains a failed collective: which members are gone or have not reached collective `seq`
+  /// (liveness only when `seq` is nullopt, as for point-to-point calls). May take up to ~3
+  /// heartbeat intervals to tell a dead rank from a live one.
+  std::string diagnose(const detail::GroupState& group, std::optional<uint64_t> seq);
+
+  const Options& options() const { return options_; }
+
+ private:
+  struct PeerRecord {
+    bool present = false;
+    int64_t heartbeat = -1;
+    std::string state = "alive";  // alive | exited | failed
+    std::string why;
+    std::map<std::string, std::pair<uint64_t, std::string>> groups;  // key -> (seq, op)
+    std::chrono::steady_clock::time_point last_advance{};
+  };
+
+  void run();
+  void publish_locked();
+  void poll_peers_locked();
+  std::optional<std::string> lost_reason_locked(int rank,
+                                                std::chrono::steady_clock::time_point now) const;
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_;
+  int world_size_;
+  Options options_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  int64_t heartbeat_ = 0;
+  std::string state_ = "alive";
+  std::string why_;
+  std::map<std::string, std::pair<uint64_t, std::string>> my_groups_;
+  std::vector<PeerRecord> peers_;
+  bool store_lost_ = false;
+  std::string store_error_;
+  std::thread thread_;
+};
+
+}  // namespace colossal::dist

@@ -1,0 +1,234 @@
+#include "core/dist/runtime.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/common/check.h"
+#include "core/common/env.h"
+#include "core/common/log.h"
+#include "core/common/process_info.h"
+#include "core/dist/backend_factory.h"
+#include "core/dist/monitor.h"
+#include "core/dist/net.h"
+#include "core/dist/runtime_internal.h"
+
+namespace colossal::dist {
+namespace {
+
+struct Runtime {
+  DistEnvironment env;
+  InitOptions options;
+  std::string backend;
+  BackendOptions backend_options;
+  c10::intrusive_ptr<c10d::Store> store;  // prefixed with the restart attempt
+  std::unique_ptr<Monitor> monitor;
+  Group world;
+  std::map<std::string, Group> groups;  // cache key: name + ranks
+  std::mutex mu;
+};
+
+std::unique_ptr<Runtime>& runtime_slot() {
+  static std::unique_ptr<Runtime> rt;
+  return rt;
+}
+
+Runtime& rt() {
+  auto& r = runtime_slot();
+  COLOSSAL_CHECK(r != nullptr, "[dist] not initialised: call colossal::dist::init() first");
+  return *r;
+}
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+c10::intrusive_ptr<c10d::Store> make_store_client(const Runtime& r, bool is_server) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(r.env.master_port);
+  o.isServer = is_server;
+  o.numWorkers = std::nullopt;
+  o.waitWorkers = false;
+  o.timeout = to_ms(r.options.timeout_s);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(r.env.master_addr, o);
+  } catch (const std::exception& e) {
+    COLOSSAL_FAIL("[dist] rendezvous at ", r.env.master_addr, ":", r.env.master_port, " failed (",
+                  is_server ? "hosting the store" : "connecting to the store", "): ",
+                  e.what());
+  }
+}
+
+std::string choose_backend(const std::string& requested) {
+  if (requested == "auto") return nccl_available() ? "nccl" : "gloo";
+  return requested;
+}
+
+c10::intrusive_ptr<c10d::Backend> make_backend(Runtime& r,
+                                                const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size) {
+  if (r.backend == "nccl") return make_nccl_backend(store, rank, size, r.backend_options);
+  return make_gloo_backend(store, rank, size, r.backend_options);
+}
+
+}  // namespace
+
+InitOptions InitOptions::from_environment() {
+  InitOptions o;
+  auto seconds = [](const char* name, double& field) {
+    if (auto v = env_string(name)) {
+      try {
+        size_t pos = 0;
+        double d = std::stod(*v, &pos);
+        COLOSSAL_CHECK(pos == v->size(), "");
+        field = d;
+      } catch (...) {
+        COLOSSAL_FAIL("environment variable ", name, ": expected seconds (a number), got '", *v,
+                      "'");
+      }
+    }
+  };
+  seconds("COLOSSAL_DIST_TIMEOUT", o.timeout_s);
+  seconds("COLOSSAL_HEARTBEAT_INTERVAL", o.heartbeat_interval_s);
+  seconds("COLOSSAL_DEAD_AFTER", o.dead_after_s);
+  if (auto b = env_string("COLOSSAL_DIST_BACKEND")) o.backend = *b;
+  return o;
+}
+
+void InitOptions::read(const ConfigNode& c) {
+  c.read("backend", backend);
+  c.read("timeout_s", timeout_s);
+  c.read("heartbeat_interval_s", heartbeat_interval_s);
+  c.read("dead_after_s", dead_after_s);
+  c.read("gloo_threads", gloo_threads);
+}
+
+void InitOptions::validate() const {
+  COLOSSAL_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl",
+                 "[dist] backend: expected auto, gloo or nccl, got '", backend, "'");
+  COLOSSAL_CHECK(timeout_s > 0, "[dist] timeout_s: expected > 0, got ", timeout_s);
+  COLOSSAL_CHECK(heartbeat_interval_s > 0, "[dist] heartbeat_interval_s: expected > 0, got ",
+                 heartbeat_interval_s);
+  COLOSSAL_CHECK(dead_after_s >= 2 * heartbeat_interval_s,
+                 "[dist] dead_after_s: expected at least twice heartbeat_interval_s (",
+                 2 * heartbeat_interval_s, "), got ", dead_after_s);
+  COLOSSAL_CHECK(gloo_threads >= 1, "[dist] gloo_threads: expected >= 1, got ", gloo_threads);
+}
+
+void init(const InitOptions& options) {
+  options.validate();
+  auto& slot = runtime_slot();
+  COLOSSAL_CHECK(slot == nullptr, "[dist] init() called twice");
+  auto r = std::make_unique<Runtime>();
+  r->env = DistEnvironment::from_process_environment();
+  r->options = options;
+  r->backend = choose_backend(options.backend);
+  set_process_rank(r->env.rank);
+
+  r->backend_options.timeout = to_ms(options.timeout_s);
+  r->backend_options.gloo_threads = options.gloo_threads;
+  if (auto ifname = env_string("GLOO_SOCKET_IFNAME")) {
+    r->backend_options.gloo_interface = *ifname;
+  } else if (!is_loopback_host(r->env.master_addr)) {
+    r->backend_options.gloo_address = local_address_towards(r->env.master_addr);
+  }
+
+  c10::intrusive_ptr<c10d::Store> base;
+  if (r->env.world_size == 1 && r->env.source == "none") {
+    base = c10::make_intrusive<c10d::HashStore>();  // a world of one needs no sockets
+  } else {
+    bool host = r->env.rank == 0 && !r->env.store_hosted_by_launcher;
+    base = make_store_client(*r, host);
+  }
+  // Keys of an earlier attempt (after a restart) must not be mistaken for this one's.
+  r->store = c10::make_intrusive<c10d::PrefixStore>(
+      "attempt" + std::to_string(r->env.restart_count), base);
+
+  Monitor::Options mo;
+  mo.interval = to_ms(options.heartbeat_interval_s);
+  mo.dead_after = to_ms(options.dead_after_s);
+  c10::intrusive_ptr<c10d::Store> monitor_store = r->store;
+  if (base.get() != nullptr && dynamic_cast<c10d::TCPStore*>(base.get()) != nullptr) {
+    // Its own connection: a slow rendezvous never delays heartbeats.
+    monitor_store = c10::make_intrusive<c10d::PrefixStore>(
+        "attempt" + std::to_string(r->env.restart_count), make_store_client(*r, false));
+  }
+  r->monitor = std::make_unique<Monitor>(monitor_store, r->env.rank, r->env.world_size, mo);
+
+  slot = std::move(r);
+  std::vector<int> all(slot->env.world_size);
+  for (int i = 0; i < slot->env.world_size; ++i) all[i] = i;
+  try {
+    slot->world = new_group(all, "world");
+  } catch (...) {
+    slot.reset();
+    throw;
+  }
+  COLOSSAL_LOG_DEBUG("[dist] initialised: ", slot->env.describe(), ", backend ", slot->backend);
+}
+
+bool is_initialized() { return runtime_slot() != nullptr; }
+
+void shutdown() {
+  auto& slot = runtime_slot();
+  if (!slot) return;
+  slot->groups.clear();
+  slot->world = Group();
+  slot->monitor.reset();
+  slot.reset();
+}
+
+int rank() { return rt().env.rank; }
+int world_size() { return rt().env.world_size; }
+const DistEnvironment& environment() { return rt().env; }
+const std::string& backend_name() { return rt().backend; }
+Group world_group() { return rt().world; }
+c10::intrusive_ptr<c10d::Store> store() { return rt().store; }
+
+Group new_group(const std::vector<int>& ranks, const std::string& name) {
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  COLOSSAL_CHECK(!ranks.empty(), "[dist] new_group('", name, "'): empty rank list");
+  std::vector<int> seen(r.env.world_size, 0);
+  for (int g : ranks) {
+    COLOSSAL_CHECK(g >= 0 && g < r.env.world_size, "[dist] new_group('", name, "'): rank ", g,
+                   " is outside the world [0, ", r.env.world_size, ")");
+    COLOSSAL_CHECK(seen[g]++ == 0, "[dist] new_group('", name, "'): rank ", g, " listed twice");
+  }
+  std::string key = name + "/" + format_ranks(ranks);
+  for (int g : ranks) key += "." + std::to_string(g);
+  if (auto it = r.groups.find(key); it != r.groups.end()) return it->second;
+
+  auto it = std::find(ranks.begin(), ranks.end(), r.env.rank);
+  if (it == ranks.end()) return Group();
+
+  auto state = std::make_shared<detail::GroupState>();
+  state->name = name;
+  state->store_key = "group/" + key;
+  state->ranks = ranks;
+  state->rank = static_cast<int>(it - ranks.begin());
+  state->timeout = to_ms(r.options.timeout_s);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(state->store_key, r.store);
+  try {
+    state->backend = make_backend(r, prefixed, state->rank, static_cast<int>(ranks.size()));
+  } catch (const std::exception& e) {
+    COLOSSAL_FAIL("[dist] creating ", Group(state).describe(), " with ", r.backend, " failed: ",
+                  e.what());
+  }
+  Group g(state);
+  r.groups[key] = g;
+  return g;
+}
+
+namespace detail {
+Monitor* monitor() {
+  auto& slot = runtime_slot();
+  return slot ? slot->monitor.get() : nullptr;
+}
+}  // namespace detail
+
+}  // namespace colossal::dist

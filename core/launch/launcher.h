@@ -1,0 +1,47 @@
+#pragma once
+// The library behind `colossal run`: torchrun-style launching on one or many machines.
+//
+// Each node's launcher starts nproc_per_node ranks with the torchrun variables set (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_USE_AGENT_STORE). The launcher of node 0 hosts the
+// rendezvous TCPStore (the ranks connect to it as clients, as torchrun's agent store does), and
+// the launchers use the same store to agree on failures and restarts:
+//   * a rank that exits non-zero or is killed: its launcher stops the other local ranks and
+//     publishes the failure; every other launcher stops its ranks too;
+//   * with restarts left, all nodes start the whole group again (attempt k+1), else each
+//     launcher prints one summary line and exits non-zero;
+//   * SIGINT/SIGTERM to a launcher are forwarded to its ranks (then SIGKILL after a grace
+//     period); its exit status is then 128 + signal.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/common/config.h"
+
+namespace colossal::launch {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = -1;         // -1: a free port on one node, 29500 on several; 0: a free port
+  std::string hostfile;         // start the other nodes over ssh (this machine is node 0)
+  std::string ssh = "ssh";      // command used to reach hosts of the hostfile
+  int max_restarts = 0;
+  std::optional<int> tee;       // show only this global rank's output
+  double grace_period_s = 5;    // between SIGTERM and SIGKILL when stopping ranks
+  double rdzv_timeout_s = 300;  // for launchers of other nodes to join
+  std::vector<std::string> command;  // PROGRAM ARGS...
+
+  void read(const ConfigNode& config);
+  void validate() const;
+};
+
+/// Runs the job; returns the exit status the launcher should exit with.
+int run(const LaunchOptions& options);
+
+/// The variables forwarded to other hosts (exact names and prefixes): never the whole env.
+bool forwarded_to_remote_hosts(const std::string& name);
+
+}  // namespace colossal::launch

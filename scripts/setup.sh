@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# One-stop, idempotent setup for colossal-cpp on Debian 12.
+#
+#   scripts/setup.sh              install/verify everything the build and tests need
+#   scripts/setup.sh --python     print the path of the project's python (torch inside)
+#   scripts/setup.sh --prefix     print LibTorch's CMake prefix path
+#
+# What it installs and where:
+#   * Debian packages (compiler tools, ccache, the application libraries, test libraries).
+#   * LibTorch = the `torch` wheel from PyPI, pinned below, inside a virtual environment
+#     that lives OUTSIDE the checkout under ~/.cache/colossal-cpp/<pin>/venv, so every fresh
+#     clone (CI builds one) reuses it. The script verifies and repairs, never reinstalls
+#     something that already works.
+set -euo pipefail
+
+# ---- the one place the LibTorch version is pinned -------------------------------------------
+# 2.11.0 is the version on the GPU machine's image (CUDA 13). The PyPI wheel is built with the
+# C++11 ABI and carries libtorch_cuda, so one build runs on the CPU-only machines (CUDA code is
+# simply never entered) and on the GPU machine.
+TORCH_VERSION="2.11.0"
+# Extra Python packages the tests use (reference checks against Hugging Face, bindings tests).
+PY_EXTRA=("numpy" "pytest" "safetensors")
+
+CACHE_ROOT="${COLOSSAL_CACHE:-$HOME/.cache/colossal-cpp}"
+ENV_DIR="$CACHE_ROOT/torch-$TORCH_VERSION"
+VENV="$ENV_DIR/venv"
+PIP_CACHE="$CACHE_ROOT/pip"
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-dev
+  libsentencepiece-dev sentencepiece
+  libopencv-dev
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
+  pybind11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
+  liburing-dev iproute2 procps libyaml-cpp-dev
+  # Only the headers are used (ProcessGroupGloo.hpp includes <gloo/...>); see core/dist/README.md.
+  libgloo-dev
+)
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+python_bin() { printf '%s/bin/python\n' "$VENV"; }
+
+case "${1:-}" in
+  --python) python_bin; exit 0 ;;
+  --prefix) "$(python_bin)" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'; exit 0 ;;
+  --venv) printf '%s\n' "$VENV"; exit 0 ;;
+  -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+  "") ;;
+  *) echo "setup.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+esac
+
+# ---- Debian packages ---------------------------------------------------------------------------
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  apt_log="$(mktemp)"
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$apt_log" 2>&1; then
+    cat "$apt_log" >&2; log "apt-get install failed (log above)"; exit 1
+  fi
+  rm -f "$apt_log"
+else
+  log "Debian packages: all present"
+fi
+
+# ---- LibTorch through the torch wheel, in a venv outside the checkout --------------------------
+torch_ok() {
+  [ -x "$(python_bin)" ] && "$(python_bin)" - "$TORCH_VERSION" <<'PY' 2>/dev/null
+import sys, torch, torch.utils
+want = sys.argv[1]
+assert torch.__version__.split("+")[0] == want, torch.__version__
+assert torch._C._GLIBCXX_USE_CXX11_ABI, "wheel without the C++11 ABI"
+import torch.distributed as dist
+assert dist.is_available() and dist.is_gloo_available()
+import os
+assert os.path.isfile(os.path.join(torch.utils.cmake_prefix_path, "Torch", "TorchConfig.cmake"))
+PY
+}
+
+if torch_ok; then
+  log "torch $TORCH_VERSION: present in $VENV"
+else
+  log "installing torch $TORCH_VERSION into $VENV (pip cache: $PIP_CACHE)"
+  mkdir -p "$ENV_DIR" "$PIP_CACHE"
+  # Use Debian's interpreter when present: it comes from the same package manager as the rest.
+  BASE_PY="/usr/bin/python3"; [ -x "$BASE_PY" ] || BASE_PY="$(command -v python3)"
+  [ -x "$(python_bin)" ] || "$BASE_PY" -m venv "$VENV"
+  "$(python_bin)" -m pip install -q --cache-dir "$PIP_CACHE" --upgrade pip
+  "$(python_bin)" -m pip install -q --cache-dir "$PIP_CACHE" "torch==$TORCH_VERSION"
+  torch_ok || { log "torch $TORCH_VERSION installed but failed verification"; exit 1; }
+fi
+
+have_py_extra=1
+"$(python_bin)" -c 'import numpy, pytest, safetensors' 2>/dev/null || have_py_extra=0
+if [ "$have_py_extra" -eq 0 ]; then
+  log "installing python extras: ${PY_EXTRA[*]}"
+  "$(python_bin)" -m pip install -q --cache-dir "$PIP_CACHE" "${PY_EXTRA[@]}"
+fi
+
+log "ready: python=$(python_bin)"

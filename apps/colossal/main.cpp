@@ -35,8 +35,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--nnodes", opts.nnodes, "number of nodes")->capture_default_str();
   run->add_option("--node_rank", opts.node_rank, "this node's index")->capture_default_str();
-  run->add_option("--master_addr", opts.master_addr, "host of node 0 (rendezvous)")
-      ->capture_default_str();
+  run->add_option("--master_addr", opts.master_addr,
+                  "host of node 0 (rendezvous); default: the hostfile's first host, else "
+                  "127.0.0.1");
   run->add_option("--master_port", opts.master_port,
                   "rendezvous port; 0 picks a free one (default: free port on one node, 29500 "
                   "on several)");

@@ -22,20 +22,28 @@ double expected_sum(const dist::Group& g) {
   return s;
 }
 
-bool check_all_reduce(const dist::Group& g) {
+bool check_all_reduce(const dist::Group& g, bool verbose) {
   auto t = torch::full({1 << 20}, static_cast<float>(dist::rank() + 1));
   dist::all_reduce(t, g);
   double want = expected_sum(g);
   bool ok = torch::all(t == static_cast<float>(want)).item<bool>();
-  COLOSSAL_LOG_INFO_ALL_RANKS("all-reduce on ", g.describe(), ": got ", t[0].item<float>(),
+  if (verbose || !ok)
+    COLOSSAL_LOG_INFO_ALL_RANKS("all-reduce on ", g.describe(), ": got ", t[0].item<float>(),
                               ", expected ", want, ok ? " - ok" : " - WRONG");
   return ok;
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
+    // --iterations N repeats the checks (a longer-running job for failure drills).
+    int iterations = 1;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--iterations" && i + 1 < argc) iterations = std::stoi(argv[++i]);
+      else COLOSSAL_FAIL("unknown argument '", a, "' (expected --iterations N)");
+    }
     dist::init();
     int world = dist::world_size();
     int tp = world % 2 == 0 ? 2 : 1;
@@ -51,9 +59,12 @@ int main() {
       }
       std::fflush(stdout);
     }
-    bool ok = check_all_reduce(dist::world_group());
-    ok &= check_all_reduce(mesh.group("dp"));
-    ok &= check_all_reduce(mesh.group("tp"));
+    bool ok = true;
+    for (int it = 0; it < iterations; ++it) {
+      ok &= check_all_reduce(dist::world_group(), it == 0);
+      ok &= check_all_reduce(mesh.group("dp"), it == 0);
+      ok &= check_all_reduce(mesh.group("tp"), it == 0);
+    }
     // Every rank learns whether all checks passed everywhere.
     auto flag = torch::tensor({ok ? 0.0f : 1.0f});
     dist::all_reduce(flag, dist::world_group(), dist::ReduceOp::kMax);

@@ -90,14 +90,14 @@ ConfigNode ConfigNode::parse(const std::string& text, const std::string& format,
                              std::string origin) {
   if (format == "json") {
     try {
-      return from_json(nlohmann::json::parse(text), std::move(origin));
+      return from_json(nlohmann::json::parse(text), origin);
     } catch (const nlohmann::json::parse_error& e) {
       COLOSSAL_FAIL("[config] ", origin, ": invalid JSON: ", e.what());
     }
   }
   if (format == "yaml") {
     try {
-      return from_json(yaml_to_json(YAML::Load(text)), std::move(origin));
+      return from_json(yaml_to_json(YAML::Load(text)), origin);
     } catch (const YAML::Exception& e) {
       COLOSSAL_FAIL("[config] ", origin, ": invalid YAML at line ", e.mark.line + 1, ", column ",
                     e.mark.column + 1, ": ", e.msg);

@@ -45,11 +45,14 @@ double elapsed_s(std::chrono::steady_clock::time_point start) {
 [[noreturn]] void fail(Handle::State& s, const std::string& what) {
   detail::GroupState& g = *s.group;
   g.broken.store(true);
+  double waited = elapsed_s(s.start);
   Monitor* mon = detail::monitor();
-  std::string diagnosis = mon ? mon->diagnose(g, s.point_to_point ? std::nullopt : std::optional<uint64_t>(s.seq)) : "no monitor (dist not initialised)";
+  std::string diagnosis =
+      mon ? mon->diagnose(g, s.point_to_point ? std::nullopt : std::optional<uint64_t>(s.seq))
+          : "no monitor (dist not initialised)";
   std::string msg = c10::str("[dist] ", s.op, " #", s.seq, " on group '", g.name, "' (",
                              g.ranks.size(), " ranks: ", format_ranks(g.ranks), ") failed after ",
-                             elapsed_s(s.start), " s: ", diagnosis, ". Cause: ", what);
+                             waited, " s: ", diagnosis, ". Cause: ", what);
   if (mon) mon->mark_failed(msg);
   COLOSSAL_FAIL(msg);
 }
@@ -57,6 +60,58 @@ double elapsed_s(std::chrono::steady_clock::time_point start) {
 std::string first_line(const std::string& s) {
   auto nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+void check_progress(Handle::State& s, std::chrono::steady_clock::time_point deadline,
+                    std::chrono::milliseconds slice, Monitor* mon) {
+  detail::GroupState& g = *s.group;
+  auto now = std::chrono::steady_clock::now();
+  if (now >= deadline) {
+    fail(s, c10::str("timed out after ", g.timeout.count() / 1000.0, " s (COLOSSAL_DIST_TIMEOUT)"));
+  }
+  if (mon && now - s.start > slice) {
+    if (mon->find_lost_member(g)) fail(s, "a member was lost while waiting");
+  }
+}
+
+void wait_on_future(Handle::State& s, const c10::intrusive_ptr<c10::ivalue::Future>& future,
+                    std::chrono::steady_clock::time_point deadline,
+                    std::chrono::milliseconds slice, Monitor* mon) {
+  if (!future->completed()) {
+    auto mu = std::make_shared<std::mutex>();
+    auto cv = std::make_shared<std::condition_variable>();
+    future->addCallback([mu, cv](c10::ivalue::Future&) {
+      std::lock_guard<std::mutex> lock(*mu);
+      cv->notify_all();
+    });
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(*mu);
+        auto left = deadline - std::chrono::steady_clock::now();
+        cv->wait_for(lock, std::max<std::chrono::steady_clock::duration>(
+                               std::chrono::milliseconds(1),
+                               std::min<std::chrono::steady_clock::duration>(slice, left)),
+                     [&] { return future->completed(); });
+      }
+      if (future->completed()) break;
+      check_progress(s, deadline, slice, mon);
+    }
+  }
+  if (future->hasError()) fail(s, first_line(future->tryRetrieveErrorMessage()));
+}
+
+void wait_in_slices(Handle::State& s, std::chrono::steady_clock::time_point deadline,
+                    std::chrono::milliseconds slice, Monitor* mon) {
+  for (;;) {
+    try {
+      s.work->wait(slice);
+      return;
+    } catch (const std::exception& e) {
+      // A slice that ran out leaves the work incomplete; anything else is a real error.
+      if (s.work->isCompleted()) fail(s, first_line(e.what()));
+    }
+    check_progress(s, deadline, slice, mon);
+  }
 }
 
 // Waits for the work; every heartbeat interval checks whether a member is known gone so a dead
@@ -76,32 +131,17 @@ void wait_state(Handle::State& s) {
       fail(s, first_line(e.what()));
     }
   } else {
-    auto future = s.work->getFuture();
-    if (!future->completed()) {
-      auto mu = std::make_shared<std::mutex>();
-      auto cv = std::make_shared<std::condition_variable>();
-      future->addCallback([mu, cv](c10::ivalue::Future&) {
-        std::lock_guard<std::mutex> lock(*mu);
-        cv->notify_all();
-      });
-      std::unique_lock<std::mutex> lock(*mu);
-      while (!future->completed()) {
-        auto now = std::chrono::steady_clock::now();
-        if (now >= deadline) {
-          lock.unlock();
-          fail(s, c10::str("timed out after ", g.timeout.count() / 1000.0,
-                           " s (COLOSSAL_DIST_TIMEOUT)"));
-        }
-        cv->wait_for(lock, std::min<std::chrono::steady_clock::duration>(slice, deadline - now));
-        if (future->completed()) break;
-        if (mon && std::chrono::steady_clock::now() - s.start > slice) {
-          lock.unlock();
-          if (auto lost = mon->find_lost_member(g)) fail(s, "a member was lost while waiting");
-          lock.lock();
-        }
-      }
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    try {
+      future = s.work->getFuture();
+    } catch (const c10::Error&) {
+      // Some Gloo works (e.g. barrier) have no future: wait on the work in slices instead.
     }
-    if (future->hasError()) fail(s, first_line(future->tryRetrieveErrorMessage()));
+    if (future) {
+      wait_on_future(s, future, deadline, slice, mon);
+    } else {
+      wait_in_slices(s, deadline, slice, mon);
+    }
   }
   if (s.finish) s.finish();
 }

@@ -132,6 +132,31 @@ std::optional<std::string> Monitor::lost_reason_locked(
   return std::nullopt;
 }
 
+void Monitor::mark_exited() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ != "alive") return;
+  state_ = "exited";
+  try {
+    publish_locked();
+  } catch (...) {
+  }
+}
+
+void Monitor::wait_for_peers_to_leave(std::chrono::milliseconds max_wait) {
+  auto deadline = std::chrono::steady_clock::now() + max_wait;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!store_lost_ && std::chrono::steady_clock::now() < deadline) {
+    bool someone_left_behind = false;
+    auto now = std::chrono::steady_clock::now();
+    for (int r = 0; r < world_size_; ++r) {
+      if (r == rank_ || !peers_[r].present) continue;
+      if (peers_[r].state == "alive" && !lost_reason_locked(r, now)) someone_left_behind = true;
+    }
+    if (!someone_left_behind) return;
+    cv_.wait_for(lock, options_.interval);
+  }
+}
+
 std::optional<std::string> Monitor::find_lost_member(const detail::GroupState& group) {
   std::lock_guard<std::mutex> lock(mu_);
   if (store_lost_) {
@@ -147,24 +172,25 @@ std::optional<std::string> Monitor::find_lost_member(const detail::GroupState& g
 }
 
 std::string Monitor::diagnose(const detail::GroupState& group, std::optional<uint64_t> seq) {
-  // A peer killed a moment ago still has a fresh heartbeat. Watch for up to three intervals:
-  // members whose heartbeat advances in that window are alive.
+  // A peer killed a moment ago may still show a heartbeat it published just before dying, so
+  // only an advance observed more than one interval after the failure proves a peer alive
+  // (it must have been published after the failure). Watch for up to four intervals.
   auto start = std::chrono::steady_clock::now();
-  auto window = 3 * options_.interval + std::chrono::milliseconds(100);
-  std::map<int, int64_t> first_seen;
+  auto proof_after = start + options_.interval + options_.interval / 2;
+  auto window = 4 * options_.interval + std::chrono::milliseconds(100);
   std::vector<int> peers;
   for (int r : group.ranks)
     if (r != rank_) peers.push_back(r);
   std::unique_lock<std::mutex> lock(mu_);
-  for (int r : peers) first_seen[r] = peers_[r].heartbeat;
+  auto proven_alive = [&](int r) { return peers_[r].last_advance > proof_after; };
   while (!store_lost_) {
-    bool all_advanced = true;
+    bool all_known = true;
     for (int r : peers) {
       const PeerRecord& p = peers_[r];
-      if (p.state != "alive") continue;
-      all_advanced &= p.heartbeat != first_seen[r];
+      if (p.present && p.state != "alive") continue;
+      all_known &= proven_alive(r);
     }
-    if (all_advanced || std::chrono::steady_clock::now() - start > window) break;
+    if (all_known || std::chrono::steady_clock::now() - start > window) break;
     lock.unlock();
     std::this_thread::sleep_for(options_.interval / 4);
     lock.lock();
@@ -185,7 +211,7 @@ std::string Monitor::diagnose(const detail::GroupState& group, std::optional<uin
       findings.push_back(*why);
       continue;
     }
-    if (p.state == "alive" && p.heartbeat == first_seen[r]) {
+    if (p.state == "alive" && !proven_alive(r)) {
       findings.push_back(c10::str("rank ", r, " is gone (no heartbeat for ",
                                   seconds(now - p.last_advance), " s)"));
       continue;

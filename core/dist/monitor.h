@@ -39,6 +39,12 @@ class Monitor {
   /// Publishes "failed: why" at once, so peers stop waiting for us.
   void mark_failed(const std::string& why);
 
+  /// Publishes "exited" now (a clean shutdown), so peers do not wait for this rank.
+  void mark_exited();
+  /// Blocks until every other rank has exited, failed or gone silent, or `max_wait` passed.
+  /// The rank hosting the store calls it before closing, so the others can still finish.
+  void wait_for_peers_to_leave(std::chrono::milliseconds max_wait);
+
   /// A member of `group` that is known gone, exited or failed, described for a message; nullopt
   /// when every member looks alive. Cheap: reads the thread's latest view.
   std::optional<std::string> find_lost_member(const detail::GroupState& group);

@@ -20,7 +20,25 @@
 namespace colossal::dist {
 namespace {
 
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
 struct Runtime {
+  ~Runtime() { leave(); }
+  // Tells peers this rank is leaving; the rank hosting the store keeps it up until the others
+  // have left too (bounded), so their last collectives and diagnoses still reach it.
+  void leave() {
+    if (!monitor) return;
+    monitor->mark_exited();
+    if (hosts_store) {
+      monitor->wait_for_peers_to_leave(to_ms(options.dead_after_s + 2 * options.heartbeat_interval_s));
+    }
+    groups.clear();
+    world = Group();
+    monitor.reset();
+  }
+  bool hosts_store = false;
   DistEnvironment env;
   InitOptions options;
   std::string backend;
@@ -41,10 +59,6 @@ Runtime& rt() {
   auto& r = runtime_slot();
   COLOSSAL_CHECK(r != nullptr, "[dist] not initialised: call colossal::dist::init() first");
   return *r;
-}
-
-std::chrono::milliseconds to_ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
 c10::intrusive_ptr<c10d::Store> make_store_client(const Runtime& r, bool is_server) {
@@ -141,8 +155,8 @@ void init(const InitOptions& options) {
   if (r->env.world_size == 1 && r->env.source == "none") {
     base = c10::make_intrusive<c10d::HashStore>();  // a world of one needs no sockets
   } else {
-    bool host = r->env.rank == 0 && !r->env.store_hosted_by_launcher;
-    base = make_store_client(*r, host);
+    r->hosts_store = r->env.rank == 0 && !r->env.store_hosted_by_launcher;
+    base = make_store_client(*r, r->hosts_store);
   }
   // Keys of an earlier attempt (after a restart) must not be mistaken for this one's.
   r->store = c10::make_intrusive<c10d::PrefixStore>(
@@ -176,9 +190,7 @@ bool is_initialized() { return runtime_slot() != nullptr; }
 void shutdown() {
   auto& slot = runtime_slot();
   if (!slot) return;
-  slot->groups.clear();
-  slot->world = Group();
-  slot->monitor.reset();
+  slot->leave();
   slot.reset();
 }
 

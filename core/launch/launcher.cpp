@@ -67,6 +67,7 @@ std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()
 // another node's launcher.
 struct Proc {
   std::string label;        // "rank 3 (node 0, local rank 3)" or "node 1 (host b)"
+  bool remote_launcher = false;  // watched for failure; its exit does not end an attempt
   Child child;
   bool running = false;
   int status = 0;
@@ -119,6 +120,7 @@ class Launcher {
   std::vector<std::unique_ptr<Proc>> start_attempt(int attempt);
   Outcome watch(std::vector<std::unique_ptr<Proc>>& procs, int attempt);
   bool wait_for_other_nodes(int attempt, Outcome& outcome);
+  void finish_remote_launchers(std::vector<std::unique_ptr<Proc>>& remotes, Outcome& outcome);
   std::optional<std::string> remote_failure(int attempt);
   std::map<std::string, std::string> rank_environment(int global, int local, int attempt) const;
   std::string key(int attempt, const std::string& what) const {
@@ -153,8 +155,12 @@ void Launcher::setup_store() {
 }
 
 void Launcher::prepare_remote_nodes() {
-  if (opts_.hostfile.empty()) return;
+  if (opts_.hostfile.empty()) {
+    if (opts_.master_addr.empty()) opts_.master_addr = "127.0.0.1";
+    return;
+  }
   auto hosts = parse_hostfile(opts_.hostfile);
+  if (opts_.master_addr.empty()) opts_.master_addr = hosts[0].host;
   for (const auto& h : hosts) {
     COLOSSAL_CHECK(h.slots == 0 || h.slots == opts_.nproc_per_node, "[launch] hostfile '",
                    opts_.hostfile, "' line ", h.line, ": slots=", h.slots,
@@ -303,11 +309,12 @@ Launcher::Outcome Launcher::watch(std::vector<std::unique_ptr<Proc>>& procs, int
       kill_at = Clock::now() + std::chrono::hours(1);
     }
     bool any_running = false;
-    for (auto& p : procs) any_running |= p->running;
+    for (auto& p : procs) any_running |= p->running && !p->remote_launcher;
     if (!any_running) break;
   }
   // Close pipes that grandchildren may still hold open.
   for (auto& p : procs) {
+    if (p->remote_launcher && p->running) continue;  // still streaming; handled by the caller
     drain(p->child.stdout_fd, p->out);
     drain(p->child.stderr_fd, p->err);
     for (int* fd : {&p->child.stdout_fd, &p->child.stderr_fd}) {
@@ -347,6 +354,51 @@ bool Launcher::wait_for_other_nodes(int attempt, Outcome& outcome) {
   }
 }
 
+// The other nodes' launchers exit on their own once every node is done (or has failed); stream
+// their last output meanwhile, and stop them if they do not within the grace period.
+void Launcher::finish_remote_launchers(std::vector<std::unique_ptr<Proc>>& remotes,
+                                       Outcome& outcome) {
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  bool terminated = false;
+  for (;;) {
+    bool any = false;
+    for (auto& p : remotes) {
+      drain(p->child.stdout_fd, p->out);
+      drain(p->child.stderr_fd, p->err);
+      if (!p->running) continue;
+      int status = 0;
+      if (::waitpid(p->child.pid, &status, WNOHANG) == p->child.pid) {
+        p->running = false;
+        if (failed(status) && outcome.ok) {
+          outcome.ok = false;
+          outcome.summary = c10::str(p->label, " failed with ", describe_wait_status(status));
+        }
+      } else {
+        any = true;
+      }
+    }
+    if (!any) break;
+    if (!terminated && (Clock::now() > deadline || !outcome.ok)) {
+      for (auto& p : remotes)
+        if (p->running) signal_child(p->child, SIGTERM);
+      terminated = true;
+      deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opts_.grace_period_s * 1000));
+    } else if (terminated && Clock::now() > deadline) {
+      for (auto& p : remotes)
+        if (p->running) signal_child(p->child, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& p : remotes) {
+    for (int* fd : {&p->child.stdout_fd, &p->child.stderr_fd}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+    p->out.flush();
+    p->err.flush();
+  }
+}
+
 int Launcher::run() {
   prepare_remote_nodes();
   opts_.validate();
@@ -376,6 +428,7 @@ int Launcher::run() {
     for (const auto& a : opts_.command) remote += " " + shell_quote(a);
     auto p = std::make_unique<Proc>(c10::str("node ", node, " (", remote_hosts_[i].host, ")"), "",
                                     true);
+    p->remote_launcher = true;
     SpawnSpec spec{{opts_.ssh, remote_hosts_[i].host, remote}, base_env_, true};
     p->child = spawn_child(spec);
     set_nonblocking(p->child.stdout_fd);
@@ -395,12 +448,12 @@ int Launcher::run() {
     if (outcome.ok) wait_for_other_nodes(attempt, outcome);
     // Hand the still-running remote launchers to the next attempt.
     for (auto& p : procs)
-      if (p->running && p->label.rfind("node ", 0) == 0) remotes.push_back(std::move(p));
+      if (p->remote_launcher && p->running) remotes.push_back(std::move(p));
     if (outcome.ok || outcome.interrupted || attempt >= opts_.max_restarts) break;
     std::fprintf(stderr, "colossal run: %s; restarting all ranks (restart %d of %d)\n",
                  outcome.summary.c_str(), attempt + 1, opts_.max_restarts);
   }
-  for (auto& r : remotes) signal_child(r->child, SIGTERM);
+  finish_remote_launchers(remotes, outcome);
 
   if (outcome.ok) return 0;
   if (outcome.interrupted) {

@@ -24,7 +24,7 @@ struct LaunchOptions {
   int nproc_per_node = 1;
   int nnodes = 1;
   int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
+  std::string master_addr;       // empty: the hostfile's first host, else 127.0.0.1
   int master_port = -1;         // -1: a free port on one node, 29500 on several; 0: a free port
   std::string hostfile;         // start the other nodes over ssh (this machine is node 0)
   std::string ssh = "ssh";      // command used to reach hosts of the hostfile

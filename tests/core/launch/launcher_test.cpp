@@ -1,0 +1,272 @@
+// The `colossal run` binary, driven as a user drives it, with shell one-liners as ranks.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/launch/hostfile.h"
+#include "core/launch/launcher.h"
+#include "core/common/check.h"
+#include "tests/support/multirank.h"
+
+namespace colossal::launch {
+namespace {
+
+struct RunResult {
+  int status = 0;
+  double seconds = 0;
+  std::string out;
+  std::string err;
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string colossal_bin() { return testing::binary_dir() + "/colossal"; }
+
+// Runs `colossal ARGS` with output to files; `during` runs while it is alive (given its pid).
+RunResult run_colossal(const std::vector<std::string>& args,
+                       const std::function<void(pid_t)>& during = nullptr) {
+  std::string dir = ::testing::TempDir();
+  static int counter = 0;
+  std::string base = dir + "launcher_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  std::string out_path = base + ".out", err_path = base + ".err";
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::freopen(out_path.c_str(), "w", stdout);
+    std::freopen(err_path.c_str(), "w", stderr);
+    std::vector<std::string> full = {colossal_bin()};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (during) during(pid);
+  RunResult r;
+  ::waitpid(pid, &r.status, 0);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
+std::string describe(const RunResult& r) {
+  return "exit " + std::to_string(r.exit_code()) + " after " + std::to_string(r.seconds) +
+         " s\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
+}
+
+TEST(Launcher, RanksGetTheTorchrunVariablesAndPrefixedOutput) {
+  auto r = run_colossal({"run", "--nproc_per_node", "3", "--", "sh", "-c",
+                         "echo \"R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE "
+                         "G=$GROUP_RANK A=$MASTER_ADDR P=$MASTER_PORT S=$TORCHELASTIC_USE_AGENT_STORE "
+                         "T=$OMP_NUM_THREADS\"; echo err$RANK >&2"});
+  ASSERT_EQ(r.exit_code(), 0) << describe(r);
+  for (int i = 0; i < 3; ++i) {
+    std::string line = "[rank " + std::to_string(i) + "] R=" + std::to_string(i) + " W=3 L=" +
+                       std::to_string(i) + " LW=3 G=0 A=127.0.0.1 P=";
+    EXPECT_NE(r.out.find(line), std::string::npos) << describe(r);
+    EXPECT_NE(r.err.find("[rank " + std::to_string(i) + "] err" + std::to_string(i)),
+              std::string::npos)
+        << describe(r);
+  }
+  EXPECT_NE(r.out.find("S=True"), std::string::npos);
+  EXPECT_EQ(r.out.find("P=0 "), std::string::npos) << "a real port must replace 0";
+  EXPECT_EQ(r.out.find("T= "), std::string::npos) << "OMP_NUM_THREADS must be set";
+}
+
+TEST(Launcher, UserThreadSettingIsKept) {
+  ::setenv("OMP_NUM_THREADS", "7", 1);
+  auto r = run_colossal({"run", "--nproc_per_node", "2", "--", "sh", "-c", "echo T=$OMP_NUM_THREADS"});
+  ::unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(r.exit_code(), 0) << describe(r);
+  EXPECT_NE(r.out.find("[rank 1] T=7"), std::string::npos) << describe(r);
+}
+
+TEST(Launcher, FailingRankStopsTheOthersWithOneSummaryLine) {
+  auto r = run_colossal({"run", "--nproc_per_node", "3", "--", "sh", "-c",
+                         "if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; sleep 60"});
+  EXPECT_EQ(r.exit_code(), 1) << describe(r);
+  EXPECT_LT(r.seconds, 20) << "the sleeping ranks must be stopped";
+  EXPECT_NE(r.err.find("colossal run: FAILED: rank 1 (node 0, local rank 1) failed with exit code 3"),
+            std::string::npos)
+      << describe(r);
+  int summaries = 0;
+  for (size_t p = r.err.find("colossal run: FAILED"); p != std::string::npos;
+       p = r.err.find("colossal run: FAILED", p + 1))
+    ++summaries;
+  EXPECT_EQ(summaries, 1);
+}
+
+TEST(Launcher, RankKilledBySignalIsReported) {
+  auto r = run_colossal({"run", "--nproc_per_node", "2", "--", "sh", "-c",
+                         "if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60"});
+  EXPECT_EQ(r.exit_code(), 1) << describe(r);
+  EXPECT_NE(r.err.find("rank 0 (node 0, local rank 0) failed with signal 9"), std::string::npos)
+      << describe(r);
+}
+
+TEST(Launcher, MaxRestartsRestartsTheWholeGroup) {
+  // Fails on attempts 0 and 1 (rank 1 only), succeeds on attempt 2.
+  auto r = run_colossal({"run", "--nproc_per_node", "2", "--max_restarts", "2", "--", "sh", "-c",
+                         "echo attempt=$TORCHELASTIC_RESTART_COUNT; "
+                         "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then exit 5; fi"});
+  EXPECT_EQ(r.exit_code(), 0) << describe(r);
+  EXPECT_NE(r.err.find("restarting all ranks (restart 1 of 2)"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("restarting all ranks (restart 2 of 2)"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("[rank 0] attempt=2"), std::string::npos) << describe(r);
+}
+
+TEST(Launcher, RestartsRunOut) {
+  auto r = run_colossal({"run", "--nproc_per_node", "2", "--max_restarts", "1", "--", "sh", "-c",
+                         "exit 4"});
+  EXPECT_EQ(r.exit_code(), 1) << describe(r);
+  EXPECT_NE(r.err.find("failed with exit code 4; stopped the other ranks (after 1 restarts)"),
+            std::string::npos)
+      << describe(r);
+}
+
+void expect_signal_forwarded(int sig) {
+  std::string dir = ::testing::TempDir() + "sig" + std::to_string(sig) + "_" + std::to_string(::getpid());
+  (void)!std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  std::string script = "trap 'echo got > " + dir + "/r$RANK; exit 0' " +
+                       (sig == SIGINT ? "INT" : "TERM") +
+                       "; touch " + dir + "/up$RANK; while true; do sleep 0.05; done";
+  auto r = run_colossal({"run", "--nproc_per_node", "2", "--", "sh", "-c", script}, [&](pid_t pid) {
+    // Wait until both ranks are up, then signal the launcher only.
+    for (int i = 0; i < 400; ++i) {
+      if (::access((dir + "/up0").c_str(), F_OK) == 0 && ::access((dir + "/up1").c_str(), F_OK) == 0)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ::kill(pid, sig);
+  });
+  EXPECT_EQ(r.exit_code(), 128 + sig) << describe(r);
+  EXPECT_EQ(slurp(dir + "/r0"), "got\n") << "rank 0 did not receive the signal";
+  EXPECT_EQ(slurp(dir + "/r1"), "got\n") << "rank 1 did not receive the signal";
+  EXPECT_NE(r.err.find("interrupted by signal " + std::to_string(sig)), std::string::npos)
+      << describe(r);
+}
+
+TEST(Launcher, ForwardsSigterm) { expect_signal_forwarded(SIGTERM); }
+TEST(Launcher, ForwardsSigint) { expect_signal_forwarded(SIGINT); }
+
+TEST(Launcher, TeeShowsOneRank) {
+  auto r = run_colossal({"run", "--nproc_per_node", "3", "--tee", "1", "--", "sh", "-c", "echo hello$RANK"});
+  EXPECT_EQ(r.exit_code(), 0) << describe(r);
+  EXPECT_NE(r.out.find("[rank 1] hello1"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.out.find("hello0"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.out.find("hello2"), std::string::npos) << describe(r);
+}
+
+TEST(Launcher, BadInvocationsAreExplained) {
+  auto none = run_colossal({"run", "--nproc_per_node", "2"});
+  EXPECT_EQ(none.exit_code(), 2) << describe(none);
+  EXPECT_NE(none.err.find("no program given"), std::string::npos) << describe(none);
+  auto missing = run_colossal({"run", "--", "no-such-program-xyz"});
+  EXPECT_NE(missing.exit_code(), 0);
+  EXPECT_NE(missing.err.find("program 'no-such-program-xyz' not found on PATH"), std::string::npos)
+      << describe(missing);
+  auto bad_node = run_colossal({"run", "--nnodes", "2", "--node_rank", "2", "--", "true"});
+  EXPECT_EQ(bad_node.exit_code(), 2);
+  EXPECT_NE(bad_node.err.find("expected 0 <= node_rank < nnodes (2), got 2"), std::string::npos)
+      << describe(bad_node);
+}
+
+TEST(Launcher, ConfigFileSuppliesOptionsAndFlagsWin) {
+  std::string path = ::testing::TempDir() + "launch.yaml";
+  std::ofstream(path) << "nproc_per_node: 3\ntee: 2\n";
+  auto r = run_colossal({"run", "--config", path, "--tee", "0", "--", "sh", "-c", "echo n=$WORLD_SIZE"});
+  EXPECT_EQ(r.exit_code(), 0) << describe(r);
+  EXPECT_NE(r.out.find("[rank 0] n=3"), std::string::npos) << describe(r);
+  std::ofstream(path) << "nproc_per_nod: 3\n";
+  auto bad = run_colossal({"run", "--config", path, "--", "true"});
+  EXPECT_EQ(bad.exit_code(), 2);
+  EXPECT_NE(bad.err.find("unknown key 'nproc_per_nod'"), std::string::npos) << describe(bad);
+}
+
+TEST(Launcher, RealDistributedJobUnderTheLauncher) {
+  auto r = run_colossal({"run", "--nproc_per_node", "4", "--", testing::binary_dir() + "/dist_demo"});
+  EXPECT_EQ(r.exit_code(), 0) << describe(r);
+  EXPECT_NE(r.out.find("[rank 0] all-reduce verified on 4 ranks: PASS"), std::string::npos)
+      << describe(r);
+}
+
+TEST(Launcher, DeadRankInRealJobEndsEveryone) {
+  // A real core/dist job where rank 2 is killed: the launcher stops the rest and says who.
+  auto r = run_colossal({"run", "--nproc_per_node", "3", "--", "sh", "-c",
+                         "if [ $RANK = 2 ]; then (sleep 1; kill -9 $$) & fi; exec " +
+                             testing::binary_dir() + "/dist_demo --iterations 100000"});
+  EXPECT_EQ(r.exit_code(), 1) << describe(r);
+  EXPECT_NE(r.err.find("rank 2 (node 0, local rank 2) failed with signal 9"), std::string::npos)
+      << describe(r);
+  EXPECT_LT(r.seconds, 30);
+}
+
+TEST(Hostfile, ParsesHostsSlotsAndComments) {
+  auto hosts = parse_hostfile_text("# cluster\nnode-a slots=4\n\n10.0.0.2   # second\n", "hf");
+  ASSERT_EQ(hosts.size(), 2u);
+  EXPECT_EQ(hosts[0].host, "node-a");
+  EXPECT_EQ(hosts[0].slots, 4);
+  EXPECT_EQ(hosts[1].host, "10.0.0.2");
+  EXPECT_EQ(hosts[1].slots, 0);
+  auto msg = [](const std::string& text) {
+    try {
+      parse_hostfile_text(text, "hostfile 'h'");
+    } catch (const std::exception& e) {
+      return error_text(e);
+    }
+    return std::string("<no exception>");
+  };
+  EXPECT_NE(msg("a slots=x\n").find("line 1: expected slots=N"), std::string::npos);
+  EXPECT_NE(msg("a\nb\na\n").find("line 3: host 'a' is listed twice"), std::string::npos);
+  EXPECT_NE(msg("# nothing\n").find("lists no hosts"), std::string::npos);
+}
+
+TEST(Hostfile, OnlyTheAllowListReachesOtherHosts) {
+  EXPECT_TRUE(forwarded_to_remote_hosts("COLOSSAL_LOG_LEVEL"));
+  EXPECT_TRUE(forwarded_to_remote_hosts("NCCL_DEBUG"));
+  EXPECT_TRUE(forwarded_to_remote_hosts("PATH"));
+  EXPECT_FALSE(forwarded_to_remote_hosts("AWS_SECRET_ACCESS_KEY"));
+  EXPECT_FALSE(forwarded_to_remote_hosts("SSH_AUTH_SOCK"));
+  EXPECT_FALSE(forwarded_to_remote_hosts("RANK"));
+}
+
+TEST(Hostfile, LaunchesTheOtherNodesThroughSsh) {
+  // A stand-in for ssh that runs the remote command on this machine records what it was asked.
+  std::string dir = ::testing::TempDir() + "hf_" + std::to_string(::getpid());
+  (void)!std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  std::string fake_ssh = dir + "/fake_ssh";
+  std::ofstream(fake_ssh) << "#!/bin/sh\nhost=$1; shift\necho \"$host $*\" >> " << dir
+                          << "/ssh.log\nexec env -i sh -c \"$1\"\n";
+  (void)!std::system(("chmod +x " + fake_ssh).c_str());
+  std::string hostfile = dir + "/hosts";
+  std::ofstream(hostfile) << "127.0.0.1 slots=2\nlocalhost slots=2\n";
+  ::setenv("SECRET_TOKEN", "hunter2", 1);
+  auto r = run_colossal({"run", "--hostfile", hostfile, "--ssh", fake_ssh, "--nproc_per_node", "2",
+                         "--master_port", "0", "--", testing::binary_dir() + "/dist_demo"});
+  ::unsetenv("SECRET_TOKEN");
+  EXPECT_EQ(r.exit_code(), 0) << describe(r);
+  EXPECT_NE(r.out.find("all-reduce verified on 4 ranks: PASS"), std::string::npos) << describe(r);
+  std::string log = slurp(dir + "/ssh.log");
+  EXPECT_NE(log.find("localhost "), std::string::npos) << log;
+  EXPECT_NE(log.find("--node_rank 1"), std::string::npos) << log;
+  EXPECT_EQ(log.find("hunter2"), std::string::npos) << "the environment leaked: " << log;
+}
+
+}  // namespace
+}  // namespace colossal::launch

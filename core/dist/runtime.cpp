@@ -211,8 +211,16 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
                    " is outside the world [0, ", r.env.world_size, ")");
     COLOSSAL_CHECK(seen[g]++ == 0, "[dist] new_group('", name, "'): rank ", g, " listed twice");
   }
-  std::string key = name + "/" + format_ranks(ranks);
-  for (int g : ranks) key += "." + std::to_string(g);
+  // The store prefix must be identical on every member and differ between groups: the name
+  // plus a hash of the ordered member list (short even for thousands of ranks).
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (int g : ranks) {
+    h ^= static_cast<uint64_t>(g) + 1;
+    h *= 1099511628211ull;
+  }
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(h));
+  std::string key = name + "/" + std::to_string(ranks.size()) + "/" + hash;
   if (auto it = r.groups.find(key); it != r.groups.end()) return it->second;
 
   auto it = std::find(ranks.begin(), ranks.end(), r.env.rank);

@@ -206,7 +206,7 @@ Handle& Handle::operator=(Handle&& other) noexcept {
       try {
         wait();
       } catch (const std::exception& e) {
-        COLOSSAL_LOG_ERROR(e.what());
+        COLOSSAL_LOG_ERROR(error_text(e));
       }
     }
     state_ = std::move(other.state_);
@@ -218,7 +218,7 @@ Handle::~Handle() {
   try {
     wait();
   } catch (const std::exception& e) {
-    COLOSSAL_LOG_ERROR(e.what());
+    COLOSSAL_LOG_ERROR(error_text(e));
   }
 }
 void Handle::wait() {

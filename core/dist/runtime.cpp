@@ -73,7 +73,7 @@ c10::intrusive_ptr<c10d::Store> make_store_client(const Runtime& r, bool is_serv
   } catch (const std::exception& e) {
     COLOSSAL_FAIL("[dist] rendezvous at ", r.env.master_addr, ":", r.env.master_port, " failed (",
                   is_server ? "hosting the store" : "connecting to the store", "): ",
-                  e.what());
+                  error_text(e));
   }
 }
 
@@ -236,8 +236,10 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
   try {
     state->backend = make_backend(r, prefixed, state->rank, static_cast<int>(ranks.size()));
   } catch (const std::exception& e) {
+    std::string why = error_text(e);
+    if (why.rfind("[rank ", 0) == 0) throw;  // already one of ours, with its context
     COLOSSAL_FAIL("[dist] creating ", Group(state).describe(), " with ", r.backend, " failed: ",
-                  e.what());
+                  why);
   }
   Group g(state);
   r.groups[key] = g;

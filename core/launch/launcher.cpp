@@ -148,7 +148,7 @@ void Launcher::setup_store() {
     store_ = c10::make_intrusive<c10d::TCPStore>(opts_.master_addr, so);
   } catch (const std::exception& e) {
     COLOSSAL_FAIL("[launch] ", so.isServer ? "cannot host" : "cannot reach",
-                  " the rendezvous store at ", opts_.master_addr, ":", port, ": ", e.what(),
+                  " the rendezvous store at ", opts_.master_addr, ":", port, ": ", error_text(e),
                   so.isServer ? " (is the port in use? pass --master_port 0 for a free one)" : "");
   }
   port_ = store_->getPort();
@@ -228,7 +228,7 @@ std::optional<std::string> Launcher::remote_failure(int attempt) {
   try {
     if (store_->check({key(attempt, "failed")})) return to_string(store_->get(key(attempt, "failed")));
   } catch (const std::exception& e) {
-    return std::string("lost the rendezvous store on node 0 (") + e.what() + ")";
+    return "lost the rendezvous store on node 0 (" + error_text(e) + ")";
   }
   return std::nullopt;
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/common/check.h"
 #include "core/dist/backend_factory.h"
 
 namespace colossal::launch {
@@ -59,7 +60,7 @@ std::string gloo_status() {
     pg->allreduce(t)->wait();
     return "available (one-rank all-reduce ok)";
   } catch (const std::exception& e) {
-    return std::string("NOT usable: ") + e.what();
+    return "NOT usable: " + error_text(e);
   }
 }
 

@@ -104,4 +104,7 @@ if [ "$have_py_extra" -eq 0 ]; then
   "$(python_bin)" -m pip install -q --cache-dir "$PIP_CACHE" "${PY_EXTRA[@]}"
 fi
 
+# ccache: outside the checkout, large enough for a few LibTorch PCHs (~700 MB each).
+CCACHE_DIR="$CACHE_ROOT/ccache" ccache --max-size=20G >/dev/null
+
 log "ready: python=$(python_bin)"

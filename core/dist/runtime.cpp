@@ -238,8 +238,10 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
   } catch (const std::exception& e) {
     std::string why = error_text(e);
     if (why.rfind("[rank ", 0) == 0) throw;  // already one of ours, with its context
+    // Usually a member never arrived: say which, from the monitor's records.
+    std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
     COLOSSAL_FAIL("[dist] creating ", Group(state).describe(), " with ", r.backend, " failed: ",
-                  why);
+                  who, ". Cause: ", why.substr(0, why.find('\n')));
   }
   Group g(state);
   r.groups[key] = g;

@@ -140,6 +140,28 @@ TEST(MultiRankFailure, FailedRankIsNamedOnSubgroupAndOtherGroupsLearn) {
   }
 }
 
+TEST(MultiRankFailure, RankThatNeverStartsIsNamedAtInit) {
+  if (testing::is_rank_process()) {
+    if (testing::test_rank() == 1) ::_exit(0);  // never joins
+    try {
+      init();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "CAUGHT: %s\n", error_text(e).c_str());
+      std::fflush(stderr);
+      ::_exit(kCaught);
+    }
+    ::_exit(0);
+  }
+  testing::RankLaunchOptions o;
+  o.world_size = 2;
+  o.env["COLOSSAL_DIST_TIMEOUT"] = "3";
+  auto results = testing::launch_ranks(o);
+  EXPECT_TRUE(results[0].exited_with(kCaught)) << results[0].describe();
+  EXPECT_LT(results[0].seconds, 3 + 6.0);
+  expect_contains(results[0], "creating group 'world' (2 ranks: 0,1) with gloo failed");
+  expect_contains(results[0], "rank 1 never joined the job");
+}
+
 TEST(MultiRankFailure, StoreHostDeathIsReported) {
   if (testing::is_rank_process()) {
     rank_body(

@@ -14,6 +14,7 @@
 #include "core/launch/hostfile.h"
 #include "core/launch/launcher.h"
 #include "core/common/check.h"
+#include "core/dist/net.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::launch {
@@ -36,18 +37,22 @@ std::string slurp(const std::string& path) {
 
 std::string colossal_bin() { return testing::binary_dir() + "/colossal"; }
 
-// Runs `colossal ARGS` with output to files; `during` runs while it is alive (given its pid).
-RunResult run_colossal(const std::vector<std::string>& args,
-                       const std::function<void(pid_t)>& during = nullptr) {
-  std::string dir = ::testing::TempDir();
+// A `colossal` process started with its output going to files.
+struct Running {
+  pid_t pid = -1;
+  std::string out_path, err_path;
+  std::chrono::steady_clock::time_point start;
+};
+
+Running start_colossal(const std::vector<std::string>& args) {
   static int counter = 0;
-  std::string base = dir + "launcher_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  std::string out_path = base + ".out", err_path = base + ".err";
-  auto start = std::chrono::steady_clock::now();
+  std::string base = ::testing::TempDir() + "launcher_" + std::to_string(::getpid()) + "_" +
+                     std::to_string(counter++);
+  Running run{-1, base + ".out", base + ".err", std::chrono::steady_clock::now()};
   pid_t pid = ::fork();
   if (pid == 0) {
-    std::freopen(out_path.c_str(), "w", stdout);
-    std::freopen(err_path.c_str(), "w", stderr);
+    std::freopen(run.out_path.c_str(), "w", stdout);
+    std::freopen(run.err_path.c_str(), "w", stderr);
     std::vector<std::string> full = {colossal_bin()};
     full.insert(full.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -56,13 +61,25 @@ RunResult run_colossal(const std::vector<std::string>& args,
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  if (during) during(pid);
+  run.pid = pid;
+  return run;
+}
+
+RunResult finish(const Running& run) {
   RunResult r;
-  ::waitpid(pid, &r.status, 0);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
+  ::waitpid(run.pid, &r.status, 0);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
+  r.out = slurp(run.out_path);
+  r.err = slurp(run.err_path);
   return r;
+}
+
+// Runs `colossal ARGS`; `during` runs while it is alive (given its pid).
+RunResult run_colossal(const std::vector<std::string>& args,
+                       const std::function<void(pid_t)>& during = nullptr) {
+  Running run = start_colossal(args);
+  if (during) during(run.pid);
+  return finish(run);
 }
 
 std::string describe(const RunResult& r) {
@@ -215,6 +232,59 @@ TEST(Launcher, DeadRankInRealJobEndsEveryone) {
   EXPECT_NE(r.err.find("rank 2 (node 0, local rank 2) failed with signal 9"), std::string::npos)
       << describe(r);
   EXPECT_LT(r.seconds, 30);
+}
+
+// Two launchers on this machine acting as nodes 0 and 1 of one job.
+std::pair<RunResult, RunResult> run_two_nodes(const std::vector<std::string>& extra,
+                                              const std::vector<std::string>& command) {
+  int port = dist::find_free_port();
+  auto args = [&](int node) {
+    std::vector<std::string> a = {"run", "--nnodes", "2", "--node_rank", std::to_string(node),
+                                  "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                                  "--master_port", std::to_string(port), "--rdzv_timeout", "30"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.push_back("--");
+    a.insert(a.end(), command.begin(), command.end());
+    return a;
+  };
+  Running node0 = start_colossal(args(0));
+  Running node1 = start_colossal(args(1));
+  RunResult r1 = finish(node1);
+  RunResult r0 = finish(node0);
+  return {r0, r1};
+}
+
+TEST(LauncherMultiNode, TwoNodesRunOneJob) {
+  auto [n0, n1] = run_two_nodes({}, {testing::binary_dir() + "/dist_demo"});
+  EXPECT_EQ(n0.exit_code(), 0) << describe(n0);
+  EXPECT_EQ(n1.exit_code(), 0) << describe(n1);
+  EXPECT_NE(n0.out.find("[rank 0] all-reduce verified on 4 ranks: PASS"), std::string::npos)
+      << describe(n0);
+  EXPECT_NE(n1.err.find("[rank 3]"), std::string::npos) << "node 1 runs ranks 2 and 3\n" << describe(n1);
+}
+
+TEST(LauncherMultiNode, FailureOnOneNodeStopsTheOther) {
+  auto [n0, n1] = run_two_nodes(
+      {}, {"sh", "-c", "if [ $RANK = 3 ]; then sleep 0.5; exit 7; fi; sleep 60"});
+  EXPECT_EQ(n1.exit_code(), 1) << describe(n1);
+  EXPECT_EQ(n0.exit_code(), 1) << describe(n0);
+  EXPECT_LT(n0.seconds, 30) << "node 0's sleeping ranks must be stopped";
+  const std::string what = "rank 3 (node 1, local rank 1) failed with exit code 7";
+  EXPECT_NE(n1.err.find(what), std::string::npos) << describe(n1);
+  EXPECT_NE(n0.err.find(what + " on node 1"), std::string::npos) << describe(n0);
+}
+
+TEST(LauncherMultiNode, RestartsSpanAllNodes) {
+  auto [n0, n1] = run_two_nodes(
+      {"--max_restarts", "1"},
+      {"sh", "-c",
+       "echo attempt=$TORCHELASTIC_RESTART_COUNT; "
+       "if [ $RANK = 2 ] && [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 9; fi"});
+  EXPECT_EQ(n0.exit_code(), 0) << describe(n0);
+  EXPECT_EQ(n1.exit_code(), 0) << describe(n1);
+  EXPECT_NE(n0.out.find("[rank 0] attempt=1"), std::string::npos) << describe(n0);
+  EXPECT_NE(n1.out.find("[rank 3] attempt=1"), std::string::npos) << describe(n1);
+  EXPECT_NE(n0.err.find("restarting all ranks (restart 1 of 1)"), std::string::npos) << describe(n0);
 }
 
 TEST(Hostfile, ParsesHostsSlotsAndComments) {

@@ -76,17 +76,23 @@ void Monitor::publish_locked() {
 }
 
 void Monitor::poll_peers_locked() {
-  std::vector<std::string> keys;
-  for (int r = 0; r < world_size_; ++r) keys.push_back(record_key(r));
   auto now = std::chrono::steady_clock::now();
-  // check() first: get() would block on a rank that has not published yet.
+  // Records are read with one multiGet; a rank is added once check() has seen its record
+  // (get() would block on a rank that has not published yet).
+  std::vector<int> ranks;
+  std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r) {
     if (r == rank_) continue;
-    PeerRecord& p = peers_[r];
-    if (!p.present && !store_->check({keys[r]})) continue;
-    auto raw = store_->get(keys[r]);
-    auto rec = nlohmann::json::parse(std::string(raw.begin(), raw.end()), nullptr, false);
-    if (rec.is_discarded()) continue;
+    if (!peers_[r].present && !store_->check({record_key(r)})) continue;
+    ranks.push_back(r);
+    keys.push_back(record_key(r));
+  }
+  if (keys.empty()) return;
+  auto values = store_->multiGet(keys);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    PeerRecord& p = peers_[ranks[i]];
+    auto rec = nlohmann::json::parse(std::string(values[i].begin(), values[i].end()), nullptr, false);
+    if (rec.is_discarded() || !rec.is_object()) continue;
     int64_t hb = rec.value("hb", int64_t{-1});
     if (!p.present || hb != p.heartbeat) p.last_advance = now;
     p.present = true;
@@ -94,8 +100,10 @@ void Monitor::poll_peers_locked() {
     p.state = rec.value("state", std::string("alive"));
     p.why = rec.value("why", std::string());
     p.groups.clear();
-    for (auto it = rec["groups"].begin(); it != rec["groups"].end(); ++it) {
-      p.groups[it.key()] = {it.value()[0].get<uint64_t>(), it.value()[1].get<std::string>()};
+    if (rec.contains("groups") && rec["groups"].is_object()) {
+      for (auto it = rec["groups"].begin(); it != rec["groups"].end(); ++it) {
+        p.groups[it.key()] = {it.value()[0].get<uint64_t>(), it.value()[1].get<std::string>()};
+      }
     }
   }
 }

@@ -75,12 +75,31 @@ struct Proc {
   LinePrefixer err;
   Proc(std::string l, std::string prefix, bool show)
       : label(std::move(l)), out(prefix, STDOUT_FILENO, show), err(prefix, STDERR_FILENO, show) {}
+  void start(const SpawnSpec& spec);
+  void close_output();
 };
 
 bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
 void set_nonblocking(int fd) {
   if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+void Proc::start(const SpawnSpec& spec) {
+  child = spawn_child(spec);
+  set_nonblocking(child.stdout_fd);
+  set_nonblocking(child.stderr_fd);
+  running = true;
+}
+
+// Flushes partial lines and closes the pipes (grandchildren may still hold their ends open).
+void Proc::close_output() {
+  for (int* fd : {&child.stdout_fd, &child.stderr_fd}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  out.flush();
+  err.flush();
 }
 
 // Reads whatever is available; closes the fd at EOF.
@@ -213,11 +232,7 @@ std::vector<std::unique_ptr<Proc>> Launcher::start_attempt(int attempt) {
     auto p = std::make_unique<Proc>(
         c10::str("rank ", global, " (node ", opts_.node_rank, ", local rank ", local, ")"),
         c10::str("[rank ", global, "] "), show);
-    SpawnSpec spec{opts_.command, rank_environment(global, local, attempt), true};
-    p->child = spawn_child(spec);
-    set_nonblocking(p->child.stdout_fd);
-    set_nonblocking(p->child.stderr_fd);
-    p->running = true;
+    p->start({opts_.command, rank_environment(global, local, attempt), true});
     procs.push_back(std::move(p));
   }
   return procs;
@@ -317,12 +332,7 @@ Launcher::Outcome Launcher::watch(std::vector<std::unique_ptr<Proc>>& procs, int
     if (p->remote_launcher && p->running) continue;  // still streaming; handled by the caller
     drain(p->child.stdout_fd, p->out);
     drain(p->child.stderr_fd, p->err);
-    for (int* fd : {&p->child.stdout_fd, &p->child.stderr_fd}) {
-      if (*fd >= 0) ::close(*fd);
-      *fd = -1;
-    }
-    p->out.flush();
-    p->err.flush();
+    p->close_output();
   }
   if (signalled) outcome.ok = false;
   return outcome;
@@ -389,14 +399,7 @@ void Launcher::finish_remote_launchers(std::vector<std::unique_ptr<Proc>>& remot
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (auto& p : remotes) {
-    for (int* fd : {&p->child.stdout_fd, &p->child.stderr_fd}) {
-      if (*fd >= 0) ::close(*fd);
-      *fd = -1;
-    }
-    p->out.flush();
-    p->err.flush();
-  }
+  for (auto& p : remotes) p->close_output();
 }
 
 int Launcher::run() {
@@ -429,11 +432,7 @@ int Launcher::run() {
     auto p = std::make_unique<Proc>(c10::str("node ", node, " (", remote_hosts_[i].host, ")"), "",
                                     true);
     p->remote_launcher = true;
-    SpawnSpec spec{{opts_.ssh, remote_hosts_[i].host, remote}, base_env_, true};
-    p->child = spawn_child(spec);
-    set_nonblocking(p->child.stdout_fd);
-    set_nonblocking(p->child.stderr_fd);
-    p->running = true;
+    p->start({{opts_.ssh, remote_hosts_[i].host, remote}, base_env_, true});
     remotes.push_back(std::move(p));
   }
 

@@ -5,21 +5,13 @@
 #include <functional>
 
 #include "core/common/check.h"
+#include "tests/support/errors.h"
 #include "core/common/env.h"
 #include "core/common/log.h"
 #include "core/common/process_info.h"
 
 namespace colossal {
 namespace {
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return error_text(e);
-  }
-  return "<no exception>";
-}
 
 // Sets an environment variable for the scope of a test.
 class ScopedEnv {
@@ -41,7 +33,7 @@ class ScopedEnv {
 
 TEST(Check, MessageCarriesTheRank) {
   set_process_rank(5);
-  auto msg = message_of([] { COLOSSAL_CHECK(1 + 1 == 3, "expected ", 3, ", got ", 2); });
+  auto msg = testing::error_message_of([] { COLOSSAL_CHECK(1 + 1 == 3, "expected ", 3, ", got ", 2); });
   set_process_rank(0);
   EXPECT_NE(msg.find("[rank 5] expected 3, got 2"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("Exception raised from"), std::string::npos) << "backtrace leaked: " << msg;
@@ -57,7 +49,7 @@ TEST(Check, PassingCheckDoesNotEvaluateTheMessage) {
 TEST(Log, LevelNamesAndErrors) {
   EXPECT_EQ(parse_log_level("debug"), LogLevel::kDebug);
   EXPECT_EQ(parse_log_level("warning"), LogLevel::kWarn);
-  EXPECT_NE(message_of([] { parse_log_level("loud"); }).find("got 'loud'"), std::string::npos);
+  EXPECT_NE(testing::error_message_of([] { parse_log_level("loud"); }).find("got 'loud'"), std::string::npos);
 }
 
 TEST(Log, RankFilterAndLevelThreshold) {
@@ -88,10 +80,10 @@ TEST(Env, IntegersFlagsAndErrors) {
   EXPECT_EQ(env_int("COLOSSAL_TEST_INT"), 42);
   EXPECT_FALSE(env_int("COLOSSAL_TEST_UNSET").has_value());
   EXPECT_EQ(env_flag("COLOSSAL_TEST_FLAG"), true);
-  auto msg = message_of([] { env_int("COLOSSAL_TEST_BAD"); });
+  auto msg = testing::error_message_of([] { env_int("COLOSSAL_TEST_BAD"); });
   EXPECT_NE(msg.find("COLOSSAL_TEST_BAD: expected an integer, got '4x'"), std::string::npos)
       << msg;
-  EXPECT_NE(message_of([] { env_flag("COLOSSAL_TEST_INT"); }).find("expected a flag"),
+  EXPECT_NE(testing::error_message_of([] { env_flag("COLOSSAL_TEST_INT"); }).find("expected a flag"),
             std::string::npos);
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/common/check.h"
+#include "tests/support/errors.h"
 
 namespace colossal {
 namespace {
@@ -25,15 +26,6 @@ struct DemoOptions {
     c.read("dims", dims);
   }
 };
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return error_text(e);
-  }
-  return "<no exception>";
-}
 
 std::string write_temp(const std::string& name, const std::string& text) {
   std::string path = ::testing::TempDir() + name;
@@ -72,7 +64,7 @@ TEST(Config, WrongTypeNamesFileKeyAndExpectedType) {
   auto path = write_temp("bad_type.yaml", "ddp:\n  bucket_bytes: lots\n");
   auto cfg = ConfigNode::load_file(path);
   DemoOptions o;
-  auto msg = message_of([&] { o.read(cfg.child("ddp")); });
+  auto msg = testing::error_message_of([&] { o.read(cfg.child("ddp")); });
   EXPECT_NE(msg.find("bad_type.yaml"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'ddp.bucket_bytes'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("expected an integer, found a string"), std::string::npos) << msg;
@@ -81,7 +73,7 @@ TEST(Config, WrongTypeNamesFileKeyAndExpectedType) {
 TEST(Config, QuotedYamlScalarStaysAString) {
   auto cfg = ConfigNode::parse("n: \"42\"\n", "yaml", "q");
   int64_t n = 0;
-  auto msg = message_of([&] { cfg.read("n", n); });
+  auto msg = testing::error_message_of([&] { cfg.read("n", n); });
   EXPECT_NE(msg.find("expected an integer, found a string"), std::string::npos) << msg;
   std::string s;
   cfg.read("n", s);
@@ -91,17 +83,17 @@ TEST(Config, QuotedYamlScalarStaysAString) {
 TEST(Config, FractionIsNotAnInteger) {
   auto cfg = ConfigNode::parse(R"({"n": 3.5, "small": 5000000000})", "json", "t");
   int64_t n = 0;
-  EXPECT_NE(message_of([&] { cfg.read("n", n); }).find("expected an integer, found a number"),
+  EXPECT_NE(testing::error_message_of([&] { cfg.read("n", n); }).find("expected an integer, found a number"),
             std::string::npos);
   int small = 0;
-  EXPECT_NE(message_of([&] { cfg.read("small", small); }).find("fits in 32 bits"),
+  EXPECT_NE(testing::error_message_of([&] { cfg.read("small", small); }).find("fits in 32 bits"),
             std::string::npos);
 }
 
 TEST(Config, ListElementErrorsNameTheIndex) {
   auto cfg = ConfigNode::parse(R"({"dims": [1, "two"]})", "json", "t");
   std::vector<int64_t> dims;
-  auto msg = message_of([&] { cfg.read("dims", dims); });
+  auto msg = testing::error_message_of([&] { cfg.read("dims", dims); });
   EXPECT_NE(msg.find("'dims[1]'"), std::string::npos) << msg;
 }
 
@@ -110,7 +102,7 @@ TEST(Config, UnknownKeysAreListedTogether) {
                                "json", "file 'train.json'");
   DemoOptions o;
   o.read(cfg.child("ddp"));
-  auto msg = message_of([&] { cfg.check_all_keys_used(); });
+  auto msg = testing::error_message_of([&] { cfg.check_all_keys_used(); });
   EXPECT_NE(msg.find("'ddp.bucket_byte'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'zero'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("train.json"), std::string::npos) << msg;
@@ -118,27 +110,27 @@ TEST(Config, UnknownKeysAreListedTogether) {
 
 TEST(Config, ParseErrorsNameFileAndLine) {
   auto path = write_temp("broken.yaml", "a: 1\nb: [1, 2\n");
-  auto msg = message_of([&] { ConfigNode::load_file(path); });
+  auto msg = testing::error_message_of([&] { ConfigNode::load_file(path); });
   EXPECT_NE(msg.find("broken.yaml"), std::string::npos) << msg;
   EXPECT_NE(msg.find("invalid YAML at line"), std::string::npos) << msg;
   auto jpath = write_temp("broken.json", "{\"a\": }");
-  auto jmsg = message_of([&] { ConfigNode::load_file(jpath); });
+  auto jmsg = testing::error_message_of([&] { ConfigNode::load_file(jpath); });
   EXPECT_NE(jmsg.find("broken.json"), std::string::npos) << jmsg;
   EXPECT_NE(jmsg.find("invalid JSON"), std::string::npos) << jmsg;
 }
 
 TEST(Config, MissingFileAndUnknownExtension) {
-  EXPECT_NE(message_of([] { ConfigNode::load_file("/nonexistent/x.json"); })
+  EXPECT_NE(testing::error_message_of([] { ConfigNode::load_file("/nonexistent/x.json"); })
                 .find("cannot open config file '/nonexistent/x.json'"),
             std::string::npos);
   auto path = write_temp("conf.toml", "a = 1");
-  EXPECT_NE(message_of([&] { ConfigNode::load_file(path); }).find("expected a .json, .yaml"),
+  EXPECT_NE(testing::error_message_of([&] { ConfigNode::load_file(path); }).find("expected a .json, .yaml"),
             std::string::npos);
 }
 
 TEST(Config, ChildMustBeAMapping) {
   auto cfg = ConfigNode::parse(R"({"ddp": 3})", "json", "t");
-  EXPECT_NE(message_of([&] { cfg.child("ddp"); }).find("expected a mapping, found an integer"),
+  EXPECT_NE(testing::error_message_of([&] { cfg.child("ddp"); }).find("expected a mapping, found an integer"),
             std::string::npos);
 }
 

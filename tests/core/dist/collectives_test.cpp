@@ -5,6 +5,7 @@
 
 #include "core/common/check.h"
 #include "core/dist/runtime.h"
+#include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::dist {
@@ -131,14 +132,7 @@ void check_collectives(const Group& g) {
 
 // Argument errors are explained and do not break the group.
 void check_argument_errors(const Group& g) {
-  auto msg = [](const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      return error_text(e);
-    }
-    return std::string("<no exception>");
-  };
+  auto msg = testing::error_message_of;
   int n = g.size();
   auto out = torch::empty({3});
   auto bad_in = torch::empty({3 * n + 1});

@@ -8,6 +8,7 @@
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::dist {
@@ -30,6 +31,23 @@ std::vector<std::vector<int>> brute_coords(const Shape& shape) {
     }
   }
   return coords;
+}
+
+// Calls fn(names, indices) for every non-empty subset of the mesh's axes.
+void for_each_axis_subset(const Shape& shape,
+                          const std::function<void(const std::vector<std::string>&,
+                                                   const std::set<int>&)>& fn) {
+  int n = static_cast<int>(shape.size());
+  for (int mask = 1; mask < (1 << n); ++mask) {
+    std::vector<std::string> along;
+    std::set<int> idx;
+    for (int i = 0; i < n; ++i)
+      if (mask & (1 << i)) {
+        along.push_back(shape[i].name);
+        idx.insert(i);
+      }
+    fn(along, idx);
+  }
 }
 
 std::vector<int> brute_group(const Shape& shape, const std::set<int>& along, int rank) {
@@ -64,15 +82,8 @@ TEST(MeshLayout, MatchesBruteForceOnManyShapes) {
       EXPECT_EQ(layout.coords_of(r), coords[r]) << layout.describe() << " rank " << r;
       EXPECT_EQ(layout.rank_of(coords[r]), r);
     }
-    int n = static_cast<int>(shape.size());
-    for (int mask = 1; mask < (1 << n); ++mask) {  // every non-empty subset of axes
-      std::vector<std::string> along;
-      std::set<int> idx;
-      for (int i = 0; i < n; ++i)
-        if (mask & (1 << i)) {
-          along.push_back(shape[i].name);
-          idx.insert(i);
-        }
+    for_each_axis_subset(shape, [&](const std::vector<std::string>& along,
+                                    const std::set<int>& idx) {
       std::vector<bool> covered(layout.num_ranks(), false);
       for (int r = 0; r < layout.num_ranks(); ++r) {
         auto got = layout.group_ranks(along, r);
@@ -84,7 +95,7 @@ TEST(MeshLayout, MatchesBruteForceOnManyShapes) {
           covered[m] = true;
         }
       for (bool c : covered) EXPECT_TRUE(c) << "all_groups must partition the world";
-    }
+    });
   }
 }
 
@@ -97,14 +108,7 @@ TEST(MeshLayout, TpIsInnermost) {
 }
 
 TEST(MeshLayout, BadShapesAndNamesAreExplained) {
-  auto msg = [](const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      return error_text(e);
-    }
-    return std::string("<no exception>");
-  };
+  auto msg = testing::error_message_of;
   EXPECT_NE(msg([] { MeshLayout({{"dp", 2}, {"dp", 2}}); }).find("axis 'dp' appears twice"),
             std::string::npos);
   EXPECT_NE(msg([] { MeshLayout({{"tp", 0}}); }).find("expected size >= 1, got 0"),
@@ -119,15 +123,7 @@ TEST(MeshLayout, BadShapesAndNamesAreExplained) {
 // the brute-force membership, and an all-gather of global ranks must list the members in order.
 void check_mesh_groups(const Shape& shape) {
   ProcessGroupMesh mesh(shape);
-  int n = static_cast<int>(shape.size());
-  for (int mask = 1; mask < (1 << n); ++mask) {
-    std::vector<std::string> along;
-    std::set<int> idx;
-    for (int i = 0; i < n; ++i)
-      if (mask & (1 << i)) {
-        along.push_back(shape[i].name);
-        idx.insert(i);
-      }
+  for_each_axis_subset(shape, [&](const std::vector<std::string>& along, const std::set<int>& idx) {
     auto expected = brute_group(shape, idx, rank());
     Group g = mesh.group(along);
     ASSERT_TRUE(g.is_member());
@@ -144,7 +140,7 @@ void check_mesh_groups(const Shape& shape) {
     EXPECT_EQ(got, std::vector<int64_t>(expected.begin(), expected.end())) << g.describe();
     // Asking again returns the cached group (same state, no new rendezvous).
     EXPECT_EQ(&mesh.group(along).state(), &g.state());
-  }
+  });
 }
 
 TEST(MultiRankMesh, OneRank) {

@@ -15,6 +15,7 @@
 #include "core/launch/launcher.h"
 #include "core/common/check.h"
 #include "core/dist/net.h"
+#include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::launch {
@@ -295,12 +296,7 @@ TEST(Hostfile, ParsesHostsSlotsAndComments) {
   EXPECT_EQ(hosts[1].host, "10.0.0.2");
   EXPECT_EQ(hosts[1].slots, 0);
   auto msg = [](const std::string& text) {
-    try {
-      parse_hostfile_text(text, "hostfile 'h'");
-    } catch (const std::exception& e) {
-      return error_text(e);
-    }
-    return std::string("<no exception>");
+    return testing::error_message_of([&] { parse_hostfile_text(text, "hostfile 'h'"); });
   };
   EXPECT_NE(msg("a slots=x\n").find("line 1: expected slots=N"), std::string::npos);
   EXPECT_NE(msg("a\nb\na\n").find("line 3: host 'a' is listed twice"), std::string::npos);

@@ -199,6 +199,8 @@ struct HandleAccess {
   static Handle make(Handle::State s) { return Handle(std::make_unique<Handle::State>(std::move(s))); }
 };
 
+Handle::Handle() = default;
+Handle::Handle(Handle&&) noexcept = default;
 Handle::Handle(std::unique_ptr<State> s) : state_(std::move(s)) {}
 Handle& Handle::operator=(Handle&& other) noexcept {
   if (this != &other) {

@@ -25,8 +25,8 @@ enum class ReduceOp { kSum, kAvg, kMax, kMin, kProduct };
 /// Destroying an un-waited handle waits (errors are then logged, not thrown).
 class Handle {
  public:
-  Handle() = default;
-  Handle(Handle&&) noexcept = default;
+  Handle();
+  Handle(Handle&&) noexcept;
   Handle& operator=(Handle&&) noexcept;
   ~Handle();
   void wait();

@@ -158,9 +158,12 @@ void init(const InitOptions& options) {
     r->hosts_store = r->env.rank == 0 && !r->env.store_hosted_by_launcher;
     base = make_store_client(*r, r->hosts_store);
   }
-  // Keys of an earlier attempt (after a restart) must not be mistaken for this one's.
-  r->store = c10::make_intrusive<c10d::PrefixStore>(
-      "attempt" + std::to_string(r->env.restart_count), base);
+  // Keys of an earlier attempt (after a restart), or of an earlier init() in this process
+  // (after shutdown()), must not be mistaken for this one's.
+  static int generation = 0;
+  std::string prefix = "attempt" + std::to_string(r->env.restart_count) + "/init" +
+                       std::to_string(generation++);
+  r->store = c10::make_intrusive<c10d::PrefixStore>(prefix, base);
 
   Monitor::Options mo;
   mo.interval = to_ms(options.heartbeat_interval_s);
@@ -168,8 +171,7 @@ void init(const InitOptions& options) {
   c10::intrusive_ptr<c10d::Store> monitor_store = r->store;
   if (base.get() != nullptr && dynamic_cast<c10d::TCPStore*>(base.get()) != nullptr) {
     // Its own connection: a slow rendezvous never delays heartbeats.
-    monitor_store = c10::make_intrusive<c10d::PrefixStore>(
-        "attempt" + std::to_string(r->env.restart_count), make_store_client(*r, false));
+    monitor_store = c10::make_intrusive<c10d::PrefixStore>(prefix, make_store_client(*r, false));
   }
   r->monitor = std::make_unique<Monitor>(monitor_store, r->env.rank, r->env.world_size, mo);
 

@@ -1,0 +1,79 @@
+#include "core/booster/booster.h"
+
+#include <torch/nn/utils/clip_grad.h>
+
+#include "core/booster/ddp_plugin.h"
+#include "core/common/check.h"
+
+namespace colossal::booster {
+
+void ModelWrapper::set_gradient_sync(bool enabled) {
+  COLOSSAL_CHECK(enabled, "[booster] plugin '", plugin_name_,
+                 "' does not support no_sync (gradient accumulation without communication)");
+}
+
+double ModelWrapper::clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm,
+                                    double norm_type) {
+  std::vector<torch::Tensor> params;
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params()) params.push_back(p);
+  return torch::nn::utils::clip_grad_norm_(params, max_norm, norm_type);
+}
+
+NoSyncGuard::NoSyncGuard(ModelWrapper& model) : model_(model), previous_(model.gradient_sync()) {
+  model_.set_gradient_sync(false);
+}
+NoSyncGuard::~NoSyncGuard() { model_.set_gradient_sync(previous_); }
+
+Booster::Booster(std::shared_ptr<Plugin> plugin) : plugin_(std::move(plugin)) {
+  COLOSSAL_CHECK(plugin_ != nullptr, "[booster] Booster needs a plugin (make_plugin(\"ddp\"))");
+}
+
+Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
+                       std::shared_ptr<torch::optim::Optimizer> optimizer,
+                       std::shared_ptr<optim::LRScheduler> lr_scheduler) {
+  COLOSSAL_CHECK(model != nullptr && optimizer != nullptr,
+                 "[booster] boost() needs a model and an optimizer");
+  auto wrapper = plugin_->wrap_model(*model, *optimizer);
+  auto boosted_opt = std::make_shared<BoostedOptimizer>(std::move(optimizer), wrapper.get());
+  wrappers_.push_back(std::move(wrapper));
+  return Boosted{std::move(model), std::move(boosted_opt), std::move(lr_scheduler)};
+}
+
+void Booster::backward(const torch::Tensor& loss, BoostedOptimizer& optimizer) {
+  COLOSSAL_CHECK(loss.numel() == 1, "[booster] backward: expected a scalar loss, got shape ",
+                 loss.sizes());
+  optimizer.model_wrapper().before_backward();
+  loss.backward();
+  optimizer.model_wrapper().after_backward();
+}
+
+void Booster::no_sync(BoostedOptimizer& optimizer, const std::function<void()>& fn) {
+  COLOSSAL_CHECK(plugin_->supports_no_sync(), "[booster] plugin '", plugin_->name(),
+                 "' does not support no_sync");
+  NoSyncGuard guard(optimizer.model_wrapper());
+  fn();
+}
+
+NoSyncGuard Booster::no_sync_guard(BoostedOptimizer& optimizer) {
+  COLOSSAL_CHECK(plugin_->supports_no_sync(), "[booster] plugin '", plugin_->name(),
+                 "' does not support no_sync");
+  return NoSyncGuard(optimizer.model_wrapper());
+}
+
+double Booster::clip_grad_norm(BoostedOptimizer& optimizer, double max_norm, double norm_type) {
+  COLOSSAL_CHECK(max_norm > 0, "[booster] clip_grad_norm: expected max_norm > 0, got ", max_norm);
+  return optimizer.model_wrapper().clip_grad_norm(optimizer.inner(), max_norm, norm_type);
+}
+
+void Booster::save_model(const torch::nn::Module&, const std::string& dir) {
+  COLOSSAL_FAIL("[booster] save_model('", dir, "'): plugin '", plugin_->name(),
+                "' has no checkpoint IO yet (it arrives with the checkpoint issue)");
+}
+
+void Booster::load_model(torch::nn::Module&, const std::string& dir) {
+  COLOSSAL_FAIL("[booster] load_model('", dir, "'): plugin '", plugin_->name(),
+                "' has no checkpoint IO yet (it arrives with the checkpoint issue)");
+}
+
+}  // namespace colossal::booster

@@ -1,0 +1,102 @@
+#pragma once
+// The Booster: train any torch::nn::Module on one process or many with the same loop.
+//
+//   auto plugin = colossal::booster::make_plugin("ddp");
+//   colossal::booster::Booster booster(plugin);
+//   auto b = booster.boost(model, optimizer, scheduler);
+//   for (...) {
+//     b.optimizer->zero_grad();
+//     auto loss = loss_fn(model->forward(x), y);
+//     booster.backward(loss, *b.optimizer);
+//     booster.clip_grad_norm(*b.optimizer, 1.0);
+//     b.optimizer->step();
+//     if (b.lr_scheduler) b.lr_scheduler->step();
+//   }
+//
+// Gradient accumulation: run the first k-1 micro-batches inside booster.no_sync(...) (or hold a
+// NoSyncGuard), the last one outside it.
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/booster/plugin.h"
+#include "core/optim/lr_scheduler.h"
+
+namespace colossal::booster {
+
+/// The optimizer as the Booster hands it back: step() and zero_grad() go through the plugin.
+class BoostedOptimizer {
+ public:
+  BoostedOptimizer(std::shared_ptr<torch::optim::Optimizer> inner, ModelWrapper* model)
+      : inner_(std::move(inner)), model_(model) {}
+  void step() { inner_->step(); }
+  void zero_grad() { model_->zero_grad(*inner_); }
+  torch::optim::Optimizer& inner() { return *inner_; }
+  ModelWrapper& model_wrapper() { return *model_; }
+
+ private:
+  std::shared_ptr<torch::optim::Optimizer> inner_;
+  ModelWrapper* model_;
+};
+
+struct Boosted {
+  std::shared_ptr<torch::nn::Module> model;
+  std::shared_ptr<BoostedOptimizer> optimizer;
+  std::shared_ptr<optim::LRScheduler> lr_scheduler;  // may be null
+};
+
+class Booster;
+
+/// Disables gradient synchronisation until destroyed.
+class NoSyncGuard {
+ public:
+  explicit NoSyncGuard(ModelWrapper& model);
+  ~NoSyncGuard();
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+ private:
+  ModelWrapper& model_;
+  bool previous_;
+};
+
+class Booster {
+ public:
+  explicit Booster(std::shared_ptr<Plugin> plugin);
+
+  const Plugin& plugin() const { return *plugin_; }
+
+  /// Wraps model and optimizer (the optimizer must hold the model's parameters). The Booster
+  /// keeps the wrappers; boost each model once.
+  Boosted boost(std::shared_ptr<torch::nn::Module> model,
+                std::shared_ptr<torch::optim::Optimizer> optimizer,
+                std::shared_ptr<optim::LRScheduler> lr_scheduler = nullptr);
+
+  /// loss.backward() with the plugin's gradient synchronisation around it.
+  void backward(const torch::Tensor& loss, BoostedOptimizer& optimizer);
+
+  /// Runs `fn` (forward + backward of a micro-batch) without gradient synchronisation.
+  void no_sync(BoostedOptimizer& optimizer, const std::function<void()>& fn);
+  NoSyncGuard no_sync_guard(BoostedOptimizer& optimizer);
+
+  /// Clips the global gradient norm (across ranks where the plugin splits gradients); returns
+  /// the norm before clipping.
+  double clip_grad_norm(BoostedOptimizer& optimizer, double max_norm, double norm_type = 2.0);
+
+  // Checkpoint hooks: filled in by the checkpoint IO issue; until then they explain themselves.
+  void save_model(const torch::nn::Module& model, const std::string& dir);
+  void load_model(torch::nn::Module& model, const std::string& dir);
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  std::vector<std::unique_ptr<ModelWrapper>> wrappers_;
+};
+
+/// Plugins by name: "ddp" (more arrive with later issues). Throws listing the known names.
+std::shared_ptr<Plugin> make_plugin(const std::string& name);
+std::vector<std::string> plugin_names();
+
+}  // namespace colossal::booster

@@ -1,0 +1,226 @@
+#include "core/booster/ddp_plugin.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+
+#include "core/common/check.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+
+namespace colossal::booster {
+namespace {
+
+struct Bucket {
+  torch::Tensor flat;             // all gradients of the bucket, contiguous
+  std::vector<size_t> params;     // indices into DDPModel::params_
+  size_t pending = 0;             // gradients not yet ready in this backward
+  dist::Handle handle;            // the in-flight all-reduce
+};
+
+class DDPModel : public ModelWrapper {
+ public:
+  DDPModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+           const DDPPlugin::Options& options)
+      : ModelWrapper("ddp"), options_(options) {
+    COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");
+    group_ = dist::world_group();
+    collect_parameters(model, optimizer);
+    broadcast_state(model);
+    build_buckets();
+    install_hooks();
+  }
+
+  void before_backward() override {
+    reattach_gradients();
+    for (auto& b : buckets_) {
+      b.pending = b.params.size();
+    }
+    std::fill(ready_.begin(), ready_.end(), false);
+    next_launch_ = 0;
+    in_backward_ = true;
+  }
+
+  void after_backward() override {
+    in_backward_ = false;
+    if (!sync_) return;
+    std::vector<std::string> missing;
+    for (auto& b : buckets_) {
+      if (b.pending == 0) continue;
+      for (size_t i : b.params)
+        if (!ready_[i]) missing.push_back(names_[i]);
+    }
+    if (!missing.empty()) {
+      if (!options_.find_unused_parameters) {
+        std::string list;
+        for (size_t i = 0; i < missing.size() && i < 10; ++i) list += (i ? ", " : "") + missing[i];
+        if (missing.size() > 10) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+        COLOSSAL_FAIL("[ddp] these parameters got no gradient in this step: ", list,
+                      ". Either every parameter takes part in the loss, or create the plugin "
+                      "with find_unused_parameters = true");
+      }
+      for (auto& b : buckets_) {
+        b.pending = 0;
+      }
+      launch_ready_buckets();
+    }
+    for (auto& b : buckets_) b.handle.wait();
+  }
+
+  void set_gradient_sync(bool enabled) override { sync_ = enabled; }
+  bool gradient_sync() const override { return sync_; }
+
+  void zero_grad(torch::optim::Optimizer&) override {
+    reattach_gradients();
+    for (auto& b : buckets_) b.flat.zero_();
+  }
+
+ private:
+  void collect_parameters(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+    std::set<const void*> in_optimizer;
+    for (const auto& g : optimizer.param_groups())
+      for (const auto& p : g.params()) in_optimizer.insert(p.unsafeGetTensorImpl());
+    auto named = model.named_parameters(/*recurse=*/true);
+    // Reverse registration order approximates the order backward produces gradients.
+    for (auto it = named.end(); it != named.begin();) {
+      --it;
+      if (!it->value().requires_grad()) continue;
+      params_.push_back(it->value());
+      names_.push_back(it->key());
+      in_optimizer.erase(it->value().unsafeGetTensorImpl());
+    }
+    COLOSSAL_CHECK(in_optimizer.empty(), "[ddp] the optimizer holds ", in_optimizer.size(),
+                   " tensor(s) that are not trainable parameters of the model being boosted");
+    COLOSSAL_CHECK(!params_.empty(), "[ddp] the model has no trainable parameters");
+    ready_.assign(params_.size(), false);
+  }
+
+  void broadcast_state(torch::nn::Module& model) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) {
+      auto t = p.detach();
+      dist::broadcast(t, 0, group_);
+    }
+    if (options_.broadcast_buffers) {
+      for (auto& b : model.buffers()) {
+        auto t = b.detach();
+        dist::broadcast(t, 0, group_);
+      }
+    }
+  }
+
+  void build_buckets() {
+    size_t i = 0;
+    while (i < params_.size()) {
+      Bucket b;
+      auto dtype = params_[i].scalar_type();
+      int64_t bytes = 0, numel = 0;
+      while (i < params_.size() && params_[i].scalar_type() == dtype &&
+             (b.params.empty() || bytes < options_.bucket_bytes)) {
+        b.params.push_back(i);
+        numel += params_[i].numel();
+        bytes += params_[i].numel() * params_[i].element_size();
+        ++i;
+      }
+      b.flat = torch::zeros({numel}, params_[b.params.front()].options().requires_grad(false));
+      buckets_.push_back(std::move(b));
+    }
+    bucket_of_.assign(params_.size(), 0);
+    offset_of_.assign(params_.size(), 0);
+    for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+      int64_t off = 0;
+      for (size_t pi : buckets_[bi].params) {
+        bucket_of_[pi] = bi;
+        offset_of_[pi] = off;
+        off += params_[pi].numel();
+      }
+    }
+    reattach_gradients();
+  }
+
+  torch::Tensor view_of(size_t i) {
+    return buckets_[bucket_of_[i]].flat.narrow(0, offset_of_[i], params_[i].numel())
+        .view(params_[i].sizes());
+  }
+
+  // Each parameter's .grad() must be its bucket view. Someone may have reset it (set_to_none,
+  // model->zero_grad()) or replaced it: restore the view, keeping any gradient it held.
+  void reattach_gradients() {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      auto view = view_of(i);
+      const auto& g = p.grad();
+      if (g.defined() && g.data_ptr() == view.data_ptr()) continue;
+      torch::NoGradGuard no_grad;
+      if (g.defined()) view.copy_(g);
+      else view.zero_();
+      p.mutable_grad() = view;
+    }
+  }
+
+  void install_hooks() {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+      COLOSSAL_CHECK(acc != nullptr, "[ddp] parameter '", names_[i], "' has no gradient accumulator");
+      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, i](const torch::autograd::variable_list& outputs,
+                    const torch::autograd::variable_list&) {
+            on_gradient_ready(i);
+            return outputs;
+          }));
+      accumulators_.push_back(std::move(acc));  // the parameter holds it only weakly
+    }
+  }
+
+  void on_gradient_ready(size_t i) {
+    if (!sync_ || !in_backward_ || ready_[i]) return;
+    ready_[i] = true;
+    Bucket& b = buckets_[bucket_of_[i]];
+    if (--b.pending == 0) launch_ready_buckets();
+  }
+
+  // Launches complete buckets strictly in index order, so every rank issues the same sequence.
+  void launch_ready_buckets() {
+    while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+      Bucket& b = buckets_[next_launch_++];
+      b.handle = dist::all_reduce_async(b.flat, group_, dist::ReduceOp::kAvg);
+    }
+  }
+
+  DDPPlugin::Options options_;
+  dist::Group group_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<bool> ready_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<int64_t> offset_of_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  size_t next_launch_ = 0;
+  bool sync_ = true;
+  bool in_backward_ = false;
+};
+
+}  // namespace
+
+void DDPPlugin::Options::validate() const {
+  COLOSSAL_CHECK(bucket_bytes > 0, "[ddp] bucket_bytes: expected > 0, got ", bucket_bytes);
+}
+
+void DDPPlugin::Options::read(const ConfigNode& c) {
+  c.read("bucket_bytes", bucket_bytes);
+  c.read("find_unused_parameters", find_unused_parameters);
+  c.read("broadcast_buffers", broadcast_buffers);
+}
+
+DDPPlugin::DDPPlugin(Options options) : options_(options) { options_.validate(); }
+
+std::unique_ptr<ModelWrapper> DDPPlugin::wrap_model(torch::nn::Module& model,
+                                                    torch::optim::Optimizer& optimizer) {
+  return std::make_unique<DDPModel>(model, optimizer, options_);
+}
+
+}  // namespace colossal::booster

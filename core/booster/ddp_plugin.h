@@ -1,0 +1,48 @@
+#pragma once
+// DDPPlugin: data parallelism over the world group.
+//
+// * Parameters and buffers are broadcast from rank 0 when the model is wrapped.
+// * Gradients live in flat buckets (default 25 MB), grouped in reverse registration order (the
+//   order backward produces them); each parameter's .grad() is a view into its bucket, so no
+//   gradient is ever copied.
+// * A hook on each parameter's gradient accumulator counts ready gradients; a full bucket is
+//   all-reduced (averaged) asynchronously at once, so communication overlaps the rest of
+//   backward. Buckets are launched in index order on every rank, so collectives always match.
+// * no_sync: backward accumulates into the buckets without communication; the next synchronised
+//   backward all-reduces the sum.
+// * A parameter that got no gradient: with find_unused_parameters its bucket is reduced at the
+//   end of backward (it contributes its current gradient, zero after zero_grad); without it, an
+//   error names the parameters.
+#include <cstdint>
+
+#include "core/booster/plugin.h"
+#include "core/common/config.h"
+
+namespace colossal::booster {
+
+class DDPPlugin : public Plugin {
+ public:
+  struct Options {
+    int64_t bucket_bytes = 25 << 20;     // gradient bucket size
+    bool find_unused_parameters = false; // allow parameters without a gradient in a step
+    bool broadcast_buffers = true;       // broadcast buffers from rank 0 at wrap time
+
+    void validate() const;
+    void read(const ConfigNode& config);
+  };
+
+  DDPPlugin() : DDPPlugin(Options{}) {}
+  explicit DDPPlugin(Options options);
+
+  std::string name() const override { return "ddp"; }
+  bool supports_no_sync() const override { return true; }
+  std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model,
+                                           torch::optim::Optimizer& optimizer) override;
+
+  const Options& options() const { return options_; }
+
+ private:
+  Options options_;
+};
+
+}  // namespace colossal::booster

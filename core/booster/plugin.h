@@ -1,0 +1,59 @@
+#pragma once
+// A Plugin decides how a model and optimizer are spread over processes: which mesh it needs,
+// how gradients are synchronised, what precision runs, whether no_sync is possible, and how
+// checkpoints are written. The Booster (booster.h) is the user-facing front; plugins are chosen
+// by name through the registry (registry.cpp: one explicit line per plugin).
+//
+// Adding a plugin: one file pair in core/booster (or a folder), one line in registry.cpp.
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+#include <string>
+
+namespace colossal::booster {
+
+/// What a plugin installs on a model: the per-step hooks the Booster calls around backward and
+/// the optimizer step. Every method has a correct single-process default.
+class ModelWrapper {
+ public:
+  virtual ~ModelWrapper() = default;
+  /// Called by Booster::backward before loss.backward().
+  virtual void before_backward() {}
+  /// Called by Booster::backward after loss.backward(): finish gradient synchronisation.
+  virtual void after_backward() {}
+  /// While false, backward accumulates local gradients without communication (no_sync).
+  virtual void set_gradient_sync(bool enabled);
+  virtual bool gradient_sync() const { return true; }
+  /// Zeroes gradients in whatever storage the plugin keeps them.
+  virtual void zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
+  /// Clips gradients to a global norm across every rank holding a part of them; returns the
+  /// total norm before clipping.
+  virtual double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm,
+                                double norm_type);
+  const std::string& plugin_name() const { return plugin_name_; }
+
+ protected:
+  explicit ModelWrapper(std::string plugin_name) : plugin_name_(std::move(plugin_name)) {}
+
+ private:
+  std::string plugin_name_;
+};
+
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+  virtual std::string name() const = 0;
+
+  // What the plugin controls (the Booster asks before delegating).
+  virtual bool supports_no_sync() const { return false; }
+  virtual std::string precision() const { return "fp32"; }
+  virtual std::string device() const { return "cpu"; }
+  virtual bool controls_checkpoint_io() const { return false; }
+
+  /// Prepares `model` (in place: hooks, broadcasts, casts) and returns its per-step wrapper.
+  virtual std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model,
+                                                   torch::optim::Optimizer& optimizer) = 0;
+};
+
+}  // namespace colossal::booster

@@ -36,16 +36,20 @@ Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
                  "[booster] boost() needs a model and an optimizer");
   auto wrapper = plugin_->wrap_model(*model, *optimizer);
   auto boosted_opt = std::make_shared<BoostedOptimizer>(std::move(optimizer), wrapper.get());
+  auto dtype = wrapper->compute_dtype();
   wrappers_.push_back(std::move(wrapper));
-  return Boosted{std::move(model), std::move(boosted_opt), std::move(lr_scheduler)};
+  return Boosted{std::move(model), std::move(boosted_opt), std::move(lr_scheduler), dtype};
 }
 
 void Booster::backward(const torch::Tensor& loss, BoostedOptimizer& optimizer) {
   COLOSSAL_CHECK(loss.numel() == 1, "[booster] backward: expected a scalar loss, got shape ",
                  loss.sizes());
-  optimizer.model_wrapper().before_backward();
-  loss.backward();
-  optimizer.model_wrapper().after_backward();
+  auto& wrapper = optimizer.model_wrapper();
+  wrapper.before_backward();
+  double scale = wrapper.loss_scale();
+  if (scale != 1.0) (loss * scale).backward();
+  else loss.backward();
+  wrapper.after_backward();
 }
 
 void Booster::no_sync(BoostedOptimizer& optimizer, const std::function<void()>& fn) {

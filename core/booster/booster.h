@@ -32,7 +32,8 @@ class BoostedOptimizer {
  public:
   BoostedOptimizer(std::shared_ptr<torch::optim::Optimizer> inner, ModelWrapper* model)
       : inner_(std::move(inner)), model_(model) {}
-  void step() { inner_->step(); }
+  /// Returns false when the step was skipped (fp16 overflow on some rank).
+  bool step() { return model_->optimizer_step(*inner_); }
   void zero_grad() { model_->zero_grad(*inner_); }
   torch::optim::Optimizer& inner() { return *inner_; }
   ModelWrapper& model_wrapper() { return *model_; }
@@ -46,6 +47,7 @@ struct Boosted {
   std::shared_ptr<torch::nn::Module> model;
   std::shared_ptr<BoostedOptimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> lr_scheduler;  // may be null
+  c10::ScalarType compute_dtype = c10::kFloat;       // cast inputs to this (mixed precision)
 };
 
 class Booster;

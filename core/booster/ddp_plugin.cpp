@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/amp/mixed_precision.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -30,6 +31,11 @@ class DDPModel : public ModelWrapper {
     group_ = dist::world_group();
     collect_parameters(model, optimizer);
     broadcast_state(model);
+    if (options_.precision != "fp32") {
+      mixed_.emplace(amp::parse_precision(options_.precision), c10::Device(c10::kCPU),
+                     options_.loss_scaler);
+      mixed_->wrap(model, optimizer);
+    }
     build_buckets();
     install_hooks();
   }
@@ -68,6 +74,21 @@ class DDPModel : public ModelWrapper {
       launch_ready_buckets();
     }
     for (auto& b : buckets_) b.handle.wait();
+    if (mixed_) mixed_->prepare_grads(group_);
+  }
+
+  double loss_scale() const override { return mixed_ ? mixed_->loss_scale() : 1.0; }
+  c10::ScalarType compute_dtype() const override {
+    return mixed_ ? mixed_->compute_dtype() : c10::kFloat;
+  }
+  const amp::MixedPrecision* mixed_precision() const { return mixed_ ? &*mixed_ : nullptr; }
+
+  bool optimizer_step(torch::optim::Optimizer& optimizer) override {
+    if (!mixed_) {
+      optimizer.step();
+      return true;
+    }
+    return mixed_->step(optimizer);
   }
 
   void set_gradient_sync(bool enabled) override { sync_ = enabled; }
@@ -191,6 +212,7 @@ class DDPModel : public ModelWrapper {
   }
 
   DDPPlugin::Options options_;
+  std::optional<amp::MixedPrecision> mixed_;
   dist::Group group_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
@@ -208,12 +230,16 @@ class DDPModel : public ModelWrapper {
 
 void DDPPlugin::Options::validate() const {
   COLOSSAL_CHECK(bucket_bytes > 0, "[ddp] bucket_bytes: expected > 0, got ", bucket_bytes);
+  (void)amp::parse_precision(precision);
+  loss_scaler.validate();
 }
 
 void DDPPlugin::Options::read(const ConfigNode& c) {
   c.read("bucket_bytes", bucket_bytes);
   c.read("find_unused_parameters", find_unused_parameters);
   c.read("broadcast_buffers", broadcast_buffers);
+  c.read("precision", precision);
+  loss_scaler.read(c.child("loss_scaler"));
 }
 
 DDPPlugin::DDPPlugin(Options options) : options_(options) { options_.validate(); }

@@ -10,11 +10,14 @@
 //   backward. Buckets are launched in index order on every rank, so collectives always match.
 // * no_sync: backward accumulates into the buckets without communication; the next synchronised
 //   backward all-reduces the sum.
+// * Mixed precision (bf16/fp16): working parameters, gradients and communication in the low
+//   precision, fp32 masters in the optimizer, fp16 loss scaling (core/amp).
 // * A parameter that got no gradient: with find_unused_parameters its bucket is reduced at the
 //   end of backward (it contributes its current gradient, zero after zero_grad); without it, an
 //   error names the parameters.
 #include <cstdint>
 
+#include "core/amp/loss_scaler.h"
 #include "core/booster/plugin.h"
 #include "core/common/config.h"
 
@@ -26,6 +29,8 @@ class DDPPlugin : public Plugin {
     int64_t bucket_bytes = 25 << 20;     // gradient bucket size
     bool find_unused_parameters = false; // allow parameters without a gradient in a step
     bool broadcast_buffers = true;       // broadcast buffers from rank 0 at wrap time
+    std::string precision = "fp32";      // fp32 | bf16 | fp16 (core/amp/precision.h)
+    amp::DynamicLossScaler::Options loss_scaler;  // fp16 only
 
     void validate() const;
     void read(const ConfigNode& config);
@@ -36,6 +41,7 @@ class DDPPlugin : public Plugin {
 
   std::string name() const override { return "ddp"; }
   bool supports_no_sync() const override { return true; }
+  std::string precision() const override { return options_.precision; }
   std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model,
                                            torch::optim::Optimizer& optimizer) override;
 

@@ -25,6 +25,16 @@ class ModelWrapper {
   /// While false, backward accumulates local gradients without communication (no_sync).
   virtual void set_gradient_sync(bool enabled);
   virtual bool gradient_sync() const { return true; }
+  /// The dtype the model computes in (inputs should be cast to it).
+  virtual c10::ScalarType compute_dtype() const { return c10::kFloat; }
+  /// What Booster::backward multiplies the loss by (fp16 loss scaling); 1 otherwise.
+  virtual double loss_scale() const { return 1.0; }
+  /// Runs the optimizer step (mixed precision: on fp32 masters, skipped on overflow). Returns
+  /// whether the step ran.
+  virtual bool optimizer_step(torch::optim::Optimizer& optimizer) {
+    optimizer.step();
+    return true;
+  }
   /// Zeroes gradients in whatever storage the plugin keeps them.
   virtual void zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
   /// Clips gradients to a global norm across every rank holding a part of them; returns the

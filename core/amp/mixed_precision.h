@@ -1,0 +1,53 @@
+#pragma once
+// Mixed-precision training state shared by plugins: low-precision working parameters in the
+// model, fp32 master parameters in the optimizer, and (fp16) a dynamic loss scaler.
+//
+//   wrap():          casts the model's floating parameters/buffers to the compute dtype and, when
+//                    that is a low precision, swaps the optimizer's parameters for fp32 masters;
+//   loss_scale():    what Booster::backward multiplies the loss by;
+//   prepare_grads(): after gradients are synchronised: copies them into the masters' grads
+//                    (divided by the scale) and agrees with every rank of `group` on overflow —
+//                    so clipping sees true fp32 gradients;
+//   step(inner):     runs the inner optimizer unless any rank overflowed, updates the scaler,
+//                    and writes the masters back into the working parameters. Returns whether
+//                    the step ran.
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <optional>
+#include <vector>
+
+#include "core/amp/loss_scaler.h"
+#include "core/amp/precision.h"
+#include "core/dist/group.h"
+
+namespace colossal::amp {
+
+class MixedPrecision {
+ public:
+  MixedPrecision(Precision precision, const c10::Device& device,
+                 DynamicLossScaler::Options scaler_options = {});
+
+  void wrap(torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  void prepare_grads(const dist::Group& group);
+  bool step(torch::optim::Optimizer& optimizer);
+
+  Precision precision() const { return precision_; }
+  c10::ScalarType compute_dtype() const { return compute_dtype_; }
+  const DynamicLossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  DynamicLossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+
+ private:
+  Precision precision_;
+  c10::ScalarType compute_dtype_;
+  std::optional<DynamicLossScaler> scaler_;
+  std::vector<torch::Tensor> working_;  // model parameters (compute dtype)
+  std::vector<torch::Tensor> masters_;  // fp32 copy of working_[i] (undefined when no master)
+  bool has_masters_ = false;
+  bool overflow_ = false;
+  int64_t skipped_steps_ = 0;
+};
+
+}  // namespace colossal::amp

@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "core/optim/factory.h"
+#include "core/optim/fused_adamw.h"
 #include "core/optim/param_groups.h"
 #include "tests/support/errors.h"
 
@@ -64,6 +66,38 @@ TEST(ParamGroups, NormsAndBiasesDoNotDecay) {
   ASSERT_EQ(opt.param_groups().size(), 2u);
   EXPECT_DOUBLE_EQ(static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[0].options()).weight_decay(), 0.1);
   EXPECT_DOUBLE_EQ(static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[1].options()).weight_decay(), 0.0);
+}
+
+TEST(OptimizerFactory, EveryNameBuildsAndTrains) {
+  for (const std::string name : {"adamw", "fused_adamw", "adam", "sgd"}) {
+    torch::manual_seed(0);
+    torch::nn::Linear model(4, 1);
+    OptimizerOptions o;
+    o.name = name;
+    o.lr = 0.05;
+    o.weight_decay = 0.01;
+    o.momentum = name == "sgd" ? 0.9 : 0.0;
+    o.nesterov = name == "sgd";
+    auto opt = make_optimizer(*model, o);
+    ASSERT_EQ(opt->param_groups().size(), 2u) << name << ": decay and no-decay groups";
+    auto x = torch::randn({16, 4});
+    auto y = x.sum(1, true);
+    double first = 0, last = 0;
+    for (int i = 0; i < 30; ++i) {
+      opt->zero_grad();
+      auto loss = torch::mse_loss(model(x), y);
+      loss.backward();
+      opt->step();
+      (i == 0 ? first : last) = loss.item<double>();
+    }
+    EXPECT_LT(last, first * 0.5) << name << " must reduce a simple regression loss";
+  }
+  EXPECT_NE(testing::error_message_of([] {
+              OptimizerOptions o;
+              o.name = "lamb";
+              o.validate();
+            }).find("expected adamw, fused_adamw, adam or sgd, got 'lamb'"),
+            std::string::npos);
 }
 
 }  // namespace

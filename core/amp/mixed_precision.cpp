@@ -88,8 +88,11 @@ bool MixedPrecision::step(torch::optim::Optimizer& optimizer) {
   }
   optimizer.step();
   if (has_masters_) {
-    for (size_t i = 0; i < working_.size(); ++i)
-      if (masters_[i].defined()) working_[i].detach().copy_(masters_[i]);
+    for (size_t i = 0; i < working_.size(); ++i) {
+      if (!masters_[i].defined()) continue;
+      working_[i].detach().copy_(masters_[i]);
+      masters_[i].mutable_grad() = torch::Tensor();  // fp32 gradients live only for the step
+    }
   }
   return true;
 }

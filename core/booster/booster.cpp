@@ -31,14 +31,20 @@ Booster::Booster(std::shared_ptr<Plugin> plugin) : plugin_(std::move(plugin)) {
 
 Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
                        std::shared_ptr<torch::optim::Optimizer> optimizer,
-                       std::shared_ptr<optim::LRScheduler> lr_scheduler) {
+                       std::shared_ptr<optim::LRScheduler> lr_scheduler,
+                       std::shared_ptr<data::DistributedSampler> sampler) {
   COLOSSAL_CHECK(model != nullptr && optimizer != nullptr,
                  "[booster] boost() needs a model and an optimizer");
   auto wrapper = plugin_->wrap_model(*model, *optimizer);
   auto boosted_opt = std::make_shared<BoostedOptimizer>(std::move(optimizer), wrapper.get());
   auto dtype = wrapper->compute_dtype();
   wrappers_.push_back(std::move(wrapper));
-  return Boosted{std::move(model), std::move(boosted_opt), std::move(lr_scheduler), dtype};
+  if (sampler) {
+    auto [rank, size] = plugin_->data_parallel_rank_and_size();
+    sampler->shard(rank, size);
+  }
+  return Boosted{std::move(model), std::move(boosted_opt), std::move(lr_scheduler), dtype,
+                 std::move(sampler)};
 }
 
 void Booster::backward(const torch::Tensor& loss, BoostedOptimizer& optimizer) {

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/booster/plugin.h"
+#include "core/data/distributed_sampler.h"
 #include "core/optim/lr_scheduler.h"
 
 namespace colossal::booster {
@@ -48,6 +49,7 @@ struct Boosted {
   std::shared_ptr<BoostedOptimizer> optimizer;
   std::shared_ptr<optim::LRScheduler> lr_scheduler;  // may be null
   c10::ScalarType compute_dtype = c10::kFloat;       // cast inputs to this (mixed precision)
+  std::shared_ptr<data::DistributedSampler> sampler;  // sharded for this rank (may be null)
 };
 
 class Booster;
@@ -71,11 +73,13 @@ class Booster {
 
   const Plugin& plugin() const { return *plugin_; }
 
-  /// Wraps model and optimizer (the optimizer must hold the model's parameters). The Booster
-  /// keeps the wrappers; boost each model once.
+  /// Wraps model and optimizer (the optimizer must hold the model's parameters) and shards the
+  /// sampler (the data loader's index source) over the plugin's data-parallel ranks. The
+  /// Booster keeps the wrappers; boost each model once.
   Boosted boost(std::shared_ptr<torch::nn::Module> model,
                 std::shared_ptr<torch::optim::Optimizer> optimizer,
-                std::shared_ptr<optim::LRScheduler> lr_scheduler = nullptr);
+                std::shared_ptr<optim::LRScheduler> lr_scheduler = nullptr,
+                std::shared_ptr<data::DistributedSampler> sampler = nullptr);
 
   /// loss.backward() with the plugin's gradient synchronisation around it.
   void backward(const torch::Tensor& loss, BoostedOptimizer& optimizer);

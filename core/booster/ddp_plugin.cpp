@@ -244,6 +244,11 @@ void DDPPlugin::Options::read(const ConfigNode& c) {
 
 DDPPlugin::DDPPlugin(Options options) : options_(options) { options_.validate(); }
 
+std::pair<int, int> DDPPlugin::data_parallel_rank_and_size() const {
+  COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() first");
+  return {dist::rank(), dist::world_size()};
+}
+
 std::unique_ptr<ModelWrapper> DDPPlugin::wrap_model(torch::nn::Module& model,
                                                     torch::optim::Optimizer& optimizer) {
   return std::make_unique<DDPModel>(model, optimizer, options_);

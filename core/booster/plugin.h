@@ -61,6 +61,9 @@ class Plugin {
   virtual std::string device() const { return "cpu"; }
   virtual bool controls_checkpoint_io() const { return false; }
 
+  /// This process's place among the data-parallel replicas (what a sampler shards by).
+  virtual std::pair<int, int> data_parallel_rank_and_size() const { return {0, 1}; }
+
   /// Prepares `model` (in place: hooks, broadcasts, casts) and returns its per-step wrapper.
   virtual std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer) = 0;

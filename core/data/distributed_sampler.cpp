@@ -1,0 +1,81 @@
+#include "core/data/distributed_sampler.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "core/common/check.h"
+
+namespace colossal::data {
+
+void DistributedSampler::Options::validate() const {
+  COLOSSAL_CHECK(dataset_size > 0, "[sampler] dataset_size: expected > 0, got ", dataset_size);
+}
+
+DistributedSampler::DistributedSampler(Options options) : options_(options) {
+  options_.validate();
+  build();
+}
+
+void DistributedSampler::shard(int rank, int num_replicas) {
+  COLOSSAL_CHECK(num_replicas >= 1 && rank >= 0 && rank < num_replicas,
+                 "[sampler] expected 0 <= rank < num_replicas, got ", rank, " of ", num_replicas);
+  COLOSSAL_CHECK(!options_.drop_last || options_.dataset_size >= num_replicas,
+                 "[sampler] drop_last with ", options_.dataset_size, " samples leaves nothing for ",
+                 num_replicas, " ranks");
+  rank_ = rank;
+  num_replicas_ = num_replicas;
+  position_ = 0;
+  build();
+}
+
+void DistributedSampler::set_epoch(int64_t epoch) {
+  epoch_ = epoch;
+  position_ = 0;
+  build();
+}
+
+void DistributedSampler::build() {
+  std::vector<int64_t> all(options_.dataset_size);
+  std::iota(all.begin(), all.end(), 0);
+  if (options_.shuffle) {
+    // A fixed engine and our own Fisher-Yates: std::shuffle's algorithm is unspecified, and
+    // every rank (and every build) must produce the same permutation.
+    std::mt19937_64 rng(options_.seed * 1000003ull + static_cast<uint64_t>(epoch_));
+    for (int64_t i = options_.dataset_size - 1; i > 0; --i) {
+      auto j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+      std::swap(all[i], all[j]);
+    }
+  }
+  int64_t n = num_replicas_;
+  int64_t total = options_.drop_last ? (options_.dataset_size / n) * n
+                                     : ((options_.dataset_size + n - 1) / n) * n;
+  for (int64_t i = options_.dataset_size; i < total; ++i) all.push_back(all[i % options_.dataset_size]);
+  all.resize(total);
+  indices_.clear();
+  for (int64_t i = rank_; i < total; i += n) indices_.push_back(all[i]);
+}
+
+std::vector<int64_t> DistributedSampler::next(int64_t count) {
+  int64_t end = std::min<int64_t>(position_ + count, static_cast<int64_t>(indices_.size()));
+  std::vector<int64_t> out(indices_.begin() + position_, indices_.begin() + end);
+  position_ = end;
+  return out;
+}
+
+std::map<std::string, int64_t> DistributedSampler::state_dict() const {
+  return {{"epoch", epoch_}, {"position", position_}, {"num_replicas", num_replicas_}};
+}
+
+void DistributedSampler::load_state_dict(const std::map<std::string, int64_t>& state) {
+  for (const char* key : {"epoch", "position", "num_replicas"}) {
+    COLOSSAL_CHECK(state.count(key), "[sampler] state: missing '", key, "'");
+  }
+  set_epoch(state.at("epoch"));
+  COLOSSAL_CHECK(state.at("num_replicas") == num_replicas_, "[sampler] state was saved with ",
+                 state.at("num_replicas"), " data-parallel ranks, this run has ", num_replicas_,
+                 "; the position inside the epoch cannot carry over (start the epoch again)");
+  position_ = std::min<int64_t>(state.at("position"), static_cast<int64_t>(indices_.size()));
+}
+
+}  // namespace colossal::data

@@ -174,7 +174,8 @@ Handle::State launch(const Group& group, const char* op, Fn&& call, bool point_t
   try {
     s.work = call(*group.backend());
   } catch (const c10::Error& e) {
-    // Argument errors from c10d are the caller's; report them as they are.
+    // Our own argument checks pass through unchanged; anything the backend throws while
+    // launching is a failed collective (diagnosed, group marked broken).
     if (std::string(e.what()).find("[dist]") != std::string::npos) throw;
     fail(s, first_line(e.what_without_backtrace()));
   }

@@ -1,0 +1,314 @@
+#include "core/checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "core/checkpoint/atomic_file.h"
+#include "core/common/check.h"
+
+namespace colossal::checkpoint {
+namespace {
+
+// The header can be large for big models, but never this large; a bigger length is corruption.
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+const std::vector<std::pair<const char*, c10::ScalarType>>& dtype_table() {
+  static const std::vector<std::pair<const char*, c10::ScalarType>> t = {
+      {"F64", c10::kDouble}, {"F32", c10::kFloat}, {"F16", c10::kHalf},
+      {"BF16", c10::kBFloat16}, {"I64", c10::kLong}, {"I32", c10::kInt},
+      {"I16", c10::kShort}, {"I8", c10::kChar}, {"U8", c10::kByte}, {"BOOL", c10::kBool}};
+  return t;
+}
+
+std::string supported_dtypes() {
+  std::string s;
+  for (const auto& [name, _] : dtype_table()) s += (s.empty() ? "" : ", ") + std::string(name);
+  return s;
+}
+
+uint64_t read_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void write_le64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+}  // namespace
+
+c10::ScalarType dtype_from_safetensors(const std::string& name) {
+  for (const auto& [n, t] : dtype_table())
+    if (name == n) return t;
+  COLOSSAL_FAIL("[safetensors] unknown dtype '", name, "' (supported: ", supported_dtypes(), ")");
+}
+
+std::string dtype_to_safetensors(c10::ScalarType dtype) {
+  for (const auto& [n, t] : dtype_table())
+    if (dtype == t) return n;
+  COLOSSAL_FAIL("[safetensors] cannot store dtype ", dtype, " (supported: ", supported_dtypes(), ")");
+}
+
+std::vector<TensorInfo> SafetensorsFile::parse_header(const std::string& json, int64_t data_bytes,
+                                                      const std::string& origin,
+                                                      std::map<std::string, std::string>* metadata) {
+  auto doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  COLOSSAL_CHECK(!doc.is_discarded(), "[safetensors] ", origin, ": the header is not valid JSON");
+  COLOSSAL_CHECK(doc.is_object(), "[safetensors] ", origin, ": the header must be a JSON object");
+  std::vector<TensorInfo> out;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      COLOSSAL_CHECK(v.is_object(), "[safetensors] ", origin, ": __metadata__ must be an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        COLOSSAL_CHECK(m.value().is_string(), "[safetensors] ", origin, ": __metadata__ value '",
+                       m.key(), "' must be a string");
+        if (metadata) (*metadata)[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto where = [&] { return c10::str("[safetensors] ", origin, ", tensor '", name, "': "); };
+    COLOSSAL_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
+                       v.contains("data_offsets"),
+                   where(), "expected an object with dtype, shape and data_offsets");
+    COLOSSAL_CHECK(v["dtype"].is_string(), where(), "dtype must be a string");
+    TensorInfo t;
+    t.name = name;
+    try {
+      t.dtype = dtype_from_safetensors(v["dtype"].get<std::string>());
+    } catch (const c10::Error& e) {
+      COLOSSAL_FAIL(where(), "unknown dtype '", v["dtype"].get<std::string>(), "' (supported: ",
+                    supported_dtypes(), ")");
+    }
+    COLOSSAL_CHECK(v["shape"].is_array(), where(), "shape must be a list");
+    int64_t numel = 1;
+    for (const auto& d : v["shape"]) {
+      COLOSSAL_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
+                     where(), "shape entries must be non-negative integers, found ", d.dump());
+      int64_t dim = d.get<int64_t>();
+      COLOSSAL_CHECK(dim == 0 || numel <= std::numeric_limits<int64_t>::max() / dim, where(),
+                     "shape overflows");
+      numel *= dim;
+      t.shape.push_back(dim);
+    }
+    const auto& off = v["data_offsets"];
+    COLOSSAL_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_integer() &&
+                       off[1].is_number_integer(),
+                   where(), "data_offsets must be [begin, end]");
+    t.begin = off[0].get<int64_t>();
+    t.end = off[1].get<int64_t>();
+    COLOSSAL_CHECK(t.begin >= 0 && t.begin <= t.end && t.end <= data_bytes, where(),
+                   "data_offsets [", t.begin, ", ", t.end, "] outside the data section of ",
+                   data_bytes, " bytes");
+    int64_t want = numel * static_cast<int64_t>(c10::elementSize(t.dtype));
+    COLOSSAL_CHECK(t.end - t.begin == want, where(), "shape ", v["shape"].dump(), " of ",
+                   v["dtype"].get<std::string>(), " needs ", want, " bytes but data_offsets hold ",
+                   t.end - t.begin);
+    out.push_back(std::move(t));
+  }
+  // No two tensors may share bytes.
+  std::vector<const TensorInfo*> by_offset;
+  for (const auto& t : out) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const auto* a = by_offset[i - 1];
+    const auto* b = by_offset[i];
+    COLOSSAL_CHECK(b->begin >= a->end || a->begin == a->end || b->begin == b->end,
+                   "[safetensors] ", origin, ": tensors '", a->name, "' [", a->begin, ", ", a->end,
+                   ") and '", b->name, "' [", b->begin, ", ", b->end, ") overlap");
+  }
+  std::sort(out.begin(), out.end(),
+            [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
+  return out;
+}
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->self_ = f;
+  f->path_ = path;
+  std::string origin = "file '" + path + "'";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  COLOSSAL_CHECK(fd >= 0, "[safetensors] cannot open '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  auto size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    COLOSSAL_FAIL("[safetensors] ", origin, ": ", size, " bytes is too short for a header");
+  }
+  // Copy-on-write: views may be modified in memory without ever touching the file.
+  void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  COLOSSAL_CHECK(map != MAP_FAILED, "[safetensors] cannot map '", path, "': ", std::strerror(errno));
+  f->map_ = map;
+  f->map_size_ = size;
+  auto* bytes = static_cast<const uint8_t*>(map);
+  uint64_t header_len = read_le64(bytes);
+  COLOSSAL_CHECK(header_len <= kMaxHeaderBytes && header_len <= size - 8, "[safetensors] ", origin,
+                 ": header length ", header_len, " is larger than the file (", size,
+                 " bytes): truncated or not a safetensors file");
+  std::string json(reinterpret_cast<const char*>(bytes + 8), header_len);
+  int64_t data_bytes = static_cast<int64_t>(size - 8 - header_len);
+  f->tensors_ = parse_header(json, data_bytes, origin, &f->metadata_);
+  f->data_ = bytes + 8 + header_len;
+  for (size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
+  return f;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+const TensorInfo* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+at::Tensor SafetensorsFile::view(const std::string& name) const {
+  const TensorInfo* t = find(name);
+  COLOSSAL_CHECK(t != nullptr, "[safetensors] file '", path_, "' has no tensor '", name, "'");
+  auto keep = self_.lock();  // the tensor's storage keeps the mapping alive
+  void* ptr = const_cast<uint8_t*>(data_ + t->begin);
+  if (t->end == t->begin) return at::empty(t->shape, at::TensorOptions().dtype(t->dtype));
+  return at::from_blob(ptr, t->shape, [keep](void*) {}, at::TensorOptions().dtype(t->dtype));
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string> seen;
+  std::vector<at::Tensor> data;
+  int64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    COLOSSAL_CHECK(name != "__metadata__", "[safetensors] '__metadata__' is reserved");
+    COLOSSAL_CHECK(seen.insert(name).second, "[safetensors] tensor '", name, "' given twice for '",
+                   path, "'");
+    COLOSSAL_CHECK(tensor.defined(), "[safetensors] tensor '", name, "' is undefined");
+    auto t = tensor.detach().to(at::kCPU).contiguous();
+    int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    header[name] = {{"dtype", dtype_to_safetensors(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    data.push_back(t);
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+  uint8_t len[8];
+  write_le64(len, json.size());
+  AtomicFile f(path);
+  f.write(len, 8);
+  f.write(json.data(), json.size());
+  for (const auto& t : data) f.write(t.data_ptr(), t.numel() * t.element_size());
+  f.commit();
+}
+
+std::vector<std::string> save_sharded(const std::string& dir, const NamedTensors& tensors,
+                                      const ShardOptions& options,
+                                      const std::map<std::string, std::string>& metadata) {
+  COLOSSAL_CHECK(options.max_shard_bytes > 0, "[safetensors] max_shard_bytes must be > 0");
+  ::mkdir(dir.c_str(), 0755);
+  // Greedy packing in the given order; a tensor larger than the limit gets a shard of its own.
+  std::vector<NamedTensors> shards(1);
+  int64_t current = 0, total = 0;
+  for (const auto& nt : tensors) {
+    int64_t bytes = nt.second.numel() * static_cast<int64_t>(nt.second.element_size());
+    if (!shards.back().empty() && current + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back().push_back(nt);
+    current += bytes;
+    total += bytes;
+  }
+  std::vector<std::string> written;
+  if (shards.size() == 1) {
+    std::string name = options.prefix + ".safetensors";
+    save_safetensors(dir + "/" + name, shards[0], metadata);
+    return {name};
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  char buf[64];
+  for (size_t i = 0; i < shards.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    std::string name = options.prefix + buf;
+    save_safetensors(dir + "/" + name, shards[i], metadata);
+    for (const auto& nt : shards[i]) weight_map[nt.first] = name;
+    written.push_back(name);
+  }
+  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  std::string index_name = options.prefix + ".safetensors.index.json";
+  write_text_atomically(dir + "/" + index_name, index.dump(2) + "\n");
+  written.push_back(index_name);
+  return written;
+}
+
+CheckpointReader::CheckpointReader(const std::string& dir, const std::string& prefix) : dir_(dir) {
+  std::string index_path = dir + "/" + prefix + ".safetensors.index.json";
+  std::string single = dir + "/" + prefix + ".safetensors";
+  struct stat st {};
+  if (::stat(index_path.c_str(), &st) == 0) {
+    std::ifstream in(index_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto index = nlohmann::json::parse(ss.str(), nullptr, false);
+    COLOSSAL_CHECK(!index.is_discarded() && index.is_object() && index.contains("weight_map") &&
+                       index["weight_map"].is_object(),
+                   "[checkpoint] '", index_path, "': expected JSON with a weight_map object");
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      COLOSSAL_CHECK(it.value().is_string(), "[checkpoint] '", index_path, "': weight_map['",
+                     it.key(), "'] must be a file name");
+      std::string file = it.value().get<std::string>();
+      COLOSSAL_CHECK(file.find('/') == std::string::npos, "[checkpoint] '", index_path,
+                     "': shard name '", file, "' must not contain '/'");
+      auto& f = files_[file];
+      if (!f) f = SafetensorsFile::open(dir + "/" + file);
+      COLOSSAL_CHECK(f->find(it.key()) != nullptr, "[checkpoint] '", index_path, "' maps '",
+                     it.key(), "' to '", file, "', which does not contain it");
+      where_[it.key()] = f;
+    }
+    return;
+  }
+  COLOSSAL_CHECK(::stat(single.c_str(), &st) == 0, "[checkpoint] '", dir, "' has neither ",
+                 prefix, ".safetensors nor ", prefix, ".safetensors.index.json");
+  auto f = SafetensorsFile::open(single);
+  files_[prefix + ".safetensors"] = f;
+  for (const auto& t : f->tensors()) where_[t.name] = f;
+}
+
+std::vector<std::string> CheckpointReader::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : where_) out.push_back(name);
+  return out;
+}
+
+const TensorInfo& CheckpointReader::info(const std::string& name) const {
+  auto it = where_.find(name);
+  COLOSSAL_CHECK(it != where_.end(), "[checkpoint] '", dir_, "' has no tensor '", name, "'");
+  return *it->second->find(name);
+}
+
+at::Tensor CheckpointReader::view(const std::string& name) const {
+  auto it = where_.find(name);
+  COLOSSAL_CHECK(it != where_.end(), "[checkpoint] '", dir_, "' has no tensor '", name, "'");
+  return it->second->view(name);
+}
+
+}  // namespace colossal::checkpoint

@@ -1,0 +1,103 @@
+#pragma once
+// The safetensors format (what Hugging Face writes): an 8-byte little-endian header length N,
+// N bytes of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+// "__metadata__": {"k": "v"}}, then the raw little-endian data; offsets count from the end of
+// the header. Dtypes: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL.
+//
+// Reading maps the file (copy-on-write, so a tensor view may be written without touching the
+// file) and copies nothing until asked; every header field is validated first and a bad file
+// gets an error naming the file and the tensor. Writing goes to a temporary name, is fsynced,
+// then renamed, so a crash never leaves a half-written file under the real name.
+//
+// Sharded checkpoints: model-00001-of-0000N.safetensors ... plus model.safetensors.index.json
+// ({"metadata": {"total_size": bytes}, "weight_map": {"name": "model-00001-of-0000N.safetensors"}}).
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colossal::checkpoint {
+
+struct TensorInfo {
+  std::string name;
+  c10::ScalarType dtype = c10::kFloat;
+  std::vector<int64_t> shape;
+  int64_t begin = 0;  // byte offsets into the data section
+  int64_t end = 0;
+};
+
+/// "F32" <-> c10::kFloat, ...; unknown names/types throw listing the supported ones.
+c10::ScalarType dtype_from_safetensors(const std::string& name);
+std::string dtype_to_safetensors(c10::ScalarType dtype);
+
+class SafetensorsFile {
+ public:
+  /// Maps and validates `path`. Throws naming the file (and tensor) on any inconsistency.
+  static std::shared_ptr<SafetensorsFile> open(const std::string& path);
+  /// Validates a header without a file (the fuzz target's entry point).
+  static std::vector<TensorInfo> parse_header(const std::string& json, int64_t data_bytes,
+                                              const std::string& origin,
+                                              std::map<std::string, std::string>* metadata);
+  ~SafetensorsFile();
+
+  const std::string& path() const { return path_; }
+  /// In header order of names (sorted).
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  /// A tensor viewing the mapped file (no copy; keeps the mapping alive).
+  at::Tensor view(const std::string& name) const;
+  /// An owning copy.
+  at::Tensor load(const std::string& name) const { return view(name).clone(); }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  const uint8_t* data_ = nullptr;  // start of the data section
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+  std::weak_ptr<SafetensorsFile> self_;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+/// Writes one file atomically (temporary name, fsync, rename, fsync of the directory).
+/// Names must be unique; tensors may have any layout (they are made contiguous).
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+struct ShardOptions {
+  int64_t max_shard_bytes = int64_t{5} << 30;  // like transformers' "5GB"
+  std::string prefix = "model";                // model.safetensors / model-0000i-of-0000N...
+};
+
+/// Writes `dir`/model.safetensors when everything fits one shard, else numbered shards and the
+/// index. Returns the files written (relative names).
+std::vector<std::string> save_sharded(const std::string& dir, const NamedTensors& tensors,
+                                      const ShardOptions& options = {},
+                                      const std::map<std::string, std::string>& metadata = {});
+
+/// Reads a directory written by save_sharded (or by transformers): single file or index + shards.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir, const std::string& prefix = "model");
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return where_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  at::Tensor view(const std::string& name) const;
+  at::Tensor load(const std::string& name) const { return view(name).clone(); }
+
+ private:
+  std::string dir_;
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> files_;  // by file name
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> where_;  // tensor -> file
+};
+
+}  // namespace colossal::checkpoint

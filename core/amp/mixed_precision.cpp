@@ -51,6 +51,18 @@ void MixedPrecision::wrap(torch::nn::Module& model, torch::optim::Optimizer& opt
   }
 }
 
+torch::Tensor MixedPrecision::master_of(const torch::Tensor& p) const {
+  for (size_t i = 0; i < working_.size(); ++i)
+    if (working_[i].is_same(p) && masters_[i].defined()) return masters_[i];
+  return p;
+}
+
+void MixedPrecision::refresh_working_from_masters() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < working_.size(); ++i)
+    if (masters_[i].defined()) working_[i].detach().copy_(masters_[i]);
+}
+
 void MixedPrecision::prepare_grads(const dist::Group& group) {
   torch::NoGradGuard no_grad;
   double inv_scale = 1.0 / loss_scale();

@@ -33,6 +33,11 @@ class MixedPrecision {
   void prepare_grads(const dist::Group& group);
   bool step(torch::optim::Optimizer& optimizer);
 
+  /// fp32 value of working parameter `p` (its master), or `p` itself when it has none.
+  torch::Tensor master_of(const torch::Tensor& p) const;
+  /// After the masters were overwritten (checkpoint load): the working copies follow them.
+  void refresh_working_from_masters();
+
   Precision precision() const { return precision_; }
   c10::ScalarType compute_dtype() const { return compute_dtype_; }
   const DynamicLossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }

@@ -4,6 +4,8 @@
 
 #include "core/booster/ddp_plugin.h"
 #include "core/common/check.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 
 namespace colossal::booster {
 
@@ -76,14 +78,26 @@ double Booster::clip_grad_norm(BoostedOptimizer& optimizer, double max_norm, dou
   return optimizer.model_wrapper().clip_grad_norm(optimizer.inner(), max_norm, norm_type);
 }
 
-void Booster::save_model(const torch::nn::Module&, const std::string& dir) {
-  COLOSSAL_FAIL("[booster] save_model('", dir, "'): plugin '", plugin_->name(),
-                "' has no checkpoint IO yet (it arrives with the checkpoint issue)");
+checkpoint::NamedTensors ModelWrapper::full_model_state(const torch::nn::Module& model) const {
+  return checkpoint::model_state(model);
 }
 
-void Booster::load_model(torch::nn::Module&, const std::string& dir) {
-  COLOSSAL_FAIL("[booster] load_model('", dir, "'): plugin '", plugin_->name(),
-                "' has no checkpoint IO yet (it arrives with the checkpoint issue)");
+void Booster::save_model(BoostedOptimizer& optimizer, const torch::nn::Module& model,
+                         const std::string& dir, const checkpoint::SaveModelOptions& options) {
+  auto state = optimizer.model_wrapper().full_model_state(model);
+  bool distributed = dist::is_initialized() && dist::world_size() > 1;
+  // Every rank holds the full state under the plugins so far: rank 0 writes it.
+  if (!distributed || dist::rank() == 0) checkpoint::save_model_state(state, dir, options);
+  if (distributed) dist::barrier(dist::world_group());
+}
+
+checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
+                                           const std::string& dir,
+                                           const checkpoint::LoadModelOptions& options) {
+  auto& wrapper = optimizer.model_wrapper();
+  auto report = checkpoint::load_state_into(wrapper.full_model_state(model), dir, options);
+  wrapper.after_model_load();
+  return report;
 }
 
 }  // namespace colossal::booster

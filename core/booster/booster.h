@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/booster/plugin.h"
+#include "core/checkpoint/model_io.h"
 #include "core/data/distributed_sampler.h"
 #include "core/optim/lr_scheduler.h"
 
@@ -92,9 +93,14 @@ class Booster {
   /// the norm before clipping.
   double clip_grad_norm(BoostedOptimizer& optimizer, double max_norm, double norm_type = 2.0);
 
-  // Checkpoint hooks: filled in by the checkpoint IO issue; until then they explain themselves.
-  void save_model(const torch::nn::Module& model, const std::string& dir);
-  void load_model(torch::nn::Module& model, const std::string& dir);
+  /// Model weights in the unsplit Hugging Face layout (safetensors, optionally sharded), written
+  /// by rank 0 once every rank has arrived; all ranks return after the files are complete.
+  void save_model(BoostedOptimizer& optimizer, const torch::nn::Module& model,
+                  const std::string& dir, const checkpoint::SaveModelOptions& options = {});
+  /// Loads weights saved under any plugin or world size; see checkpoint::load_model_state.
+  checkpoint::LoadReport load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
+                                    const std::string& dir,
+                                    const checkpoint::LoadModelOptions& options = {});
 
  private:
   std::shared_ptr<Plugin> plugin_;

@@ -81,7 +81,17 @@ class DDPModel : public ModelWrapper {
   c10::ScalarType compute_dtype() const override {
     return mixed_ ? mixed_->compute_dtype() : c10::kFloat;
   }
-  const amp::MixedPrecision* mixed_precision() const { return mixed_ ? &*mixed_ : nullptr; }
+  checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const override {
+    auto state = ModelWrapper::full_model_state(model);
+    if (mixed_) {
+      for (auto& [name, t] : state) t = mixed_->master_of(t);
+    }
+    return state;
+  }
+
+  void after_model_load() override {
+    if (mixed_) mixed_->refresh_working_from_masters();
+  }
 
   bool optimizer_step(torch::optim::Optimizer& optimizer) override {
     if (!mixed_) {

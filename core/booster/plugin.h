@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "core/checkpoint/safetensors.h"
+
 namespace colossal::booster {
 
 /// What a plugin installs on a model: the per-step hooks the Booster calls around backward and
@@ -35,6 +37,11 @@ class ModelWrapper {
     optimizer.step();
     return true;
   }
+  /// The full, unsplit model state: what is saved, and what a load writes into (in place).
+  /// Mixed precision returns the fp32 masters in place of the working parameters.
+  virtual checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const;
+  /// Called after a load wrote into full_model_state() (mixed precision: masters -> working).
+  virtual void after_model_load() {}
   /// Zeroes gradients in whatever storage the plugin keeps them.
   virtual void zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
   /// Clips gradients to a global norm across every rank holding a part of them; returns the

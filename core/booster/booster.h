@@ -55,6 +55,18 @@ struct Boosted {
 
 class Booster;
 
+/// Where training stands, saved with a checkpoint (the rest — model, optimizer, scheduler, loss
+/// scaler, sampler position, every rank's RNG — is taken from the Boosted objects).
+struct TrainingState {
+  int64_t step = 0;
+  int64_t epoch = 0;
+};
+
+struct CheckpointOptions {
+  int keep_last = 0;  // 0 keeps every checkpoint
+  checkpoint::SaveModelOptions model;
+};
+
 /// Disables gradient synchronisation until destroyed.
 class NoSyncGuard {
  public:
@@ -97,6 +109,16 @@ class Booster {
   /// by rank 0 once every rank has arrived; all ranks return after the files are complete.
   void save_model(BoostedOptimizer& optimizer, const torch::nn::Module& model,
                   const std::string& dir, const checkpoint::SaveModelOptions& options = {});
+  /// Writes <root>/step-<step>/ (model/, optimizer.safetensors, state.json, rng/rank-R.safetensors),
+  /// then, once every rank has finished, points <root>/latest at it (atomically) and removes
+  /// checkpoints beyond keep_last. A crash before that leaves `latest` at the previous one.
+  void save_checkpoint(Boosted& boosted, const std::string& root, const TrainingState& state,
+                       const CheckpointOptions& options = {});
+  /// Loads <root>/latest (or `root` itself when it is a step directory) into the Boosted
+  /// objects and returns the training state. RNG states are restored per rank when the world
+  /// size is unchanged.
+  TrainingState load_checkpoint(Boosted& boosted, const std::string& root);
+
   /// Loads weights saved under any plugin or world size; see checkpoint::load_model_state.
   checkpoint::LoadReport load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
                                     const std::string& dir,

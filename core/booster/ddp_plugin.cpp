@@ -89,6 +89,14 @@ class DDPModel : public ModelWrapper {
     return state;
   }
 
+  std::map<std::string, double> extra_state() const override {
+    if (mixed_ && mixed_->scaler()) return mixed_->scaler()->state_dict();
+    return {};
+  }
+  void load_extra_state(const std::map<std::string, double>& state) override {
+    if (mixed_ && mixed_->scaler() && !state.empty()) mixed_->scaler()->load_state_dict(state);
+  }
+
   void after_model_load() override {
     if (mixed_) mixed_->refresh_working_from_masters();
   }

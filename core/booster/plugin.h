@@ -8,6 +8,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,9 @@ class ModelWrapper {
   virtual checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const;
   /// Called after a load wrote into full_model_state() (mixed precision: masters -> working).
   virtual void after_model_load() {}
+  /// Plugin state that checkpoints carry (e.g. the fp16 loss scaler).
+  virtual std::map<std::string, double> extra_state() const { return {}; }
+  virtual void load_extra_state(const std::map<std::string, double>&) {}
   /// Zeroes gradients in whatever storage the plugin keeps them.
   virtual void zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
   /// Clips gradients to a global norm across every rank holding a part of them; returns the

@@ -35,6 +35,8 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
   liburing-dev iproute2 procps libyaml-cpp-dev
+  # clang and its runtime libraries: the libFuzzer target for the safetensors header parser.
+  clang libclang-rt-14-dev
   # Only the headers are used (ProcessGroupGloo.hpp includes <gloo/...>); see core/dist/README.md.
   libgloo-dev
 )

@@ -66,6 +66,13 @@ class SafetensorsFile {
   std::weak_ptr<SafetensorsFile> self_;
 };
 
+/// Validates a whole file image (length prefix + header) without mapping a file; returns the
+/// tensors and the header length. Every malformed input is a c10::Error naming `origin`.
+std::vector<TensorInfo> parse_file_bytes(const uint8_t* bytes, uint64_t size,
+                                         const std::string& origin,
+                                         std::map<std::string, std::string>* metadata,
+                                         uint64_t* header_len = nullptr);
+
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 /// Writes one file atomically (temporary name, fsync, rename, fsync of the directory).

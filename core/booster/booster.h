@@ -18,9 +18,11 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "core/booster/plugin.h"
 #include "core/checkpoint/model_io.h"
@@ -65,6 +67,10 @@ struct TrainingState {
 struct CheckpointOptions {
   int keep_last = 0;  // 0 keeps every checkpoint
   checkpoint::SaveModelOptions model;
+  // Write in a background thread: save_checkpoint returns once a snapshot of the state is in
+  // memory (one checkpoint's worth of extra memory, reported by last_snapshot_bytes()); the next
+  // save, wait_for_checkpoint() or the Booster's destruction waits for the writing to finish.
+  bool async = false;
 };
 
 /// Disables gradient synchronisation until destroyed.
@@ -118,6 +124,11 @@ class Booster {
   /// objects and returns the training state. RNG states are restored per rank when the world
   /// size is unchanged.
   TrainingState load_checkpoint(Boosted& boosted, const std::string& root);
+  /// Blocks until an asynchronous save has finished; rethrows its error.
+  void wait_for_checkpoint();
+  /// Bytes the last asynchronous save held in memory for its snapshot.
+  int64_t last_snapshot_bytes() const { return last_snapshot_bytes_; }
+  ~Booster();
 
   /// Loads weights saved under any plugin or world size; see checkpoint::load_model_state.
   checkpoint::LoadReport load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
@@ -127,6 +138,12 @@ class Booster {
  private:
   std::shared_ptr<Plugin> plugin_;
   std::vector<std::unique_ptr<ModelWrapper>> wrappers_;
+  struct PendingSave {  // an asynchronous checkpoint being written
+    std::thread thread;
+    std::exception_ptr error;
+  };
+  std::unique_ptr<PendingSave> pending_save_;
+  int64_t last_snapshot_bytes_ = 0;
 };
 
 /// Plugins by name: "ddp" (more arrive with later issues). Throws listing the known names.

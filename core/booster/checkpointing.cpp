@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <algorithm>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -60,56 +61,143 @@ std::vector<std::pair<int64_t, std::string>> step_dirs(const std::string& root) 
 
 }  // namespace
 
+namespace {
+
+// Everything one rank writes for a checkpoint, captured at save time.
+struct Snapshot {
+  std::string root, dir;
+  int rank = 0, world = 1;
+  int64_t step = 0;
+  CheckpointOptions options;
+  checkpoint::NamedTensors model, optimizer;  // rank 0 only
+  std::map<std::string, std::string> optimizer_metadata;
+  std::string state_json;                     // rank 0 only
+  at::Tensor rng;
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const auto& l : {&model, &optimizer})
+      for (const auto& [n, t] : *l) b += t.numel() * static_cast<int64_t>(t.element_size());
+    return b;
+  }
+};
+
+void write_rank_files(const Snapshot& s) {
+  if (s.rank == 0) {
+    checkpoint::save_model_state(s.model, s.dir + "/model", s.options.model);
+    checkpoint::save_safetensors(s.dir + "/optimizer.safetensors", s.optimizer, s.optimizer_metadata);
+    checkpoint::write_text_atomically(s.dir + "/state.json", s.state_json);
+  }
+  checkpoint::save_safetensors(s.dir + "/rng/rank-" + std::to_string(s.rank) + ".safetensors",
+                               {{"cpu", s.rng}});
+}
+
+// Rank 0, once every rank's files are complete: move `latest`, prune old checkpoints.
+void publish(const Snapshot& s) {
+  checkpoint::write_text_atomically(s.root + "/latest", "step-" + std::to_string(s.step) + "\n");
+  if (s.options.keep_last > 0) {
+    auto all = step_dirs(s.root);
+    for (size_t i = 0; i + s.options.keep_last < all.size(); ++i) {
+      (void)!std::system(("rm -rf '" + s.root + "/" + all[i].second + "'").c_str());
+    }
+  }
+}
+
+}  // namespace
+
+Booster::~Booster() {
+  try {
+    wait_for_checkpoint();
+  } catch (const std::exception& e) {
+    COLOSSAL_LOG_ERROR("[checkpoint] asynchronous save failed: ", error_text(e));
+  }
+}
+
+void Booster::wait_for_checkpoint() {
+  if (!pending_save_) return;
+  auto pending = std::move(pending_save_);
+  pending->thread.join();
+  if (pending->error) std::rethrow_exception(pending->error);
+}
+
 void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const TrainingState& state,
                               const CheckpointOptions& options) {
+  wait_for_checkpoint();  // at most one snapshot in memory
   auto& wrapper = boosted.optimizer->model_wrapper();
-  std::string dir = root + "/step-" + std::to_string(state.step);
-  if (my_rank() == 0) {
-    ::mkdir(root.c_str(), 0755);
-    ::mkdir(dir.c_str(), 0755);
-    ::mkdir((dir + "/rng").c_str(), 0755);
-  }
-  barrier();
+  auto s = std::make_shared<Snapshot>();
+  s->root = root;
+  s->dir = root + "/step-" + std::to_string(state.step);
+  s->rank = my_rank();
+  s->world = world();
+  s->step = state.step;
+  s->options = options;
+  // Every rank creates the directories it writes into (mkdir of an existing one is harmless).
+  ::mkdir(root.c_str(), 0755);
+  ::mkdir(s->dir.c_str(), 0755);
+  ::mkdir((s->dir + "/rng").c_str(), 0755);
+  auto copy = [&](const checkpoint::NamedTensors& in) {
+    if (!options.async) return in;  // written before training goes on: no copy needed
+    checkpoint::NamedTensors out;
+    for (const auto& [n, t] : in) out.emplace_back(n, t.detach().clone());
+    return out;
+  };
   auto params = wrapper.full_model_state(*boosted.model);
-  if (my_rank() == 0) {
-    checkpoint::save_model_state(params, dir + "/model", options.model);
+  if (s->rank == 0) {
     // Replicated under the plugins so far: one copy, with how it was laid out.
-    checkpoint::save_safetensors(dir + "/optimizer.safetensors",
-                                 checkpoint::optimizer_state(boosted.optimizer->inner(), params),
-                                 {{"plugin", plugin_->name()},
-                                  {"world_size", std::to_string(world())},
-                                  {"layout", "replicated"}});
+    s->model = copy(params);
+    s->optimizer = copy(checkpoint::optimizer_state(boosted.optimizer->inner(), params));
+    s->optimizer_metadata = {{"plugin", plugin_->name()},
+                             {"world_size", std::to_string(s->world)},
+                             {"layout", "replicated"}};
     nlohmann::json js;
     js["step"] = state.step;
     js["epoch"] = state.epoch;
     js["plugin"] = plugin_->name();
-    js["world_size"] = world();
+    js["world_size"] = s->world;
     if (boosted.lr_scheduler) js["lr_scheduler_step"] = boosted.lr_scheduler->last_step();
     js["plugin_state"] = wrapper.extra_state();
     if (boosted.sampler) js["sampler"] = boosted.sampler->state_dict();
-    checkpoint::write_text_atomically(dir + "/state.json", js.dump(2) + "\n");
+    s->state_json = js.dump(2) + "\n";
   }
-  // Every rank's RNG, so dropout and data order continue exactly.
-  at::Tensor rng;
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
-    rng = gen.get_state();
+    s->rng = gen.get_state();
   }
-  checkpoint::save_safetensors(dir + "/rng/rank-" + std::to_string(my_rank()) + ".safetensors",
-                               {{"cpu", rng}});
-  barrier();  // every rank's files are complete
-  if (my_rank() == 0) {
-    checkpoint::write_text_atomically(root + "/latest", "step-" + std::to_string(state.step) + "\n");
-    if (options.keep_last > 0) {
-      auto all = step_dirs(root);
-      for (size_t i = 0; i + options.keep_last < all.size(); ++i) {
-        std::string victim = root + "/" + all[i].second;
-        (void)!std::system(("rm -rf '" + victim + "'").c_str());
+
+  if (!options.async) {
+    barrier();  // the directories exist everywhere
+    write_rank_files(*s);
+    barrier();  // every rank's files are complete
+    if (s->rank == 0) publish(*s);
+    barrier();
+    return;
+  }
+
+  // Asynchronous: ranks count their completed writes in the store; rank 0 publishes when all
+  // have. No collective runs on the background thread (it would race the training's).
+  last_snapshot_bytes_ = s->bytes();
+  c10::intrusive_ptr<c10d::Store> store = distributed() ? dist::store() : nullptr;
+  std::string key = "colossal/checkpoint/" + root + "/" + std::to_string(state.step);
+  auto timeout = std::chrono::seconds(600);
+  pending_save_ = std::make_unique<PendingSave>();
+  auto* pending = pending_save_.get();
+  pending->thread = std::thread([s, store, key, timeout, pending] {
+    try {
+      write_rank_files(*s);
+      if (store) store->add(key, 1);
+      if (s->rank != 0) return;
+      auto deadline = std::chrono::steady_clock::now() + timeout;
+      while (store && store->add(key, 0) < s->world) {
+        COLOSSAL_CHECK(std::chrono::steady_clock::now() < deadline, "[checkpoint] asynchronous save of '",
+                       s->dir, "': only ", store->add(key, 0), " of ", s->world,
+                       " ranks finished writing; `latest` stays on the previous checkpoint");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+      publish(*s);
+    } catch (...) {
+      pending->error = std::current_exception();
     }
-  }
-  barrier();
+  });
 }
 
 TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {

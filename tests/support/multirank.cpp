@@ -190,13 +190,20 @@ std::vector<RankResult> launch_ranks(const RankLaunchOptions& options) {
 }
 
 void run_ranks(int world_size, const std::function<void()>& body, RankLaunchOptions options) {
+  // A test may call run_ranks several times (phases with different world sizes); a rank process
+  // re-runs the whole test, so it runs only the call that started it.
+  static std::map<std::string, int> calls;
+  int index = calls[current_test_filter()]++;
   if (is_rank_process()) {
+    const char* want = std::getenv("COLOSSAL_TEST_RUN_INDEX");
+    if (want != nullptr && std::atoi(want) != index) return;
     dist::init();
     body();
     dist::shutdown();
     return;
   }
   options.world_size = world_size;
+  options.env["COLOSSAL_TEST_RUN_INDEX"] = std::to_string(index);
   auto results = launch_ranks(options);
   for (const auto& r : results) {
     EXPECT_TRUE(r.exited_with(0)) << r.describe();

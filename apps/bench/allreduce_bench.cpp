@@ -11,18 +11,17 @@
 #include <cstring>
 #include <string>
 
+#include "apps/bench/bench_util.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 
 namespace dist = colossal::dist;
 
-namespace {
+using colossal::bench::median;
+using colossal::bench::seconds;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+namespace {
 
 template <typename Fn>
 double timed(const dist::Group& world, Fn&& fn) {

@@ -16,23 +16,15 @@
 #include <cstring>
 
 #include "core/checkpoint/model_io.h"
+#include "apps/bench/bench_util.h"
 #include "core/common/check.h"
 
 namespace ck = colossal::checkpoint;
 
+using colossal::bench::median;
+using colossal::bench::seconds;
+
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <typename Fn>
-double seconds(Fn&& fn) {
-  auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void raw_write(const std::string& path, const char* data, size_t bytes) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -15,12 +15,16 @@
 
 #include "core/booster/booster.h"
 #include "core/booster/ddp_plugin.h"
+#include "apps/bench/bench_util.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 
 namespace dist = colossal::dist;
 namespace booster = colossal::booster;
+
+using colossal::bench::median;
+using colossal::bench::seconds;
 
 namespace {
 
@@ -36,11 +40,6 @@ torch::nn::Sequential make_model(const Config& c) {
         torch::nn::TransformerEncoderLayerOptions(c.d_model, c.heads).dim_feedforward(c.ffn).dropout(0.0)));
   }
   return s;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }

@@ -10,23 +10,15 @@
 #include <cstdio>
 #include <cstring>
 
+#include "apps/bench/bench_util.h"
 #include "core/common/check.h"
 #include "core/optim/fused_adamw.h"
 #include "kernels/cpu/adamw.h"
 
+using colossal::bench::median;
+using colossal::bench::seconds;
+
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <typename Fn>
-double seconds(Fn&& fn) {
-  auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::vector<torch::Tensor> make_params(int64_t total, int64_t count, torch::ScalarType dtype) {
   std::vector<torch::Tensor> ps;

@@ -23,7 +23,10 @@ MixedPrecision::MixedPrecision(Precision precision, const c10::Device& device,
 
 void MixedPrecision::wrap(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   torch::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) working_.push_back(p);
+  for (auto& p : model.parameters()) {
+    index_of_[p.unsafeGetTensorImpl()] = working_.size();
+    working_.push_back(p);
+  }
   masters_.resize(working_.size());
   if (compute_dtype_ == c10::kFloat) return;
   has_masters_ = true;
@@ -52,8 +55,8 @@ void MixedPrecision::wrap(torch::nn::Module& model, torch::optim::Optimizer& opt
 }
 
 torch::Tensor MixedPrecision::master_of(const torch::Tensor& p) const {
-  for (size_t i = 0; i < working_.size(); ++i)
-    if (working_[i].is_same(p) && masters_[i].defined()) return masters_[i];
+  auto it = index_of_.find(p.unsafeGetTensorImpl());
+  if (it != index_of_.end() && masters_[it->second].defined()) return masters_[it->second];
   return p;
 }
 

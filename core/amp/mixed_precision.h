@@ -14,6 +14,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -50,6 +51,7 @@ class MixedPrecision {
   std::optional<DynamicLossScaler> scaler_;
   std::vector<torch::Tensor> working_;  // model parameters (compute dtype)
   std::vector<torch::Tensor> masters_;  // fp32 copy of working_[i] (undefined when no master)
+  std::map<const void*, size_t> index_of_;  // working parameter -> its position
   bool has_masters_ = false;
   bool overflow_ = false;
   int64_t skipped_steps_ = 0;

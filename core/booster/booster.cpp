@@ -4,8 +4,6 @@
 
 #include "core/booster/ddp_plugin.h"
 #include "core/common/check.h"
-#include "core/dist/collectives.h"
-#include "core/dist/runtime.h"
 
 namespace colossal::booster {
 
@@ -80,24 +78,6 @@ double Booster::clip_grad_norm(BoostedOptimizer& optimizer, double max_norm, dou
 
 checkpoint::NamedTensors ModelWrapper::full_model_state(const torch::nn::Module& model) const {
   return checkpoint::model_state(model);
-}
-
-void Booster::save_model(BoostedOptimizer& optimizer, const torch::nn::Module& model,
-                         const std::string& dir, const checkpoint::SaveModelOptions& options) {
-  auto state = optimizer.model_wrapper().full_model_state(model);
-  bool distributed = dist::is_initialized() && dist::world_size() > 1;
-  // Every rank holds the full state under the plugins so far: rank 0 writes it.
-  if (!distributed || dist::rank() == 0) checkpoint::save_model_state(state, dir, options);
-  if (distributed) dist::barrier(dist::world_group());
-}
-
-checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
-                                           const std::string& dir,
-                                           const checkpoint::LoadModelOptions& options) {
-  auto& wrapper = optimizer.model_wrapper();
-  auto report = checkpoint::load_state_into(wrapper.full_model_state(model), dir, options);
-  wrapper.after_model_load();
-  return report;
 }
 
 }  // namespace colossal::booster

@@ -1,4 +1,4 @@
-// Booster::save_checkpoint / load_checkpoint: everything needed to resume training.
+// Booster::save_model / load_model and save_checkpoint / load_checkpoint.
 #include <dirent.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
@@ -198,6 +198,23 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
       pending->error = std::current_exception();
     }
   });
+}
+
+void Booster::save_model(BoostedOptimizer& optimizer, const torch::nn::Module& model,
+                         const std::string& dir, const checkpoint::SaveModelOptions& options) {
+  auto state = optimizer.model_wrapper().full_model_state(model);
+  // Every rank holds the full state under the plugins so far: rank 0 writes it.
+  if (my_rank() == 0) checkpoint::save_model_state(state, dir, options);
+  barrier();
+}
+
+checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
+                                           const std::string& dir,
+                                           const checkpoint::LoadModelOptions& options) {
+  auto& wrapper = optimizer.model_wrapper();
+  auto report = checkpoint::load_state_into(wrapper.full_model_state(model), dir, options);
+  wrapper.after_model_load();
+  return report;
 }
 
 TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {

@@ -26,6 +26,17 @@ std::optional<int64_t> env_int(const char* name) {
   return static_cast<int64_t>(v);
 }
 
+std::optional<double> env_double(const char* name) {
+  auto s = env_string(name);
+  if (!s) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s->c_str(), &end);
+  COLOSSAL_CHECK(end != s->c_str() && *end == '\0' && errno == 0, "environment variable ", name,
+                 ": expected a number, got '", *s, "'");
+  return v;
+}
+
 std::optional<bool> env_flag(const char* name) {
   auto s = env_string(name);
   if (!s) return std::nullopt;

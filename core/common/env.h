@@ -10,6 +10,8 @@ namespace colossal {
 std::optional<std::string> env_string(const char* name);
 /// Integer value; throws "environment variable X: expected an integer, got 'abc'".
 std::optional<int64_t> env_int(const char* name);
+/// Floating-point value; throws "environment variable X: expected a number, got 'abc'".
+std::optional<double> env_double(const char* name);
 /// 1/true/yes/on and 0/false/no/off (any case); anything else throws.
 std::optional<bool> env_flag(const char* name);
 

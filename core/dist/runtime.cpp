@@ -93,22 +93,9 @@ c10::intrusive_ptr<c10d::Backend> make_backend(Runtime& r,
 
 InitOptions InitOptions::from_environment() {
   InitOptions o;
-  auto seconds = [](const char* name, double& field) {
-    if (auto v = env_string(name)) {
-      try {
-        size_t pos = 0;
-        double d = std::stod(*v, &pos);
-        COLOSSAL_CHECK(pos == v->size(), "");
-        field = d;
-      } catch (...) {
-        COLOSSAL_FAIL("environment variable ", name, ": expected seconds (a number), got '", *v,
-                      "'");
-      }
-    }
-  };
-  seconds("COLOSSAL_DIST_TIMEOUT", o.timeout_s);
-  seconds("COLOSSAL_HEARTBEAT_INTERVAL", o.heartbeat_interval_s);
-  seconds("COLOSSAL_DEAD_AFTER", o.dead_after_s);
+  o.timeout_s = env_double("COLOSSAL_DIST_TIMEOUT").value_or(o.timeout_s);
+  o.heartbeat_interval_s = env_double("COLOSSAL_HEARTBEAT_INTERVAL").value_or(o.heartbeat_interval_s);
+  o.dead_after_s = env_double("COLOSSAL_DEAD_AFTER").value_or(o.dead_after_s);
   if (auto b = env_string("COLOSSAL_DIST_BACKEND")) o.backend = *b;
   return o;
 }

@@ -18,22 +18,26 @@ const char* kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "
                        "SLURM_LOCALID", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID",
                        "SLURM_LAUNCH_NODE_IPADDR"};
 
+// Restores the launcher variables when it goes out of scope, however the scope is left.
+struct SavedLauncherEnv {
+  std::map<std::string, std::optional<std::string>> saved;
+  SavedLauncherEnv() {
+    for (const char* v : kVars) {
+      const char* old = std::getenv(v);
+      saved[v] = old ? std::optional<std::string>(old) : std::nullopt;
+    }
+  }
+  ~SavedLauncherEnv() {
+    for (const auto& [k, v] : saved) v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
+  }
+};
+
 // Runs fn with exactly `vars` set among the launcher variables, restoring them afterwards.
 void with_env(const std::map<std::string, std::string>& vars, const std::function<void()>& fn) {
-  std::map<std::string, std::optional<std::string>> saved;
-  for (const char* v : kVars) {
-    const char* old = std::getenv(v);
-    saved[v] = old ? std::optional<std::string>(old) : std::nullopt;
-    ::unsetenv(v);
-  }
+  SavedLauncherEnv restore;
+  for (const char* v : kVars) ::unsetenv(v);
   for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
-  try {
-    fn();
-  } catch (...) {
-    for (const auto& [k, v] : saved) v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
-    throw;
-  }
-  for (const auto& [k, v] : saved) v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
+  fn();
 }
 
 std::string error_of(const std::map<std::string, std::string>& vars) {

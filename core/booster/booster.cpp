@@ -76,6 +76,13 @@ double Booster::clip_grad_norm(BoostedOptimizer& optimizer, double max_norm, dou
   return optimizer.model_wrapper().clip_grad_norm(optimizer.inner(), max_norm, norm_type);
 }
 
+std::vector<checkpoint::OptimizerSlice> ModelWrapper::optimizer_slices(
+    const torch::nn::Module& model) const {
+  std::vector<checkpoint::OptimizerSlice> out;
+  for (auto& [name, t] : full_model_state(model)) out.push_back({name, 0, t});
+  return out;
+}
+
 checkpoint::NamedTensors ModelWrapper::full_model_state(const torch::nn::Module& model) const {
   return checkpoint::model_state(model);
 }

@@ -69,7 +69,9 @@ struct Snapshot {
   int rank = 0, world = 1;
   int64_t step = 0;
   CheckpointOptions options;
-  checkpoint::NamedTensors model, optimizer;  // rank 0 only
+  checkpoint::NamedTensors model;            // rank 0 only
+  checkpoint::NamedTensors optimizer;        // rank 0 only when replicated; every rank's slices otherwise
+  bool optimizer_sliced = false;
   std::map<std::string, std::string> optimizer_metadata;
   std::string state_json;                     // rank 0 only
   at::Tensor rng;
@@ -84,8 +86,13 @@ struct Snapshot {
 void write_rank_files(const Snapshot& s) {
   if (s.rank == 0) {
     checkpoint::save_model_state(s.model, s.dir + "/model", s.options.model);
-    checkpoint::save_safetensors(s.dir + "/optimizer.safetensors", s.optimizer, s.optimizer_metadata);
+    if (!s.optimizer_sliced)
+      checkpoint::save_safetensors(s.dir + "/optimizer.safetensors", s.optimizer, s.optimizer_metadata);
     checkpoint::write_text_atomically(s.dir + "/state.json", s.state_json);
+  }
+  if (s.optimizer_sliced) {
+    checkpoint::save_safetensors(s.dir + "/optimizer/rank-" + std::to_string(s.rank) + ".safetensors",
+                                 s.optimizer, s.optimizer_metadata);
   }
   checkpoint::save_safetensors(s.dir + "/rng/rank-" + std::to_string(s.rank) + ".safetensors",
                                {{"cpu", s.rng}});
@@ -134,20 +141,30 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
   ::mkdir(root.c_str(), 0755);
   ::mkdir(s->dir.c_str(), 0755);
   ::mkdir((s->dir + "/rng").c_str(), 0755);
+  s->optimizer_sliced = wrapper.optimizer_sharded();
+  if (s->optimizer_sliced) ::mkdir((s->dir + "/optimizer").c_str(), 0755);
   auto copy = [&](const checkpoint::NamedTensors& in) {
     if (!options.async) return in;  // written before training goes on: no copy needed
     checkpoint::NamedTensors out;
     for (const auto& [n, t] : in) out.emplace_back(n, t.detach().clone());
     return out;
   };
+  // Collective under some plugins (sharded parameters are gathered): every rank calls it.
   auto params = wrapper.full_model_state(*boosted.model);
+  auto slices = wrapper.optimizer_slices(*boosted.model);
+  s->optimizer_metadata = {{"plugin", plugin_->name()},
+                           {"world_size", std::to_string(s->world)},
+                           {"rank", std::to_string(s->rank)},
+                           {"layout", s->optimizer_sliced ? "sliced" : "replicated"}};
+  if (s->optimizer_sliced) {
+    s->optimizer = copy(checkpoint::optimizer_state(boosted.optimizer->inner(), slices,
+                                                    &s->optimizer_metadata));
+  } else if (s->rank == 0) {
+    s->optimizer = copy(checkpoint::optimizer_state(boosted.optimizer->inner(), slices));
+  }
   if (s->rank == 0) {
-    // Replicated under the plugins so far: one copy, with how it was laid out.
+    // The model is always saved whole (Hugging Face layout), once.
     s->model = copy(params);
-    s->optimizer = copy(checkpoint::optimizer_state(boosted.optimizer->inner(), params));
-    s->optimizer_metadata = {{"plugin", plugin_->name()},
-                             {"world_size", std::to_string(s->world)},
-                             {"layout", "replicated"}};
     nlohmann::json js;
     js["step"] = state.step;
     js["epoch"] = state.epoch;
@@ -203,7 +220,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
 void Booster::save_model(BoostedOptimizer& optimizer, const torch::nn::Module& model,
                          const std::string& dir, const checkpoint::SaveModelOptions& options) {
   auto state = optimizer.model_wrapper().full_model_state(model);
-  // Every rank holds the full state under the plugins so far: rank 0 writes it.
+  // Every rank takes part (sharded plugins gather the parameters); rank 0 writes.
   if (my_rank() == 0) checkpoint::save_model_state(state, dir, options);
   barrier();
 }
@@ -228,8 +245,9 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   auto params = wrapper.full_model_state(*boosted.model);
   auto report = checkpoint::load_state_into(params, dir + "/model");
   wrapper.after_model_load();
-  checkpoint::CheckpointReader opt_reader(dir, "optimizer");
-  checkpoint::load_optimizer_state(boosted.optimizer->inner(), params, opt_reader);
+  checkpoint::OptimizerStateSource opt_source(dir);
+  checkpoint::load_optimizer_state(boosted.optimizer->inner(), wrapper.optimizer_slices(*boosted.model),
+                                   opt_source);
 
   auto js = nlohmann::json::parse(read_text(dir + "/state.json"), nullptr, false);
   COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[checkpoint] '", dir,

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "core/checkpoint/optimizer_io.h"
 #include "core/checkpoint/safetensors.h"
 
 namespace colossal::booster {
@@ -43,6 +44,12 @@ class ModelWrapper {
   virtual checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const;
   /// Called after a load wrote into full_model_state() (mixed precision: masters -> working).
   virtual void after_model_load() {}
+  /// The tensors the optimizer updates, as slices of named parameters (what optimizer state is
+  /// saved and loaded by). Default: the whole tensors of full_model_state().
+  virtual std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module& model) const;
+  /// True when each rank's optimizer holds a different part of the state (every rank then
+  /// writes its own slice file); false when it is replicated (rank 0 writes it).
+  virtual bool optimizer_sharded() const { return false; }
   /// Plugin state that checkpoints carry (e.g. the fp16 loss scaler).
   virtual std::map<std::string, double> extra_state() const { return {}; }
   virtual void load_extra_state(const std::map<std::string, double>&) {}

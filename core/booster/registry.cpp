@@ -3,6 +3,7 @@
 #include "core/booster/booster.h"
 #include "core/booster/ddp_plugin.h"
 #include "core/common/check.h"
+#include "core/zero/low_level_zero_plugin.h"
 
 namespace colossal::booster {
 namespace {
@@ -12,9 +13,17 @@ struct Entry {
   std::shared_ptr<Plugin> (*make)();
 };
 
+std::shared_ptr<Plugin> zero1() {
+  zero::LowLevelZeroPlugin::Options o;
+  o.stage = 1;
+  return std::make_shared<zero::LowLevelZeroPlugin>(o);
+}
+
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
       {"ddp", [] { return std::shared_ptr<Plugin>(std::make_shared<DDPPlugin>()); }},
+      {"zero1", [] { return zero1(); }},
+      {"zero2", [] { return std::shared_ptr<Plugin>(std::make_shared<zero::LowLevelZeroPlugin>()); }},
   };
   return entries;
 }

@@ -1,19 +1,76 @@
 #pragma once
 // Optimizer state as named tensors, keyed by the model's parameter names, so it is independent
-// of how parameters were grouped or in which process they live:
+// of how parameters were grouped, split or in which process they live:
 //   "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step"   (Adam, AdamW, FusedAdamW)
 //   "<param>.momentum_buffer"                                   (SGD with momentum)
+//
+// Layouts on disk (a checkpoint directory holds one):
+//   replicated: optimizer.safetensors (or sharded by size with an index), full-shape tensors,
+//               written once by rank 0 (DDP and single-process training);
+//   sliced:     optimizer/rank-R.safetensors, one per rank, each holding 1-D slices of the
+//               flattened state (ZeRO); metadata "offset.<param>" says where each slice starts
+//               and "world_size" how many files make the whole.
+// OptimizerStateSource reads either, and any element range of any state tensor, so state saved
+// under one layout loads under any other.
 #include <torch/optim/optimizer.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "core/checkpoint/safetensors.h"
 
 namespace colossal::checkpoint {
 
-/// `params` names the tensors the optimizer holds (e.g. ModelWrapper::full_model_state()).
-NamedTensors optimizer_state(const torch::optim::Optimizer& optimizer, const NamedTensors& params);
-/// Restores what optimizer_state() produced; throws naming a parameter whose state is missing
-/// or has another shape.
-void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTensors& params,
-                          const CheckpointReader& reader);
+/// One tensor the optimizer updates, as a piece of a named parameter: elements
+/// [offset, offset + tensor.numel()) of the flattened parameter (offset 0 and the full tensor
+/// when it is not split).
+struct OptimizerSlice {
+  std::string name;
+  int64_t offset = 0;
+  at::Tensor tensor;
+  int64_t full_numel = -1;  // elements of the whole parameter; -1: tensor.numel()
+};
+
+/// The optimizer's state for `slices` (full-shape tensors for whole parameters, 1-D otherwise)
+/// and the metadata that locates sliced pieces ("offset.<param>" for every slice with offset
+/// != 0 or a 1-D split tensor).
+NamedTensors optimizer_state(const torch::optim::Optimizer& optimizer,
+                             const std::vector<OptimizerSlice>& slices,
+                             std::map<std::string, std::string>* metadata = nullptr);
+
+class OptimizerStateSource {
+ public:
+  /// Opens the optimizer state of checkpoint directory `dir` (either layout); throws naming what
+  /// is missing (e.g. a rank file of a sliced checkpoint).
+  explicit OptimizerStateSource(const std::string& dir);
+  bool contains(const std::string& key) const { return pieces_.count(key) != 0; }
+  /// Elements [offset, offset + numel) of the flattened state tensor `key`; throws when the
+  /// saved pieces do not cover the range.
+  at::Tensor read_range(const std::string& key, int64_t offset, int64_t numel) const;
+  /// Elements of the whole (unsplit) state tensor `key`, as saved.
+  int64_t saved_numel(const std::string& key) const;
+  /// A per-parameter scalar (".step").
+  at::Tensor read_scalar(const std::string& key) const;
+  const std::string& layout() const { return layout_; }
+
+ private:
+  struct Piece {
+    std::shared_ptr<SafetensorsFile> file;
+    std::string tensor;  // name inside the file
+    int64_t offset = 0;
+    int64_t numel = 0;
+  };
+  std::string dir_, layout_;
+  std::shared_ptr<CheckpointReader> replicated_;
+  std::map<std::string, std::vector<Piece>> pieces_;
+};
+
+/// Restores state into the optimizer's tensors `slices` from any layout; throws naming a
+/// parameter whose state is missing, incomplete or of another size.
+void load_optimizer_state(torch::optim::Optimizer& optimizer,
+                          const std::vector<OptimizerSlice>& slices,
+                          const OptimizerStateSource& source);
 
 }  // namespace colossal::checkpoint

@@ -1,6 +1,5 @@
-// A checkpoint saved under one layout loads under another: saved by DDP on 2 ranks, training
-// continues in one process and on DDP with 4 ranks, with losses within 1e-5 relative of the
-// straight run. (ZeRO layouts join when the ZeRO plugins land.)
+// A checkpoint saved under one layout (plugin and world size) loads under any other: training
+// continues with losses within 1e-5 relative of the straight single-process run.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -58,10 +57,10 @@ std::vector<double> train(Booster& booster, Boosted& b, torch::nn::Sequential& n
   return losses;
 }
 
-void continue_and_compare(const std::string& root) {
+void continue_and_compare(const std::string& root, const std::string& plugin) {
   auto net = make_net(/*a different init: the checkpoint must supply everything*/ 77);
   auto opt = std::make_shared<torch::optim::AdamW>(net->parameters(), torch::optim::AdamWOptions(1e-2));
-  Booster booster(make_plugin("ddp"));
+  Booster booster(make_plugin(plugin));
   auto b = booster.boost(net.ptr(), opt);
   auto state = booster.load_checkpoint(b, root);
   EXPECT_EQ(state.step, kSaveAt);
@@ -69,28 +68,43 @@ void continue_and_compare(const std::string& root) {
   auto want = straight_losses();
   for (int s = kSaveAt; s < kSteps; ++s) {
     EXPECT_NEAR(got[s - kSaveAt], want[s], 1e-5 * want[s])
-        << "step " << s << " on " << dist::world_size() << " rank(s)";
+        << "step " << s << " under " << plugin << " on " << dist::world_size() << " rank(s)";
   }
 }
 
-TEST(CrossLayout, SavedOnTwoRanksContinuesOnOneAndOnFour) {
-  // Three phases, three process groups; the directory travels to the ranks in the environment.
+// Saves at step kSaveAt under `plugin` on `ranks` ranks (the first kSaveAt steps must match the
+// straight run too), then runs each of `continuations` from the checkpoint.
+void save_then_continue(const std::string& plugin, int ranks,
+                        const std::vector<std::pair<std::string, int>>& continuations) {
+  // One process group per phase; the directory travels to the ranks in the environment.
   testing::RankLaunchOptions o;
   if (!testing::is_rank_process()) {
-    o.env["COLOSSAL_TEST_CKPT"] = ::testing::TempDir() + "cross_layout_" + std::to_string(::getpid());
+    o.env["COLOSSAL_TEST_CKPT"] = ::testing::TempDir() + "cross_layout_" + plugin + "_" +
+                                  std::to_string(::getpid());
   }
-  testing::run_ranks(2, [] {
+  testing::run_ranks(ranks, [plugin] {
     auto net = make_net(5);
     auto opt = std::make_shared<torch::optim::AdamW>(net->parameters(), torch::optim::AdamWOptions(1e-2));
-    Booster booster(make_plugin("ddp"));
+    Booster booster(make_plugin(plugin));
     auto b = booster.boost(net.ptr(), opt);
     auto losses = train(booster, b, net, 0, kSaveAt);
     auto want = straight_losses();
     for (int s = 0; s < kSaveAt; ++s) EXPECT_NEAR(losses[s], want[s], 1e-5 * want[s]);
     booster.save_checkpoint(b, std::getenv("COLOSSAL_TEST_CKPT"), {.step = kSaveAt});
   }, o);
-  testing::run_ranks(1, [] { continue_and_compare(std::getenv("COLOSSAL_TEST_CKPT")); }, o);
-  testing::run_ranks(4, [] { continue_and_compare(std::getenv("COLOSSAL_TEST_CKPT")); }, o);
+  for (const auto& [next, n] : continuations) {
+    std::string name = next;
+    testing::run_ranks(n, [name] { continue_and_compare(std::getenv("COLOSSAL_TEST_CKPT"), name); }, o);
+  }
+}
+
+TEST(CrossLayout, DdpOnTwoContinuesOnOneDdpOnFourAndZero2OnFour) {
+  save_then_continue("ddp", 2, {{"ddp", 1}, {"ddp", 4}, {"zero2", 4}});
+}
+
+TEST(CrossLayout, Zero2OnFourContinuesOnDdpTwoZero1TwoAndOneProcess) {
+  // Sliced optimizer state (one file per rank) reassembled for other slicings and for none.
+  save_then_continue("zero2", 4, {{"ddp", 2}, {"zero1", 2}, {"zero2", 1}});
 }
 
 }  // namespace

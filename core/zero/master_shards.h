@@ -1,0 +1,63 @@
+#pragma once
+// The fp32 side of a sharded optimizer, shared by the ZeRO plugins: each rank keeps fp32 master
+// slices of the parameters it owns (1-D pieces of the flattened parameters) and steps the
+// user's optimizer on them. This class turns the plugin's gradient shards into the masters'
+// gradients (unscaled for fp16), agrees on overflow across ranks, clips by the global norm and
+// runs the step.
+//
+// A slice's master may be a view of the working parameter itself (fp32 training without
+// offload): the step then updates the working copy in place and nothing is copied.
+#include <torch/optim/optimizer.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/amp/loss_scaler.h"
+#include "core/dist/group.h"
+
+namespace colossal::zero {
+
+struct MasterSlice {
+  std::string name;            // the parameter's name in the model
+  std::vector<int64_t> shape;  // the full parameter's shape
+  int64_t offset = 0;          // first element of the flattened parameter this slice holds
+  torch::Tensor master;        // fp32, 1-D, what the optimizer updates
+  torch::Tensor grad;          // this rank's reduced gradient for the slice (any float dtype)
+};
+
+class MasterShards {
+ public:
+  MasterShards(dist::Group group, std::optional<amp::DynamicLossScaler> scaler)
+      : group_(std::move(group)), scaler_(std::move(scaler)) {}
+
+  std::vector<MasterSlice>& slices() { return slices_; }
+  const std::vector<MasterSlice>& slices() const { return slices_; }
+
+  /// Swaps the optimizer's parameters for the masters (`master_of` maps a working parameter to
+  /// its slice index, or -1 when this rank owns none of it: the parameter is dropped).
+  void bind(torch::optim::Optimizer& optimizer,
+            const std::function<int64_t(const torch::Tensor&)>& slice_of);
+
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  amp::DynamicLossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
+  const amp::DynamicLossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+
+  /// After the gradients are reduced: master.grad = grad / loss_scale (a view when no
+  /// conversion is needed), and (fp16) every rank agrees whether any gradient overflowed.
+  void prepare_grads();
+  /// Global norm over every rank's slices; scales the masters' gradients to max_norm.
+  double clip_grad_norm(double max_norm, double norm_type);
+  /// Steps the optimizer unless a rank overflowed; returns whether it ran.
+  bool step(torch::optim::Optimizer& optimizer);
+  int64_t skipped_steps() const { return skipped_steps_; }
+
+ private:
+  dist::Group group_;
+  std::optional<amp::DynamicLossScaler> scaler_;
+  std::vector<MasterSlice> slices_;
+  bool overflow_ = false;
+  int64_t skipped_steps_ = 0;
+};
+
+}  // namespace colossal::zero

@@ -146,7 +146,7 @@ class Booster {
   int64_t last_snapshot_bytes_ = 0;
 };
 
-/// Plugins by name: "ddp", "zero1", "zero2" (defaults; construct a plugin for options). Throws listing the known names.
+/// Plugins by name: "ddp", "zero1", "zero2", "gemini" (= "zero3"), with default options. Throws listing the known names.
 std::shared_ptr<Plugin> make_plugin(const std::string& name);
 std::vector<std::string> plugin_names();
 

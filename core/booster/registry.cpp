@@ -3,6 +3,7 @@
 #include "core/booster/booster.h"
 #include "core/booster/ddp_plugin.h"
 #include "core/common/check.h"
+#include "core/zero/gemini_plugin.h"
 #include "core/zero/low_level_zero_plugin.h"
 
 namespace colossal::booster {
@@ -24,6 +25,8 @@ const std::vector<Entry>& registry() {
       {"ddp", [] { return std::shared_ptr<Plugin>(std::make_shared<DDPPlugin>()); }},
       {"zero1", [] { return zero1(); }},
       {"zero2", [] { return std::shared_ptr<Plugin>(std::make_shared<zero::LowLevelZeroPlugin>()); }},
+      {"gemini", [] { return std::shared_ptr<Plugin>(std::make_shared<zero::GeminiPlugin>()); }},
+      {"zero3", [] { return std::shared_ptr<Plugin>(std::make_shared<zero::GeminiPlugin>()); }},
   };
   return entries;
 }

@@ -8,6 +8,7 @@
 #include "core/booster/booster.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/nn/module_hooks.h"
 
 namespace colossal::testing {
 
@@ -21,7 +22,8 @@ struct ToyNetImpl : torch::nn::Module {
     if (with_unused_branch) unused = register_module("unused", torch::nn::Linear(kHidden, kOut));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return fc2(torch::gelu(norm(fc1(x))));
+    // Through colossal::nn::call so ZeRO-3 can gather each module's parameters on demand.
+    return nn::call(fc2, torch::gelu(nn::call(norm, nn::call(fc1, x))));
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr};
   torch::nn::LayerNorm norm{nullptr};
@@ -116,8 +118,10 @@ inline Trace train_boosted(std::shared_ptr<booster::Plugin> plugin, const TrainO
     dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
     t.losses.push_back(l.item<double>());
   }
-  t.params = snapshot(model);
-  for (auto& p : t.params) p = p.to(torch::kFloat32);
+  // Through the plugin: under ZeRO-3 parameters have no data outside forward and backward.
+  auto state = b.optimizer->model_wrapper().full_model_state(*model);
+  std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
+  for (const auto& item : model->named_parameters()) t.params.push_back(by_name.at(item.key()).to(torch::kFloat32, false, true));
   return t;
 }
 

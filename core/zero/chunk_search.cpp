@@ -1,0 +1,47 @@
+#include "core/zero/chunk_search.h"
+
+#include <algorithm>
+
+#include "core/common/check.h"
+
+namespace colossal::zero {
+
+ChunkSearchResult pack(const std::vector<int64_t>& sizes, int64_t chunk_elements) {
+  ChunkSearchResult r;
+  r.chunk_elements = chunk_elements;
+  int64_t used = chunk_elements;  // forces a first chunk
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    COLOSSAL_CHECK(s <= chunk_elements, "[gemini] a parameter of ", s,
+                   " elements does not fit a chunk of ", chunk_elements);
+    if (used + s > chunk_elements) {
+      ++r.chunks;
+      used = 0;
+    }
+    used += s;
+    total += s;
+  }
+  r.wasted_elements = r.chunks * chunk_elements - total;
+  return r;
+}
+
+ChunkSearchResult search_chunk_size(const std::vector<int64_t>& sizes, const ChunkSearchOptions& o) {
+  COLOSSAL_CHECK(!sizes.empty(), "[gemini] no parameters to place in chunks");
+  COLOSSAL_CHECK(o.ranks >= 1 && o.interval >= 1, "[gemini] chunk search: ranks and interval must be >= 1");
+  auto round_up = [&](int64_t v) { return (v + o.ranks - 1) / o.ranks * o.ranks; };
+  int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  int64_t lo = round_up(std::max(largest, o.min_elements));
+  int64_t hi = std::max(lo, round_up(o.max_elements));
+  ChunkSearchResult best;
+  best.wasted_elements = -1;
+  for (int64_t size = lo; size <= hi;) {
+    auto r = pack(sizes, size);
+    if (best.wasted_elements < 0 || r.wasted_elements <= best.wasted_elements) best = r;
+    int64_t next = round_up(size + o.interval);
+    if (next <= size) break;
+    size = next;
+  }
+  return best;
+}
+
+}  // namespace colossal::zero

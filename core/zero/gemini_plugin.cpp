@@ -1,0 +1,641 @@
+#include "core/zero/gemini_plugin.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <climits>
+#include <deque>
+#include <set>
+
+#include "core/amp/precision.h"
+#include "core/common/check.h"
+#include "core/common/log.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "core/nn/module_hooks.h"
+#include "core/zero/chunk_state.h"
+#include "core/zero/master_shards.h"
+
+namespace colossal::zero {
+namespace {
+
+using booster::ModelWrapper;
+
+// A chunk's full buffer is gathered and released by giving its storage memory and taking it
+// back; parameters stay views of it throughout (and so do tensors autograd saved from them,
+// which therefore see the re-gathered values in backward).
+void free_storage(const torch::Tensor& t) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
+  s->set_nbytes(0);
+}
+void alloc_storage(const torch::Tensor& t, size_t nbytes) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+struct GParam {
+  torch::Tensor param;
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t chunk = 0;
+  int64_t offset = 0;  // in the chunk
+  int64_t numel = 0;
+  TensorState state = TensorState::kHold;
+};
+
+struct Chunk {
+  std::vector<size_t> params;
+  int64_t elements = 0, shard_elements = 0;
+  torch::Tensor data;        // the full chunk (compute dtype); no memory while released
+  torch::Tensor shard;       // this rank's piece, persistent
+  torch::Tensor master;      // fp32 piece the optimizer updates (== shard for fp32 in place)
+  torch::Tensor grad;        // full gradients during backward
+  torch::Tensor grad_shard;  // this rank's reduced gradients (accumulates)
+  torch::Tensor reduce_out;
+  dist::Handle gather_handle, reduce_handle;
+  bool gathered = true, gathering = false, reducing = false;
+  bool pinned = false;       // kept gathered
+  int64_t ready = 0;         // parameters whose gradient arrived in this backward
+  int64_t last_use = 0;
+  int64_t bytes() const { return elements * static_cast<int64_t>(data.element_size()); }
+};
+
+class GeminiModel : public ModelWrapper {
+ public:
+  GeminiModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+              const GeminiPlugin::Options& options)
+      : ModelWrapper("gemini"),
+        options_(options),
+        group_(dist::world_group()),
+        ranks_(group_.size()),
+        rank_(group_.rank()),
+        shards_(group_, amp::parse_precision(options.precision) == amp::Precision::kFp16
+                            ? std::optional<amp::DynamicLossScaler>(options.loss_scaler)
+                            : std::nullopt) {
+    compute_dtype_ = amp::compute_dtype(amp::parse_precision(options_.precision), c10::Device(c10::kCPU));
+    auto_placement_ = options_.placement == "auto";
+    collect_parameters(model, optimizer);
+    broadcast_state(model);
+    build_chunks(model);
+    shards_.bind(optimizer, [this](const torch::Tensor& p) -> int64_t {
+      auto it = slice_of_.find(p.unsafeGetTensorImpl());
+      return it == slice_of_.end() ? -1 : it->second;
+    });
+    install_module_hooks(model, "");
+    install_gradient_hooks();
+    if (!options_.check_first_step) release_unpinned();
+    first_step_ = options_.check_first_step;
+  }
+
+  ~GeminiModel() override {
+    for (int64_t id : hook_ids_) nn::remove_forward_hooks(id);
+  }
+
+  // ---- backward -------------------------------------------------------------------------
+  void before_backward() override {
+    for (auto& c : chunks_) c.ready = 0;
+    in_backward_ = true;
+  }
+
+  void after_backward() override {
+    in_backward_ = false;
+    // Parameters without a gradient contribute zeros; chunks go out in index order.
+    for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+      auto& c = chunks_[ci];
+      if (c.ready == static_cast<int64_t>(c.params.size())) continue;
+      for (size_t pi : c.params) {
+        auto& gp = params_[pi];
+        if (gp.state == TensorState::kHold || gp.state == TensorState::kCompute) set_state(gp, TensorState::kReadyForReduce);
+      }
+      c.ready = static_cast<int64_t>(c.params.size());
+      reduce_chunk(ci);
+    }
+    while (!reducing_.empty()) drain_oldest();
+    if (first_step_) {
+      first_step_ = false;
+      if (!used_outside_call_.empty()) {
+        std::string list;
+        for (size_t i = 0; i < used_outside_call_.size() && i < 10; ++i)
+          list += (i ? ", " : "") + used_outside_call_[i];
+        COLOSSAL_FAIL("[gemini] these parameters were used without colossal::nn::call around their "
+                      "module, so they cannot be gathered on demand: ", list,
+                      ". Run each module that owns parameters as colossal::nn::call(module, ...)");
+      }
+      release_unpinned();
+    }
+    recording_ = false;
+    cursor_ = 0;
+    for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+      auto& c = chunks_[ci];
+      for (size_t pi : c.params) {
+        auto& gp = params_[pi];
+        if (gp.slice >= 0)
+          shards_.slices()[gp.slice].grad = c.grad_shard.narrow(0, gp.slice_offset, shards_.slices()[gp.slice].master.numel());
+      }
+    }
+    shards_.prepare_grads();
+  }
+
+  c10::ScalarType compute_dtype() const override { return compute_dtype_; }
+  double loss_scale() const override { return shards_.loss_scale(); }
+
+  void zero_grad(torch::optim::Optimizer&) override {
+    torch::NoGradGuard no_grad;
+    for (auto& c : chunks_) c.grad_shard.zero_();
+    for (auto& gp : params_) gp.param.mutable_grad() = torch::Tensor();
+    for (auto& s : shards_.slices()) s.master.mutable_grad() = torch::Tensor();
+  }
+
+  double clip_grad_norm(torch::optim::Optimizer&, double max_norm, double norm_type) override {
+    return shards_.clip_grad_norm(max_norm, norm_type);
+  }
+
+  bool optimizer_step(torch::optim::Optimizer& optimizer) override {
+    bool ran = shards_.step(optimizer);
+    torch::NoGradGuard no_grad;
+    for (auto& c : chunks_) {
+      if (c.gathering) {  // a prefetch still in flight: finish it, then it is released below
+        c.gather_handle.wait();
+        c.gathering = false;
+        c.gathered = true;
+        for (size_t pi : c.params) set_state(params_[pi], TensorState::kHold);
+      }
+      if (ran && !c.master.is_same(c.shard)) c.shard.copy_(c.master);
+      if (!c.gathered) continue;
+      if (c.pinned) {
+        dist::all_gather(c.data, c.shard, group_);  // refresh the kept copy
+        for (size_t pi : c.params)
+          if (params_[pi].state != TensorState::kHold) set_state(params_[pi], TensorState::kHold);
+      }
+    }
+    release_unpinned();  // gathered copies are stale now
+    return ran;
+  }
+
+  // ---- checkpoints ----------------------------------------------------------------------
+  checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const override {
+    torch::NoGradGuard no_grad;
+    auto state = ModelWrapper::full_model_state(model);
+    std::map<std::string, size_t> pos;
+    for (size_t i = 0; i < state.size(); ++i) pos[state[i].first] = i;
+    gathered_.assign(chunks_.size(), torch::Tensor());
+    for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+      const auto& c = chunks_[ci];
+      auto full = torch::empty({c.elements}, torch::kFloat32);
+      auto mine = c.master.scalar_type() == torch::kFloat32 ? c.master : c.master.to(torch::kFloat32);
+      dist::all_gather(full, mine.contiguous(), group_);
+      gathered_[ci] = full;
+      for (size_t pi : c.params) {
+        const auto& gp = params_[pi];
+        auto it = pos.find(gp.name);
+        if (it != pos.end()) state[it->second].second = full.narrow(0, gp.offset, gp.numel).view(gp.shape);
+      }
+    }
+    return state;
+  }
+
+  void after_model_load() override {
+    torch::NoGradGuard no_grad;
+    for (size_t ci = 0; ci < gathered_.size() && ci < chunks_.size(); ++ci) {
+      auto& c = chunks_[ci];
+      const auto& full = gathered_[ci];
+      if (!full.defined()) continue;
+      auto piece = full.narrow(0, rank_ * c.shard_elements, c.shard_elements);
+      c.master.copy_(piece);
+      if (!c.master.is_same(c.shard)) c.shard.copy_(piece);
+      if (c.gathered) c.data.copy_(full);
+    }
+    gathered_.clear();
+  }
+
+  std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module&) const override {
+    std::vector<checkpoint::OptimizerSlice> out;
+    for (const auto& s : shards_.slices()) {
+      int64_t full = 1;
+      for (auto d : s.shape) full *= d;
+      out.push_back({s.name, s.offset, s.master, full});
+    }
+    return out;
+  }
+  bool optimizer_sharded() const override { return ranks_ > 1; }
+
+  std::map<std::string, double> extra_state() const override {
+    return shards_.scaler() ? shards_.scaler()->state_dict() : std::map<std::string, double>{};
+  }
+  void load_extra_state(const std::map<std::string, double>& state) override {
+    if (shards_.scaler() && !state.empty()) shards_.scaler()->load_state_dict(state);
+  }
+
+ private:
+  struct ParamEx : GParam {
+    int64_t slice = -1;         // index into shards_.slices()
+    int64_t slice_offset = 0;   // where the slice starts in the chunk's shard
+  };
+
+  void set_state(ParamEx& gp, TensorState to) {
+    check_transition(gp.name, gp.state, to);
+    gp.state = to;
+  }
+
+  // ---- setup ----------------------------------------------------------------------------
+  void collect_parameters(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+    std::set<const void*> in_optimizer;
+    for (const auto& g : optimizer.param_groups())
+      for (const auto& p : g.params()) in_optimizer.insert(p.unsafeGetTensorImpl());
+    for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+      if (!item.value().requires_grad()) continue;
+      COLOSSAL_CHECK(item.value().scalar_type() == c10::kFloat, "[gemini] parameter '", item.key(),
+                     "' is ", item.value().scalar_type(), "; boost an fp32 model (precision is an option)");
+      ParamEx gp;
+      gp.param = item.value();
+      gp.name = item.key();
+      gp.shape = item.value().sizes().vec();
+      gp.numel = item.value().numel();
+      index_of_name_[gp.name] = params_.size();
+      params_.push_back(std::move(gp));
+      in_optimizer.erase(item.value().unsafeGetTensorImpl());
+    }
+    COLOSSAL_CHECK(in_optimizer.empty(), "[gemini] the optimizer holds ", in_optimizer.size(),
+                   " tensor(s) that are not trainable parameters of the model being boosted");
+    COLOSSAL_CHECK(!params_.empty(), "[gemini] the model has no trainable parameters");
+  }
+
+  void broadcast_state(torch::nn::Module& model) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) {
+      auto t = p.detach();
+      dist::broadcast(t, 0, group_);
+    }
+    for (auto& b : model.buffers()) {
+      auto t = b.detach();
+      dist::broadcast(t, 0, group_);
+    }
+  }
+
+  void build_chunks(torch::nn::Module& model) {
+    torch::NoGradGuard no_grad;
+    std::vector<int64_t> sizes;
+    for (const auto& gp : params_) sizes.push_back(gp.numel);
+    int64_t E = options_.chunk_elements;
+    if (E <= 0) {
+      auto search = options_.chunk_search;
+      search.ranks = ranks_;
+      E = search_chunk_size(sizes, search).chunk_elements;
+    } else {
+      E = (E + ranks_ - 1) / ranks_ * ranks_;
+    }
+    chunk_elements_ = E;
+    // Pack in registration order (what forward usually follows).
+    int64_t used = E;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      COLOSSAL_CHECK(params_[i].numel <= E, "[gemini] parameter '", params_[i].name, "' (",
+                     params_[i].numel, " elements) does not fit chunk_elements = ", E);
+      if (used + params_[i].numel > E) {
+        chunks_.emplace_back();
+        used = 0;
+      }
+      params_[i].chunk = chunks_.size() - 1;
+      params_[i].offset = used;
+      chunks_.back().params.push_back(i);
+      used += params_[i].numel;
+    }
+    int64_t n = static_cast<int64_t>(chunks_.size());
+    int64_t sharded = static_cast<int64_t>(std::ceil(options_.shard_param_frac * n - 1e-9));
+    int64_t optim_off = static_cast<int64_t>(std::ceil(options_.offload_optim_frac * n - 1e-9));
+    for (int64_t ci = 0; ci < n; ++ci) {
+      auto& c = chunks_[ci];
+      c.elements = E;
+      c.shard_elements = E / ranks_;
+      c.pinned = ci >= sharded;
+      c.data = torch::zeros({E}, torch::TensorOptions().dtype(compute_dtype_));
+      for (size_t pi : c.params) {
+        auto& gp = params_[pi];
+        c.data.narrow(0, gp.offset, gp.numel).copy_(gp.param.detach().reshape({-1}));
+        gp.param.set_data(c.data.narrow(0, gp.offset, gp.numel).view(gp.shape));
+      }
+      c.shard = c.data.narrow(0, rank_ * c.shard_elements, c.shard_elements).clone();
+      bool separate_master = compute_dtype_ != c10::kFloat || ci < optim_off;
+      c.master = separate_master ? c.shard.to(torch::kFloat32, false, /*copy=*/true) : c.shard;
+      c.grad_shard = torch::zeros({c.shard_elements}, c.data.options());
+      gathered_bytes_ += c.bytes();
+      // The optimizer's view: each parameter's intersection with this rank's shard.
+      int64_t lo = rank_ * c.shard_elements, hi = lo + c.shard_elements;
+      for (size_t pi : c.params) {
+        auto& gp = params_[pi];
+        int64_t a = std::max(lo, gp.offset), b = std::min(hi, gp.offset + gp.numel);
+        if (a >= b) continue;
+        MasterSlice s;
+        s.name = gp.name;
+        s.shape = gp.shape;
+        s.offset = a - gp.offset;
+        s.master = c.master.narrow(0, a - lo, b - a);
+        gp.slice = static_cast<int64_t>(shards_.slices().size());
+        gp.slice_offset = a - lo;
+        slice_of_[gp.param.unsafeGetTensorImpl()] = gp.slice;
+        shards_.slices().push_back(std::move(s));
+      }
+    }
+    for (auto& b : model.buffers())
+      if (b.is_floating_point() && compute_dtype_ != c10::kFloat) b.set_data(b.detach().to(compute_dtype_));
+  }
+
+  // Hooks on every module that directly owns managed parameters.
+  void install_module_hooks(torch::nn::Module& module, const std::string& prefix) {
+    std::vector<size_t> own;
+    for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+      auto it = index_of_name_.find(prefix + item.key());
+      if (it != index_of_name_.end()) own.push_back(it->second);
+    }
+    if (!own.empty()) {
+      nn::ForwardHooks hooks;
+      hooks.pre = [this, own] { access(own); };
+      hooks.post = [this, own](const std::vector<torch::Tensor>& outputs) { post_forward(own, outputs); };
+      hook_ids_.push_back(nn::set_forward_hooks(module, std::move(hooks)));
+    }
+    for (const auto& child : module.named_children())
+      install_module_hooks(*child.value(), prefix + child.key() + ".");
+  }
+
+  void install_gradient_hooks() {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
+      COLOSSAL_CHECK(acc != nullptr, "[gemini] parameter '", params_[i].name, "' has no gradient accumulator");
+      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, i](const torch::autograd::variable_list& outputs,
+                    const torch::autograd::variable_list&) {
+            if (in_backward_) gradient_ready(i);
+            return outputs;
+          }));
+      accumulators_.push_back(std::move(acc));
+    }
+  }
+
+  // ---- gather / release -----------------------------------------------------------------
+  void access(const std::vector<size_t>& own) {
+    std::vector<size_t> chunks;
+    for (size_t pi : own)
+      if (std::find(chunks.begin(), chunks.end(), params_[pi].chunk) == chunks.end())
+        chunks.push_back(params_[pi].chunk);
+    for (size_t ci : chunks) {
+      note_access(ci);
+      ensure_gathered(ci);
+    }
+    for (size_t pi : own) {
+      auto& gp = params_[pi];
+      if (gp.state == TensorState::kHoldAfterBwd) set_state(gp, TensorState::kHold);
+      set_state(gp, TensorState::kCompute);
+    }
+    prefetch();
+  }
+
+  void post_forward(const std::vector<size_t>& own, const std::vector<torch::Tensor>& outputs) {
+    for (size_t pi : own) set_state(params_[pi], TensorState::kHold);
+    if (!first_step_ && !auto_placement_) {
+      std::vector<size_t> chunks;
+      for (size_t pi : own)
+        if (std::find(chunks.begin(), chunks.end(), params_[pi].chunk) == chunks.end())
+          chunks.push_back(params_[pi].chunk);
+      for (size_t ci : chunks)
+        if (!chunks_[ci].pinned && !next_access_is(ci) && releasable(ci)) release(ci);
+    }
+    if (!torch::GradMode::is_enabled()) return;
+    // Before this module's backward runs, its chunks are gathered again.
+    auto fired = std::make_shared<bool>(false);
+    for (const auto& out : outputs) {
+      if (!out.defined() || !out.requires_grad()) continue;
+      out.register_hook([this, own, fired](const torch::Tensor& g) {
+        if (!*fired && in_backward_) {
+          *fired = true;
+          access(own);
+        }
+        return g;
+      });
+    }
+  }
+
+  void ensure_gathered(size_t ci) {
+    auto& c = chunks_[ci];
+    c.last_use = ++clock_;
+    if (c.gathered) return;
+    if (c.gathering) {
+      c.gather_handle.wait();
+      c.gathering = false;
+    } else {
+      make_room(ci, c.bytes());
+      alloc_storage(c.data, c.bytes());
+      dist::all_gather(c.data, c.shard, group_);
+      gathered_bytes_ += c.bytes();
+    }
+    peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+    c.gathered = true;
+    for (size_t pi : c.params) set_state(params_[pi], TensorState::kHold);
+  }
+
+  bool releasable(size_t ci) const {
+    const auto& c = chunks_[ci];
+    if (!c.gathered || c.gathering) return false;
+    for (size_t pi : c.params) {
+      auto s = params_[pi].state;
+      if (s == TensorState::kCompute || s == TensorState::kReadyForReduce) return false;
+    }
+    return true;
+  }
+
+  void release(size_t ci) {
+    auto& c = chunks_[ci];
+    for (size_t pi : c.params)
+      if (params_[pi].state != TensorState::kFree) set_state(params_[pi], TensorState::kFree);
+    free_storage(c.data);
+    c.gathered = false;
+    gathered_bytes_ -= c.bytes();
+  }
+
+  void release_unpinned() {
+    for (size_t ci = 0; ci < chunks_.size(); ++ci)
+      if (!chunks_[ci].pinned && releasable(ci)) release(ci);
+  }
+
+  // auto placement: release cached chunks, furthest next use first, until `bytes` fit.
+  void make_room(size_t wanted, int64_t bytes) {
+    if (!auto_placement_) return;
+    while (gathered_bytes_ + bytes > options_.gathered_budget_bytes) {
+      int64_t best = -1, best_score = -1;
+      for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+        if (ci == wanted || chunks_[ci].pinned || !releasable(ci)) continue;
+        int64_t score = next_use_distance(ci);
+        if (score == LLONG_MAX) score = LLONG_MAX - chunks_[ci].last_use;  // unknown: LRU
+        if (score > best_score) {
+          best_score = score;
+          best = static_cast<int64_t>(ci);
+        }
+      }
+      if (best < 0) return;  // everything gathered is in use: go over budget
+      release(static_cast<size_t>(best));
+      ++evictions_;
+    }
+  }
+
+  // ---- the recorded access order ------------------------------------------------------
+  void note_access(size_t ci) {
+    if (recording_) {
+      if (order_.empty() || order_.back() != ci) order_.push_back(ci);
+      return;
+    }
+    if (order_.empty()) return;
+    if (cursor_ < order_.size() && order_[cursor_] == ci) return;
+    for (size_t k = cursor_; k < order_.size(); ++k)
+      if (order_[k] == ci) {
+        cursor_ = k;
+        return;
+      }
+    for (size_t k = 0; k < order_.size(); ++k)
+      if (order_[k] == ci) {
+        cursor_ = k;
+        return;
+      }
+  }
+
+  bool next_access_is(size_t ci) const {
+    return !recording_ && cursor_ + 1 < order_.size() && order_[cursor_ + 1] == ci;
+  }
+
+  int64_t next_use_distance(size_t ci) const {
+    if (recording_) return LLONG_MAX;
+    for (size_t k = cursor_ + 1; k < order_.size(); ++k)
+      if (order_[k] == ci) return static_cast<int64_t>(k - cursor_);
+    return LLONG_MAX;
+  }
+
+  // Starts gathering the next chunks of the recorded order. Every rank follows the same order,
+  // so the collectives match.
+  void prefetch() {
+    if (recording_ || first_step_ || options_.prefetch <= 0) return;
+    int started = 0;
+    for (size_t k = cursor_ + 1; k < order_.size() && started < options_.prefetch; ++k) {
+      auto& c = chunks_[order_[k]];
+      if (c.gathered || c.gathering) continue;
+      if (auto_placement_ && gathered_bytes_ + c.bytes() > options_.gathered_budget_bytes) break;
+      alloc_storage(c.data, c.bytes());
+      c.gather_handle = dist::all_gather_async(c.data, c.shard, group_);
+      c.gathering = true;
+      gathered_bytes_ += c.bytes();
+      ++started;
+    }
+  }
+
+  // ---- gradients ------------------------------------------------------------------------
+  void gradient_ready(size_t i) {
+    auto& gp = params_[i];
+    auto& c = chunks_[gp.chunk];
+    if (first_step_ && gp.state == TensorState::kHold) used_outside_call_.push_back(gp.name);
+    set_state(gp, TensorState::kReadyForReduce);
+    torch::NoGradGuard no_grad;
+    if (!c.grad.defined()) c.grad = torch::zeros({c.elements}, c.data.options());
+    const auto& g = gp.param.grad();
+    if (g.defined()) {
+      c.grad.narrow(0, gp.offset, gp.numel).copy_(g.reshape({-1}));
+      gp.param.mutable_grad() = torch::Tensor();
+    }
+    if (++c.ready == static_cast<int64_t>(c.params.size())) reduce_chunk(gp.chunk);
+  }
+
+  void reduce_chunk(size_t ci) {
+    auto& c = chunks_[ci];
+    if (!c.grad.defined()) c.grad = torch::zeros({c.elements}, c.data.options());
+    c.reduce_out = torch::empty({c.shard_elements}, c.grad.options());
+    c.reduce_handle = dist::reduce_scatter_async(c.reduce_out, c.grad, group_, dist::ReduceOp::kAvg);
+    c.reducing = true;
+    reducing_.push_back(ci);
+    for (size_t pi : c.params)
+      if (params_[pi].state == TensorState::kReadyForReduce) set_state(params_[pi], TensorState::kHoldAfterBwd);
+    if (!first_step_ && !auto_placement_ && !c.pinned && releasable(ci)) release(ci);
+    while (reducing_.size() > 2) drain_oldest();
+  }
+
+  void drain_oldest() {
+    size_t ci = reducing_.front();
+    reducing_.pop_front();
+    auto& c = chunks_[ci];
+    c.reduce_handle.wait();
+    torch::NoGradGuard no_grad;
+    c.grad_shard.add_(c.reduce_out);
+    c.grad = torch::Tensor();
+    c.reduce_out = torch::Tensor();
+    c.reducing = false;
+  }
+
+  GeminiPlugin::Options options_;
+  dist::Group group_;
+  int ranks_, rank_;
+  MasterShards shards_;
+  c10::ScalarType compute_dtype_ = c10::kFloat;
+  bool auto_placement_ = false;
+  int64_t chunk_elements_ = 0;
+  std::vector<ParamEx> params_;
+  std::map<std::string, size_t> index_of_name_;
+  std::map<const void*, int64_t> slice_of_;
+  std::vector<Chunk> chunks_;
+  std::vector<int64_t> hook_ids_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::deque<size_t> reducing_;
+  std::vector<size_t> order_;  // chunk accesses of the first step
+  size_t cursor_ = 0;
+  bool recording_ = true;
+  bool first_step_ = true;
+  bool in_backward_ = false;
+  std::vector<std::string> used_outside_call_;
+  int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0, clock_ = 0, evictions_ = 0;
+  mutable std::vector<torch::Tensor> gathered_;  // full_model_state -> after_model_load
+};
+
+}  // namespace
+
+void GeminiPlugin::Options::validate() const {
+  (void)amp::parse_precision(precision);
+  COLOSSAL_CHECK(placement == "static" || placement == "auto",
+                 "[gemini] placement: expected static or auto, got '", placement, "'");
+  for (auto [name, v] : {std::pair{"shard_param_frac", shard_param_frac},
+                         std::pair{"offload_optim_frac", offload_optim_frac},
+                         std::pair{"offload_param_frac", offload_param_frac}})
+    COLOSSAL_CHECK(v >= 0 && v <= 1, "[gemini] ", name, ": expected a fraction in [0, 1], got ", v);
+  COLOSSAL_CHECK(offload_device == "cpu" || offload_device == "nvme",
+                 "[gemini] offload_device: expected cpu or nvme, got '", offload_device, "'");
+  COLOSSAL_CHECK(offload_device != "nvme" || !nvme_dir.empty(),
+                 "[gemini] offload_device nvme needs nvme_dir (a directory for the offload files)");
+  COLOSSAL_CHECK(gathered_budget_bytes > 0, "[gemini] gathered_budget_bytes: expected > 0");
+  COLOSSAL_CHECK(prefetch >= 0, "[gemini] prefetch: expected >= 0, got ", prefetch);
+  loss_scaler.validate();
+}
+
+void GeminiPlugin::Options::read(const ConfigNode& c) {
+  c.read("precision", precision);
+  c.read("placement", placement);
+  c.read("shard_param_frac", shard_param_frac);
+  c.read("offload_optim_frac", offload_optim_frac);
+  c.read("offload_param_frac", offload_param_frac);
+  c.read("offload_device", offload_device);
+  c.read("nvme_dir", nvme_dir);
+  c.read("gathered_budget_bytes", gathered_budget_bytes);
+  c.read("prefetch", prefetch);
+  c.read("chunk_elements", chunk_elements);
+  c.read("check_first_step", check_first_step);
+  loss_scaler.read(c.child("loss_scaler"));
+}
+
+GeminiPlugin::GeminiPlugin(Options options) : options_(std::move(options)) { options_.validate(); }
+
+std::pair<int, int> GeminiPlugin::data_parallel_rank_and_size() const {
+  COLOSSAL_CHECK(dist::is_initialized(), "[gemini] call colossal::dist::init() first");
+  return {dist::rank(), dist::world_size()};
+}
+
+std::unique_ptr<booster::ModelWrapper> GeminiPlugin::wrap_model(torch::nn::Module& model,
+                                                               torch::optim::Optimizer& optimizer) {
+  COLOSSAL_CHECK(dist::is_initialized(), "[gemini] call colossal::dist::init() before boosting");
+  return std::make_unique<GeminiModel>(model, optimizer, options_);
+}
+
+}  // namespace colossal::zero

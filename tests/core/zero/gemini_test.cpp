@@ -1,0 +1,195 @@
+// ZeRO-3 (GeminiPlugin) against a single process on the global batch and against DDP: losses,
+// gradient norms and parameters within relative 1e-5 (fp32); the chunk-size search; the state
+// table; misuse named in errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/booster/booster.h"
+#include "core/booster/ddp_plugin.h"
+#include "core/zero/chunk_search.h"
+#include "core/zero/chunk_state.h"
+#include "core/zero/gemini_plugin.h"
+#include "tests/support/errors.h"
+#include "tests/support/multirank.h"
+#include "tests/support/toy_training.h"
+
+namespace colossal::zero {
+namespace {
+
+using namespace colossal::testing;
+
+// Chunks of 320 elements: fc1 (288 + 24) fills one, the norm and fc2 share the next, so
+// chunks are gathered and released while the model runs.
+GeminiPlugin::Options small_chunks() {
+  GeminiPlugin::Options g;
+  g.chunk_elements = 320;
+  return g;
+}
+
+Trace train_gemini(const TrainOptions& o, GeminiPlugin::Options g) {
+  return train_boosted(std::make_shared<GeminiPlugin>(g), o);
+}
+
+TEST(ChunkSearch, PicksTheSizeWithLeastPadding) {
+  ChunkSearchOptions o;
+  o.min_elements = 1;
+  o.max_elements = 16;
+  o.interval = 1;
+  o.ranks = 2;
+  // Three parameters of 5: chunks of 16 hold all three (1 element of padding); 10 holds two
+  // (5 wasted in the second chunk); 6 wastes 1 per chunk (3).
+  auto r = search_chunk_size({5, 5, 5}, o);
+  EXPECT_EQ(r.chunk_elements, 16);
+  EXPECT_EQ(r.chunks, 1);
+  EXPECT_EQ(r.wasted_elements, 1);
+  // 3+7 fills 10 exactly twice: no padding at all (and nothing larger does better).
+  o.ranks = 1;
+  o.max_elements = 12;
+  r = search_chunk_size({3, 7, 3, 7}, o);
+  EXPECT_EQ(r.chunk_elements, 10);
+  EXPECT_EQ(r.wasted_elements, 0);
+  // Never below the largest parameter, always a multiple of the ranks.
+  o.ranks = 4;
+  o.max_elements = 1;
+  r = search_chunk_size({9, 2}, o);
+  EXPECT_EQ(r.chunk_elements, 12);
+}
+
+TEST(ChunkState, IllegalTransitionsThrowWithStateNames) {
+  EXPECT_TRUE(is_legal_transition(TensorState::kFree, TensorState::kHold));
+  EXPECT_TRUE(is_legal_transition(TensorState::kCompute, TensorState::kReadyForReduce));
+  auto msg = error_message_of([] { check_transition("fc1.weight", TensorState::kFree, TensorState::kCompute); });
+  EXPECT_NE(msg.find("illegal state transition of 'fc1.weight': FREE -> COMPUTE"), std::string::npos) << msg;
+  msg = error_message_of([] {
+    check_transition("fc2.bias", TensorState::kReadyForReduce, TensorState::kFree);
+  });
+  EXPECT_NE(msg.find("READY_FOR_REDUCE -> FREE"), std::string::npos) << msg;
+}
+
+TEST(Gemini, TwoAndFourRanksMatchOneProcess) {
+  for (int n : {2, 4}) {
+    testing::run_ranks(n, [] {
+      auto want = train_single({});
+      expect_close(train_gemini({}, small_chunks()), want);
+      expect_close(train_gemini({}, {}), want);  // searched chunk size: one chunk
+    });
+  }
+}
+
+TEST(Gemini, UnusedLayerAccumulationAndClippingMatchOneProcess) {
+  testing::run_ranks(4, [] {
+    TrainOptions unused;
+    unused.unused_branch = true;
+    unused.weight_decay = 0;
+    expect_close(train_gemini(unused, small_chunks()), train_single(unused));
+    TrainOptions accumulate;
+    accumulate.micro_batches = 2;
+    accumulate.accumulate_with_no_sync = false;  // every backward reduce-scatters and adds
+    expect_close(train_gemini(accumulate, small_chunks()), train_single({}));
+    TrainOptions clip;
+    clip.clip = 0.05;
+    auto want = train_single(clip);
+    for (double n : want.norms) EXPECT_GT(n, clip.clip) << "the test must actually clip";
+    expect_close(train_gemini(clip, small_chunks()), want);
+  });
+}
+
+TEST(Gemini, PlacementsMatchOneProcess) {
+  testing::run_ranks(2, [] {
+    auto want = train_single({});
+    auto pinned = small_chunks();
+    pinned.shard_param_frac = 0.5;  // the second chunk stays gathered
+    expect_close(train_gemini({}, pinned), want);
+    auto offload = small_chunks();
+    offload.offload_optim_frac = 1.0;  // separate fp32 masters for every chunk
+    expect_close(train_gemini({}, offload), want);
+    auto cached = small_chunks();
+    cached.placement = "auto";
+    cached.gathered_budget_bytes = 320 * 4;  // room for one chunk: every gather evicts
+    expect_close(train_gemini({}, cached), want);
+    auto no_prefetch = small_chunks();
+    no_prefetch.prefetch = 0;
+    no_prefetch.check_first_step = false;
+    expect_close(train_gemini({}, no_prefetch), want);
+  });
+}
+
+TEST(Gemini, ReleasedChunksHoldNoMemory) {
+  testing::run_ranks(2, [] {
+    auto model = make_model(7);
+    auto opt = std::make_shared<torch::optim::AdamW>(model->parameters());
+    booster::Booster booster(std::make_shared<GeminiPlugin>(small_chunks()));
+    auto b = booster.boost(model.ptr(), opt);
+    for (int step = 0; step < 2; ++step) {
+      b.optimizer->zero_grad();
+      booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
+      b.optimizer->step();
+    }
+    for (const auto& p : model->parameters())
+      EXPECT_EQ(p.storage().nbytes(), 0u) << "between steps no chunk is gathered";
+    int64_t held = 0, total = 0;
+    for (const auto& p : model->parameters()) total += p.numel();
+    for (const auto& g : opt->param_groups())
+      for (const auto& p : g.params()) held += p.numel();
+    auto t = torch::tensor({held}, torch::kInt64);
+    dist::all_reduce(t, dist::world_group());
+    EXPECT_EQ(t.item<int64_t>(), total) << "the masters cover every element exactly once";
+  });
+}
+
+TEST(Gemini, MixedPrecisionMatchesDDPMixedPrecision) {
+  testing::run_ranks(2, [] {
+    booster::DDPPlugin::Options d;
+    d.precision = "bf16";
+    auto want = train_boosted(std::make_shared<booster::DDPPlugin>(d), {});
+    auto g = small_chunks();
+    g.precision = "bf16";
+    auto got = train_gemini({}, g);
+    for (size_t i = 0; i < want.losses.size(); ++i)
+      EXPECT_NEAR(got.losses[i], want.losses[i], 2e-2 * std::abs(want.losses[i])) << "step " << i;
+  });
+}
+
+// fc2 called directly instead of through colossal::nn::call.
+struct BypassNetImpl : torch::nn::Module {
+  BypassNetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(kIn, kHidden));
+    fc2 = register_module("fc2", torch::nn::Linear(kHidden, kOut));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(nn::call(fc1, x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(BypassNet);
+
+TEST(Gemini, ParameterUsedOutsideCallIsNamed) {
+  testing::run_ranks(2, [] {
+    BypassNet model;
+    auto opt = std::make_shared<torch::optim::AdamW>(model->parameters());
+    booster::Booster booster(std::make_shared<GeminiPlugin>(small_chunks()));
+    auto b = booster.boost(model.ptr(), opt);
+    auto msg = error_message_of([&] {
+      booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
+    });
+    EXPECT_NE(msg.find("used without colossal::nn::call around their module"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fc2.weight"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("fc1.weight"), std::string::npos) << msg;
+  });
+}
+
+TEST(Gemini, BadOptionsAreNamed) {
+  auto msg = error_message_of([] {
+    GeminiPlugin::Options g;
+    g.placement = "dynamic";
+    GeminiPlugin p(g);
+  });
+  EXPECT_NE(msg.find("placement: expected static or auto, got 'dynamic'"), std::string::npos) << msg;
+  msg = error_message_of([] {
+    GeminiPlugin::Options g;
+    g.offload_device = "nvme";
+    GeminiPlugin p(g);
+  });
+  EXPECT_NE(msg.find("needs nvme_dir"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace colossal::zero

@@ -130,6 +130,13 @@ class Booster {
   int64_t last_snapshot_bytes() const { return last_snapshot_bytes_; }
   ~Booster();
 
+  /// Optimizer state alone: every rank writes its slices (<dir>/optimizer/rank-R.safetensors)
+  /// when the plugin shards it, rank 0 writes <dir>/optimizer.safetensors otherwise.
+  void save_optimizer(BoostedOptimizer& optimizer, const torch::nn::Module& model,
+                      const std::string& dir);
+  /// Loads optimizer state saved under any plugin or world size.
+  void load_optimizer(BoostedOptimizer& optimizer, const torch::nn::Module& model,
+                      const std::string& dir);
   /// Loads weights saved under any plugin or world size; see checkpoint::load_model_state.
   checkpoint::LoadReport load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
                                     const std::string& dir,

@@ -225,6 +225,41 @@ void Booster::save_model(BoostedOptimizer& optimizer, const torch::nn::Module& m
   barrier();
 }
 
+void Booster::save_optimizer(BoostedOptimizer& optimizer, const torch::nn::Module& model,
+                             const std::string& dir) {
+  auto& wrapper = optimizer.model_wrapper();
+  bool sliced = wrapper.optimizer_sharded();
+  if (my_rank() == 0) {
+    ::mkdir(dir.c_str(), 0755);
+    // Stale state of an earlier save (perhaps by more ranks) would mix into this one.
+    (void)!std::system(("rm -rf '" + dir + "/optimizer' '" + dir + "/optimizer.safetensors' '" + dir +
+                        "/optimizer.safetensors.index.json'").c_str());
+    if (sliced) ::mkdir((dir + "/optimizer").c_str(), 0755);
+  }
+  barrier();
+  std::map<std::string, std::string> meta = {{"plugin", plugin_->name()},
+                                             {"world_size", std::to_string(world())},
+                                             {"rank", std::to_string(my_rank())},
+                                             {"layout", sliced ? "sliced" : "replicated"}};
+  auto slices = wrapper.optimizer_slices(model);
+  if (sliced) {
+    auto state = checkpoint::optimizer_state(optimizer.inner(), slices, &meta);
+    checkpoint::save_safetensors(dir + "/optimizer/rank-" + std::to_string(my_rank()) + ".safetensors",
+                                 state, meta);
+  } else if (my_rank() == 0) {
+    checkpoint::save_safetensors(dir + "/optimizer.safetensors",
+                                 checkpoint::optimizer_state(optimizer.inner(), slices), meta);
+  }
+  barrier();
+}
+
+void Booster::load_optimizer(BoostedOptimizer& optimizer, const torch::nn::Module& model,
+                             const std::string& dir) {
+  checkpoint::OptimizerStateSource source(dir);
+  checkpoint::load_optimizer_state(optimizer.inner(), optimizer.model_wrapper().optimizer_slices(model),
+                                   source);
+}
+
 checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
                                            const std::string& dir,
                                            const checkpoint::LoadModelOptions& options) {

@@ -30,8 +30,11 @@ ChunkSearchResult search_chunk_size(const std::vector<int64_t>& sizes, const Chu
   COLOSSAL_CHECK(o.ranks >= 1 && o.interval >= 1, "[gemini] chunk search: ranks and interval must be >= 1");
   auto round_up = [&](int64_t v) { return (v + o.ranks - 1) / o.ranks * o.ranks; };
   int64_t largest = *std::max_element(sizes.begin(), sizes.end());
-  int64_t lo = round_up(std::max(largest, o.min_elements));
-  int64_t hi = std::max(lo, round_up(o.max_elements));
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  // A model smaller than min_elements gets one chunk of its own size, not a mostly empty one.
+  int64_t lo = round_up(std::max(largest, std::min(o.min_elements, total)));
+  int64_t hi = std::max(lo, round_up(std::min(o.max_elements, total)));
   ChunkSearchResult best;
   best.wasted_elements = -1;
   for (int64_t size = lo; size <= hi;) {

@@ -2,7 +2,7 @@
 // Choosing the ZeRO-3 chunk size. Parameters are packed into chunks in order (one that does not
 // fit in the current chunk starts the next); a chunk's unused tail is padding that every rank
 // stores and communicates. The search tries sizes from the largest parameter (rounded up to a
-// multiple of the data-parallel size) to max_elements in steps of `interval` and keeps the one
+// multiple of the data-parallel size) to max_elements (at most the whole model) in steps of `interval` and keeps the one
 // with the least padding; ties go to the larger size (fewer, larger collectives).
 #include <cstdint>
 #include <vector>

@@ -7,6 +7,7 @@
 #include "core/booster/booster.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/nn/module_hooks.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::booster {
@@ -14,9 +15,20 @@ namespace {
 
 constexpr int kSteps = 6, kSaveAt = 3, kGlobalBatch = 8;
 
-torch::nn::Sequential make_net(uint64_t seed) {
+// Modules run through colossal::nn::call, so ZeRO-3 can gather them.
+struct TinyNetImpl : torch::nn::Module {
+  TinyNetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(10, 20));
+    fc2 = register_module("fc2", torch::nn::Linear(20, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return nn::call(fc2, torch::tanh(nn::call(fc1, x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(TinyNet);
+
+TinyNet make_net(uint64_t seed) {
   torch::manual_seed(seed);
-  return torch::nn::Sequential(torch::nn::Linear(10, 20), torch::nn::Tanh(), torch::nn::Linear(20, 3));
+  return TinyNet();
 }
 
 std::pair<torch::Tensor, torch::Tensor> batch(int step) {
@@ -41,7 +53,7 @@ std::vector<double> straight_losses() {
 }
 
 // Steps [from, to) under DDP on however many ranks this process group has.
-std::vector<double> train(Booster& booster, Boosted& b, torch::nn::Sequential& net, int from, int to) {
+std::vector<double> train(Booster& booster, Boosted& b, TinyNet& net, int from, int to) {
   int n = dist::world_size(), r = dist::rank(), local = kGlobalBatch / n;
   std::vector<double> losses;
   for (int s = from; s < to; ++s) {
@@ -57,13 +69,19 @@ std::vector<double> train(Booster& booster, Boosted& b, torch::nn::Sequential& n
   return losses;
 }
 
-void continue_and_compare(const std::string& root, const std::string& plugin) {
+// separate: save_model + save_optimizer instead of one save_checkpoint.
+void continue_and_compare(const std::string& root, const std::string& plugin, bool separate) {
   auto net = make_net(/*a different init: the checkpoint must supply everything*/ 77);
   auto opt = std::make_shared<torch::optim::AdamW>(net->parameters(), torch::optim::AdamWOptions(1e-2));
   Booster booster(make_plugin(plugin));
   auto b = booster.boost(net.ptr(), opt);
-  auto state = booster.load_checkpoint(b, root);
-  EXPECT_EQ(state.step, kSaveAt);
+  if (separate) {
+    auto report = booster.load_model(*b.optimizer, *net, root + "/model");
+    EXPECT_TRUE(report.clean()) << report.describe();
+    booster.load_optimizer(*b.optimizer, *net, root);
+  } else {
+    EXPECT_EQ(booster.load_checkpoint(b, root).step, kSaveAt);
+  }
   auto got = train(booster, b, net, kSaveAt, kSteps);
   auto want = straight_losses();
   for (int s = kSaveAt; s < kSteps; ++s) {
@@ -75,14 +93,15 @@ void continue_and_compare(const std::string& root, const std::string& plugin) {
 // Saves at step kSaveAt under `plugin` on `ranks` ranks (the first kSaveAt steps must match the
 // straight run too), then runs each of `continuations` from the checkpoint.
 void save_then_continue(const std::string& plugin, int ranks,
-                        const std::vector<std::pair<std::string, int>>& continuations) {
+                        const std::vector<std::pair<std::string, int>>& continuations,
+                        bool separate = false) {
   // One process group per phase; the directory travels to the ranks in the environment.
   testing::RankLaunchOptions o;
   if (!testing::is_rank_process()) {
     o.env["COLOSSAL_TEST_CKPT"] = ::testing::TempDir() + "cross_layout_" + plugin + "_" +
                                   std::to_string(::getpid());
   }
-  testing::run_ranks(ranks, [plugin] {
+  testing::run_ranks(ranks, [plugin, separate] {
     auto net = make_net(5);
     auto opt = std::make_shared<torch::optim::AdamW>(net->parameters(), torch::optim::AdamWOptions(1e-2));
     Booster booster(make_plugin(plugin));
@@ -90,16 +109,32 @@ void save_then_continue(const std::string& plugin, int ranks,
     auto losses = train(booster, b, net, 0, kSaveAt);
     auto want = straight_losses();
     for (int s = 0; s < kSaveAt; ++s) EXPECT_NEAR(losses[s], want[s], 1e-5 * want[s]);
-    booster.save_checkpoint(b, std::getenv("COLOSSAL_TEST_CKPT"), {.step = kSaveAt});
+    std::string root = std::getenv("COLOSSAL_TEST_CKPT");
+    if (separate) {
+      booster.save_model(*b.optimizer, *net, root + "/model");
+      booster.save_optimizer(*b.optimizer, *net, root);
+    } else {
+      booster.save_checkpoint(b, root, {.step = kSaveAt});
+    }
   }, o);
   for (const auto& [next, n] : continuations) {
     std::string name = next;
-    testing::run_ranks(n, [name] { continue_and_compare(std::getenv("COLOSSAL_TEST_CKPT"), name); }, o);
+    testing::run_ranks(n, [name, separate] {
+      continue_and_compare(std::getenv("COLOSSAL_TEST_CKPT"), name, separate);
+    }, o);
   }
 }
 
 TEST(CrossLayout, DdpOnTwoContinuesOnOneDdpOnFourAndZero2OnFour) {
   save_then_continue("ddp", 2, {{"ddp", 1}, {"ddp", 4}, {"zero2", 4}});
+}
+
+TEST(CrossLayout, Zero3OnFourContinuesOnDdpTwoZero2TwoAndZero3Two) {
+  save_then_continue("zero3", 4, {{"ddp", 2}, {"zero2", 2}, {"zero3", 2}});
+}
+
+TEST(CrossLayout, SaveModelAndOptimizerSeparatelyAcrossLayouts) {
+  save_then_continue("zero3", 2, {{"zero1", 4}, {"ddp", 1}}, /*separate=*/true);
 }
 
 TEST(CrossLayout, Zero2OnFourContinuesOnDdpTwoZero1TwoAndOneProcess) {

@@ -53,6 +53,10 @@ TEST(ChunkSearch, PicksTheSizeWithLeastPadding) {
   o.max_elements = 1;
   r = search_chunk_size({9, 2}, o);
   EXPECT_EQ(r.chunk_elements, 12);
+  // A model smaller than the minimum gets one chunk of its own (rounded) size.
+  r = search_chunk_size({5, 5, 5}, ChunkSearchOptions{.ranks = 2});
+  EXPECT_EQ(r.chunk_elements, 16);
+  EXPECT_EQ(r.chunks, 1);
 }
 
 TEST(ChunkState, IllegalTransitionsThrowWithStateNames) {

@@ -159,8 +159,10 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
   if (s->optimizer_sliced) {
     s->optimizer = copy(checkpoint::optimizer_state(boosted.optimizer->inner(), slices,
                                                     &s->optimizer_metadata));
+    for (auto& e : wrapper.external_optimizer_state(&s->optimizer_metadata)) s->optimizer.push_back(std::move(e));
   } else if (s->rank == 0) {
     s->optimizer = copy(checkpoint::optimizer_state(boosted.optimizer->inner(), slices));
+    for (auto& e : wrapper.external_optimizer_state(nullptr)) s->optimizer.push_back(std::move(e));
   }
   if (s->rank == 0) {
     // The model is always saved whole (Hugging Face layout), once.
@@ -244,11 +246,13 @@ void Booster::save_optimizer(BoostedOptimizer& optimizer, const torch::nn::Modul
   auto slices = wrapper.optimizer_slices(model);
   if (sliced) {
     auto state = checkpoint::optimizer_state(optimizer.inner(), slices, &meta);
+    for (auto& e : wrapper.external_optimizer_state(&meta)) state.push_back(std::move(e));
     checkpoint::save_safetensors(dir + "/optimizer/rank-" + std::to_string(my_rank()) + ".safetensors",
                                  state, meta);
   } else if (my_rank() == 0) {
-    checkpoint::save_safetensors(dir + "/optimizer.safetensors",
-                                 checkpoint::optimizer_state(optimizer.inner(), slices), meta);
+    auto state = checkpoint::optimizer_state(optimizer.inner(), slices);
+    for (auto& e : wrapper.external_optimizer_state(nullptr)) state.push_back(std::move(e));
+    checkpoint::save_safetensors(dir + "/optimizer.safetensors", state, meta);
   }
   barrier();
 }
@@ -258,6 +262,7 @@ void Booster::load_optimizer(BoostedOptimizer& optimizer, const torch::nn::Modul
   checkpoint::OptimizerStateSource source(dir);
   checkpoint::load_optimizer_state(optimizer.inner(), optimizer.model_wrapper().optimizer_slices(model),
                                    source);
+  optimizer.model_wrapper().load_external_optimizer_state(source);
 }
 
 checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
@@ -283,6 +288,7 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   checkpoint::OptimizerStateSource opt_source(dir);
   checkpoint::load_optimizer_state(boosted.optimizer->inner(), wrapper.optimizer_slices(*boosted.model),
                                    opt_source);
+  wrapper.load_external_optimizer_state(opt_source);
 
   auto js = nlohmann::json::parse(read_text(dir + "/state.json"), nullptr, false);
   COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[checkpoint] '", dir,

@@ -17,6 +17,18 @@
 
 namespace colossal::booster {
 
+/// Bytes a rank holds for model state, by category ("parameters", "gradients", "master weights",
+/// "optimizer state", plus what a plugin adds) and tier ("host", "device", "nvme").
+struct MemoryReport {
+  std::map<std::string, std::map<std::string, int64_t>> bytes;
+  std::map<std::string, double> counters;  // e.g. chunk gathers, evictions
+  void add(const std::string& category, const std::string& tier, int64_t n) { bytes[category][tier] += n; }
+  int64_t total(const std::string& tier) const;
+  int64_t total() const;
+  /// One line per category: "parameters  host 1.23 GiB  nvme 4.56 GiB".
+  std::string format() const;
+};
+
 /// What a plugin installs on a model: the per-step hooks the Booster calls around backward and
 /// the optimizer step. Every method has a correct single-process default.
 class ModelWrapper {
@@ -50,6 +62,17 @@ class ModelWrapper {
   /// True when each rank's optimizer holds a different part of the state (every rank then
   /// writes its own slice file); false when it is replicated (rank 0 writes it).
   virtual bool optimizer_sharded() const { return false; }
+  /// Optimizer state the plugin keeps outside the optimizer (streamed from NVMe), as
+  /// optimizer_state() would write it; `metadata` gets the slices' offsets.
+  virtual checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>*) const {
+    return {};
+  }
+  virtual void load_external_optimizer_state(const checkpoint::OptimizerStateSource&) {}
+  /// Model-state memory of this rank. The default counts distinct storages of the model's
+  /// parameters and gradients, the optimizer's tensors that are not model parameters (fp32
+  /// masters) and the optimizer's state.
+  virtual MemoryReport memory_report(const torch::nn::Module& model,
+                                     const torch::optim::Optimizer& optimizer) const;
   /// Plugin state that checkpoints carry (e.g. the fp16 loss scaler).
   virtual std::map<std::string, double> extra_state() const { return {}; }
   virtual void load_extra_state(const std::map<std::string, double>&) {}

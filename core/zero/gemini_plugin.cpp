@@ -14,6 +14,8 @@
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/nn/module_hooks.h"
+#include "core/offload/nvme_store.h"
+#include "core/optim/fused_adamw.h"
 #include "core/zero/chunk_state.h"
 #include "core/zero/master_shards.h"
 
@@ -44,6 +46,15 @@ struct GParam {
   int64_t offset = 0;  // in the chunk
   int64_t numel = 0;
   TensorState state = TensorState::kHold;
+  size_t group = 0;  // the optimizer param group that held it
+};
+
+// A slice whose optimizer step is streamed from NVMe (not in the user's optimizer).
+struct StreamedSlice {
+  size_t param = 0, chunk = 0;
+  int64_t param_offset = 0;  // first element of the parameter
+  int64_t shard_offset = 0;  // where it sits in the chunk's shard
+  int64_t len = 0;
 };
 
 struct Chunk {
@@ -58,6 +69,11 @@ struct Chunk {
   dist::Handle gather_handle, reduce_handle;
   bool gathered = true, gathering = false, reducing = false;
   bool pinned = false;       // kept gathered
+  bool nvme_optim = false;   // master and moments live in the NVMe store (streamed step)
+  bool nvme_param = false;   // the parameter shard lives there too
+  int64_t off_master = -1, off_m = -1, off_v = -1, off_shard = -1;
+  int64_t optim_step = 0;    // streamed AdamW steps taken
+  torch::Tensor staging;     // shard read from NVMe for a gather in flight
   int64_t ready = 0;         // parameters whose gradient arrived in this backward
   int64_t last_use = 0;
   int64_t bytes() const { return elements * static_cast<int64_t>(data.element_size()); }
@@ -79,7 +95,7 @@ class GeminiModel : public ModelWrapper {
     auto_placement_ = options_.placement == "auto";
     collect_parameters(model, optimizer);
     broadcast_state(model);
-    build_chunks(model);
+    build_chunks(model, optimizer);
     shards_.bind(optimizer, [this](const torch::Tensor& p) -> int64_t {
       auto it = slice_of_.find(p.unsafeGetTensorImpl());
       return it == slice_of_.end() ? -1 : it->second;
@@ -156,6 +172,7 @@ class GeminiModel : public ModelWrapper {
   bool optimizer_step(torch::optim::Optimizer& optimizer) override {
     bool ran = shards_.step(optimizer);
     torch::NoGradGuard no_grad;
+    if (ran && nvme_) stream_optimizer_step(optimizer);
     for (auto& c : chunks_) {
       if (c.gathering) {  // a prefetch still in flight: finish it, then it is released below
         c.gather_handle.wait();
@@ -163,10 +180,12 @@ class GeminiModel : public ModelWrapper {
         c.gathered = true;
         for (size_t pi : c.params) set_state(params_[pi], TensorState::kHold);
       }
-      if (ran && !c.master.is_same(c.shard)) c.shard.copy_(c.master);
+      c.staging = torch::Tensor();
+      if (ran && !c.nvme_optim && !c.master.is_same(c.shard)) c.shard.copy_(c.master);
       if (!c.gathered) continue;
       if (c.pinned) {
-        dist::all_gather(c.data, c.shard, group_);  // refresh the kept copy
+        dist::all_gather(c.data, gather_source(c), group_);  // refresh the kept copy
+        c.staging = torch::Tensor();
         for (size_t pi : c.params)
           if (params_[pi].state != TensorState::kHold) set_state(params_[pi], TensorState::kHold);
       }
@@ -185,7 +204,13 @@ class GeminiModel : public ModelWrapper {
     for (size_t ci = 0; ci < chunks_.size(); ++ci) {
       const auto& c = chunks_[ci];
       auto full = torch::empty({c.elements}, torch::kFloat32);
-      auto mine = c.master.scalar_type() == torch::kFloat32 ? c.master : c.master.to(torch::kFloat32);
+      torch::Tensor mine;
+      if (c.nvme_optim) {
+        mine = torch::empty({c.shard_elements}, torch::kFloat32);
+        nvme_->read(mine, c.off_master);
+      } else {
+        mine = c.master.scalar_type() == torch::kFloat32 ? c.master : c.master.to(torch::kFloat32);
+      }
       dist::all_gather(full, mine.contiguous(), group_);
       gathered_[ci] = full;
       for (size_t pi : c.params) {
@@ -203,9 +228,11 @@ class GeminiModel : public ModelWrapper {
       auto& c = chunks_[ci];
       const auto& full = gathered_[ci];
       if (!full.defined()) continue;
-      auto piece = full.narrow(0, rank_ * c.shard_elements, c.shard_elements);
-      c.master.copy_(piece);
-      if (!c.master.is_same(c.shard)) c.shard.copy_(piece);
+      auto piece = full.narrow(0, rank_ * c.shard_elements, c.shard_elements).contiguous();
+      if (c.nvme_optim) nvme_->write(piece, c.off_master);
+      else c.master.copy_(piece);
+      if (c.nvme_param) nvme_->write(piece.to(compute_dtype_), c.off_shard);
+      else if (c.nvme_optim || !c.master.is_same(c.shard)) c.shard.copy_(piece);
       if (c.gathered) c.data.copy_(full);
     }
     gathered_.clear();
@@ -221,6 +248,85 @@ class GeminiModel : public ModelWrapper {
     return out;
   }
   bool optimizer_sharded() const override { return ranks_ > 1; }
+
+  checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>* metadata) const override {
+    checkpoint::NamedTensors out;
+    if (!nvme_) return out;
+    std::vector<std::vector<const StreamedSlice*>> slices_of(chunks_.size());
+    for (const auto& s : streamed_) slices_of[s.chunk].push_back(&s);
+    for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+      const auto& c = chunks_[ci];
+      if (!c.nvme_optim || c.optim_step == 0) continue;
+      auto m = torch::empty({c.shard_elements}, torch::kFloat32), v = torch::empty_like(m);
+      nvme_->read(m, c.off_m);
+      nvme_->read(v, c.off_v);
+      for (const StreamedSlice* s : slices_of[ci]) {
+        const auto& name = params_[s->param].name;
+        out.emplace_back(name + ".exp_avg", m.narrow(0, s->shard_offset, s->len).clone());
+        out.emplace_back(name + ".exp_avg_sq", v.narrow(0, s->shard_offset, s->len).clone());
+        out.emplace_back(name + ".step", torch::tensor({c.optim_step}, torch::kInt64));
+        if (metadata) (*metadata)["offset." + name] = std::to_string(s->param_offset);
+      }
+    }
+    return out;
+  }
+
+  void load_external_optimizer_state(const checkpoint::OptimizerStateSource& source) override {
+    if (!nvme_) return;
+    std::vector<std::vector<const StreamedSlice*>> slices_of(chunks_.size());
+    for (const auto& s : streamed_) slices_of[s.chunk].push_back(&s);
+    for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+      auto& c = chunks_[ci];
+      if (!c.nvme_optim) continue;
+      auto m = torch::zeros({c.shard_elements}, torch::kFloat32), v = torch::zeros_like(m);
+      int64_t step = 0;
+      for (const StreamedSlice* s : slices_of[ci]) {
+        const auto& name = params_[s->param].name;
+        if (!source.contains(name + ".exp_avg")) continue;
+        COLOSSAL_CHECK(source.saved_numel(name + ".exp_avg") == params_[s->param].numel,
+                       "[checkpoint] optimizer state '", name, ".exp_avg' was saved for ",
+                       source.saved_numel(name + ".exp_avg"), " elements; the parameter has ",
+                       params_[s->param].numel);
+        m.narrow(0, s->shard_offset, s->len).copy_(source.read_range(name + ".exp_avg", s->param_offset, s->len));
+        v.narrow(0, s->shard_offset, s->len).copy_(source.read_range(name + ".exp_avg_sq", s->param_offset, s->len));
+        step = std::max(step, source.read_scalar(name + ".step").item<int64_t>());
+      }
+      nvme_->write(m, c.off_m);
+      nvme_->write(v, c.off_v);
+      c.optim_step = step;
+    }
+  }
+
+  booster::MemoryReport memory_report(const torch::nn::Module& model,
+                                      const torch::optim::Optimizer& optimizer) const override {
+    booster::MemoryReport r;
+    int64_t elem = c10::elementSize(compute_dtype_);
+    for (const auto& c : chunks_) {
+      int64_t shard_bytes = c.shard_elements * elem, master_bytes = c.shard_elements * 4;
+      r.add("parameters", c.nvme_param ? "nvme" : "host", shard_bytes);
+      r.add("gradients", "host", c.grad_shard.numel() * static_cast<int64_t>(c.grad_shard.element_size()));
+      if (c.nvme_optim) {
+        r.add("master weights", "nvme", master_bytes);
+        r.add("optimizer state", "nvme", 2 * master_bytes);
+      } else if (!c.master.is_same(c.shard)) {
+        r.add("master weights", "host", master_bytes);
+      }
+    }
+    r.add("gathered chunks", "host", gathered_bytes_);
+    auto generic = ModelWrapper::memory_report(model, optimizer);
+    for (const auto& [tier, n] : generic.bytes["optimizer state"]) r.add("optimizer state", tier, n);
+    r.counters["chunks"] = static_cast<double>(chunks_.size());
+    r.counters["chunk_elements"] = static_cast<double>(chunk_elements_);
+    r.counters["gathers"] = static_cast<double>(gathers_);
+    r.counters["prefetches"] = static_cast<double>(prefetches_);
+    r.counters["evictions"] = static_cast<double>(evictions_);
+    r.counters["peak_gathered_bytes"] = static_cast<double>(peak_gathered_bytes_);
+    if (nvme_) {
+      r.counters["nvme_bytes_read"] = static_cast<double>(nvme_->bytes_read());
+      r.counters["nvme_bytes_written"] = static_cast<double>(nvme_->bytes_written());
+    }
+    return r;
+  }
 
   std::map<std::string, double> extra_state() const override {
     return shards_.scaler() ? shards_.scaler()->state_dict() : std::map<std::string, double>{};
@@ -243,8 +349,12 @@ class GeminiModel : public ModelWrapper {
   // ---- setup ----------------------------------------------------------------------------
   void collect_parameters(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
     std::set<const void*> in_optimizer;
-    for (const auto& g : optimizer.param_groups())
-      for (const auto& p : g.params()) in_optimizer.insert(p.unsafeGetTensorImpl());
+    std::map<const void*, size_t> group_of;
+    for (size_t gi = 0; gi < optimizer.param_groups().size(); ++gi)
+      for (const auto& p : optimizer.param_groups()[gi].params()) {
+        in_optimizer.insert(p.unsafeGetTensorImpl());
+        group_of[p.unsafeGetTensorImpl()] = gi;
+      }
     for (const auto& item : model.named_parameters(/*recurse=*/true)) {
       if (!item.value().requires_grad()) continue;
       COLOSSAL_CHECK(item.value().scalar_type() == c10::kFloat, "[gemini] parameter '", item.key(),
@@ -254,6 +364,8 @@ class GeminiModel : public ModelWrapper {
       gp.name = item.key();
       gp.shape = item.value().sizes().vec();
       gp.numel = item.value().numel();
+      auto g = group_of.find(item.value().unsafeGetTensorImpl());
+      if (g != group_of.end()) gp.group = g->second;
       index_of_name_[gp.name] = params_.size();
       params_.push_back(std::move(gp));
       in_optimizer.erase(item.value().unsafeGetTensorImpl());
@@ -275,7 +387,7 @@ class GeminiModel : public ModelWrapper {
     }
   }
 
-  void build_chunks(torch::nn::Module& model) {
+  void build_chunks(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
     torch::NoGradGuard no_grad;
     std::vector<int64_t> sizes;
     for (const auto& gp : params_) sizes.push_back(gp.numel);
@@ -305,6 +417,21 @@ class GeminiModel : public ModelWrapper {
     int64_t n = static_cast<int64_t>(chunks_.size());
     int64_t sharded = static_cast<int64_t>(std::ceil(options_.shard_param_frac * n - 1e-9));
     int64_t optim_off = static_cast<int64_t>(std::ceil(options_.offload_optim_frac * n - 1e-9));
+    int64_t param_off = static_cast<int64_t>(std::ceil(options_.offload_param_frac * n - 1e-9));
+    bool nvme = options_.offload_device == "nvme";
+    int64_t nvme_bytes = 0, S = E / ranks_;
+    int64_t elem = c10::elementSize(compute_dtype_);
+    for (int64_t ci = 0; ci < n; ++ci) {
+      chunks_[ci].nvme_optim = nvme && ci < optim_off;
+      chunks_[ci].nvme_param = nvme && ci < param_off;
+      if (chunks_[ci].nvme_optim) nvme_bytes += 3 * (S * 4 + 4096);
+      if (chunks_[ci].nvme_param) nvme_bytes += S * elem + 4096;
+    }
+    if (nvme_bytes > 0) {
+      check_streamable(optimizer);
+      nvme_ = std::make_unique<offload::NvmeStore>(options_.nvme_dir, nvme_bytes, "rank" + std::to_string(rank_));
+    }
+    torch::Tensor zeros;  // written as the initial moments
     for (int64_t ci = 0; ci < n; ++ci) {
       auto& c = chunks_[ci];
       c.elements = E;
@@ -320,6 +447,22 @@ class GeminiModel : public ModelWrapper {
       bool separate_master = compute_dtype_ != c10::kFloat || ci < optim_off;
       c.master = separate_master ? c.shard.to(torch::kFloat32, false, /*copy=*/true) : c.shard;
       c.grad_shard = torch::zeros({c.shard_elements}, c.data.options());
+      if (c.nvme_optim) {
+        if (!zeros.defined()) zeros = torch::zeros({S}, torch::kFloat32);
+        c.off_master = nvme_->allocate(S * 4);
+        c.off_m = nvme_->allocate(S * 4);
+        c.off_v = nvme_->allocate(S * 4);
+        nvme_->write(c.master, c.off_master);
+        nvme_->write(zeros, c.off_m);
+        nvme_->write(zeros, c.off_v);
+        c.master = torch::Tensor();
+        shards_.streamed_grads().push_back(c.grad_shard);
+      }
+      if (c.nvme_param) {
+        c.off_shard = nvme_->allocate(S * elem);
+        nvme_->write(c.shard, c.off_shard);
+        c.shard = torch::Tensor();
+      }
       gathered_bytes_ += c.bytes();
       // The optimizer's view: each parameter's intersection with this rank's shard.
       int64_t lo = rank_ * c.shard_elements, hi = lo + c.shard_elements;
@@ -327,6 +470,10 @@ class GeminiModel : public ModelWrapper {
         auto& gp = params_[pi];
         int64_t a = std::max(lo, gp.offset), b = std::min(hi, gp.offset + gp.numel);
         if (a >= b) continue;
+        if (c.nvme_optim) {
+          streamed_.push_back({pi, static_cast<size_t>(ci), a - gp.offset, a - lo, b - a});
+          continue;
+        }
         MasterSlice s;
         s.name = gp.name;
         s.shape = gp.shape;
@@ -371,6 +518,84 @@ class GeminiModel : public ModelWrapper {
           }));
       accumulators_.push_back(std::move(acc));
     }
+  }
+
+  // ---- NVMe ------------------------------------------------------------------------------
+  void check_streamable(const torch::optim::Optimizer& optimizer) const {
+    for (const auto& g : optimizer.param_groups()) {
+      auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&g.options());
+      COLOSSAL_CHECK(o != nullptr, "[gemini] NVMe optimizer offload streams an AdamW step; boost "
+                     "torch::optim::AdamW or colossal FusedAdamW (got another optimizer)");
+      COLOSSAL_CHECK(!o->amsgrad(), "[gemini] NVMe optimizer offload does not support amsgrad");
+    }
+  }
+
+  // The shard to all-gather from: in memory, or read from NVMe into a staging buffer.
+  torch::Tensor gather_source(Chunk& c) {
+    if (!c.nvme_param) return c.shard;
+    c.staging = torch::empty({c.shard_elements}, torch::TensorOptions().dtype(compute_dtype_));
+    nvme_->read(c.staging, c.off_shard);
+    return c.staging;
+  }
+
+  // AdamW over the NVMe-resident chunks, one chunk at a time: the next chunk's master and
+  // moments are read while this one is updated, and updated chunks are written back behind.
+  void stream_optimizer_step(torch::optim::Optimizer& optimizer) {
+    struct Buffers {
+      size_t chunk = 0;
+      torch::Tensor master, m, v, shard;
+      std::vector<uint64_t> tickets;
+    };
+    std::vector<size_t> order;
+    for (size_t ci = 0; ci < chunks_.size(); ++ci)
+      if (chunks_[ci].nvme_optim) order.push_back(ci);
+    std::vector<std::vector<const StreamedSlice*>> slices_of(chunks_.size());
+    for (const auto& s : streamed_) slices_of[s.chunk].push_back(&s);
+    auto start_read = [&](size_t ci) {
+      Buffers b;
+      b.chunk = ci;
+      auto& c = chunks_[ci];
+      for (auto* t : {&b.master, &b.m, &b.v}) *t = torch::empty({c.shard_elements}, torch::kFloat32);
+      b.tickets = {nvme_->read_async(b.master, c.off_master), nvme_->read_async(b.m, c.off_m),
+                   nvme_->read_async(b.v, c.off_v)};
+      return b;
+    };
+    double multiplier = shards_.streamed_grad_multiplier();
+    std::deque<Buffers> writing;
+    Buffers next;
+    if (!order.empty()) next = start_read(order[0]);
+    for (size_t k = 0; k < order.size(); ++k) {
+      Buffers b = std::move(next);
+      if (k + 1 < order.size()) next = start_read(order[k + 1]);  // read-ahead
+      for (auto t : b.tickets) nvme_->wait(t);
+      auto& c = chunks_[b.chunk];
+      ++c.optim_step;
+      for (const StreamedSlice* s : slices_of[b.chunk]) {
+        auto g = c.grad_shard.narrow(0, s->shard_offset, s->len).to(torch::kFloat32, false, /*copy=*/true);
+        if (multiplier != 1.0) g.mul_(multiplier);
+        auto pm = b.master.narrow(0, s->shard_offset, s->len);
+        auto m = b.m.narrow(0, s->shard_offset, s->len);
+        auto v = b.v.narrow(0, s->shard_offset, s->len);
+        const auto& opts = static_cast<const torch::optim::AdamWOptions&>(
+            optimizer.param_groups()[params_[s->param].group].options());
+        optim::fused_adamw_update(pm, m, v, g, torch::Tensor(), opts, c.optim_step);
+      }
+      b.tickets = {nvme_->write_async(b.master, c.off_master), nvme_->write_async(b.m, c.off_m),
+                   nvme_->write_async(b.v, c.off_v)};  // write-behind
+      if (c.nvme_param) {
+        b.shard = compute_dtype_ == c10::kFloat ? b.master : b.master.to(compute_dtype_);
+        b.tickets.push_back(nvme_->write_async(b.shard, c.off_shard));
+      } else {
+        c.shard.copy_(b.master);
+      }
+      writing.push_back(std::move(b));
+      while (writing.size() > 2) {
+        for (auto t : writing.front().tickets) nvme_->wait(t);
+        writing.pop_front();
+      }
+    }
+    for (auto& w : writing)
+      for (auto t : w.tickets) nvme_->wait(t);
   }
 
   // ---- gather / release -----------------------------------------------------------------
@@ -426,9 +651,11 @@ class GeminiModel : public ModelWrapper {
     } else {
       make_room(ci, c.bytes());
       alloc_storage(c.data, c.bytes());
-      dist::all_gather(c.data, c.shard, group_);
+      dist::all_gather(c.data, gather_source(c), group_);
       gathered_bytes_ += c.bytes();
+      ++gathers_;
     }
+    c.staging = torch::Tensor();
     peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
     c.gathered = true;
     for (size_t pi : c.params) set_state(params_[pi], TensorState::kHold);
@@ -519,8 +746,9 @@ class GeminiModel : public ModelWrapper {
       if (c.gathered || c.gathering) continue;
       if (auto_placement_ && gathered_bytes_ + c.bytes() > options_.gathered_budget_bytes) break;
       alloc_storage(c.data, c.bytes());
-      c.gather_handle = dist::all_gather_async(c.data, c.shard, group_);
+      c.gather_handle = dist::all_gather_async(c.data, gather_source(c), group_);
       c.gathering = true;
+      ++prefetches_;
       gathered_bytes_ += c.bytes();
       ++started;
     }
@@ -588,6 +816,9 @@ class GeminiModel : public ModelWrapper {
   bool in_backward_ = false;
   std::vector<std::string> used_outside_call_;
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0, clock_ = 0, evictions_ = 0;
+  int64_t gathers_ = 0, prefetches_ = 0;
+  std::unique_ptr<offload::NvmeStore> nvme_;
+  std::vector<StreamedSlice> streamed_;
   mutable std::vector<torch::Tensor> gathered_;  // full_model_state -> after_model_load
 };
 
@@ -603,6 +834,9 @@ void GeminiPlugin::Options::validate() const {
     COLOSSAL_CHECK(v >= 0 && v <= 1, "[gemini] ", name, ": expected a fraction in [0, 1], got ", v);
   COLOSSAL_CHECK(offload_device == "cpu" || offload_device == "nvme",
                  "[gemini] offload_device: expected cpu or nvme, got '", offload_device, "'");
+  COLOSSAL_CHECK(offload_param_frac <= offload_optim_frac, "[gemini] offload_param_frac (",
+                 offload_param_frac, ") must not exceed offload_optim_frac (", offload_optim_frac,
+                 "): a chunk's parameters are offloaded together with its optimizer state");
   COLOSSAL_CHECK(offload_device != "nvme" || !nvme_dir.empty(),
                  "[gemini] offload_device nvme needs nvme_dir (a directory for the offload files)");
   COLOSSAL_CHECK(gathered_budget_bytes > 0, "[gemini] gathered_budget_bytes: expected > 0");

@@ -44,6 +44,9 @@ void MasterShards::prepare_grads() {
     }
     if (scaler_) local_overflow |= !torch::isfinite(s.master.grad()).all().item<bool>();
   }
+  streamed_multiplier_ = inv_scale;
+  if (scaler_)
+    for (const auto& g : streamed_grads_) local_overflow |= !torch::isfinite(g).all().item<bool>();
   overflow_ = false;
   if (scaler_) {
     auto flag = torch::tensor({local_overflow ? 1.0f : 0.0f});
@@ -62,6 +65,12 @@ double MasterShards::clip_grad_norm(double max_norm, double norm_type) {
     double n = torch::linalg_vector_norm(g, norm_type, {}, false, torch::kFloat64).item<double>();
     local = inf_norm ? std::max(local, n) : local + std::pow(n, norm_type);
   }
+  for (const auto& g : streamed_grads_) {
+    if (g.numel() == 0) continue;
+    double n = streamed_multiplier_ *
+               torch::linalg_vector_norm(g, norm_type, {}, false, torch::kFloat64).item<double>();
+    local = inf_norm ? std::max(local, n) : local + std::pow(n, norm_type);
+  }
   auto total_t = torch::tensor({local}, torch::kFloat64);
   if (group_.size() > 1)
     dist::all_reduce(total_t, group_, inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum);
@@ -72,6 +81,7 @@ double MasterShards::clip_grad_norm(double max_norm, double norm_type) {
     auto g = s.master.grad();
     if (g.defined()) g.mul_(coef);
   }
+  streamed_multiplier_ *= coef;
   return total;
 }
 

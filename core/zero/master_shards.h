@@ -43,6 +43,12 @@ class MasterShards {
   amp::DynamicLossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
   const amp::DynamicLossScaler* scaler() const { return scaler_ ? &*scaler_ : nullptr; }
 
+  /// Gradients of slices whose optimizer step the plugin streams itself (NVMe offload): they
+  /// join the overflow check and the global norm; the step multiplies them by
+  /// streamed_grad_multiplier() (1 / loss scale, times the clipping coefficient).
+  std::vector<torch::Tensor>& streamed_grads() { return streamed_grads_; }
+  double streamed_grad_multiplier() const { return streamed_multiplier_; }
+
   /// After the gradients are reduced: master.grad = grad / loss_scale (a view when no
   /// conversion is needed), and (fp16) every rank agrees whether any gradient overflowed.
   void prepare_grads();
@@ -56,6 +62,8 @@ class MasterShards {
   dist::Group group_;
   std::optional<amp::DynamicLossScaler> scaler_;
   std::vector<MasterSlice> slices_;
+  std::vector<torch::Tensor> streamed_grads_;
+  double streamed_multiplier_ = 1.0;
   bool overflow_ = false;
   int64_t skipped_steps_ = 0;
 };

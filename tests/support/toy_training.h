@@ -9,6 +9,7 @@
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/nn/module_hooks.h"
+#include "core/optim/fused_adamw.h"
 
 namespace colossal::testing {
 
@@ -56,6 +57,7 @@ struct TrainOptions {
   double clip = 0;          // 0 = no clipping
   double weight_decay = 0.01;
   bool unused_branch = false;
+  bool fused_adamw = false;  // colossal FusedAdamW instead of torch::optim::AdamW (Booster runs)
 };
 
 inline std::vector<torch::Tensor> snapshot(const ToyNet& m) {
@@ -90,8 +92,10 @@ inline Trace train_boosted(std::shared_ptr<booster::Plugin> plugin, const TrainO
   int n = dist::world_size(), r = dist::rank();
   int64_t local = kGlobalBatch / n;
   auto model = make_model(/*seed=*/r == 0 ? 7 : 1000 + r, o.unused_branch);
-  auto opt = std::make_shared<torch::optim::AdamW>(
-      model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(o.weight_decay));
+  auto options = torch::optim::AdamWOptions(1e-2).weight_decay(o.weight_decay);
+  std::shared_ptr<torch::optim::Optimizer> opt;
+  if (o.fused_adamw) opt = std::make_shared<optim::FusedAdamW>(model->parameters(), options);
+  else opt = std::make_shared<torch::optim::AdamW>(model->parameters(), options);
   booster::Booster booster(std::move(plugin));
   auto b = booster.boost(model.ptr(), opt);
   Trace t;

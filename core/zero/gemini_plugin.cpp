@@ -47,6 +47,7 @@ struct GParam {
   int64_t numel = 0;
   TensorState state = TensorState::kHold;
   size_t group = 0;  // the optimizer param group that held it
+  bool used = false; // its module finished a forward in this pass
 };
 
 // A slice whose optimizer step is streamed from NVMe (not in the user's optimizer).
@@ -75,6 +76,7 @@ struct Chunk {
   int64_t optim_step = 0;    // streamed AdamW steps taken
   torch::Tensor staging;     // shard read from NVMe for a gather in flight
   int64_t ready = 0;         // parameters whose gradient arrived in this backward
+  int64_t used = 0;          // parameters whose module finished a forward in this pass
   int64_t last_use = 0;
   int64_t bytes() const { return elements * static_cast<int64_t>(data.element_size()); }
 };
@@ -144,6 +146,7 @@ class GeminiModel : public ModelWrapper {
     }
     recording_ = false;
     cursor_ = 0;
+    reset_usage();
     for (size_t ci = 0; ci < chunks_.size(); ++ci) {
       auto& c = chunks_[ci];
       for (size_t pi : c.params) {
@@ -191,6 +194,7 @@ class GeminiModel : public ModelWrapper {
       }
     }
     release_unpinned();  // gathered copies are stale now
+    reset_usage();
     return ran;
   }
 
@@ -520,6 +524,11 @@ class GeminiModel : public ModelWrapper {
     }
   }
 
+  void reset_usage() {
+    for (auto& gp : params_) gp.used = false;
+    for (auto& c : chunks_) c.used = 0;
+  }
+
   // ---- NVMe ------------------------------------------------------------------------------
   void check_streamable(const torch::optim::Optimizer& optimizer) const {
     for (const auto& g : optimizer.param_groups()) {
@@ -617,14 +626,26 @@ class GeminiModel : public ModelWrapper {
   }
 
   void post_forward(const std::vector<size_t>& own, const std::vector<torch::Tensor>& outputs) {
-    for (size_t pi : own) set_state(params_[pi], TensorState::kHold);
+    for (size_t pi : own) {
+      auto& gp = params_[pi];
+      set_state(gp, TensorState::kHold);
+      if (!gp.used) {
+        gp.used = true;
+        ++chunks_[gp.chunk].used;
+      }
+    }
     if (!first_step_ && !auto_placement_) {
       std::vector<size_t> chunks;
       for (size_t pi : own)
         if (std::find(chunks.begin(), chunks.end(), params_[pi].chunk) == chunks.end())
           chunks.push_back(params_[pi].chunk);
-      for (size_t ci : chunks)
-        if (!chunks_[ci].pinned && !next_access_is(ci) && releasable(ci)) release(ci);
+      // Released once every parameter in it has run (a chunk usually spans several modules),
+      // unless the recorded order says it is needed again right away.
+      for (size_t ci : chunks) {
+        auto& c = chunks_[ci];
+        bool all_used = c.used == static_cast<int64_t>(c.params.size());
+        if (!c.pinned && all_used && !next_access_is(ci) && releasable(ci)) release(ci);
+      }
     }
     if (!torch::GradMode::is_enabled()) return;
     // Before this module's backward runs, its chunks are gathered again.
@@ -706,33 +727,33 @@ class GeminiModel : public ModelWrapper {
   }
 
   // ---- the recorded access order ------------------------------------------------------
+  // order_ holds one entry per (module call, chunk) of the first step, forward and backward;
+  // cursor_ is one past the entry matched last (resynchronised by search when a step deviates).
   void note_access(size_t ci) {
     if (recording_) {
-      if (order_.empty() || order_.back() != ci) order_.push_back(ci);
+      order_.push_back(ci);
       return;
     }
-    if (order_.empty()) return;
-    if (cursor_ < order_.size() && order_[cursor_] == ci) return;
     for (size_t k = cursor_; k < order_.size(); ++k)
       if (order_[k] == ci) {
-        cursor_ = k;
+        cursor_ = k + 1;
         return;
       }
-    for (size_t k = 0; k < order_.size(); ++k)
+    for (size_t k = 0; k < cursor_ && k < order_.size(); ++k)
       if (order_[k] == ci) {
-        cursor_ = k;
+        cursor_ = k + 1;
         return;
       }
   }
 
   bool next_access_is(size_t ci) const {
-    return !recording_ && cursor_ + 1 < order_.size() && order_[cursor_ + 1] == ci;
+    return !recording_ && cursor_ < order_.size() && order_[cursor_] == ci;
   }
 
   int64_t next_use_distance(size_t ci) const {
     if (recording_) return LLONG_MAX;
-    for (size_t k = cursor_ + 1; k < order_.size(); ++k)
-      if (order_[k] == ci) return static_cast<int64_t>(k - cursor_);
+    for (size_t k = cursor_; k < order_.size(); ++k)
+      if (order_[k] == ci) return static_cast<int64_t>(k - cursor_ + 1);
     return LLONG_MAX;
   }
 
@@ -740,9 +761,14 @@ class GeminiModel : public ModelWrapper {
   // so the collectives match.
   void prefetch() {
     if (recording_ || first_step_ || options_.prefetch <= 0) return;
-    int started = 0;
-    for (size_t k = cursor_ + 1; k < order_.size() && started < options_.prefetch; ++k) {
-      auto& c = chunks_[order_[k]];
+    // Look at the next `prefetch` distinct chunks (whether gathered already or not).
+    std::vector<size_t> seen;
+    for (size_t k = cursor_; k < order_.size(); ++k) {
+      size_t ci = order_[k];
+      if (std::find(seen.begin(), seen.end(), ci) != seen.end()) continue;
+      seen.push_back(ci);
+      if (static_cast<int>(seen.size()) > options_.prefetch) break;
+      auto& c = chunks_[ci];
       if (c.gathered || c.gathering) continue;
       if (auto_placement_ && gathered_bytes_ + c.bytes() > options_.gathered_budget_bytes) break;
       alloc_storage(c.data, c.bytes());
@@ -750,7 +776,6 @@ class GeminiModel : public ModelWrapper {
       c.gathering = true;
       ++prefetches_;
       gathered_bytes_ += c.bytes();
-      ++started;
     }
   }
 
@@ -809,7 +834,7 @@ class GeminiModel : public ModelWrapper {
   std::vector<int64_t> hook_ids_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::deque<size_t> reducing_;
-  std::vector<size_t> order_;  // chunk accesses of the first step
+  std::vector<size_t> order_;  // chunk accesses of the first step (see note_access)
   size_t cursor_ = 0;
   bool recording_ = true;
   bool first_step_ = true;

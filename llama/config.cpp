@@ -1,0 +1,70 @@
+#include "llama/config.h"
+
+#include <cmath>
+
+#include "core/common/check.h"
+
+namespace colossal::llama {
+
+void LlamaConfig::validate() const {
+  auto positive = [](const char* name, int64_t v) {
+    COLOSSAL_CHECK(v > 0, "[llama] config: ", name, " must be > 0, got ", v);
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  COLOSSAL_CHECK(num_attention_heads % num_key_value_heads == 0, "[llama] config: num_attention_heads (",
+                 num_attention_heads, ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
+  COLOSSAL_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, "[llama] config: hidden_size (",
+                 hidden_size, ") is not divisible by num_attention_heads (", num_attention_heads,
+                 ") and head_dim is not given");
+  COLOSSAL_CHECK(resolved_head_dim() % 2 == 0, "[llama] config: head_dim must be even for rotary embeddings, got ",
+                 resolved_head_dim());
+}
+
+int64_t LlamaConfig::num_parameters() const {
+  int64_t d = resolved_head_dim();
+  int64_t q = hidden_size * num_attention_heads * d, kv = 2 * hidden_size * num_key_value_heads * d;
+  int64_t o = num_attention_heads * d * hidden_size;
+  int64_t bias = attention_bias ? num_attention_heads * d + 2 * num_key_value_heads * d + hidden_size : 0;
+  int64_t mlp = 3 * hidden_size * intermediate_size;
+  int64_t layer = q + kv + o + bias + mlp + 2 * hidden_size;
+  int64_t embed = vocab_size * hidden_size;
+  return embed + num_hidden_layers * layer + hidden_size + (tie_word_embeddings ? 0 : embed);
+}
+
+LlamaConfig LlamaConfig::shaped(int64_t target, int64_t vocab) {
+  LlamaConfig c;
+  c.vocab_size = vocab;
+  // Widths of the LLaMA family; pick the one whose natural depth lands nearest the target.
+  struct Shape { int64_t hidden, layers; };
+  const Shape shapes[] = {{512, 8}, {768, 12}, {1024, 16}, {1536, 20}, {2048, 22}, {2560, 24},
+                          {3200, 26}, {4096, 32}, {5120, 40}};
+  int64_t best_err = -1;
+  for (auto s : shapes) {
+    LlamaConfig t = c;
+    t.hidden_size = s.hidden;
+    t.num_attention_heads = s.hidden / 128 > 0 ? s.hidden / 128 : 1;
+    t.num_key_value_heads = t.num_attention_heads;
+    t.intermediate_size = (s.hidden * 8 / 3 + 255) / 256 * 256;
+    // Depth to reach the target at this width (at least 2 layers).
+    LlamaConfig one = t;
+    one.num_hidden_layers = 1;
+    LlamaConfig two = t;
+    two.num_hidden_layers = 2;
+    int64_t layer = two.num_parameters() - one.num_parameters();
+    int64_t base = one.num_parameters() - layer;
+    t.num_hidden_layers = std::max<int64_t>(2, std::llround(static_cast<double>(target - base) / layer));
+    int64_t err = std::llabs(t.num_parameters() - target) + std::llabs(t.num_hidden_layers - s.layers) * layer / 4;
+    if (best_err < 0 || err < best_err) {
+      best_err = err;
+      c = t;
+    }
+  }
+  return c;
+}
+
+}  // namespace colossal::llama

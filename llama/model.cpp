@@ -1,0 +1,142 @@
+#include "llama/model.h"
+
+#include <torch/torch.h>
+
+#include "core/nn/module_hooks.h"
+
+namespace colossal::llama {
+
+using nn::call;
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // In fp32 whatever the compute dtype, as Hugging Face does.
+  auto h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * h.to(x.scalar_type());
+}
+
+RotaryTables RotaryTables::make(const LlamaConfig& c, int64_t max_positions) {
+  int64_t d = c.resolved_head_dim();
+  auto inv_freq = 1.0 / torch::pow(c.rope_theta, torch::arange(0, d, 2, torch::kFloat64) / static_cast<double>(d));
+  auto t = torch::arange(max_positions, torch::kFloat64);
+  auto freqs = torch::outer(t, inv_freq);
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos().to(torch::kFloat32), emb.sin().to(torch::kFloat32)};
+}
+
+namespace {
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  auto half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return x * cos + rotate_half(x) * sin;  // x: [B, H, T, D]; cos/sin: [T, D]
+}
+}  // namespace
+
+AttentionImpl::AttentionImpl(const LlamaConfig& c)
+    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.resolved_head_dim()) {
+  auto lin = [&](int64_t in, int64_t out, bool bias) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+  };
+  q_proj = register_module("q_proj", lin(c.hidden_size, heads_ * head_dim_, c.attention_bias));
+  k_proj = register_module("k_proj", lin(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
+  v_proj = register_module("v_proj", lin(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
+  o_proj = register_module("o_proj", lin(heads_ * head_dim_, c.hidden_size, c.attention_bias));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope) {
+  int64_t B = x.size(0), T = x.size(1);
+  auto q = call(q_proj, x).view({B, T, heads_, head_dim_}).transpose(1, 2);
+  auto k = call(k_proj, x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  auto v = call(v_proj, x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  auto cos = rope.cos.narrow(0, 0, T).to(x.scalar_type());
+  auto sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+  auto out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                              /*is_causal=*/true, /*scale=*/std::nullopt,
+                                              /*enable_gqa=*/kv_heads_ != heads_);
+  return call(o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+}
+
+MLPImpl::MLPImpl(const LlamaConfig& c) {
+  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  gate_proj = register_module("gate_proj", lin(c.hidden_size, c.intermediate_size));
+  up_proj = register_module("up_proj", lin(c.hidden_size, c.intermediate_size));
+  down_proj = register_module("down_proj", lin(c.intermediate_size, c.hidden_size));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return call(down_proj, torch::silu(call(gate_proj, x)) * call(up_proj, x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c) {
+  self_attn = register_module("self_attn", Attention(c));
+  mlp = register_module("mlp", MLP(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope) {
+  auto h = x + self_attn->forward(call(input_layernorm, x), rope);
+  return h + mlp->forward(call(post_attention_layernorm, h));
+}
+
+DecoderImpl::DecoderImpl(const LlamaConfig& c) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  auto list = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.push_back(DecoderLayer(c));
+    list->push_back(layers.back());
+  }
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config) : config_(config) {
+  config_.validate();
+  model = register_module("model", Decoder(config_));
+  lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
+  if (config_.tie_word_embeddings) {
+    lm_head->weight = lm_head->register_parameter("weight", model->embed_tokens->weight);
+  }
+  rope_ = RotaryTables::make(config_, config_.max_position_embeddings);
+  reset_parameters();
+}
+
+void LlamaForCausalLMImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    auto& p = item.value();
+    if (p.dim() == 1) {
+      if (item.key().find("norm") != std::string::npos) p.fill_(1.0);
+      else p.zero_();
+    } else {
+      p.normal_(0.0, config_.initializer_range);
+    }
+  }
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
+  TORCH_CHECK(input_ids.size(1) <= config_.max_position_embeddings, "[llama] sequence of ",
+              input_ids.size(1), " tokens exceeds max_position_embeddings ", config_.max_position_embeddings);
+  auto h = call(model->embed_tokens, input_ids);
+  for (auto& layer : model->layers) h = layer->forward(h, rope_);
+  h = call(model->norm, h);
+  return call(lm_head, h);
+}
+
+torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
+  auto logits = forward(input_ids);
+  int64_t T = logits.size(1);
+  auto shifted = logits.narrow(1, 0, T - 1).reshape({-1, logits.size(2)}).to(torch::kFloat32);
+  auto target = labels.narrow(1, 1, T - 1).reshape({-1});
+  return torch::nn::functional::cross_entropy(shifted, target,
+                                              torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+}
+
+}  // namespace colossal::llama

@@ -1,0 +1,93 @@
+#pragma once
+// A LLaMA decoder in LibTorch with the Hugging Face parameter names:
+//   model.embed_tokens.weight, model.layers.N.self_attn.{q,k,v,o}_proj.weight,
+//   model.layers.N.mlp.{gate,up,down}_proj.weight, model.layers.N.{input,post_attention}_layernorm.weight,
+//   model.norm.weight, lm_head.weight
+// RMSNorm, rotary position embeddings, grouped-query attention through LibTorch's
+// scaled_dot_product_attention (causal), SwiGLU MLP. Every module that owns parameters runs
+// through colossal::nn::call, so ZeRO-3 gathers it on demand.
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/linear.h>
+
+#include "llama/config.h"
+
+namespace colossal::llama {
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+/// cos/sin tables for positions [0, max_positions), [max_positions, head_dim].
+struct RotaryTables {
+  torch::Tensor cos, sin;
+  static RotaryTables make(const LlamaConfig& config, int64_t max_positions);
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const LlamaConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const LlamaConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const LlamaConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope);
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const LlamaConfig& config);
+  torch::nn::Embedding embed_tokens{nullptr};
+  std::vector<DecoderLayer> layers;  // registered as "layers" (a ModuleList: layers.N.*)
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+class LlamaForCausalLMImpl : public torch::nn::Module {
+ public:
+  explicit LlamaForCausalLMImpl(const LlamaConfig& config);
+  /// Logits [batch, seq, vocab] for token ids [batch, seq].
+  torch::Tensor forward(const torch::Tensor& input_ids);
+  /// Mean next-token cross entropy (labels = input_ids shifted; -100 is ignored).
+  torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels);
+  /// Normal(0, initializer_range) weights, unit norms (training from scratch).
+  void reset_parameters();
+  const LlamaConfig& config() const { return config_; }
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+
+ private:
+  LlamaConfig config_;
+  RotaryTables rope_;
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+}  // namespace colossal::llama

@@ -11,7 +11,8 @@ namespace {
 
 std::string gib(int64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(bytes) / (1LL << 30));
+  if (bytes >= (1LL << 30)) std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(bytes) / (1LL << 30));
+  else std::snprintf(buf, sizeof buf, "%.3f MiB", static_cast<double>(bytes) / (1LL << 20));
   return buf;
 }
 

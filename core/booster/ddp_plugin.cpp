@@ -1,13 +1,12 @@
 #include "core/booster/ddp_plugin.h"
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <map>
 #include <set>
 
 #include "core/amp/mixed_precision.h"
+#include "core/booster/wrap_helpers.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -30,7 +29,7 @@ class DDPModel : public ModelWrapper {
     COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");
     group_ = dist::world_group();
     collect_parameters(model, optimizer);
-    broadcast_state(model);
+    broadcast_model_state(model, group_, options_.broadcast_buffers);
     if (options_.precision != "fp32") {
       mixed_.emplace(amp::parse_precision(options_.precision), c10::Device(c10::kCPU),
                      options_.loss_scaler);
@@ -137,20 +136,6 @@ class DDPModel : public ModelWrapper {
     ready_.assign(params_.size(), false);
   }
 
-  void broadcast_state(torch::nn::Module& model) {
-    torch::NoGradGuard no_grad;
-    for (auto& p : model.parameters()) {
-      auto t = p.detach();
-      dist::broadcast(t, 0, group_);
-    }
-    if (options_.broadcast_buffers) {
-      for (auto& b : model.buffers()) {
-        auto t = b.detach();
-        dist::broadcast(t, 0, group_);
-      }
-    }
-  }
-
   void build_buckets() {
     size_t i = 0;
     while (i < params_.size()) {
@@ -201,17 +186,7 @@ class DDPModel : public ModelWrapper {
   }
 
   void install_hooks() {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-      COLOSSAL_CHECK(acc != nullptr, "[ddp] parameter '", names_[i], "' has no gradient accumulator");
-      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, i](const torch::autograd::variable_list& outputs,
-                    const torch::autograd::variable_list&) {
-            on_gradient_ready(i);
-            return outputs;
-          }));
-      accumulators_.push_back(std::move(acc));  // the parameter holds it only weakly
-    }
+    accumulators_ = add_gradient_ready_hooks(params_, names_, "ddp", [this](size_t i) { on_gradient_ready(i); });
   }
 
   void on_gradient_ready(size_t i) {

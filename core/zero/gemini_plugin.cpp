@@ -1,7 +1,5 @@
 #include "core/zero/gemini_plugin.h"
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <climits>
@@ -9,6 +7,7 @@
 #include <set>
 
 #include "core/amp/precision.h"
+#include "core/booster/wrap_helpers.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/dist/collectives.h"
@@ -96,7 +95,7 @@ class GeminiModel : public ModelWrapper {
     compute_dtype_ = amp::compute_dtype(amp::parse_precision(options_.precision), c10::Device(c10::kCPU));
     auto_placement_ = options_.placement == "auto";
     collect_parameters(model, optimizer);
-    broadcast_state(model);
+    booster::broadcast_model_state(model, group_);
     build_chunks(model, optimizer);
     shards_.bind(optimizer, [this](const torch::Tensor& p) -> int64_t {
       auto it = slice_of_.find(p.unsafeGetTensorImpl());
@@ -243,13 +242,7 @@ class GeminiModel : public ModelWrapper {
   }
 
   std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module&) const override {
-    std::vector<checkpoint::OptimizerSlice> out;
-    for (const auto& s : shards_.slices()) {
-      int64_t full = 1;
-      for (auto d : s.shape) full *= d;
-      out.push_back({s.name, s.offset, s.master, full});
-    }
-    return out;
+    return shards_.checkpoint_slices();
   }
   bool optimizer_sharded() const override { return ranks_ > 1; }
 
@@ -332,12 +325,8 @@ class GeminiModel : public ModelWrapper {
     return r;
   }
 
-  std::map<std::string, double> extra_state() const override {
-    return shards_.scaler() ? shards_.scaler()->state_dict() : std::map<std::string, double>{};
-  }
-  void load_extra_state(const std::map<std::string, double>& state) override {
-    if (shards_.scaler() && !state.empty()) shards_.scaler()->load_state_dict(state);
-  }
+  std::map<std::string, double> extra_state() const override { return shards_.scaler_state(); }
+  void load_extra_state(const std::map<std::string, double>& state) override { shards_.load_scaler_state(state); }
 
  private:
   struct ParamEx : GParam {
@@ -377,18 +366,6 @@ class GeminiModel : public ModelWrapper {
     COLOSSAL_CHECK(in_optimizer.empty(), "[gemini] the optimizer holds ", in_optimizer.size(),
                    " tensor(s) that are not trainable parameters of the model being boosted");
     COLOSSAL_CHECK(!params_.empty(), "[gemini] the model has no trainable parameters");
-  }
-
-  void broadcast_state(torch::nn::Module& model) {
-    torch::NoGradGuard no_grad;
-    for (auto& p : model.parameters()) {
-      auto t = p.detach();
-      dist::broadcast(t, 0, group_);
-    }
-    for (auto& b : model.buffers()) {
-      auto t = b.detach();
-      dist::broadcast(t, 0, group_);
-    }
   }
 
   void build_chunks(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
@@ -511,17 +488,15 @@ class GeminiModel : public ModelWrapper {
   }
 
   void install_gradient_hooks() {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
-      COLOSSAL_CHECK(acc != nullptr, "[gemini] parameter '", params_[i].name, "' has no gradient accumulator");
-      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, i](const torch::autograd::variable_list& outputs,
-                    const torch::autograd::variable_list&) {
-            if (in_backward_) gradient_ready(i);
-            return outputs;
-          }));
-      accumulators_.push_back(std::move(acc));
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> names;
+    for (const auto& gp : params_) {
+      params.push_back(gp.param);
+      names.push_back(gp.name);
     }
+    accumulators_ = booster::add_gradient_ready_hooks(params, names, "gemini", [this](size_t i) {
+      if (in_backward_) gradient_ready(i);
+    });
   }
 
   void reset_usage() {

@@ -1,13 +1,12 @@
 #include "core/zero/low_level_zero_plugin.h"
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <deque>
 #include <set>
 
 #include "core/amp/precision.h"
+#include "core/booster/wrap_helpers.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -61,7 +60,7 @@ class ZeroModel : public ModelWrapper {
                       ? compute_dtype_
                       : amp::low_precision_dtype(amp::parse_precision(options_.communication_dtype));
     collect_parameters(model, optimizer);
-    broadcast_state(model);
+    booster::broadcast_model_state(model, group_);
     shard_parameters(model);
     build_buckets();
     shards_.bind(optimizer, [this](const torch::Tensor& p) -> int64_t {
@@ -163,22 +162,12 @@ class ZeroModel : public ModelWrapper {
   }
 
   std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module&) const override {
-    std::vector<checkpoint::OptimizerSlice> out;
-    for (const auto& s : shards_.slices()) {
-      int64_t full = 1;
-      for (auto d : s.shape) full *= d;
-      out.push_back({s.name, s.offset, s.master, full});
-    }
-    return out;
+    return shards_.checkpoint_slices();
   }
   bool optimizer_sharded() const override { return ranks_ > 1; }
 
-  std::map<std::string, double> extra_state() const override {
-    return shards_.scaler() ? shards_.scaler()->state_dict() : std::map<std::string, double>{};
-  }
-  void load_extra_state(const std::map<std::string, double>& state) override {
-    if (shards_.scaler() && !state.empty()) shards_.scaler()->load_state_dict(state);
-  }
+  std::map<std::string, double> extra_state() const override { return shards_.scaler_state(); }
+  void load_extra_state(const std::map<std::string, double>& state) override { shards_.load_scaler_state(state); }
 
  private:
   int64_t slice_len(const ZeroParam& zp) const {
@@ -206,18 +195,6 @@ class ZeroModel : public ModelWrapper {
                    " tensor(s) that are not trainable parameters of the model being boosted");
     COLOSSAL_CHECK(!params_.empty(), "[zero] the model has no trainable parameters");
     ready_.assign(params_.size(), false);
-  }
-
-  void broadcast_state(torch::nn::Module& model) {
-    torch::NoGradGuard no_grad;
-    for (auto& p : model.parameters()) {
-      auto t = p.detach();
-      dist::broadcast(t, 0, group_);
-    }
-    for (auto& b : model.buffers()) {
-      auto t = b.detach();
-      dist::broadcast(t, 0, group_);
-    }
   }
 
   // Working parameters move into padded flat storage (in the compute dtype); masters are
@@ -293,17 +270,15 @@ class ZeroModel : public ModelWrapper {
   }
 
   void install_hooks() {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
-      COLOSSAL_CHECK(acc != nullptr, "[zero] parameter '", params_[i].name, "' has no gradient accumulator");
-      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, i](const torch::autograd::variable_list& outputs,
-                    const torch::autograd::variable_list&) {
-            if (sync_ && in_backward_ && !ready_[i]) gradient_ready(i);
-            return outputs;
-          }));
-      accumulators_.push_back(std::move(acc));
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> names;
+    for (const auto& zp : params_) {
+      params.push_back(zp.param);
+      names.push_back(zp.name);
     }
+    accumulators_ = booster::add_gradient_ready_hooks(params, names, "zero", [this](size_t i) {
+      if (sync_ && in_backward_ && !ready_[i]) gradient_ready(i);
+    });
   }
 
   void gradient_ready(size_t i) {

@@ -96,4 +96,22 @@ bool MasterShards::step(torch::optim::Optimizer& optimizer) {
   return true;
 }
 
+std::vector<checkpoint::OptimizerSlice> MasterShards::checkpoint_slices() const {
+  std::vector<checkpoint::OptimizerSlice> out;
+  for (const auto& s : slices_) {
+    int64_t full = 1;
+    for (auto d : s.shape) full *= d;
+    out.push_back({s.name, s.offset, s.master, full});
+  }
+  return out;
+}
+
+std::map<std::string, double> MasterShards::scaler_state() const {
+  return scaler_ ? scaler_->state_dict() : std::map<std::string, double>{};
+}
+
+void MasterShards::load_scaler_state(const std::map<std::string, double>& state) {
+  if (scaler_ && !state.empty()) scaler_->load_state_dict(state);
+}
+
 }  // namespace colossal::zero

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/amp/loss_scaler.h"
+#include "core/checkpoint/optimizer_io.h"
 #include "core/dist/group.h"
 
 namespace colossal::zero {
@@ -57,6 +58,12 @@ class MasterShards {
   /// Steps the optimizer unless a rank overflowed; returns whether it ran.
   bool step(torch::optim::Optimizer& optimizer);
   int64_t skipped_steps() const { return skipped_steps_; }
+
+  /// The slices as the checkpoint code names them (parameter, offset, tensor, full size).
+  std::vector<checkpoint::OptimizerSlice> checkpoint_slices() const;
+  /// The loss scaler's state (empty without one), and its restore.
+  std::map<std::string, double> scaler_state() const;
+  void load_scaler_state(const std::map<std::string, double>& state);
 
  private:
   dist::Group group_;

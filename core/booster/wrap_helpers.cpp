@@ -1,0 +1,43 @@
+#include "core/booster/wrap_helpers.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include "core/common/check.h"
+#include "core/dist/collectives.h"
+
+namespace colossal::booster {
+
+void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    auto t = p.detach();
+    dist::broadcast(t, 0, group);
+  }
+  if (!buffers) return;
+  for (auto& b : model.buffers()) {
+    auto t = b.detach();
+    dist::broadcast(t, 0, group);
+  }
+}
+
+std::vector<std::shared_ptr<torch::autograd::Node>> add_gradient_ready_hooks(
+    const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
+    const std::string& plugin, std::function<void(size_t)> on_ready) {
+  auto callback = std::make_shared<std::function<void(size_t)>>(std::move(on_ready));
+  std::vector<std::shared_ptr<torch::autograd::Node>> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params[i]);
+    COLOSSAL_CHECK(acc != nullptr, "[", plugin, "] parameter '", names[i], "' has no gradient accumulator");
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [callback, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          (*callback)(i);
+          return outputs;
+        }));
+    out.push_back(std::move(acc));
+  }
+  return out;
+}
+
+}  // namespace colossal::booster

@@ -1,0 +1,26 @@
+#pragma once
+// Steps every data-parallel plugin takes when it wraps a model: start all ranks from rank 0's
+// state, and learn when each parameter's gradient is complete in backward.
+#include <torch/csrc/autograd/function.h>
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dist/group.h"
+
+namespace colossal::booster {
+
+/// Broadcasts parameters (and buffers) from group rank 0, in place.
+void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers = true);
+
+/// Calls on_ready(i) after the gradient of params[i] has been accumulated in a backward (a post
+/// hook on its gradient accumulator). The returned nodes must be kept alive (a parameter holds
+/// its accumulator only weakly).
+std::vector<std::shared_ptr<torch::autograd::Node>> add_gradient_ready_hooks(
+    const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
+    const std::string& plugin, std::function<void(size_t)> on_ready);
+
+}  // namespace colossal::booster

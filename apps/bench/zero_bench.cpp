@@ -104,6 +104,7 @@ struct Row {
   std::string plugin;
   int ranks = 1;
   double model_state = 0, expected = 0, nvme = 0, peak_gib = 0, build_gib = 0, step_s = 0, tokens_s = 0;
+  double activation_gib = 0;
   std::string report;
 };
 
@@ -121,11 +122,16 @@ Row run(const std::string& name, const Args& a, const LlamaConfig& cfg) {
   reset_peak();  // from here: training
   auto gen = torch::make_generator<at::CPUGeneratorImpl>(1234 + r);
   std::vector<double> times;
+  double activations = 0;
   for (int s = 0; s < a.steps + 1; ++s) {  // the first step is warm-up
     auto ids = at::randint(cfg.vocab_size, {a.batch, a.seq}, gen, torch::kInt64);
     double t = colossal::bench::seconds([&] {
       boosted.optimizer->zero_grad();
+      int64_t before = status_kib("VmRSS:");
       auto loss = model->loss(ids, ids);
+      // What forward added to resident memory: activations saved for backward (and, for ZeRO-3,
+      // the chunks gathered at that moment).
+      activations = std::max(activations, (status_kib("VmRSS:") - before) * 1024.0);
       b.backward(loss, *boosted.optimizer);
       boosted.optimizer->step();
     });
@@ -140,31 +146,32 @@ Row run(const std::string& name, const Args& a, const LlamaConfig& cfg) {
   row.nvme = static_cast<double>(report.total("nvme")) / params;
   row.expected = expected_bytes(name, n, boosted.compute_dtype != torch::kFloat32);
   // Peak over ranks, and the slowest rank's step time.
-  auto stats = torch::tensor({static_cast<double>(status_kib("VmHWM:")) * 1024.0, median(times), build_peak},
-                             torch::kFloat64);
+  auto stats = torch::tensor({static_cast<double>(status_kib("VmHWM:")) * 1024.0, median(times), build_peak,
+                              activations}, torch::kFloat64);
   dist::all_reduce(stats, dist::world_group(), dist::ReduceOp::kMax);
   row.ranks = n;
   row.peak_gib = gib(stats[0].item<double>());
   row.step_s = stats[1].item<double>();
   row.build_gib = gib(stats[2].item<double>());
+  row.activation_gib = gib(stats[3].item<double>());
   row.tokens_s = static_cast<double>(a.batch) * a.seq * n / row.step_s;
   row.report = report.format();
   return row;
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::printf("\n%-11s %6s %12s %10s %7s %11s %13s %12s %9s %10s\n", "plugin", "ranks", "state B/par",
-              "expected", "ratio", "nvme B/par", "train GiB/rk", "build GiB/rk", "step s", "tokens/s");
+  std::printf("\n%-11s %6s %12s %10s %7s %11s %10s %13s %12s %9s %10s\n", "plugin", "ranks", "state B/par",
+              "expected", "ratio", "nvme B/par", "fwd GiB", "train GiB/rk", "build GiB/rk", "step s", "tokens/s");
   for (const auto& r : rows)
-    std::printf("%-11s %6d %12.2f %10.2f %7.3f %11.2f %13.2f %12.2f %9.2f %10.1f\n", r.plugin.c_str(), r.ranks,
-                r.model_state, r.expected, r.model_state / r.expected, r.nvme, r.peak_gib, r.build_gib,
-                r.step_s, r.tokens_s);
+    std::printf("%-11s %6d %12.2f %10.2f %7.3f %11.2f %10.3f %13.2f %12.2f %9.2f %10.1f\n", r.plugin.c_str(),
+                r.ranks, r.model_state, r.expected, r.model_state / r.expected, r.nvme, r.activation_gib,
+                r.peak_gib, r.build_gib, r.step_s, r.tokens_s);
 }
 
 std::string row_line(const Row& r) {
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s %d %.6f %.6f %.6f %.6f %.6f %.6f %.6f\n", r.plugin.c_str(), r.ranks,
-                r.model_state, r.expected, r.nvme, r.peak_gib, r.build_gib, r.step_s, r.tokens_s);
+  std::snprintf(buf, sizeof buf, "%s %d %.6f %.6f %.6f %.6f %.6f %.6f %.6f %.6f\n", r.plugin.c_str(), r.ranks,
+                r.model_state, r.expected, r.nvme, r.peak_gib, r.build_gib, r.step_s, r.tokens_s, r.activation_gib);
   return buf;
 }
 
@@ -194,7 +201,7 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
       std::ifstream in(row_file);
       Row r;
       if (rc != 0 || !(in >> r.plugin >> r.ranks >> r.model_state >> r.expected >> r.nvme >> r.peak_gib >>
-                       r.build_gib >> r.step_s >> r.tokens_s)) {
+                       r.build_gib >> r.step_s >> r.tokens_s >> r.activation_gib)) {
         std::ifstream l(log);
         std::stringstream ss;
         ss << l.rdbuf();

@@ -370,8 +370,12 @@ class GeminiModel : public ModelWrapper {
 
   void build_chunks(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
     torch::NoGradGuard no_grad;
+    // The search packs the parameters that get sharded chunks (all of them if none is large).
     std::vector<int64_t> sizes;
-    for (const auto& gp : params_) sizes.push_back(gp.numel);
+    for (const auto& gp : params_)
+      if (gp.numel >= options_.keep_gathered_below) sizes.push_back(gp.numel);
+    if (sizes.empty())
+      for (const auto& gp : params_) sizes.push_back(gp.numel);
     int64_t E = options_.chunk_elements;
     if (E <= 0) {
       auto search = options_.chunk_search;
@@ -381,32 +385,47 @@ class GeminiModel : public ModelWrapper {
       E = (E + ranks_ - 1) / ranks_ * ranks_;
     }
     chunk_elements_ = E;
-    // Pack in registration order (what forward usually follows).
-    int64_t used = E;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      COLOSSAL_CHECK(params_[i].numel <= E, "[gemini] parameter '", params_[i].name, "' (",
-                     params_[i].numel, " elements) does not fit chunk_elements = ", E);
-      if (used + params_[i].numel > E) {
-        chunks_.emplace_back();
-        used = 0;
+    // Pack in registration order (what forward usually follows); parameters smaller than
+    // keep_gathered_below go last, into chunks that stay gathered (not worth a collective each).
+    std::vector<size_t> large, small;
+    for (size_t i = 0; i < params_.size(); ++i)
+      (params_[i].numel < options_.keep_gathered_below ? small : large).push_back(i);
+    auto pack = [&](const std::vector<size_t>& ids, int64_t capacity) {
+      int64_t used = capacity;
+      for (size_t i : ids) {
+        COLOSSAL_CHECK(params_[i].numel <= capacity, "[gemini] parameter '", params_[i].name, "' (",
+                       params_[i].numel, " elements) does not fit chunk_elements = ", capacity);
+        if (used + params_[i].numel > capacity) {
+          chunks_.emplace_back();
+          chunks_.back().elements = capacity;
+          used = 0;
+        }
+        params_[i].chunk = chunks_.size() - 1;
+        params_[i].offset = used;
+        chunks_.back().params.push_back(i);
+        used += params_[i].numel;
       }
-      params_[i].chunk = chunks_.size() - 1;
-      params_[i].offset = used;
-      chunks_.back().params.push_back(i);
-      used += params_[i].numel;
-    }
+    };
+    pack(large, E);
+    int64_t large_chunks = static_cast<int64_t>(chunks_.size());
+    int64_t small_total = 0;
+    for (size_t i : small) small_total += params_[i].numel;
+    // Sized to what they hold (a full-size chunk of biases would be mostly padding).
+    pack(small, std::min(E, (small_total + ranks_ - 1) / ranks_ * ranks_));
     int64_t n = static_cast<int64_t>(chunks_.size());
-    int64_t sharded = static_cast<int64_t>(std::ceil(options_.shard_param_frac * n - 1e-9));
+    // Chunks beyond shard_param_frac of the large ones, and every small one, stay gathered.
+    int64_t sharded = static_cast<int64_t>(std::ceil(options_.shard_param_frac * large_chunks - 1e-9));
     int64_t optim_off = static_cast<int64_t>(std::ceil(options_.offload_optim_frac * n - 1e-9));
     int64_t param_off = static_cast<int64_t>(std::ceil(options_.offload_param_frac * n - 1e-9));
     bool nvme = options_.offload_device == "nvme";
-    int64_t nvme_bytes = 0, S = E / ranks_;
+    int64_t nvme_bytes = 0, S = E / ranks_;  // the largest shard
     int64_t elem = c10::elementSize(compute_dtype_);
     for (int64_t ci = 0; ci < n; ++ci) {
       chunks_[ci].nvme_optim = nvme && ci < optim_off;
       chunks_[ci].nvme_param = nvme && ci < param_off;
-      if (chunks_[ci].nvme_optim) nvme_bytes += 3 * (S * 4 + 4096);
-      if (chunks_[ci].nvme_param) nvme_bytes += S * elem + 4096;
+      int64_t shard = chunks_[ci].elements / ranks_;
+      if (chunks_[ci].nvme_optim) nvme_bytes += 3 * (shard * 4 + 4096);
+      if (chunks_[ci].nvme_param) nvme_bytes += shard * elem + 4096;
     }
     if (nvme_bytes > 0) {
       check_streamable(optimizer);
@@ -415,10 +434,9 @@ class GeminiModel : public ModelWrapper {
     torch::Tensor zeros;  // written as the initial moments
     for (int64_t ci = 0; ci < n; ++ci) {
       auto& c = chunks_[ci];
-      c.elements = E;
-      c.shard_elements = E / ranks_;
+      c.shard_elements = c.elements / ranks_;
       c.pinned = ci >= sharded;
-      c.data = torch::zeros({E}, torch::TensorOptions().dtype(compute_dtype_));
+      c.data = torch::zeros({c.elements}, torch::TensorOptions().dtype(compute_dtype_));
       for (size_t pi : c.params) {
         auto& gp = params_[pi];
         c.data.narrow(0, gp.offset, gp.numel).copy_(gp.param.detach().reshape({-1}));
@@ -430,17 +448,18 @@ class GeminiModel : public ModelWrapper {
       c.grad_shard = torch::zeros({c.shard_elements}, c.data.options());
       if (c.nvme_optim) {
         if (!zeros.defined()) zeros = torch::zeros({S}, torch::kFloat32);
-        c.off_master = nvme_->allocate(S * 4);
-        c.off_m = nvme_->allocate(S * 4);
-        c.off_v = nvme_->allocate(S * 4);
+        auto z = zeros.narrow(0, 0, c.shard_elements);
+        c.off_master = nvme_->allocate(c.shard_elements * 4);
+        c.off_m = nvme_->allocate(c.shard_elements * 4);
+        c.off_v = nvme_->allocate(c.shard_elements * 4);
         nvme_->write(c.master, c.off_master);
-        nvme_->write(zeros, c.off_m);
-        nvme_->write(zeros, c.off_v);
+        nvme_->write(z, c.off_m);
+        nvme_->write(z, c.off_v);
         c.master = torch::Tensor();
         shards_.streamed_grads().push_back(c.grad_shard);
       }
       if (c.nvme_param) {
-        c.off_shard = nvme_->allocate(S * elem);
+        c.off_shard = nvme_->allocate(c.shard_elements * elem);
         nvme_->write(c.shard, c.off_shard);
         c.shard = torch::Tensor();
       }
@@ -841,6 +860,8 @@ void GeminiPlugin::Options::validate() const {
                  "[gemini] offload_device nvme needs nvme_dir (a directory for the offload files)");
   COLOSSAL_CHECK(gathered_budget_bytes > 0, "[gemini] gathered_budget_bytes: expected > 0");
   COLOSSAL_CHECK(prefetch >= 0, "[gemini] prefetch: expected >= 0, got ", prefetch);
+  COLOSSAL_CHECK(keep_gathered_below >= 0, "[gemini] keep_gathered_below: expected >= 0, got ",
+                 keep_gathered_below);
   loss_scaler.validate();
 }
 
@@ -856,6 +877,7 @@ void GeminiPlugin::Options::read(const ConfigNode& c) {
   c.read("prefetch", prefetch);
   c.read("chunk_elements", chunk_elements);
   c.read("check_first_step", check_first_step);
+  c.read("keep_gathered_below", keep_gathered_below);
   loss_scaler.read(c.child("loss_scaler"));
 }
 

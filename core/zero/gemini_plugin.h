@@ -14,6 +14,9 @@
 // checks that each parameter's module did go through call(); a parameter used any other way is
 // named in an error (check_first_step=false skips this, for models too large to gather whole).
 //
+// Parameters smaller than keep_gathered_below elements (biases, norms) are packed last, into
+// chunks that stay gathered: one collective each would cost more than the memory they take.
+//
 // Placement:
 //   static (default): shard_param_frac of the chunks (by order) are released after use, the rest
 //                     stay gathered (no re-gather, more memory); offload_optim_frac of the chunks
@@ -48,6 +51,7 @@ class GeminiPlugin : public booster::Plugin {
     int64_t gathered_budget_bytes = 1LL << 30;  // auto: memory for gathered chunks
     int prefetch = 2;                    // chunks gathered ahead (after the first step)
     int64_t chunk_elements = 0;          // 0: search (chunk_search below)
+    int64_t keep_gathered_below = 4096;  // smaller parameters live in chunks that stay gathered
     ChunkSearchOptions chunk_search;
     bool check_first_step = true;
     amp::DynamicLossScaler::Options loss_scaler;  // fp16 only

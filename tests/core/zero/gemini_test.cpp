@@ -26,6 +26,7 @@ using namespace colossal::testing;
 GeminiPlugin::Options small_chunks() {
   GeminiPlugin::Options g;
   g.chunk_elements = 320;
+  g.keep_gathered_below = 0;  // every parameter of this small model is "small"
   return g;
 }
 
@@ -141,6 +142,29 @@ TEST(Gemini, ReleasedChunksHoldNoMemory) {
     auto t = torch::tensor({held}, torch::kInt64);
     dist::all_reduce(t, dist::world_group());
     EXPECT_EQ(t.item<int64_t>(), total) << "the masters cover every element exactly once";
+  });
+}
+
+TEST(Gemini, SmallParametersStayGatheredAndMatch) {
+  testing::run_ranks(2, [] {
+    auto g = small_chunks();
+    g.keep_gathered_below = 100;  // biases and the norm (24 and 3 elements) stay gathered
+    TrainOptions clip;
+    clip.clip = 0.05;
+    expect_close(train_gemini(clip, g), train_single(clip));
+    auto model = make_model(7);
+    auto opt = std::make_shared<torch::optim::AdamW>(model->parameters());
+    booster::Booster booster(std::make_shared<GeminiPlugin>(g));
+    auto b = booster.boost(model.ptr(), opt);
+    for (int step = 0; step < 2; ++step) {
+      b.optimizer->zero_grad();
+      booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
+      b.optimizer->step();
+    }
+    for (const auto& item : model->named_parameters()) {
+      bool small = item.value().numel() < 100;
+      EXPECT_EQ(item.value().storage().nbytes() > 0, small) << item.key();
+    }
   });
 }
 

@@ -2,8 +2,18 @@
 // LLaMA hyper-parameters, named as in a Hugging Face config.json.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace colossal::llama {
+
+/// rope_scaling of config.json: none, linear (positions / factor), dynamic (NTK: the base grows
+/// once a sequence exceeds the original length), llama3 (per-frequency bands).
+struct RopeScaling {
+  std::string type;  // "" (none) | linear | dynamic | llama3
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  int64_t original_max_position_embeddings = 0;           // llama3, dynamic (0: max_position_embeddings)
+};
 
 struct LlamaConfig {
   int64_t vocab_size = 32000;
@@ -19,10 +29,22 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   double initializer_range = 0.02;
+  RopeScaling rope_scaling;
+  int64_t bos_token_id = 1, eos_token_id = 2, pad_token_id = -1;
 
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   /// Throws naming the field when the numbers contradict each other.
   void validate() const;
+  /// Reads a Hugging Face config.json: throws naming the file and field for a wrong type, a
+  /// contradiction or an unsupported value (model_type, hidden_act, rope type); fields this
+  /// model does not know are returned in `unknown` (the caller reports them).
+  static LlamaConfig from_json_file(const std::string& path, std::vector<std::string>* unknown = nullptr);
+  static LlamaConfig from_json_text(const std::string& text, const std::string& origin,
+                                    std::vector<std::string>* unknown = nullptr);
+  /// config.json text that transformers' LlamaConfig reads back.
+  std::string to_json() const;
+  /// Rotary inverse frequencies [head_dim / 2] for sequences of `seq_len` tokens, with scaling.
+  std::vector<double> rope_inv_freq(int64_t seq_len) const;
   /// Parameter count of the model this config builds.
   int64_t num_parameters() const;
   /// A LLaMA-shaped config of about `target` parameters (a 128-dim head, intermediate ~8/3 of

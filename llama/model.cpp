@@ -20,8 +20,8 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 RotaryTables RotaryTables::make(const LlamaConfig& c, int64_t max_positions) {
-  int64_t d = c.resolved_head_dim();
-  auto inv_freq = 1.0 / torch::pow(c.rope_theta, torch::arange(0, d, 2, torch::kFloat64) / static_cast<double>(d));
+  auto freqs_vec = c.rope_inv_freq(max_positions);
+  auto inv_freq = torch::tensor(freqs_vec, torch::kFloat64);
   auto t = torch::arange(max_positions, torch::kFloat64);
   auto freqs = torch::outer(t, inv_freq);
   auto emb = torch::cat({freqs, freqs}, -1);
@@ -100,9 +100,11 @@ DecoderImpl::DecoderImpl(const LlamaConfig& c) {
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config) : config_(config) {
   config_.validate();
   model = register_module("model", Decoder(config_));
-  lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
-  if (config_.tie_word_embeddings) {
-    lm_head->weight = lm_head->register_parameter("weight", model->embed_tokens->weight);
+  // Tied: no lm_head module; the output layer multiplies by the embedding matrix (saved once,
+  // as Hugging Face does for tied weights).
+  if (!config_.tie_word_embeddings) {
+    lm_head = register_module("lm_head", torch::nn::Linear(
+        torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
   }
   rope_ = RotaryTables::make(config_, config_.max_position_embeddings);
   reset_parameters();
@@ -127,7 +129,9 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
   auto h = call(model->embed_tokens, input_ids);
   for (auto& layer : model->layers) h = layer->forward(h, rope_);
   h = call(model->norm, h);
-  return call(lm_head, h);
+  if (lm_head) return call(lm_head, h);
+  const auto& embed = model->embed_tokens;
+  return nn::run_hooked(*embed, [&] { return torch::linear(h, embed->weight); });
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {

@@ -82,7 +82,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   const LlamaConfig& config() const { return config_; }
 
   Decoder model{nullptr};
-  torch::nn::Linear lm_head{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
   LlamaConfig config_;

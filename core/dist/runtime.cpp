@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "core/common/check.h"
 #include "core/common/env.h"
@@ -231,6 +232,19 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
     std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
     COLOSSAL_FAIL("[dist] creating ", Group(state).describe(), " with ", r.backend, " failed: ",
                   who, ". Cause: ", why.substr(0, why.find('\n')));
+  }
+  // Gloo's connectFullMesh can return on one member while a peer is still connecting; a member
+  // that then finished and exited would break the peer's connection. Leave only once every
+  // member is connected (through the store, so no collective sequence number is used).
+  prefixed->add("connected", 1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(state->timeout);
+  while (prefixed->add("connected", 0) < static_cast<int64_t>(ranks.size())) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
+      COLOSSAL_FAIL("[dist] creating ", Group(state).describe(), ": not every member connected within ",
+                    r.options.timeout_s, " s: ", who);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   Group g(state);
   r.groups[key] = g;

@@ -49,6 +49,22 @@ template <class Impl, class = std::enable_if_t<std::is_base_of_v<torch::nn::Modu
 Impl& impl_of(Impl& module) { return module; }
 }  // namespace detail
 
+/// fn() with `module`'s hooks around it: for computations on a module's parameters other than
+/// its forward (e.g. an output layer tied to the embedding matrix).
+template <class Fn>
+auto run_hooked(const torch::nn::Module& module, Fn&& fn) {
+  auto hooks = detail::hooks_of(&module);
+  if (hooks == nullptr) return fn();
+  if (hooks->pre) hooks->pre();
+  auto out = fn();
+  if (hooks->post) {
+    std::vector<torch::Tensor> tensors;
+    detail::collect(tensors, out);
+    hooks->post(tensors);
+  }
+  return out;
+}
+
 /// module->forward(args...) with the module's hooks around it.
 template <class M, class... Args>
 auto call(M&& module, Args&&... args) {

@@ -1,0 +1,188 @@
+// LlamaConfig <-> Hugging Face config.json, and the rotary frequencies with rope_scaling.
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/common/check.h"
+#include "llama/config.h"
+
+namespace colossal::llama {
+namespace {
+
+using json = nlohmann::json;
+
+// Fields transformers writes that do not change this model (accepted silently).
+const std::set<std::string> kIgnored = {
+    "architectures", "transformers_version", "torch_dtype", "use_cache", "pretraining_tp",
+    "attention_dropout", "mlp_bias", "_name_or_path", "dtype", "output_attentions",
+    "output_hidden_states", "return_dict", "model_type", "hidden_act"};
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::string& origin,
+                                        std::vector<std::string>* unknown) {
+  auto js = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[llama] ", origin, ": not a JSON object");
+  std::set<std::string> used;
+  LlamaConfig c;
+  auto read_int = [&](const char* key, int64_t& out) {
+    if (!js.contains(key)) return;
+    used.insert(key);
+    if (js[key].is_null()) return;
+    COLOSSAL_CHECK(js[key].is_number_integer(), "[llama] ", origin, ": field '", key,
+                   "' expected an integer, found ", js[key].dump());
+    out = js[key].get<int64_t>();
+  };
+  auto read_double = [&](const char* key, double& out) {
+    if (!js.contains(key)) return;
+    used.insert(key);
+    if (js[key].is_null()) return;
+    COLOSSAL_CHECK(js[key].is_number(), "[llama] ", origin, ": field '", key,
+                   "' expected a number, found ", js[key].dump());
+    out = js[key].get<double>();
+  };
+  auto read_bool = [&](const char* key, bool& out) {
+    if (!js.contains(key)) return;
+    used.insert(key);
+    if (js[key].is_null()) return;
+    COLOSSAL_CHECK(js[key].is_boolean(), "[llama] ", origin, ": field '", key,
+                   "' expected true or false, found ", js[key].dump());
+    out = js[key].get<bool>();
+  };
+  if (js.contains("model_type")) {
+    COLOSSAL_CHECK(js["model_type"] == "llama" || js["model_type"] == "mistral", "[llama] ", origin,
+                   ": model_type is ", js["model_type"].dump(), ", expected \"llama\"");
+  }
+  if (js.contains("hidden_act")) {
+    COLOSSAL_CHECK(js["hidden_act"] == "silu", "[llama] ", origin, ": hidden_act is ",
+                   js["hidden_act"].dump(), "; this model implements \"silu\" (SwiGLU)");
+  }
+  read_int("vocab_size", c.vocab_size);
+  read_int("hidden_size", c.hidden_size);
+  read_int("intermediate_size", c.intermediate_size);
+  read_int("num_hidden_layers", c.num_hidden_layers);
+  read_int("num_attention_heads", c.num_attention_heads);
+  c.num_key_value_heads = c.num_attention_heads;  // transformers' default
+  read_int("num_key_value_heads", c.num_key_value_heads);
+  read_int("head_dim", c.head_dim);
+  read_double("rms_norm_eps", c.rms_norm_eps);
+  read_double("rope_theta", c.rope_theta);
+  read_int("max_position_embeddings", c.max_position_embeddings);
+  read_bool("tie_word_embeddings", c.tie_word_embeddings);
+  read_bool("attention_bias", c.attention_bias);
+  read_double("initializer_range", c.initializer_range);
+  read_int("bos_token_id", c.bos_token_id);
+  read_int("eos_token_id", c.eos_token_id);
+  read_int("pad_token_id", c.pad_token_id);
+  if (js.contains("rope_scaling")) used.insert("rope_scaling");
+  if (js.contains("rope_scaling") && !js["rope_scaling"].is_null()) {
+    const auto& r = js["rope_scaling"];
+    COLOSSAL_CHECK(r.is_object(), "[llama] ", origin, ": rope_scaling expected an object");
+    std::string type = r.value("rope_type", r.value("type", std::string()));
+    COLOSSAL_CHECK(type == "linear" || type == "dynamic" || type == "llama3" || type == "default", "[llama] ",
+                   origin, ": rope_scaling type '", type, "' is not supported (linear, dynamic, llama3)");
+    c.rope_scaling.type = type == "default" ? "" : type;
+    c.rope_scaling.factor = r.value("factor", 1.0);
+    c.rope_scaling.low_freq_factor = r.value("low_freq_factor", 1.0);
+    c.rope_scaling.high_freq_factor = r.value("high_freq_factor", 4.0);
+    c.rope_scaling.original_max_position_embeddings = r.value("original_max_position_embeddings", int64_t{0});
+    COLOSSAL_CHECK(c.rope_scaling.type.empty() || c.rope_scaling.factor >= 1.0, "[llama] ", origin,
+                   ": rope_scaling.factor must be >= 1, got ", c.rope_scaling.factor);
+    COLOSSAL_CHECK(c.rope_scaling.type != "llama3" ||
+                       c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor,
+                   "[llama] ", origin, ": rope_scaling high_freq_factor (", c.rope_scaling.high_freq_factor,
+                   ") must exceed low_freq_factor (", c.rope_scaling.low_freq_factor, ")");
+  }
+  if (unknown) {
+    for (auto it = js.begin(); it != js.end(); ++it)
+      if (!used.count(it.key()) && !kIgnored.count(it.key())) unknown->push_back(it.key());
+  }
+  try {
+    c.validate();
+  } catch (const std::exception& e) {
+    COLOSSAL_FAIL(origin, ": ", e.what());
+  }
+  return c;
+}
+
+LlamaConfig LlamaConfig::from_json_file(const std::string& path, std::vector<std::string>* unknown) {
+  std::ifstream in(path);
+  COLOSSAL_CHECK(in.good(), "[llama] cannot read '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return from_json_text(ss.str(), "'" + path + "'", unknown);
+}
+
+std::string LlamaConfig::to_json() const {
+  json js;
+  js["architectures"] = {"LlamaForCausalLM"};
+  js["model_type"] = "llama";
+  js["hidden_act"] = "silu";
+  js["vocab_size"] = vocab_size;
+  js["hidden_size"] = hidden_size;
+  js["intermediate_size"] = intermediate_size;
+  js["num_hidden_layers"] = num_hidden_layers;
+  js["num_attention_heads"] = num_attention_heads;
+  js["num_key_value_heads"] = num_key_value_heads;
+  js["head_dim"] = resolved_head_dim();
+  js["rms_norm_eps"] = rms_norm_eps;
+  js["rope_theta"] = rope_theta;
+  js["max_position_embeddings"] = max_position_embeddings;
+  js["tie_word_embeddings"] = tie_word_embeddings;
+  js["attention_bias"] = attention_bias;
+  js["initializer_range"] = initializer_range;
+  js["bos_token_id"] = bos_token_id;
+  js["eos_token_id"] = eos_token_id;
+  if (pad_token_id >= 0) js["pad_token_id"] = pad_token_id;
+  if (rope_scaling.type.empty()) {
+    js["rope_scaling"] = nullptr;
+  } else {
+    json r;
+    r["rope_type"] = rope_scaling.type;
+    r["factor"] = rope_scaling.factor;
+    if (rope_scaling.type == "llama3") {
+      r["low_freq_factor"] = rope_scaling.low_freq_factor;
+      r["high_freq_factor"] = rope_scaling.high_freq_factor;
+    }
+    if (rope_scaling.original_max_position_embeddings > 0)
+      r["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+    js["rope_scaling"] = r;
+  }
+  js["torch_dtype"] = "float32";
+  return js.dump(2) + "\n";
+}
+
+std::vector<double> LlamaConfig::rope_inv_freq(int64_t seq_len) const {
+  const int64_t d = resolved_head_dim();
+  const auto& s = rope_scaling;
+  double base = rope_theta;
+  int64_t original = s.original_max_position_embeddings > 0 ? s.original_max_position_embeddings
+                                                            : max_position_embeddings;
+  if (s.type == "dynamic" && seq_len > original) {
+    // NTK-aware: grow the base so the longest wavelength covers the longer sequence.
+    base = rope_theta * std::pow(s.factor * seq_len / original - (s.factor - 1), static_cast<double>(d) / (d - 2));
+  }
+  std::vector<double> inv(d / 2);
+  for (int64_t i = 0; i < d / 2; ++i) inv[i] = 1.0 / std::pow(base, 2.0 * i / d);
+  if (s.type == "linear") {
+    for (auto& f : inv) f /= s.factor;
+  } else if (s.type == "llama3") {
+    const double low_wavelen = original / s.low_freq_factor;
+    const double high_wavelen = original / s.high_freq_factor;
+    for (auto& f : inv) {
+      double wavelen = 2 * M_PI / f;
+      if (wavelen < high_wavelen) continue;  // high frequencies: unchanged
+      if (wavelen > low_wavelen) {
+        f /= s.factor;  // low frequencies: interpolated fully
+        continue;
+      }
+      double smooth = (original / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f = (1 - smooth) * f / s.factor + smooth * f;
+    }
+  }
+  return inv;
+}
+
+}  // namespace colossal::llama

@@ -76,10 +76,18 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   read_int("bos_token_id", c.bos_token_id);
   read_int("eos_token_id", c.eos_token_id);
   read_int("pad_token_id", c.pad_token_id);
-  if (js.contains("rope_scaling")) used.insert("rope_scaling");
-  if (js.contains("rope_scaling") && !js["rope_scaling"].is_null()) {
-    const auto& r = js["rope_scaling"];
-    COLOSSAL_CHECK(r.is_object(), "[llama] ", origin, ": rope_scaling expected an object");
+  // transformers 4 writes rope_theta + rope_scaling; transformers 5 one rope_parameters object
+  // (with rope_theta inside, rope_type "default" when unscaled).
+  const char* rope_key = js.contains("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (js.contains(rope_key)) used.insert(rope_key);
+  if (js.contains(rope_key) && !js[rope_key].is_null()) {
+    const auto& r = js[rope_key];
+    COLOSSAL_CHECK(r.is_object(), "[llama] ", origin, ": ", rope_key, " expected an object");
+    if (r.contains("rope_theta")) {
+      COLOSSAL_CHECK(r["rope_theta"].is_number(), "[llama] ", origin, ": ", rope_key,
+                     ".rope_theta expected a number");
+      c.rope_theta = r["rope_theta"].get<double>();
+    }
     std::string type = r.value("rope_type", r.value("type", std::string()));
     COLOSSAL_CHECK(type == "linear" || type == "dynamic" || type == "llama3" || type == "default", "[llama] ",
                    origin, ": rope_scaling type '", type, "' is not supported (linear, dynamic, llama3)");

@@ -55,6 +55,11 @@ TEST(LlamaConfig, ContradictionsAndWrongTypesNameTheField) {
     LlamaConfig::from_json_text(R"({"rope_scaling": {"rope_type": "yarn", "factor": 4}})", "c.json");
   });
   EXPECT_NE(msg.find("rope_scaling type 'yarn' is not supported"), std::string::npos) << msg;
+  // transformers 5's form: one rope_parameters object carrying rope_theta.
+  auto v5 = LlamaConfig::from_json_text(
+      R"({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}})", "v5.json");
+  EXPECT_EQ(v5.rope_scaling.type, "linear");
+  EXPECT_DOUBLE_EQ(v5.rope_theta, 1e6);
 }
 
 TEST(LlamaConfig, RopeScalingVariants) {

@@ -1,0 +1,29 @@
+#pragma once
+// Hugging Face model directories: config.json, generation_config.json and the weights
+// (model.safetensors, or model-0000i-of-0000N.safetensors + index), which open in
+// `transformers` as they are — and the reverse.
+#include <string>
+
+#include "core/checkpoint/model_io.h"
+#include "llama/config.h"
+#include "llama/model.h"
+
+namespace colossal::llama {
+
+/// Writes `weights` (Hugging Face names, e.g. model_state(model) or a plugin's gathered
+/// full_model_state) and the configuration files into `dir`.
+void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& weights,
+                     const std::string& dir, const checkpoint::SaveModelOptions& options = {});
+
+struct LoadedModel {
+  LlamaConfig config;
+  LlamaForCausalLM model{nullptr};
+  checkpoint::LoadReport report;
+  std::vector<std::string> unknown_config_fields;
+};
+
+/// Reads `dir`/config.json, builds the model and loads the weights (strict: every difference
+/// is an error listing all of them; otherwise the report lists them).
+LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options = {});
+
+}  // namespace colossal::llama

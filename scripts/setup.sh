@@ -107,6 +107,24 @@ if [ "$have_py_extra" -eq 0 ]; then
   "$(python_bin)" -m pip install -q --cache-dir "$PIP_CACHE" "${PY_EXTRA[@]}"
 fi
 
+# The built-in default corpus: Jane Austen's novels in Debian's r-cran-janeaustenr. Only its
+# data file is needed, so the .deb is downloaded and unpacked into the cache (no R install);
+# llama/corpus.h reads it.
+CORPUS_DIR="$CACHE_ROOT/corpus/janeaustenr"
+AUSTEN_RDB="$CORPUS_DIR/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb"
+if [ ! -s "$AUSTEN_RDB" ]; then
+  log "fetching the default corpus (r-cran-janeaustenr)"
+  tmp_deb="$(mktemp -d)"
+  chmod 777 "$tmp_deb"  # apt-get download runs as _apt where it can
+  if ! (cd "$tmp_deb" && apt-get download -q r-cran-janeaustenr >/dev/null 2>&1); then
+    log "apt-get download r-cran-janeaustenr failed (is Debian's archive reachable?)"; exit 1
+  fi
+  mkdir -p "$CORPUS_DIR"
+  dpkg-deb -x "$tmp_deb"/r-cran-janeaustenr_*.deb "$CORPUS_DIR"
+  rm -rf "$tmp_deb"
+  [ -s "$AUSTEN_RDB" ] || { log "r-cran-janeaustenr has no $AUSTEN_RDB"; exit 1; }
+fi
+
 # ccache: outside the checkout, large enough for a few LibTorch PCHs (~700 MB each).
 CCACHE_DIR="$CACHE_ROOT/ccache" ccache --max-size=20G >/dev/null
 

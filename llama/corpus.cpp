@@ -1,0 +1,136 @@
+#include "llama/corpus.h"
+
+#include <zlib.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/checkpoint/atomic_file.h"
+#include "core/common/check.h"
+
+namespace colossal::llama {
+namespace {
+
+uint32_t be32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+// Reads one XDR-serialized object; keeps it when it is a character vector.
+struct XdrReader {
+  const std::string& buf;
+  size_t pos = 0;
+  std::string where;
+  int32_t int32() {
+    COLOSSAL_CHECK(pos + 4 <= buf.size(), "[corpus] ", where, ": truncated at byte ", pos);
+    auto v = static_cast<int32_t>(be32(reinterpret_cast<const unsigned char*>(buf.data() + pos)));
+    pos += 4;
+    return v;
+  }
+  std::string bytes(int32_t n) {
+    COLOSSAL_CHECK(n >= 0 && pos + static_cast<size_t>(n) <= buf.size(), "[corpus] ", where,
+                   ": a string of ", n, " bytes runs past the end at byte ", pos);
+    std::string s = buf.substr(pos, n);
+    pos += n;
+    return s;
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<std::string>> read_r_character_vectors(const std::string& rdb_path) {
+  std::ifstream in(rdb_path, std::ios::binary);
+  COLOSSAL_CHECK(in.good(), "[corpus] cannot read '", rdb_path, "'");
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::vector<std::string>> out;
+  size_t pos = 0;
+  for (int record = 0; pos < data.size(); ++record) {
+    std::string where = "'" + rdb_path + "' record " + std::to_string(record);
+    COLOSSAL_CHECK(pos + 4 <= data.size(), "[corpus] ", where, ": truncated length at byte ", pos);
+    uint32_t expected = be32(reinterpret_cast<const unsigned char*>(data.data() + pos));
+    pos += 4;
+    std::string raw(expected, '\0');
+    z_stream z{};
+    COLOSSAL_CHECK(inflateInit(&z) == Z_OK, "[corpus] zlib initialisation failed");
+    z.next_in = reinterpret_cast<Bytef*>(data.data() + pos);
+    z.avail_in = static_cast<uInt>(data.size() - pos);
+    z.next_out = reinterpret_cast<Bytef*>(raw.data());
+    z.avail_out = expected;
+    int rc = inflate(&z, Z_FINISH);
+    size_t consumed = z.total_in, produced = z.total_out;
+    inflateEnd(&z);
+    COLOSSAL_CHECK(rc == Z_STREAM_END && produced == expected, "[corpus] ", where, " at byte ", pos,
+                   ": not a complete zlib stream of ", expected, " bytes (zlib status ", rc, ")");
+    pos += consumed;
+
+    XdrReader r{raw, 0, where};
+    COLOSSAL_CHECK(raw.size() >= 2 && raw.compare(0, 2, "X\n") == 0, "[corpus] ", where,
+                   ": not R's XDR serialization (expected \"X\\n\")");
+    r.pos = 2;
+    int32_t version = r.int32();
+    r.int32();  // R version that wrote it
+    r.int32();  // minimal R version to read it
+    if (version == 3) r.bytes(r.int32());  // native encoding name
+    int32_t flags = r.int32();
+    if ((flags & 0xFF) != 16) continue;  // not a character vector
+    int32_t n = r.int32();
+    COLOSSAL_CHECK(n >= 0, "[corpus] ", where, ": negative vector length ", n);
+    std::vector<std::string> strings;
+    strings.reserve(n);
+    for (int32_t i = 0; i < n; ++i) {
+      int32_t f = r.int32();
+      COLOSSAL_CHECK((f & 0xFF) == 9, "[corpus] ", where, ": element ", i, " has type ", f & 0xFF,
+                     ", expected 9 (a string)");
+      int32_t len = r.int32();
+      strings.push_back(len < 0 ? std::string() : r.bytes(len));  // NA reads as empty
+    }
+    out.push_back(std::move(strings));
+  }
+  return out;
+}
+
+CorpusSplit write_austen_jsonl(const std::string& rdb_path, const std::string& out_dir, int valid_every) {
+  COLOSSAL_CHECK(valid_every >= 2, "[corpus] valid_every must be >= 2");
+  auto novels = read_r_character_vectors(rdb_path);
+  COLOSSAL_CHECK(!novels.empty(), "[corpus] '", rdb_path, "' holds no character vectors");
+  std::ostringstream train, valid;
+  CorpusSplit split;
+  int64_t paragraph = 0;
+  auto emit = [&](std::string& text) {
+    if (text.empty()) return;
+    std::string line = nlohmann::json{{"text", text}}.dump() + "\n";
+    bool held_out = ++paragraph % valid_every == 0;
+    (held_out ? valid : train) << line;
+    (held_out ? split.valid_records : split.train_records)++;
+    (held_out ? split.valid_bytes : split.train_bytes) += static_cast<int64_t>(text.size());
+    text.clear();
+  };
+  for (const auto& lines : novels) {
+    std::string text;
+    for (const auto& l : lines) {
+      if (l.find_first_not_of(" \t") == std::string::npos) {
+        emit(text);
+        continue;
+      }
+      if (!text.empty()) text += ' ';
+      text += l;
+    }
+    emit(text);
+  }
+  (void)!std::system(("mkdir -p '" + out_dir + "'").c_str());
+  checkpoint::write_text_atomically(out_dir + "/train.jsonl", train.str());
+  checkpoint::write_text_atomically(out_dir + "/valid.jsonl", valid.str());
+  return split;
+}
+
+std::string default_austen_rdb() {
+  // The cache setup.sh uses: $COLOSSAL_CACHE, else ~/.cache/colossal-cpp.
+  const char* cache = std::getenv("COLOSSAL_CACHE");
+  const char* home = std::getenv("HOME");
+  std::string root = cache ? cache : std::string(home ? home : "/root") + "/.cache/colossal-cpp";
+  return root + "/corpus/janeaustenr/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb";
+}
+
+}  // namespace colossal::llama

@@ -1,0 +1,220 @@
+#include "llama/dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/checkpoint/atomic_file.h"
+#include "core/common/check.h"
+#include "core/common/log.h"
+
+namespace colossal::llama {
+namespace {
+
+using json = nlohmann::json;
+
+uint64_t fnv(uint64_t h, const std::string& s) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  COLOSSAL_CHECK(in.good(), "[data] cannot read '", path, "'");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+template <class T>
+void write_binary(const std::string& path, const std::vector<T>& v) {
+  checkpoint::AtomicFile f(path);
+  f.write(v.data(), v.size() * sizeof(T));
+  f.commit();
+}
+
+}  // namespace
+
+struct TokenDataset::Mapping {
+  void* data = nullptr;
+  size_t bytes = 0;
+  Mapping(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    COLOSSAL_CHECK(fd >= 0, "[data] cannot open '", path, "'");
+    struct stat st {};
+    ::fstat(fd, &st);
+    bytes = static_cast<size_t>(st.st_size);
+    if (bytes > 0) data = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    COLOSSAL_CHECK(bytes == 0 || data != MAP_FAILED, "[data] cannot map '", path, "'");
+  }
+  ~Mapping() {
+    if (data && data != MAP_FAILED) ::munmap(data, bytes);
+  }
+};
+
+std::vector<ChatSegment> apply_chat_template(const std::string& name,
+                                             const std::vector<std::pair<std::string, std::string>>& messages) {
+  COLOSSAL_CHECK(name == "llama2", "[data] unknown chat template '", name, "' (known: llama2)");
+  // LLaMA-2: <s>[INST] {human} [/INST] {assistant} </s> per exchange (BOS/EOS added by the
+  // caller around each exchange).
+  std::vector<ChatSegment> out;
+  for (const auto& [from, content] : messages) {
+    if (from == "human") out.push_back({"[INST] " + content + " [/INST]", false});
+    else out.push_back({content, true});
+  }
+  return out;
+}
+
+TokenDataset::~TokenDataset() = default;
+TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
+TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
+
+TokenDataset TokenDataset::open(const DatasetOptions& o, const Tokenizer& tok) {
+  COLOSSAL_CHECK(o.mode == "pretrain" || o.mode == "sft", "[data] mode: expected pretrain or sft, got '", o.mode, "'");
+  COLOSSAL_CHECK(o.on_bad_line == "stop" || o.on_bad_line == "skip",
+                 "[data] on_bad_line: expected stop or skip, got '", o.on_bad_line, "'");
+  COLOSSAL_CHECK(!o.files.empty(), "[data] no input files");
+  COLOSSAL_CHECK(o.max_length >= 2, "[data] max_length must be >= 2, got ", o.max_length);
+  // The cache key: inputs (path, size, mtime), the tokenizer's bytes, the options that change
+  // the tokens.
+  uint64_t h = 1469598103934665603ull;
+  h = fnv(h, o.mode + "|" + o.chat_template + "|" + o.on_bad_line);
+  for (const auto& f : o.files) {
+    struct stat st {};
+    COLOSSAL_CHECK(::stat(f.c_str(), &st) == 0, "[data] input '", f, "' does not exist");
+    h = fnv(h, f + "|" + std::to_string(st.st_size) + "|" + std::to_string(st.st_mtim.tv_sec) + "." +
+                   std::to_string(st.st_mtim.tv_nsec));
+  }
+  h = fnv(h, read_file(tok.path()));
+  char key[17];
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
+  TokenDataset d;
+  d.options_ = o;
+  d.key_ = key;
+  d.pad_id_ = tok.pad_id() >= 0 ? tok.pad_id() : tok.eos_id();
+  std::string base = o.cache_dir + "/" + d.key_;
+  struct stat st {};
+  if (::stat((base + ".json").c_str(), &st) == 0) {
+    d.reused_ = true;
+  } else {
+    (void)!std::system(("mkdir -p '" + o.cache_dir + "'").c_str());
+    std::vector<int32_t> tokens;
+    std::vector<uint8_t> mask;
+    std::vector<int64_t> docs{0};
+    int64_t skipped = 0;
+    auto add = [&](const std::vector<int64_t>& ids, uint8_t m) {
+      for (int64_t id : ids) {
+        tokens.push_back(static_cast<int32_t>(id));
+        mask.push_back(m);
+      }
+    };
+    for (const auto& f : o.files) {
+      std::ifstream in(f);
+      std::string line;
+      for (int64_t n = 1; std::getline(in, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        std::string problem;
+        auto js = json::parse(line, nullptr, false);
+        if (js.is_discarded() || !js.is_object()) {
+          problem = "not a JSON object";
+        } else if (o.mode == "pretrain") {
+          std::string text;
+          if (js.contains("text") && js["text"].is_string()) text = js["text"];
+          else if (js.contains("source") && js.contains("target") && js["source"].is_string() && js["target"].is_string())
+            text = js["source"].get<std::string>() + " " + js["target"].get<std::string>();
+          else problem = "expected a string field \"text\" (or \"source\" and \"target\")";
+          if (problem.empty()) add(tok.encode(text, true, true), 1);
+        } else {
+          std::vector<std::pair<std::string, std::string>> messages;
+          if (!js.contains("messages") || !js["messages"].is_array() || js["messages"].empty()) {
+            problem = "expected a non-empty array \"messages\"";
+          } else {
+            for (const auto& m : js["messages"]) {
+              if (!m.is_object() || !m.contains("from") || !m.contains("content") || !m["content"].is_string() ||
+                  (m["from"] != "human" && m["from"] != "assistant")) {
+                problem = "each message needs \"from\" (human or assistant) and a string \"content\"";
+                break;
+              }
+              messages.emplace_back(m["from"], m["content"]);
+            }
+          }
+          if (problem.empty()) {
+            for (const auto& seg : apply_chat_template(o.chat_template, messages)) {
+              if (!seg.assistant) {
+                add({tok.bos_id()}, 0);
+                add(tok.encode(seg.text, false, false), 0);
+              } else {
+                add(tok.encode(seg.text, false, false), 1);
+                add({tok.eos_id()}, 1);
+              }
+            }
+            docs.push_back(static_cast<int64_t>(tokens.size()));
+          }
+        }
+        if (!problem.empty()) {
+          COLOSSAL_CHECK(o.on_bad_line == "skip", "[data] '", f, "' line ", n, ": ", problem,
+                         " (on_bad_line=skip skips such lines)");
+          if (skipped++ < 5) COLOSSAL_LOG_WARN("[data] '", f, "' line ", n, ": ", problem, " (skipped)");
+        }
+      }
+    }
+    COLOSSAL_CHECK(!tokens.empty(), "[data] the inputs hold no usable lines");
+    write_binary(base + ".tokens", tokens);
+    write_binary(base + ".mask", mask);
+    write_binary(base + ".docs", docs);
+    json meta;
+    meta["files"] = o.files;
+    meta["tokenizer"] = tok.path();
+    meta["num_tokens"] = tokens.size();
+    meta["skipped_lines"] = skipped;
+    meta["mode"] = o.mode;
+    checkpoint::write_text_atomically(base + ".json", meta.dump(2) + "\n");  // last: marks complete
+  }
+  auto meta = json::parse(read_file(base + ".json"));
+  d.skipped_ = meta.value("skipped_lines", int64_t{0});
+  d.tokens_ = std::make_unique<Mapping>(base + ".tokens");
+  d.mask_ = std::make_unique<Mapping>(base + ".mask");
+  std::string docs = read_file(base + ".docs");
+  d.doc_offsets_.resize(docs.size() / sizeof(int64_t));
+  std::memcpy(d.doc_offsets_.data(), docs.data(), docs.size());
+  return d;
+}
+
+int64_t TokenDataset::num_tokens() const { return static_cast<int64_t>(tokens_->bytes / sizeof(int32_t)); }
+
+int64_t TokenDataset::size() const {
+  if (options_.mode == "pretrain") return num_tokens() / options_.max_length;
+  return static_cast<int64_t>(doc_offsets_.size()) - 1;
+}
+
+Batch TokenDataset::batch(const std::vector<int64_t>& indices) const {
+  const int64_t L = options_.max_length, B = static_cast<int64_t>(indices.size());
+  auto ids = torch::full({B, L}, pad_id_, torch::kInt64);
+  auto labels = torch::full({B, L}, -100, torch::kInt64);
+  auto* tok = static_cast<const int32_t*>(tokens_->data);
+  auto* msk = static_cast<const uint8_t*>(mask_->data);
+  auto* ip = ids.data_ptr<int64_t>();
+  auto* lp = labels.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t i = indices[b];
+    COLOSSAL_CHECK(i >= 0 && i < size(), "[data] sample ", i, " is outside [0, ", size(), ")");
+    int64_t begin = options_.mode == "pretrain" ? i * L : doc_offsets_[i];
+    int64_t end = options_.mode == "pretrain" ? begin + L : std::min(doc_offsets_[i + 1], begin + L);
+    for (int64_t t = begin; t < end; ++t) {
+      ip[b * L + (t - begin)] = tok[t];
+      lp[b * L + (t - begin)] = msk[t] ? tok[t] : -100;
+    }
+  }
+  return {ids, labels};
+}
+
+}  // namespace colossal::llama

@@ -1,0 +1,80 @@
+#pragma once
+// Training data for LLaMA: JSONL tokenised once into a memory-mapped token file.
+//
+// Input lines:
+//   pretraining  {"text": "..."}  or  {"source": "...", "target": "..."} (joined by a space)
+//   fine-tuning  {"messages": [{"from": "human"|"assistant", "content": "..."}, ...]}
+//                formatted with a chat template (LLaMA-2's by default); the loss is kept only
+//                on assistant tokens.
+// Every document becomes BOS + tokens + EOS. The token file (int32) and a loss-mask file (uint8)
+// sit in `cache_dir` under a key hashed from the input files (path, size, mtime), the tokenizer
+// file's contents and the options; a later run with the same key maps them instead of
+// tokenising again, and any change makes a new key. A malformed line is reported with file and
+// line number; on_bad_line = skip counts and skips it, stop throws.
+//
+// Samples: pretraining packs the stream into windows of max_length + 1 tokens (inputs and the
+// next-token labels); fine-tuning keeps one conversation per sample, truncated to max_length+1,
+// padded with labels -100.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "llama/tokenizer.h"
+
+namespace colossal::llama {
+
+struct DatasetOptions {
+  std::vector<std::string> files;      // JSONL
+  std::string cache_dir = "data_cache";
+  std::string mode = "pretrain";       // pretrain | sft
+  std::string chat_template = "llama2";
+  std::string on_bad_line = "stop";    // stop | skip
+  int64_t max_length = 512;
+};
+
+struct Batch {
+  at::Tensor input_ids;  // [B, T] int64
+  at::Tensor labels;     // [B, T] int64, -100 where no loss
+};
+
+class TokenDataset {
+ public:
+  /// Tokenises (or maps the cached result of) `options.files` with `tokenizer`.
+  static TokenDataset open(const DatasetOptions& options, const Tokenizer& tokenizer);
+  ~TokenDataset();
+  TokenDataset(TokenDataset&&) noexcept;
+  TokenDataset& operator=(TokenDataset&&) noexcept;
+
+  int64_t size() const;            // samples
+  int64_t num_tokens() const;
+  int64_t skipped_lines() const { return skipped_; }
+  bool reused_cache() const { return reused_; }
+  const std::string& cache_key() const { return key_; }
+  /// Samples `indices` stacked into a batch.
+  Batch batch(const std::vector<int64_t>& indices) const;
+
+ private:
+  TokenDataset() = default;
+  struct Mapping;
+  std::unique_ptr<Mapping> tokens_, mask_;
+  std::vector<int64_t> doc_offsets_;  // sft: where each conversation starts (and the end)
+  DatasetOptions options_;
+  int64_t pad_id_ = 0;
+  int64_t skipped_ = 0;
+  bool reused_ = false;
+  std::string key_;
+};
+
+/// The chat template by name ("llama2"): the text of `messages` and, per character range, whether
+/// it is an assistant reply. Throws listing the known names.
+struct ChatSegment {
+  std::string text;
+  bool assistant = false;
+};
+std::vector<ChatSegment> apply_chat_template(const std::string& name,
+                                             const std::vector<std::pair<std::string, std::string>>& messages);
+
+}  // namespace colossal::llama

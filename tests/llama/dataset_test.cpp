@@ -1,0 +1,99 @@
+// JSONL -> cached token files -> batches: pretraining packing, fine-tuning masks, the cache key,
+// bad lines reported with file and line.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "llama/dataset.h"
+#include "tests/support/errors.h"
+
+namespace colossal::llama {
+namespace {
+
+struct Fixture {
+  std::string dir;
+  std::unique_ptr<Tokenizer> tok;
+  Fixture() {
+    dir = ::testing::TempDir() + "dataset_" + std::to_string(::getpid());
+    (void)!std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
+    std::ofstream corpus(dir + "/corpus.txt");
+    for (int i = 0; i < 50; ++i)
+      corpus << "the quick brown fox jumps over the lazy dog " << i << "\nshe said hello and he answered\n";
+    corpus.close();
+    TrainTokenizerOptions o;
+    o.vocab_size = 320;  // 256 byte pieces (byte fallback) + a few merges
+    train_tokenizer({dir + "/corpus.txt"}, dir + "/tok", o);
+    tok = std::make_unique<Tokenizer>(Tokenizer::load(dir + "/tok.model"));
+  }
+};
+
+TEST(Dataset, PretrainingPacksCachesAndReportsBadLines) {
+  Fixture f;
+  std::string jsonl = f.dir + "/pre.jsonl";
+  std::ofstream(jsonl) << "{\"text\": \"the quick brown fox\"}\n"
+                       << "{\"source\": \"she said\", \"target\": \"hello\"}\n"
+                       << "{\"txt\": \"oops\"}\n"
+                       << "{\"text\": \"the lazy dog jumps\"}\n";
+  DatasetOptions o;
+  o.files = {jsonl};
+  o.cache_dir = f.dir + "/cache";
+  o.max_length = 4;
+  auto msg = testing::error_message_of([&] { TokenDataset::open(o, *f.tok); });
+  EXPECT_NE(msg.find("pre.jsonl' line 3: expected a string field \"text\""), std::string::npos) << msg;
+
+  o.on_bad_line = "skip";
+  auto d = TokenDataset::open(o, *f.tok);
+  EXPECT_FALSE(d.reused_cache());
+  EXPECT_EQ(d.skipped_lines(), 1);
+  int64_t expected = 0;
+  for (const char* t : {"the quick brown fox", "she said hello", "the lazy dog jumps"})
+    expected += static_cast<int64_t>(f.tok->encode(t, true, true).size());
+  EXPECT_EQ(d.num_tokens(), expected);
+  EXPECT_EQ(d.size(), expected / 4);
+  auto b = d.batch({0, 1});
+  EXPECT_EQ(b.input_ids.sizes(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(b.input_ids[0][0].item<int64_t>(), f.tok->bos_id()) << "documents start with BOS";
+  EXPECT_TRUE(torch::equal(b.input_ids, b.labels)) << "pretraining: loss on every token";
+
+  auto again = TokenDataset::open(o, *f.tok);
+  EXPECT_TRUE(again.reused_cache());
+  EXPECT_EQ(again.cache_key(), d.cache_key());
+  std::ofstream(jsonl, std::ios::app) << "{\"text\": \"one more line\"}\n";
+  auto changed = TokenDataset::open(o, *f.tok);
+  EXPECT_FALSE(changed.reused_cache()) << "a changed input gets a new key";
+  EXPECT_NE(changed.cache_key(), d.cache_key());
+}
+
+TEST(Dataset, FineTuningKeepsLossOnAssistantTurnsOnly) {
+  Fixture f;
+  std::string jsonl = f.dir + "/sft.jsonl";
+  std::ofstream(jsonl) << R"({"messages": [{"from": "human", "content": "say hello"},)"
+                       << R"( {"from": "assistant", "content": "hello"}]})" << "\n"
+                       << R"({"messages": [{"from": "robot", "content": "x"}]})" << "\n";
+  DatasetOptions o;
+  o.files = {jsonl};
+  o.cache_dir = f.dir + "/cache";
+  o.mode = "sft";
+  o.max_length = 32;
+  auto msg = testing::error_message_of([&] { TokenDataset::open(o, *f.tok); });
+  EXPECT_NE(msg.find("sft.jsonl' line 2: each message needs \"from\" (human or assistant)"), std::string::npos) << msg;
+  o.on_bad_line = "skip";
+  auto d = TokenDataset::open(o, *f.tok);
+  ASSERT_EQ(d.size(), 1);
+  auto b = d.batch({0});
+  auto human = f.tok->encode("[INST] say hello [/INST]", true, false);
+  auto reply = f.tok->encode("hello", false, true);
+  for (size_t t = 0; t < human.size(); ++t) {
+    EXPECT_EQ(b.input_ids[0][t].item<int64_t>(), human[t]);
+    EXPECT_EQ(b.labels[0][t].item<int64_t>(), -100) << "no loss on the human turn";
+  }
+  for (size_t t = 0; t < reply.size(); ++t)
+    EXPECT_EQ(b.labels[0][human.size() + t].item<int64_t>(), reply[t]) << "loss on the reply and its EOS";
+  EXPECT_EQ(b.labels[0][31].item<int64_t>(), -100) << "padding carries no loss";
+  msg = testing::error_message_of([] { apply_chat_template("chatml", {}); });
+  EXPECT_NE(msg.find("unknown chat template 'chatml' (known: llama2)"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace colossal::llama

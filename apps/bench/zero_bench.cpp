@@ -24,14 +24,12 @@
 
 #include "apps/bench/bench_util.h"
 #include "core/booster/booster.h"
-#include "core/booster/ddp_plugin.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/optim/fused_adamw.h"
 #include "core/zero/gemini_plugin.h"
-#include "core/zero/low_level_zero_plugin.h"
 #include "llama/model.h"
 
 namespace dist = colossal::dist;
@@ -64,17 +62,7 @@ void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 double gib(double bytes) { return bytes / (1LL << 30); }
 
 std::shared_ptr<booster::Plugin> make(const std::string& name, const Args& a) {
-  if (name == "ddp") {
-    booster::DDPPlugin::Options o;
-    o.precision = a.precision;
-    return std::make_shared<booster::DDPPlugin>(o);
-  }
-  if (name == "zero1" || name == "zero2") {
-    zero::LowLevelZeroPlugin::Options o;
-    o.stage = name == "zero1" ? 1 : 2;
-    o.precision = a.precision;
-    return std::make_shared<zero::LowLevelZeroPlugin>(o);
-  }
+  if (name != "zero3" && name != "zero3_nvme") return booster::make_plugin(name, a.precision);
   zero::GeminiPlugin::Options o;
   o.precision = a.precision;
   o.check_first_step = false;  // models here go through colossal::nn::call by construction
@@ -83,8 +71,6 @@ std::shared_ptr<booster::Plugin> make(const std::string& name, const Args& a) {
     o.nvme_dir = a.nvme_dir;
     o.offload_optim_frac = 1.0;
     o.offload_param_frac = 1.0;
-  } else {
-    COLOSSAL_CHECK(name == "zero3", "unknown plugin '", name, "' (ddp, zero1, zero2, zero3, zero3_nvme)");
   }
   return std::make_shared<zero::GeminiPlugin>(o);
 }

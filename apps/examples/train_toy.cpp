@@ -11,10 +11,7 @@
 #include <cstdio>
 
 #include "core/booster/booster.h"
-#include "core/booster/ddp_plugin.h"
 #include "core/nn/module_hooks.h"
-#include "core/zero/gemini_plugin.h"
-#include "core/zero/low_level_zero_plugin.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -42,24 +39,6 @@ struct ToyMLPImpl : torch::nn::Module {
   torch::nn::LayerNorm norm{nullptr};
 };
 TORCH_MODULE(ToyMLP);
-
-std::shared_ptr<booster::Plugin> make_plugin(const std::string& name, const std::string& precision) {
-  if (name == "ddp") {
-    booster::DDPPlugin::Options o;
-    o.precision = precision;
-    return std::make_shared<booster::DDPPlugin>(o);
-  }
-  if (name == "zero1" || name == "zero2") {
-    colossal::zero::LowLevelZeroPlugin::Options o;
-    o.stage = name == "zero1" ? 1 : 2;
-    o.precision = precision;
-    return std::make_shared<colossal::zero::LowLevelZeroPlugin>(o);
-  }
-  COLOSSAL_CHECK(name == "zero3" || name == "gemini", "--plugin: expected ddp, zero1, zero2 or zero3, got '", name, "'");
-  colossal::zero::GeminiPlugin::Options o;
-  o.precision = precision;
-  return std::make_shared<colossal::zero::GeminiPlugin>(o);
-}
 
 int main(int argc, char** argv) {
   CLI::App app{"train_toy: the Booster training loop on a toy regression model"};
@@ -96,7 +75,7 @@ int main(int argc, char** argv) {
         *optimizer, optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = steps / 10,
                                                 .total_steps = steps, .min_lr_ratio = 0.1});
 
-    booster::Booster booster(make_plugin(plugin, precision));  // the one line that changes
+    booster::Booster booster(booster::make_plugin(plugin, precision));  // the one line that changes
     auto b = booster.boost(model.ptr(), optimizer, scheduler);
 
     // Synthetic task: y = sin(sum(x * w)) for a fixed random w.

@@ -13,7 +13,6 @@
 #include <cstdio>
 
 #include "core/booster/booster.h"
-#include "core/booster/ddp_plugin.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/data/distributed_sampler.h"
@@ -21,8 +20,6 @@
 #include "core/dist/runtime.h"
 #include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
-#include "core/zero/gemini_plugin.h"
-#include "core/zero/low_level_zero_plugin.h"
 #include "llama/corpus.h"
 #include "llama/dataset.h"
 #include "llama/pretrained.h"
@@ -55,26 +52,7 @@ bool exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
-std::shared_ptr<booster::Plugin> make_plugin(const Args& a) {
-  if (a.plugin == "ddp") {
-    booster::DDPPlugin::Options o;
-    o.precision = a.precision;
-    return std::make_shared<booster::DDPPlugin>(o);
-  }
-  if (a.plugin == "zero1" || a.plugin == "zero2") {
-    colossal::zero::LowLevelZeroPlugin::Options o;
-    o.stage = a.plugin == "zero1" ? 1 : 2;
-    o.precision = a.precision;
-    return std::make_shared<colossal::zero::LowLevelZeroPlugin>(o);
-  }
-  COLOSSAL_CHECK(a.plugin == "zero3" || a.plugin == "gemini", "--plugin: expected ddp, zero1, zero2 or zero3, got '",
-                 a.plugin, "'");
-  colossal::zero::GeminiPlugin::Options o;
-  o.precision = a.precision;
-  return std::make_shared<colossal::zero::GeminiPlugin>(o);
-}
-
-double mean_loss(LlamaForCausalLM& model, const TokenDataset& data, c10::ScalarType) {
+double mean_loss(LlamaForCausalLM& model, const TokenDataset& data) {
   torch::NoGradGuard no_grad;
   int n = dist::world_size(), r = dist::rank();
   double sum = 0;
@@ -206,12 +184,12 @@ int main(int argc, char** argv) {
                                                           .total_steps = a.steps, .min_lr_ratio = 0.1});
     auto sampler = std::make_shared<colossal::data::DistributedSampler>(
         colossal::data::DistributedSampler::Options{.dataset_size = train.size(), .seed = a.seed});
-    booster::Booster booster(make_plugin(a));
+    booster::Booster booster(booster::make_plugin(a.plugin, a.precision));
     auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
     const int64_t local = a.batch_size / n;
     int64_t epoch = 0;
     auto t0 = std::chrono::steady_clock::now();
-    double first_eval = valid ? mean_loss(model, *valid, b.compute_dtype) : 0;
+    double first_eval = valid ? mean_loss(model, *valid) : 0;
     if (r == 0 && valid) std::printf("step    0  held-out loss %.4f\n", first_eval);
     for (int64_t step = 1; step <= a.steps; ++step) {
       if (sampler->epoch_done()) sampler->set_epoch(++epoch);
@@ -232,7 +210,7 @@ int main(int argc, char** argv) {
                       l.item<double>(), norm, b.lr_scheduler->lr(), step * a.batch_size * a.max_length / s);
       }
       if (valid && (step % a.eval_every == 0 || step == a.steps)) {
-        double v = mean_loss(model, *valid, b.compute_dtype);
+        double v = mean_loss(model, *valid);
         if (r == 0) std::printf("step %4ld  held-out loss %.4f\n", step, v);
       }
       std::fflush(stdout);

@@ -153,8 +153,10 @@ class Booster {
   int64_t last_snapshot_bytes_ = 0;
 };
 
-/// Plugins by name: "ddp", "zero1", "zero2", "gemini" (= "zero3"), with default options. Throws listing the known names.
-std::shared_ptr<Plugin> make_plugin(const std::string& name);
+/// Plugins by name: "ddp", "zero1", "zero2", "gemini" (= "zero3"), with default options and the
+/// given precision (fp32 | bf16 | fp16); construct a plugin for other options. Throws listing the
+/// known names.
+std::shared_ptr<Plugin> make_plugin(const std::string& name, const std::string& precision = "fp32");
 std::vector<std::string> plugin_names();
 
 }  // namespace colossal::booster

@@ -63,6 +63,44 @@ std::vector<std::pair<int64_t, std::string>> step_dirs(const std::string& root) 
 
 namespace {
 
+// What one rank writes of the optimizer state: its slices under a sharding plugin (every rank,
+// optimizer/rank-R.safetensors), the whole state otherwise (rank 0, optimizer.safetensors).
+struct OptimizerFiles {
+  bool sliced = false, writes = false;
+  checkpoint::NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+OptimizerFiles collect_optimizer_state(const ModelWrapper& wrapper, const torch::optim::Optimizer& optimizer,
+                                       const torch::nn::Module& model, const std::string& plugin) {
+  OptimizerFiles f;
+  f.sliced = wrapper.optimizer_sharded();
+  f.writes = f.sliced || my_rank() == 0;
+  f.metadata = {{"plugin", plugin},
+                {"world_size", std::to_string(world())},
+                {"rank", std::to_string(my_rank())},
+                {"layout", f.sliced ? "sliced" : "replicated"}};
+  if (!f.writes) return f;
+  auto* located = f.sliced ? &f.metadata : nullptr;  // slice offsets matter only when sliced
+  f.tensors = checkpoint::optimizer_state(optimizer, wrapper.optimizer_slices(model), located);
+  for (auto& e : wrapper.external_optimizer_state(located)) f.tensors.push_back(std::move(e));
+  return f;
+}
+
+void write_optimizer_files(const OptimizerFiles& f, const std::string& dir, int rank) {
+  if (!f.writes) return;
+  std::string path = f.sliced ? dir + "/optimizer/rank-" + std::to_string(rank) + ".safetensors"
+                              : dir + "/optimizer.safetensors";
+  checkpoint::save_safetensors(path, f.tensors, f.metadata);
+}
+
+void restore_optimizer_state(ModelWrapper& wrapper, torch::optim::Optimizer& optimizer,
+                             const torch::nn::Module& model, const std::string& dir) {
+  checkpoint::OptimizerStateSource source(dir);
+  checkpoint::load_optimizer_state(optimizer, wrapper.optimizer_slices(model), source);
+  wrapper.load_external_optimizer_state(source);
+}
+
 // Everything one rank writes for a checkpoint, captured at save time.
 struct Snapshot {
   std::string root, dir;
@@ -70,14 +108,12 @@ struct Snapshot {
   int64_t step = 0;
   CheckpointOptions options;
   checkpoint::NamedTensors model;            // rank 0 only
-  checkpoint::NamedTensors optimizer;        // rank 0 only when replicated; every rank's slices otherwise
-  bool optimizer_sliced = false;
-  std::map<std::string, std::string> optimizer_metadata;
+  OptimizerFiles optimizer;
   std::string state_json;                     // rank 0 only
   at::Tensor rng;
   int64_t bytes() const {
     int64_t b = 0;
-    for (const auto& l : {&model, &optimizer})
+    for (const auto& l : {&model, &optimizer.tensors})
       for (const auto& [n, t] : *l) b += t.numel() * static_cast<int64_t>(t.element_size());
     return b;
   }
@@ -86,14 +122,9 @@ struct Snapshot {
 void write_rank_files(const Snapshot& s) {
   if (s.rank == 0) {
     checkpoint::save_model_state(s.model, s.dir + "/model", s.options.model);
-    if (!s.optimizer_sliced)
-      checkpoint::save_safetensors(s.dir + "/optimizer.safetensors", s.optimizer, s.optimizer_metadata);
     checkpoint::write_text_atomically(s.dir + "/state.json", s.state_json);
   }
-  if (s.optimizer_sliced) {
-    checkpoint::save_safetensors(s.dir + "/optimizer/rank-" + std::to_string(s.rank) + ".safetensors",
-                                 s.optimizer, s.optimizer_metadata);
-  }
+  write_optimizer_files(s.optimizer, s.dir, s.rank);
   checkpoint::save_safetensors(s.dir + "/rng/rank-" + std::to_string(s.rank) + ".safetensors",
                                {{"cpu", s.rng}});
 }
@@ -141,8 +172,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
   ::mkdir(root.c_str(), 0755);
   ::mkdir(s->dir.c_str(), 0755);
   ::mkdir((s->dir + "/rng").c_str(), 0755);
-  s->optimizer_sliced = wrapper.optimizer_sharded();
-  if (s->optimizer_sliced) ::mkdir((s->dir + "/optimizer").c_str(), 0755);
+  if (wrapper.optimizer_sharded()) ::mkdir((s->dir + "/optimizer").c_str(), 0755);
   auto copy = [&](const checkpoint::NamedTensors& in) {
     if (!options.async) return in;  // written before training goes on: no copy needed
     checkpoint::NamedTensors out;
@@ -151,19 +181,8 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
   };
   // Collective under some plugins (sharded parameters are gathered): every rank calls it.
   auto params = wrapper.full_model_state(*boosted.model);
-  auto slices = wrapper.optimizer_slices(*boosted.model);
-  s->optimizer_metadata = {{"plugin", plugin_->name()},
-                           {"world_size", std::to_string(s->world)},
-                           {"rank", std::to_string(s->rank)},
-                           {"layout", s->optimizer_sliced ? "sliced" : "replicated"}};
-  if (s->optimizer_sliced) {
-    s->optimizer = copy(checkpoint::optimizer_state(boosted.optimizer->inner(), slices,
-                                                    &s->optimizer_metadata));
-    for (auto& e : wrapper.external_optimizer_state(&s->optimizer_metadata)) s->optimizer.push_back(std::move(e));
-  } else if (s->rank == 0) {
-    s->optimizer = copy(checkpoint::optimizer_state(boosted.optimizer->inner(), slices));
-    for (auto& e : wrapper.external_optimizer_state(nullptr)) s->optimizer.push_back(std::move(e));
-  }
+  s->optimizer = collect_optimizer_state(wrapper, boosted.optimizer->inner(), *boosted.model, plugin_->name());
+  s->optimizer.tensors = copy(s->optimizer.tensors);
   if (s->rank == 0) {
     // The model is always saved whole (Hugging Face layout), once.
     s->model = copy(params);
@@ -239,30 +258,14 @@ void Booster::save_optimizer(BoostedOptimizer& optimizer, const torch::nn::Modul
     if (sliced) ::mkdir((dir + "/optimizer").c_str(), 0755);
   }
   barrier();
-  std::map<std::string, std::string> meta = {{"plugin", plugin_->name()},
-                                             {"world_size", std::to_string(world())},
-                                             {"rank", std::to_string(my_rank())},
-                                             {"layout", sliced ? "sliced" : "replicated"}};
-  auto slices = wrapper.optimizer_slices(model);
-  if (sliced) {
-    auto state = checkpoint::optimizer_state(optimizer.inner(), slices, &meta);
-    for (auto& e : wrapper.external_optimizer_state(&meta)) state.push_back(std::move(e));
-    checkpoint::save_safetensors(dir + "/optimizer/rank-" + std::to_string(my_rank()) + ".safetensors",
-                                 state, meta);
-  } else if (my_rank() == 0) {
-    auto state = checkpoint::optimizer_state(optimizer.inner(), slices);
-    for (auto& e : wrapper.external_optimizer_state(nullptr)) state.push_back(std::move(e));
-    checkpoint::save_safetensors(dir + "/optimizer.safetensors", state, meta);
-  }
+  write_optimizer_files(collect_optimizer_state(wrapper, optimizer.inner(), model, plugin_->name()), dir,
+                        my_rank());
   barrier();
 }
 
 void Booster::load_optimizer(BoostedOptimizer& optimizer, const torch::nn::Module& model,
                              const std::string& dir) {
-  checkpoint::OptimizerStateSource source(dir);
-  checkpoint::load_optimizer_state(optimizer.inner(), optimizer.model_wrapper().optimizer_slices(model),
-                                   source);
-  optimizer.model_wrapper().load_external_optimizer_state(source);
+  restore_optimizer_state(optimizer.model_wrapper(), optimizer.inner(), model, dir);
 }
 
 checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
@@ -285,10 +288,7 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   auto params = wrapper.full_model_state(*boosted.model);
   auto report = checkpoint::load_state_into(params, dir + "/model");
   wrapper.after_model_load();
-  checkpoint::OptimizerStateSource opt_source(dir);
-  checkpoint::load_optimizer_state(boosted.optimizer->inner(), wrapper.optimizer_slices(*boosted.model),
-                                   opt_source);
-  wrapper.load_external_optimizer_state(opt_source);
+  restore_optimizer_state(wrapper, boosted.optimizer->inner(), *boosted.model, dir);
 
   auto js = nlohmann::json::parse(read_text(dir + "/state.json"), nullptr, false);
   COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[checkpoint] '", dir,

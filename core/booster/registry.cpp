@@ -11,22 +11,36 @@ namespace {
 
 struct Entry {
   const char* name;
-  std::shared_ptr<Plugin> (*make)();
+  std::shared_ptr<Plugin> (*make)(const std::string& precision);
 };
 
-std::shared_ptr<Plugin> zero1() {
+std::shared_ptr<Plugin> ddp(const std::string& precision) {
+  DDPPlugin::Options o;
+  o.precision = precision;
+  return std::make_shared<DDPPlugin>(o);
+}
+
+template <int Stage>
+std::shared_ptr<Plugin> low_level_zero(const std::string& precision) {
   zero::LowLevelZeroPlugin::Options o;
-  o.stage = 1;
+  o.stage = Stage;
+  o.precision = precision;
   return std::make_shared<zero::LowLevelZeroPlugin>(o);
+}
+
+std::shared_ptr<Plugin> gemini(const std::string& precision) {
+  zero::GeminiPlugin::Options o;
+  o.precision = precision;
+  return std::make_shared<zero::GeminiPlugin>(o);
 }
 
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
-      {"ddp", [] { return std::shared_ptr<Plugin>(std::make_shared<DDPPlugin>()); }},
-      {"zero1", [] { return zero1(); }},
-      {"zero2", [] { return std::shared_ptr<Plugin>(std::make_shared<zero::LowLevelZeroPlugin>()); }},
-      {"gemini", [] { return std::shared_ptr<Plugin>(std::make_shared<zero::GeminiPlugin>()); }},
-      {"zero3", [] { return std::shared_ptr<Plugin>(std::make_shared<zero::GeminiPlugin>()); }},
+      {"ddp", ddp},
+      {"zero1", low_level_zero<1>},
+      {"zero2", low_level_zero<2>},
+      {"gemini", gemini},
+      {"zero3", gemini},
   };
   return entries;
 }
@@ -39,10 +53,10 @@ std::vector<std::string> plugin_names() {
   return names;
 }
 
-std::shared_ptr<Plugin> make_plugin(const std::string& name) {
+std::shared_ptr<Plugin> make_plugin(const std::string& name, const std::string& precision) {
   std::string known;
   for (const auto& e : registry()) {
-    if (name == e.name) return e.make();
+    if (name == e.name) return e.make(precision);
     known += (known.empty() ? "" : ", ") + std::string(e.name);
   }
   COLOSSAL_FAIL("[booster] unknown plugin '", name, "' (known: ", known, ")");

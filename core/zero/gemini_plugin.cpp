@@ -47,6 +47,13 @@ struct GParam {
   TensorState state = TensorState::kHold;
   size_t group = 0;  // the optimizer param group that held it
   bool used = false; // its module finished a forward in this pass
+  int64_t slice = -1;         // index into MasterShards::slices(), -1: none on this rank
+  int64_t slice_offset = 0;   // where that slice starts in the chunk's shard
+};
+
+// A module with hooks: the managed parameters it owns and their distinct chunks (computed once).
+struct HookedModule {
+  std::vector<size_t> params, chunks;
 };
 
 // A slice whose optimizer step is streamed from NVMe (not in the user's optimizer).
@@ -67,12 +74,13 @@ struct Chunk {
   torch::Tensor grad_shard;  // this rank's reduced gradients (accumulates)
   torch::Tensor reduce_out;
   dist::Handle gather_handle, reduce_handle;
-  bool gathered = true, gathering = false, reducing = false;
+  bool gathered = true, gathering = false;
   bool pinned = false;       // kept gathered
   bool nvme_optim = false;   // master and moments live in the NVMe store (streamed step)
   bool nvme_param = false;   // the parameter shard lives there too
   int64_t off_master = -1, off_m = -1, off_v = -1, off_shard = -1;
   int64_t optim_step = 0;    // streamed AdamW steps taken
+  size_t streamed_begin = 0, streamed_end = 0;  // its slices in GeminiModel::streamed_
   torch::Tensor staging;     // shard read from NVMe for a gather in flight
   int64_t ready = 0;         // parameters whose gradient arrived in this backward
   int64_t used = 0;          // parameters whose module finished a forward in this pass
@@ -249,15 +257,13 @@ class GeminiModel : public ModelWrapper {
   checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>* metadata) const override {
     checkpoint::NamedTensors out;
     if (!nvme_) return out;
-    std::vector<std::vector<const StreamedSlice*>> slices_of(chunks_.size());
-    for (const auto& s : streamed_) slices_of[s.chunk].push_back(&s);
     for (size_t ci = 0; ci < chunks_.size(); ++ci) {
       const auto& c = chunks_[ci];
       if (!c.nvme_optim || c.optim_step == 0) continue;
       auto m = torch::empty({c.shard_elements}, torch::kFloat32), v = torch::empty_like(m);
       nvme_->read(m, c.off_m);
       nvme_->read(v, c.off_v);
-      for (const StreamedSlice* s : slices_of[ci]) {
+      for (const StreamedSlice* s : streamed_of_chunk(ci)) {
         const auto& name = params_[s->param].name;
         out.emplace_back(name + ".exp_avg", m.narrow(0, s->shard_offset, s->len).clone());
         out.emplace_back(name + ".exp_avg_sq", v.narrow(0, s->shard_offset, s->len).clone());
@@ -270,14 +276,12 @@ class GeminiModel : public ModelWrapper {
 
   void load_external_optimizer_state(const checkpoint::OptimizerStateSource& source) override {
     if (!nvme_) return;
-    std::vector<std::vector<const StreamedSlice*>> slices_of(chunks_.size());
-    for (const auto& s : streamed_) slices_of[s.chunk].push_back(&s);
     for (size_t ci = 0; ci < chunks_.size(); ++ci) {
       auto& c = chunks_[ci];
       if (!c.nvme_optim) continue;
       auto m = torch::zeros({c.shard_elements}, torch::kFloat32), v = torch::zeros_like(m);
       int64_t step = 0;
-      for (const StreamedSlice* s : slices_of[ci]) {
+      for (const StreamedSlice* s : streamed_of_chunk(ci)) {
         const auto& name = params_[s->param].name;
         if (!source.contains(name + ".exp_avg")) continue;
         COLOSSAL_CHECK(source.saved_numel(name + ".exp_avg") == params_[s->param].numel,
@@ -329,12 +333,7 @@ class GeminiModel : public ModelWrapper {
   void load_extra_state(const std::map<std::string, double>& state) override { shards_.load_scaler_state(state); }
 
  private:
-  struct ParamEx : GParam {
-    int64_t slice = -1;         // index into shards_.slices()
-    int64_t slice_offset = 0;   // where the slice starts in the chunk's shard
-  };
-
-  void set_state(ParamEx& gp, TensorState to) {
+  void set_state(GParam& gp, TensorState to) {
     check_transition(gp.name, gp.state, to);
     gp.state = to;
   }
@@ -352,7 +351,7 @@ class GeminiModel : public ModelWrapper {
       if (!item.value().requires_grad()) continue;
       COLOSSAL_CHECK(item.value().scalar_type() == c10::kFloat, "[gemini] parameter '", item.key(),
                      "' is ", item.value().scalar_type(), "; boost an fp32 model (precision is an option)");
-      ParamEx gp;
+      GParam gp;
       gp.param = item.value();
       gp.name = item.key();
       gp.shape = item.value().sizes().vec();
@@ -466,6 +465,7 @@ class GeminiModel : public ModelWrapper {
       gathered_bytes_ += c.bytes();
       // The optimizer's view: each parameter's intersection with this rank's shard.
       int64_t lo = rank_ * c.shard_elements, hi = lo + c.shard_elements;
+      c.streamed_begin = streamed_.size();
       for (size_t pi : c.params) {
         auto& gp = params_[pi];
         int64_t a = std::max(lo, gp.offset), b = std::min(hi, gp.offset + gp.numel);
@@ -484,6 +484,7 @@ class GeminiModel : public ModelWrapper {
         slice_of_[gp.param.unsafeGetTensorImpl()] = gp.slice;
         shards_.slices().push_back(std::move(s));
       }
+      c.streamed_end = streamed_.size();
     }
     for (auto& b : model.buffers())
       if (b.is_floating_point() && compute_dtype_ != c10::kFloat) b.set_data(b.detach().to(compute_dtype_));
@@ -497,9 +498,14 @@ class GeminiModel : public ModelWrapper {
       if (it != index_of_name_.end()) own.push_back(it->second);
     }
     if (!own.empty()) {
+      auto unit = std::make_shared<HookedModule>();
+      unit->params = own;
+      for (size_t pi : own)
+        if (std::find(unit->chunks.begin(), unit->chunks.end(), params_[pi].chunk) == unit->chunks.end())
+          unit->chunks.push_back(params_[pi].chunk);
       nn::ForwardHooks hooks;
-      hooks.pre = [this, own] { access(own); };
-      hooks.post = [this, own](const std::vector<torch::Tensor>& outputs) { post_forward(own, outputs); };
+      hooks.pre = [this, unit] { access(*unit); };
+      hooks.post = [this, unit](const std::vector<torch::Tensor>& outputs) { post_forward(unit, outputs); };
       hook_ids_.push_back(nn::set_forward_hooks(module, std::move(hooks)));
     }
     for (const auto& child : module.named_children())
@@ -524,6 +530,13 @@ class GeminiModel : public ModelWrapper {
   }
 
   // ---- NVMe ------------------------------------------------------------------------------
+  // The NVMe-streamed slices of chunk `ci` (streamed_ is built in chunk order).
+  std::vector<const StreamedSlice*> streamed_of_chunk(size_t ci) const {
+    std::vector<const StreamedSlice*> out;
+    for (size_t k = chunks_[ci].streamed_begin; k < chunks_[ci].streamed_end; ++k) out.push_back(&streamed_[k]);
+    return out;
+  }
+
   void check_streamable(const torch::optim::Optimizer& optimizer) const {
     for (const auto& g : optimizer.param_groups()) {
       auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&g.options());
@@ -552,8 +565,6 @@ class GeminiModel : public ModelWrapper {
     std::vector<size_t> order;
     for (size_t ci = 0; ci < chunks_.size(); ++ci)
       if (chunks_[ci].nvme_optim) order.push_back(ci);
-    std::vector<std::vector<const StreamedSlice*>> slices_of(chunks_.size());
-    for (const auto& s : streamed_) slices_of[s.chunk].push_back(&s);
     auto start_read = [&](size_t ci) {
       Buffers b;
       b.chunk = ci;
@@ -573,7 +584,7 @@ class GeminiModel : public ModelWrapper {
       for (auto t : b.tickets) nvme_->wait(t);
       auto& c = chunks_[b.chunk];
       ++c.optim_step;
-      for (const StreamedSlice* s : slices_of[b.chunk]) {
+      for (const StreamedSlice* s : streamed_of_chunk(b.chunk)) {
         auto g = c.grad_shard.narrow(0, s->shard_offset, s->len).to(torch::kFloat32, false, /*copy=*/true);
         if (multiplier != 1.0) g.mul_(multiplier);
         auto pm = b.master.narrow(0, s->shard_offset, s->len);
@@ -602,16 +613,12 @@ class GeminiModel : public ModelWrapper {
   }
 
   // ---- gather / release -----------------------------------------------------------------
-  void access(const std::vector<size_t>& own) {
-    std::vector<size_t> chunks;
-    for (size_t pi : own)
-      if (std::find(chunks.begin(), chunks.end(), params_[pi].chunk) == chunks.end())
-        chunks.push_back(params_[pi].chunk);
-    for (size_t ci : chunks) {
+  void access(const HookedModule& unit) {
+    for (size_t ci : unit.chunks) {
       note_access(ci);
       ensure_gathered(ci);
     }
-    for (size_t pi : own) {
+    for (size_t pi : unit.params) {
       auto& gp = params_[pi];
       if (gp.state == TensorState::kHoldAfterBwd) set_state(gp, TensorState::kHold);
       set_state(gp, TensorState::kCompute);
@@ -619,8 +626,8 @@ class GeminiModel : public ModelWrapper {
     prefetch();
   }
 
-  void post_forward(const std::vector<size_t>& own, const std::vector<torch::Tensor>& outputs) {
-    for (size_t pi : own) {
+  void post_forward(const std::shared_ptr<HookedModule>& unit, const std::vector<torch::Tensor>& outputs) {
+    for (size_t pi : unit->params) {
       auto& gp = params_[pi];
       set_state(gp, TensorState::kHold);
       if (!gp.used) {
@@ -629,13 +636,9 @@ class GeminiModel : public ModelWrapper {
       }
     }
     if (!first_step_ && !auto_placement_) {
-      std::vector<size_t> chunks;
-      for (size_t pi : own)
-        if (std::find(chunks.begin(), chunks.end(), params_[pi].chunk) == chunks.end())
-          chunks.push_back(params_[pi].chunk);
       // Released once every parameter in it has run (a chunk usually spans several modules),
       // unless the recorded order says it is needed again right away.
-      for (size_t ci : chunks) {
+      for (size_t ci : unit->chunks) {
         auto& c = chunks_[ci];
         bool all_used = c.used == static_cast<int64_t>(c.params.size());
         if (!c.pinned && all_used && !next_access_is(ci) && releasable(ci)) release(ci);
@@ -646,10 +649,10 @@ class GeminiModel : public ModelWrapper {
     auto fired = std::make_shared<bool>(false);
     for (const auto& out : outputs) {
       if (!out.defined() || !out.requires_grad()) continue;
-      out.register_hook([this, own, fired](const torch::Tensor& g) {
+      out.register_hook([this, unit, fired](const torch::Tensor& g) {
         if (!*fired && in_backward_) {
           *fired = true;
-          access(own);
+          access(*unit);
         }
         return g;
       });
@@ -794,7 +797,6 @@ class GeminiModel : public ModelWrapper {
     if (!c.grad.defined()) c.grad = torch::zeros({c.elements}, c.data.options());
     c.reduce_out = torch::empty({c.shard_elements}, c.grad.options());
     c.reduce_handle = dist::reduce_scatter_async(c.reduce_out, c.grad, group_, dist::ReduceOp::kAvg);
-    c.reducing = true;
     reducing_.push_back(ci);
     for (size_t pi : c.params)
       if (params_[pi].state == TensorState::kReadyForReduce) set_state(params_[pi], TensorState::kHoldAfterBwd);
@@ -811,7 +813,6 @@ class GeminiModel : public ModelWrapper {
     c.grad_shard.add_(c.reduce_out);
     c.grad = torch::Tensor();
     c.reduce_out = torch::Tensor();
-    c.reducing = false;
   }
 
   GeminiPlugin::Options options_;
@@ -821,7 +822,7 @@ class GeminiModel : public ModelWrapper {
   c10::ScalarType compute_dtype_ = c10::kFloat;
   bool auto_placement_ = false;
   int64_t chunk_elements_ = 0;
-  std::vector<ParamEx> params_;
+  std::vector<GParam> params_;
   std::map<std::string, size_t> index_of_name_;
   std::map<const void*, int64_t> slice_of_;
   std::vector<Chunk> chunks_;

@@ -39,7 +39,6 @@ struct Bucket {
   torch::Tensor recv;          // the reduced result (stage 2, or stage 1 in another dtype)
   size_t pending = 0;
   dist::Handle handle;
-  bool in_flight = false;
 };
 
 class ZeroModel : public ModelWrapper {
@@ -320,7 +319,6 @@ class ZeroModel : public ModelWrapper {
         b.recv = torch::empty({b.elements}, b.send.options());
         b.handle = dist::reduce_scatter_async(b.recv, b.send, group_, dist::ReduceOp::kAvg);
       }
-      b.in_flight = true;
       in_flight_.push_back(bi);
       // Bounded memory: at most two stage-2 buckets in flight.
       while (options_.stage == 2 && in_flight_.size() > 2) drain_oldest();
@@ -332,7 +330,6 @@ class ZeroModel : public ModelWrapper {
     in_flight_.pop_front();
     Bucket& b = buckets_[bi];
     b.handle.wait();
-    b.in_flight = false;
     torch::NoGradGuard no_grad;
     if (options_.stage == 1) {
       if (b.recv.defined()) {

@@ -101,7 +101,8 @@ TEST(LlamaConfig, RopeScalingVariants) {
   EXPECT_LT(dyn.rope_inv_freq(4096)[5], dyn.rope_inv_freq(2048)[5]);
 }
 
-TEST(LlamaModel, HuggingFaceNamesShapesAndGroupedQueryAttention) {
+// A small model with grouped-query attention (4 heads, 2 key/value heads).
+LlamaConfig tiny(bool tied) {
   LlamaConfig c;
   c.vocab_size = 64;
   c.hidden_size = 32;
@@ -110,6 +111,12 @@ TEST(LlamaModel, HuggingFaceNamesShapesAndGroupedQueryAttention) {
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.max_position_embeddings = 16;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+TEST(LlamaModel, HuggingFaceNamesShapesAndGroupedQueryAttention) {
+  auto c = tiny(/*tied=*/false);
   torch::manual_seed(0);
   LlamaForCausalLM model(c);
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -140,27 +147,13 @@ TEST(LlamaModel, HuggingFaceNamesShapesAndGroupedQueryAttention) {
   auto loss = model->loss(ids, ids).item<double>();
   EXPECT_NEAR(loss, std::log(64.0), 0.3);
 
-  auto tied_cfg = c;
-  tied_cfg.tie_word_embeddings = true;
+  auto tied_cfg = tiny(/*tied=*/true);
   LlamaForCausalLM tied(tied_cfg);
   EXPECT_TRUE(tied->lm_head.is_empty()) << "tied: the embedding matrix is the output layer";
   EXPECT_EQ(tied->forward(ids).sizes(), (std::vector<int64_t>{2, 10, 64}));
   int64_t tied_total = 0;
   for (const auto& p : tied->parameters()) tied_total += p.numel();
   EXPECT_EQ(tied_total, tied_cfg.num_parameters()) << "the shared matrix counts once";
-}
-
-LlamaConfig tiny(bool tied) {
-  LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 16;
-  c.tie_word_embeddings = tied;
-  return c;
 }
 
 // Losses of `steps` AdamW steps on 4 sequences of 8 tokens; with a plugin each rank takes its

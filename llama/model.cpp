@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/nn/activation_checkpoint.h"
 #include "core/nn/module_hooks.h"
 
 namespace colossal::llama {
@@ -127,7 +128,14 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
   TORCH_CHECK(input_ids.size(1) <= config_.max_position_embeddings, "[llama] sequence of ",
               input_ids.size(1), " tokens exceeds max_position_embeddings ", config_.max_position_embeddings);
   auto h = call(model->embed_tokens, input_ids);
-  for (auto& layer : model->layers) h = layer->forward(h, rope_);
+  for (auto& layer : model->layers) {
+    if (gradient_checkpointing_ && is_training()) {
+      // Captured by value: the closure runs again in backward, after this loop.
+      h = nn::checkpoint([this, l = layer.ptr()](const torch::Tensor& x) { return l->forward(x, rope_); }, h);
+    } else {
+      h = layer->forward(h, rope_);
+    }
+  }
   h = call(model->norm, h);
   if (lm_head) return call(lm_head, h);
   const auto& embed = model->embed_tokens;
@@ -136,10 +144,14 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
   auto logits = forward(input_ids);
-  int64_t T = logits.size(1);
-  auto shifted = logits.narrow(1, 0, T - 1).reshape({-1, logits.size(2)}).to(torch::kFloat32);
-  auto target = labels.narrow(1, 1, T - 1).reshape({-1});
-  return torch::nn::functional::cross_entropy(shifted, target,
+  // Position t predicts labels[t + 1]; the last position has nothing to predict (-100). Shifting
+  // the labels rather than slicing the logits keeps backward from building a zero-filled copy of
+  // the whole logits tensor.
+  auto target = torch::full_like(labels, -100);
+  int64_t T = labels.size(1);
+  target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}).to(torch::kFloat32),
+                                              target.reshape({-1}),
                                               torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
 }
 

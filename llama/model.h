@@ -80,6 +80,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   /// Normal(0, initializer_range) weights, unit norms (training from scratch).
   void reset_parameters();
   const LlamaConfig& config() const { return config_; }
+  /// Per-layer activation checkpointing: each decoder layer keeps only its input in forward and
+  /// runs again in backward (see core/nn/activation_checkpoint.h).
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
   Decoder model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
@@ -87,6 +91,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
  private:
   LlamaConfig config_;
   RotaryTables rope_;
+  bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(LlamaForCausalLM);
 

@@ -40,7 +40,7 @@ class DDPModel : public ModelWrapper {
   }
 
   void before_backward() override {
-    reattach_gradients();
+    reattach_gradients(/*keep_detached=*/true);
     for (auto& b : buckets_) {
       b.pending = b.params.size();
     }
@@ -111,9 +111,15 @@ class DDPModel : public ModelWrapper {
   void set_gradient_sync(bool enabled) override { sync_ = enabled; }
   bool gradient_sync() const override { return sync_; }
 
+  // Zeroing is lazy: gradients are dropped here, backward then hands each parameter a fresh
+  // gradient and the ready hook copies it into the bucket (one read and one write) instead of
+  // adding it to a zero-filled bucket (a write, then two reads and a write). Parameters that get
+  // no gradient have their bucket segment zeroed before the bucket is reduced.
   void zero_grad(torch::optim::Optimizer&) override {
-    reattach_gradients();
-    for (auto& b : buckets_) b.flat.zero_();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i].mutable_grad() = torch::Tensor();
+      detached_[i] = true;
+    }
   }
 
  private:
@@ -134,6 +140,7 @@ class DDPModel : public ModelWrapper {
                    " tensor(s) that are not trainable parameters of the model being boosted");
     COLOSSAL_CHECK(!params_.empty(), "[ddp] the model has no trainable parameters");
     ready_.assign(params_.size(), false);
+    detached_.assign(params_.size(), false);
   }
 
   void build_buckets() {
@@ -172,17 +179,27 @@ class DDPModel : public ModelWrapper {
 
   // Each parameter's .grad() must be its bucket view. Someone may have reset it (set_to_none,
   // model->zero_grad()) or replaced it: restore the view, keeping any gradient it held.
-  void reattach_gradients() {
+  // `keep_detached`: parameters zeroed lazily by zero_grad stay without a gradient.
+  void reattach_gradients(bool keep_detached = false) {
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i];
-      auto view = view_of(i);
       const auto& g = p.grad();
-      if (g.defined() && g.data_ptr() == view.data_ptr()) continue;
-      torch::NoGradGuard no_grad;
-      if (g.defined()) view.copy_(g);
-      else view.zero_();
-      p.mutable_grad() = view;
+      if (keep_detached && detached_[i] && !g.defined()) continue;
+      attach(i);
     }
+  }
+
+  // Makes params_[i].grad() its bucket view holding the gradient it had (zero when none).
+  void attach(size_t i) {
+    auto& p = params_[i];
+    auto view = view_of(i);
+    const auto& g = p.grad();
+    detached_[i] = false;
+    if (g.defined() && g.data_ptr() == view.data_ptr()) return;
+    torch::NoGradGuard no_grad;
+    if (g.defined()) view.copy_(g);
+    else view.zero_();
+    p.mutable_grad() = view;
   }
 
   void install_hooks() {
@@ -190,6 +207,7 @@ class DDPModel : public ModelWrapper {
   }
 
   void on_gradient_ready(size_t i) {
+    if (detached_[i] || !params_[i].grad().is_alias_of(view_of(i))) attach(i);
     if (!sync_ || !in_backward_ || ready_[i]) return;
     ready_[i] = true;
     Bucket& b = buckets_[bucket_of_[i]];
@@ -200,6 +218,8 @@ class DDPModel : public ModelWrapper {
   void launch_ready_buckets() {
     while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
       Bucket& b = buckets_[next_launch_++];
+      for (size_t i : b.params)
+        if (detached_[i]) attach(i);  // no gradient this step: reduce zeros
       b.handle = dist::all_reduce_async(b.flat, group_, dist::ReduceOp::kAvg);
     }
   }
@@ -210,6 +230,7 @@ class DDPModel : public ModelWrapper {
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<bool> ready_;
+  std::vector<bool> detached_;  // gradient dropped by zero_grad, bucket segment stale
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<int64_t> offset_of_;

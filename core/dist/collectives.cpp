@@ -11,6 +11,7 @@
 #include "core/common/log.h"
 #include "core/dist/monitor.h"
 #include "core/dist/runtime_internal.h"
+#include "core/dist/shm_transport.h"
 
 namespace colossal::dist {
 
@@ -194,6 +195,33 @@ std::vector<int64_t> even_splits(int64_t rows, int size, const char* op, const c
   return std::vector<int64_t>(size, rows / size);
 }
 
+// A shared-memory collective seen as c10d work: its future is what the waiting code uses.
+class ShmWork : public c10d::Work {
+ public:
+  explicit ShmWork(c10::intrusive_ptr<c10::ivalue::Future> future) : future_(std::move(future)) {}
+  bool isCompleted() override { return future_->completed(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    (void)timeout;  // callers wait on the future, in slices, with their own deadline
+    future_->wait();
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// The group's shared-memory transport when it can carry these tensors, else null.
+detail::ShmTransport* shm_for(const Group& group, std::initializer_list<const at::Tensor*> tensors) {
+  detail::ShmTransport* shm = group.state().shm.get();
+  if (!shm) return nullptr;
+  for (const at::Tensor* t : tensors)
+    if (!detail::ShmTransport::supports(*t)) return nullptr;
+  return shm;
+}
+
+bool sums(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; }
+
 }  // namespace
 
 struct HandleAccess {
@@ -232,14 +260,19 @@ void Handle::wait() {
 
 Handle all_reduce_async(at::Tensor& tensor, const Group& group, ReduceOp op) {
   check_dense(tensor, "all_reduce", "the");
-  auto s = launch(group, "all_reduce", [&](c10d::Backend& b) {
+  bool averaged = false;  // by the transport itself
+  auto s = launch(group, "all_reduce", [&](c10d::Backend& b) -> c10::intrusive_ptr<c10d::Work> {
+    if (auto* shm = sums(op) ? shm_for(group, {&tensor}) : nullptr) {
+      averaged = op == ReduceOp::kAvg;
+      return c10::make_intrusive<ShmWork>(shm->all_reduce(tensor, averaged));
+    }
     std::vector<at::Tensor> ts{tensor};
     c10d::AllreduceOptions o;
     o.reduceOp = to_c10d(op);
     o.timeout = group.timeout();
     return b.allreduce(ts, o);
   });
-  if (op == ReduceOp::kAvg) {
+  if (op == ReduceOp::kAvg && !averaged && group.size() > 1) {
     int n = group.size();
     s.finish = [tensor, n]() mutable { tensor.div_(n); };
   }
@@ -258,15 +291,20 @@ Handle reduce_scatter_async(at::Tensor& output, const at::Tensor& input, const G
                  group.size(), ") = ", output.numel() * group.size());
   COLOSSAL_CHECK(input.scalar_type() == output.scalar_type(), "[dist] reduce_scatter: input is ",
                  input.scalar_type(), " but output is ", output.scalar_type());
-  auto s = launch(group, "reduce_scatter", [&](c10d::Backend& b) {
+  bool averaged = false;  // by the transport itself
+  auto s = launch(group, "reduce_scatter", [&](c10d::Backend& b) -> c10::intrusive_ptr<c10d::Work> {
     at::Tensor in = input.view({-1});
     at::Tensor out = output.view({-1});
+    if (auto* shm = sums(op) ? shm_for(group, {&in, &out}) : nullptr) {
+      averaged = op == ReduceOp::kAvg;
+      return c10::make_intrusive<ShmWork>(shm->reduce_scatter(out, in, averaged));
+    }
     c10d::ReduceScatterOptions o;
     o.reduceOp = to_c10d(op);
     o.timeout = group.timeout();
     return b._reduce_scatter_base(out, in, o);
   });
-  if (op == ReduceOp::kAvg) {
+  if (op == ReduceOp::kAvg && !averaged && group.size() > 1) {
     int n = group.size();
     s.finish = [output, n]() mutable { output.div_(n); };
   }
@@ -284,9 +322,10 @@ Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group
                  group.size(), ") = ", input.numel() * group.size());
   COLOSSAL_CHECK(input.scalar_type() == output.scalar_type(), "[dist] all_gather: input is ",
                  input.scalar_type(), " but output is ", output.scalar_type());
-  auto s = launch(group, "all_gather", [&](c10d::Backend& b) {
+  auto s = launch(group, "all_gather", [&](c10d::Backend& b) -> c10::intrusive_ptr<c10d::Work> {
     at::Tensor in = input.view({-1});
     at::Tensor out = output.view({-1});
+    if (auto* shm = shm_for(group, {&in, &out})) return c10::make_intrusive<ShmWork>(shm->all_gather(out, in));
     c10d::AllgatherOptions o;
     o.timeout = group.timeout();
     return b._allgather_base(out, in, o);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/common/check.h"
+#include "core/dist/shm_transport.h"
 
 namespace colossal::dist {
 
@@ -11,6 +12,7 @@ detail::GroupState::~GroupState() {
   // backend would join them and hang the exiting process. Leak it instead: the process is
   // about to report the failure and exit, and the OS reclaims everything.
   if (broken.load() && backend) (void)backend.release();
+  if (shm) shm->abort();  // its worker may be waiting for a dead member
 }
 
 namespace {

@@ -13,6 +13,7 @@
 namespace colossal::dist {
 
 namespace detail {
+class ShmTransport;
 struct GroupState {
   std::string name;         // "world", "mesh(dp)[0]" ...
   std::string store_key;    // unique key prefix in the rendezvous store
@@ -20,6 +21,8 @@ struct GroupState {
   int rank = -1;            // this process's rank in the group
   std::chrono::milliseconds timeout{60000};
   c10::intrusive_ptr<c10d::Backend> backend;
+  // Shared-memory collectives when every member runs on this host (null otherwise).
+  std::unique_ptr<ShmTransport> shm;
   std::atomic<uint64_t> next_seq{0};      // collectives issued on this group so far
   std::atomic<uint64_t> next_p2p_seq{0};  // sends and receives (numbered apart)
   std::atomic<bool> broken{false};    // a collective failed; the backend may have stuck threads

@@ -14,6 +14,7 @@
 #include "core/common/log.h"
 #include "core/common/process_info.h"
 #include "core/dist/backend_factory.h"
+#include "core/dist/shm_transport.h"
 #include "core/dist/monitor.h"
 #include "core/dist/net.h"
 #include "core/dist/runtime_internal.h"
@@ -245,6 +246,24 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
                     r.options.timeout_s, " s: ", who);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Shared memory for CPU collectives when every member is on this host.
+  if (r.backend == "gloo" && ranks.size() > 1 && detail::ShmTransport::enabled_by_environment()) {
+    prefixed->set("host/" + std::to_string(state->rank), detail::ShmTransport::host_identity());
+    bool one_host = true;
+    auto mine = detail::ShmTransport::host_identity();
+    for (size_t i = 0; i < ranks.size() && one_host; ++i) {
+      auto v = prefixed->get("host/" + std::to_string(i));
+      one_host = std::string(v.begin(), v.end()) == mine;
+    }
+    // Every member must reach the same decision; differing views of "this host" cannot
+    // happen (each member compares the full list), so no extra agreement round is needed.
+    if (one_host) {
+      detail::ShmTransport::Options o;
+      o.timeout = state->timeout;
+      o.group_name = name;
+      state->shm = detail::ShmTransport::connect(*prefixed, state->rank, static_cast<int>(ranks.size()), o);
+    }
   }
   Group g(state);
   r.groups[key] = g;

@@ -81,13 +81,21 @@ TEST(DDP, GradientsAreViewsIntoBuckets) {
     auto opt = std::make_shared<torch::optim::AdamW>(model->parameters());
     Booster booster(make_plugin("ddp"));
     auto b = booster.boost(model.ptr(), opt);
+    // zero_grad drops the gradients (set to none, as PyTorch does by default); backward then
+    // lands each one in its bucket view.
     b.optimizer->zero_grad();
-    // Parameters are stored in reverse order in the buckets: fc2.bias's gradient comes first.
     auto params = model->parameters();
+    for (const auto& p : params) EXPECT_FALSE(p.grad().defined());
+    booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
+    // Parameters are stored in reverse order in the buckets: fc2.bias's gradient comes first.
     const float* first = params.back().grad().data_ptr<float>();
     const float* second = params[params.size() - 2].grad().data_ptr<float>();
     EXPECT_EQ(second, first + params.back().numel()) << "gradients must be adjacent bucket views";
-    // Resetting gradients behind the Booster's back is repaired before the next backward.
+    auto once = params.back().grad().clone();
+    // A second backward without zero_grad accumulates in the bucket.
+    booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
+    EXPECT_TRUE(torch::allclose(params.back().grad(), 2 * once));
+    // Resetting gradients behind the Booster's back is repaired in the next backward.
     model->zero_grad();
     auto loss = model->forward(torch::ones({2, kIn})).sum();
     booster.backward(loss, *b.optimizer);

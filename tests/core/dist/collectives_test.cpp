@@ -201,3 +201,69 @@ TEST(MultiRankCollectives, NonMembersGetNoGroup) {
 
 }  // namespace
 }  // namespace colossal::dist
+
+namespace colossal::dist {
+namespace {
+
+// Shared memory (the default for members on one host) against Gloo over TCP on the same data:
+// integer-valued floats make every sum exact, so the results must be identical whatever order
+// each transport adds in. Sizes cross the 8 MiB chunk and are not multiples of the group size.
+TEST(MultiRankCollectives, SharedMemoryMatchesGloo) {
+  testing::run_ranks(3, [] {
+    Group shm = world_group();
+    ASSERT_NE(shm.state().shm, nullptr) << "ranks on one host should get the shared-memory transport";
+    ::setenv("COLOSSAL_SHM", "0", 1);
+    Group tcp = new_group({0, 1, 2}, "gloo-only");
+    ::unsetenv("COLOSSAL_SHM");
+    ASSERT_EQ(tcp.state().shm, nullptr);
+    const int n = 3;
+    torch::manual_seed(100 + rank());
+    for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      SCOPED_TRACE(c10::toString(dtype));
+      for (int64_t numel : {int64_t{1}, int64_t{1000}, int64_t{3'000'001}}) {
+        auto x = torch::randint(-100, 100, {numel}).to(dtype);
+        auto a = x.clone(), b = x.clone();
+        all_reduce(a, shm);
+        all_reduce(b, tcp);
+        EXPECT_TRUE(torch::equal(a, b)) << "all_reduce of " << numel;
+        auto avg_a = x.clone(), avg_b = x.clone();
+        all_reduce(avg_a, shm, ReduceOp::kAvg);
+        all_reduce(avg_b, tcp, ReduceOp::kAvg);
+        EXPECT_TRUE(torch::equal(avg_a, avg_b)) << "average of " << numel;
+        // Every member holds the same bits.
+        auto all = torch::empty({n * numel}, x.options());
+        all_gather(all, avg_a, tcp);
+        for (int k = 0; k < n; ++k) EXPECT_TRUE(torch::equal(all.narrow(0, k * numel, numel), avg_a));
+
+        auto in = torch::randint(-100, 100, {n * numel}).to(dtype);
+        auto rs_a = torch::empty({numel}, x.options()), rs_b = torch::empty({numel}, x.options());
+        reduce_scatter(rs_a, in, shm);
+        reduce_scatter(rs_b, in, tcp);
+        EXPECT_TRUE(torch::equal(rs_a, rs_b)) << "reduce_scatter of " << numel;
+        auto ag_a = torch::empty({n * numel}, x.options()), ag_b = torch::empty({n * numel}, x.options());
+        all_gather(ag_a, x, shm);
+        all_gather(ag_b, x, tcp);
+        EXPECT_TRUE(torch::equal(ag_a, ag_b)) << "all_gather of " << numel;
+      }
+    }
+    // Integer tensors are not carried by shared memory; they still work (through Gloo).
+    auto i = torch::full({4}, rank() + 1, torch::kInt64);
+    all_reduce(i, shm);
+    EXPECT_TRUE(torch::all(i == 6).item<bool>());
+  });
+}
+
+TEST(MultiRankCollectives, SharedMemoryNamesMismatchedCalls) {
+  testing::run_ranks(2, [] {
+    auto t = torch::ones({rank() == 0 ? 10 : 12});
+    auto msg = testing::error_message_of([&] { all_reduce(t, world_group()); });
+    EXPECT_NE(msg.find("members disagree"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(rank() == 0 ? "called all_reduce on 10 elements of Float, member 1 called all_reduce on 12"
+                                   : "called all_reduce on 12 elements of Float, member 0 called all_reduce on 10"),
+              std::string::npos)
+        << msg;
+  });
+}
+
+}  // namespace
+}  // namespace colossal::dist

@@ -1,0 +1,39 @@
+#include "llama/shapes.h"
+
+#include "core/common/check.h"
+
+namespace colossal::llama {
+
+BenchmarkShape benchmark_shape(const std::string& name) {
+  BenchmarkShape s;
+  auto& c = s.config;
+  c.vocab_size = 32000;
+  if (name == "S") {
+    c.hidden_size = 288, c.num_hidden_layers = 6, c.num_attention_heads = 6, c.intermediate_size = 768;
+    s.sequence = 256;
+  } else if (name == "M") {
+    c.hidden_size = 768, c.num_hidden_layers = 12, c.num_attention_heads = 12, c.intermediate_size = 2048;
+    s.sequence = 512;
+  } else {
+    COLOSSAL_CHECK(false, "unknown benchmark shape '", name, "' (known: S, M)");
+  }
+  c.num_key_value_heads = c.num_attention_heads;
+  c.max_position_embeddings = s.sequence;
+  c.validate();
+  return s;
+}
+
+int64_t matmul_parameters(const LlamaConfig& c) {
+  int64_t d = c.resolved_head_dim();
+  int64_t attention = c.hidden_size * d * (2 * c.num_attention_heads + 2 * c.num_key_value_heads);
+  int64_t mlp = 3 * c.hidden_size * c.intermediate_size;
+  return c.num_hidden_layers * (attention + mlp) + c.vocab_size * c.hidden_size;
+}
+
+double training_flops_per_token(const LlamaConfig& c, int64_t sequence) {
+  double forward = 2.0 * static_cast<double>(matmul_parameters(c)) +
+                   4.0 * static_cast<double>(c.num_hidden_layers * c.hidden_size * sequence);
+  return 3.0 * forward;
+}
+
+}  // namespace colossal::llama

@@ -1,0 +1,28 @@
+#pragma once
+// Named benchmark shapes and the model-FLOPs arithmetic behind MFU figures.
+#include <string>
+
+#include "llama/config.h"
+
+namespace colossal::llama {
+
+struct BenchmarkShape {
+  LlamaConfig config;
+  int64_t sequence = 0;  // tokens per training sample
+};
+
+/// "S": dim 288, 6 layers, 6 heads, ffn 768, vocab 32000, sequence 256.
+/// "M": dim 768, 12 layers, 12 heads, ffn 2048, vocab 32000, sequence 512.
+/// Throws naming the known shapes for anything else.
+BenchmarkShape benchmark_shape(const std::string& name);
+
+/// Parameters that take part in matrix products (every projection, lm_head included even
+/// when tied; not the embedding lookup or the norms).
+int64_t matmul_parameters(const LlamaConfig& config);
+
+/// Model FLOPs to train on one token of a `sequence`-token sample: 3 x forward, with
+/// forward = 2 x matmul_parameters + 4 x layers x hidden x sequence (attention scores and
+/// values, full causal square as commonly counted). Recomputation is not counted.
+double training_flops_per_token(const LlamaConfig& config, int64_t sequence);
+
+}  // namespace colossal::llama

@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include "core/nn/activation_checkpoint.h"
+#include "core/nn/fused_losses.h"
 #include "core/nn/module_hooks.h"
+#include "core/nn/rms_norm.h"
 
 namespace colossal::llama {
 
@@ -14,10 +16,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  // In fp32 whatever the compute dtype, as Hugging Face does.
-  auto h = x.to(torch::kFloat32);
-  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight * h.to(x.scalar_type());
+  // In fp32 whatever the compute dtype, as Hugging Face does (fused when everything is fp32).
+  return nn::rms_norm(x, weight, eps_);
 }
 
 RotaryTables RotaryTables::make(const LlamaConfig& c, int64_t max_positions) {
@@ -150,9 +150,7 @@ torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const t
   auto target = torch::full_like(labels, -100);
   int64_t T = labels.size(1);
   target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}).to(torch::kFloat32),
-                                              target.reshape({-1}),
-                                              torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  return nn::cross_entropy(logits.reshape({-1, logits.size(2)}), target.reshape({-1}), -100);
 }
 
 }  // namespace colossal::llama

@@ -43,6 +43,8 @@ struct Args {
   std::string layouts = "1x2,2x1";
   std::string precision = "fp32";
   std::string plugin = "ddp";
+  std::string python;  // for the PyTorch reference; empty: COLOSSAL_PYTHON, else python3
+  bool reference = true;
   int steps = 4, batch = 1;
   bool grad_checkpoint = false;
   // Child-job settings (set by the driver).
@@ -52,6 +54,7 @@ struct Args {
 };
 
 struct Row {
+  std::string impl = "colossal";
   std::string shape, layout;
   double step_s = 0, tokens_s = 0, matmul_gflops = 0, model_gflops = 0, mfu = 0, peak_gib = 0;
 };
@@ -64,13 +67,17 @@ double peak_rss_gib() {
   return 0;
 }
 
-// GFLOP/s of an fp32 2048x2048 product on this process's threads (median of 5).
-double matmul_gflops() {
-  auto a = torch::randn({2048, 2048}), b = torch::randn({2048, 2048}), c = torch::empty({2048, 2048});
-  torch::mm_out(c, a, b);
+// GFLOP/s of an fp32 2048x2048 product on this process's threads (median of 3), measured on
+// every rank at once and summed: the rate the job has right now. Taken before every step, so
+// a machine that gets busier or quieter during the run moves both sides of the ratio.
+double job_matmul_gflops() {
+  static auto a = torch::randn({2048, 2048}), b = torch::randn({2048, 2048}), c = torch::empty({2048, 2048});
+  dist::barrier(dist::world_group());
   std::vector<double> t;
-  for (int i = 0; i < 5; ++i) t.push_back(colossal::bench::seconds([&] { torch::mm_out(c, a, b); }));
-  return 2.0 * 2048 * 2048 * 2048 / median(t) / 1e9;
+  for (int i = 0; i < 3; ++i) t.push_back(colossal::bench::seconds([&] { torch::mm_out(c, a, b); }));
+  auto rate = torch::tensor({2.0 * 2048 * 2048 * 2048 / median(t) / 1e9}, torch::kFloat64);
+  dist::all_reduce(rate, dist::world_group());
+  return rate.item<double>();
 }
 
 Row run_job(const Args& a) {
@@ -78,11 +85,6 @@ Row run_job(const Args& a) {
   auto shape = colossal::llama::benchmark_shape(a.shape);
   int n = dist::world_size();
   const int64_t T = shape.sequence;
-  // Every rank measures at once: the rate the job really has.
-  dist::barrier(dist::world_group());
-  auto rate = torch::tensor({matmul_gflops()}, torch::kFloat64);
-  dist::all_reduce(rate, dist::world_group());
-
   torch::manual_seed(0);
   colossal::llama::LlamaForCausalLM model(shape.config);
   auto optimizer = colossal::optim::make_optimizer(*model, {.name = "fused_adamw", .lr = 1e-4});
@@ -90,8 +92,9 @@ Row run_job(const Args& a) {
   auto b = booster.boost(model.ptr(), optimizer);
   if (a.grad_checkpoint) model->set_gradient_checkpointing(true);
   auto ids = torch::randint(shape.config.vocab_size, {a.batch, T}, torch::kInt64);
-  std::vector<double> times, fwd, bwd, opt;
+  std::vector<double> times, fwd, bwd, opt, rates;
   for (int s = 0; s <= a.steps; ++s) {  // step 0 warms up
+    double rate = job_matmul_gflops();
     dist::barrier(dist::world_group());
     torch::Tensor loss;
     double tf = 0, tb = 0, to = 0;
@@ -101,11 +104,12 @@ Row run_job(const Args& a) {
       tb = colossal::bench::seconds([&] { booster.backward(loss, *b.optimizer); });
       to = colossal::bench::seconds([&] { b.optimizer->step(); });
     });
-    if (s > 0) times.push_back(t), fwd.push_back(tf), bwd.push_back(tb), opt.push_back(to);
+    if (s > 0) times.push_back(t), fwd.push_back(tf), bwd.push_back(tb), opt.push_back(to), rates.push_back(rate);
   }
   // COLOSSAL_BENCH_TRACE=FILE: a Chrome trace of one more step on rank 0 (chrome://tracing).
-  if (const char* trace = std::getenv("COLOSSAL_BENCH_TRACE"); trace && dist::rank() == 0) {
-    torch::autograd::profiler::RecordProfile guard(trace);
+  if (const char* trace = std::getenv("COLOSSAL_BENCH_TRACE")) {  // every rank steps, rank 0 records
+    std::optional<torch::autograd::profiler::RecordProfile> guard;
+    if (dist::rank() == 0) guard.emplace(trace);
     b.optimizer->zero_grad();
     booster.backward(model->loss(ids, ids), *b.optimizer);
     b.optimizer->step();
@@ -118,7 +122,7 @@ Row run_job(const Args& a) {
   r.layout = std::to_string(n) + "x" + std::to_string(at::get_num_threads());
   r.step_s = median(times);
   r.tokens_s = n * a.batch * T / r.step_s;
-  r.matmul_gflops = rate.item<double>();
+  r.matmul_gflops = median(rates);
   r.model_gflops = r.tokens_s * colossal::llama::training_flops_per_token(shape.config, T) / 1e9;
   r.mfu = r.model_gflops / r.matmul_gflops;
   auto peak = torch::tensor({peak_rss_gib()}, torch::kFloat64);
@@ -135,11 +139,41 @@ std::string row_line(const Row& r) {
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::printf("\n%-5s %-7s %9s %10s %14s %13s %7s %13s\n", "shape", "layout", "step s", "tokens/s",
+  std::printf("\n%-5s %-7s %-9s %9s %10s %14s %13s %7s %13s\n", "shape", "layout", "impl", "step s", "tokens/s",
               "mm GFLOP/s", "model GFLOP/s", "MFU", "peak GiB/rank");
   for (const auto& r : rows)
-    std::printf("%-5s %-7s %9.3f %10.1f %14.1f %13.1f %6.1f%% %13.2f\n", r.shape.c_str(), r.layout.c_str(), r.step_s,
-                r.tokens_s, r.matmul_gflops, r.model_gflops, 100 * r.mfu, r.peak_gib);
+    std::printf("%-5s %-7s %-9s %9.3f %10.1f %14.1f %13.1f %6.1f%% %13.2f\n", r.shape.c_str(), r.layout.c_str(),
+                r.impl.c_str(), r.step_s, r.tokens_s, r.matmul_gflops, r.model_gflops, 100 * r.mfu, r.peak_gib);
+  for (const auto& ours : rows) {
+    if (ours.impl != "colossal") continue;
+    for (const auto& ref : rows)
+      if (ref.impl == "pytorch" && ref.shape == ours.shape && ref.layout == ours.layout)
+        std::printf("%s %s: colossal/pytorch tokens/s %.2fx, MFU %.1f%% vs %.1f%%\n", ours.shape.c_str(),
+                    ours.layout.c_str(), ours.tokens_s / ref.tokens_s, 100 * ours.mfu, 100 * ref.mfu);
+  }
+}
+
+// Runs one job (a shell command that writes a row to `row_file`); on failure prints its log.
+bool run_row(const std::string& what, const std::string& cmd, const std::string& row_file, Row& r) {
+  std::string log = row_file + ".log";
+  std::fprintf(stderr, "[bench_llama] %s...\n", what.c_str());
+  int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+  std::ifstream in(row_file);
+  bool ok = rc == 0 && static_cast<bool>(in >> r.shape >> r.layout >> r.step_s >> r.tokens_s >> r.matmul_gflops >>
+                                         r.model_gflops >> r.mfu >> r.peak_gib);
+  std::ifstream l(log);
+  if (!ok) {
+    std::stringstream ss;
+    ss << l.rdbuf();
+    std::fprintf(stderr, "[bench_llama] %s failed:\n%s\n", what.c_str(), ss.str().c_str());
+  } else {
+    std::string line;
+    while (std::getline(l, line))
+      if (line.find("[bench_llama]") != std::string::npos) std::fprintf(stderr, "  %s\n", line.c_str());
+  }
+  ::unlink(row_file.c_str());
+  ::unlink(log.c_str());
+  return ok;
 }
 
 // Driver: one `colossal run` job per (shape, layout).
@@ -148,7 +182,8 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
   std::string passthrough;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--shapes" || arg == "--layouts") { ++i; continue; }
+    if (arg == "--shapes" || arg == "--layouts" || arg == "--python") { ++i; continue; }
+    if (arg == "--no_reference") continue;
     passthrough += " '" + arg + "'";
   }
   std::printf("precision %s, plugin %s, batch %d per rank, median of %d steps after a warm-up\n",
@@ -158,6 +193,17 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
     std::printf("  %s: %.1fM parameters, %.0f MFLOP per trained token at sequence %ld\n", name,
                 s.config.num_parameters() / 1e6,
                 colossal::llama::training_flops_per_token(s.config, s.sequence) / 1e6, s.sequence);
+  }
+  // The PyTorch reference: transformers + DDP, when this Python has them.
+  std::string python = a.python;
+  if (python.empty()) python = std::getenv("COLOSSAL_PYTHON") ? std::getenv("COLOSSAL_PYTHON") : "python3";
+  std::string reference = std::string(COLOSSAL_SOURCE_DIR) + "/apps/bench/llama_torch_reference.py";
+  if (!a.reference) {
+    reference.clear();
+  } else if (std::system(("'" + python + "' -c 'import torch, transformers' > /dev/null 2>&1").c_str()) != 0) {
+    std::printf("(no PyTorch reference: '%s' cannot import torch and transformers; set COLOSSAL_PYTHON or --python)\n",
+                python.c_str());
+    reference.clear();
   }
   std::vector<Row> rows;
   std::stringstream shapes(a.shapes);
@@ -170,29 +216,21 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
       COLOSSAL_CHECK(x != std::string::npos, "--layouts: expected RANKSxTHREADS like 2x1, got '", layout, "'");
       std::string ranks = layout.substr(0, x), threads = layout.substr(x + 1);
       std::string row_file = "/tmp/bench_llama_row_" + std::to_string(::getpid());
-      std::string log = row_file + ".log";
       std::string cmd = "OMP_NUM_THREADS=" + threads + " '" + launcher + "' run --nproc_per_node " + ranks +
                         " -- '" + self + "' --shape " + shape + " --threads " + threads + " --row_file " +
-                        row_file + passthrough + " > " + log + " 2>&1";
-      std::fprintf(stderr, "[bench_llama] %s on %s...\n", shape.c_str(), layout.c_str());
-      int rc = std::system(cmd.c_str());
-      std::ifstream in(row_file);
+                        row_file + passthrough;
       Row r;
-      if (rc != 0 || !(in >> r.shape >> r.layout >> r.step_s >> r.tokens_s >> r.matmul_gflops >> r.model_gflops >>
-                       r.mfu >> r.peak_gib)) {
-        std::ifstream l(log);
-        std::stringstream ss;
-        ss << l.rdbuf();
-        std::fprintf(stderr, "[bench_llama] %s on %s failed:\n%s\n", shape.c_str(), layout.c_str(), ss.str().c_str());
-        return 1;
-      }
-      std::ifstream l(log);
-      std::string line;
-      while (std::getline(l, line))
-        if (line.find("[bench_llama]") != std::string::npos) std::fprintf(stderr, "  %s %s\n", layout.c_str(), line.c_str());
+      if (!run_row(shape + " on " + layout, cmd, row_file, r)) return 1;
       rows.push_back(r);
-      ::unlink(row_file.c_str());
-      ::unlink(log.c_str());
+      if (!reference.empty()) {
+        std::string torchrun = ranks == "1" ? "" : "-m torch.distributed.run --nproc_per_node " + ranks + " ";
+        std::string ref = "OMP_NUM_THREADS=" + threads + " '" + python + "' " + torchrun + "'" + reference +
+                          "' --shape " + shape + " --threads " + threads + " --steps " + std::to_string(a.steps) +
+                          " --batch " + std::to_string(a.batch) + " --row_file " + row_file;
+        Row p;
+        p.impl = "pytorch";
+        if (run_row(shape + " on " + layout + " (PyTorch)", ref, row_file, p)) rows.push_back(p);
+      }
     }
   }
   print_table(rows);
@@ -211,6 +249,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "measured steps (after one warm-up)")->capture_default_str();
   app.add_option("--batch", a.batch, "sequences per rank per step")->capture_default_str();
   app.add_flag("--grad_checkpoint", a.grad_checkpoint, "recompute each layer in backward");
+  app.add_option("--python", a.python, "Python with torch and transformers for the PyTorch reference");
+  app.add_flag("!--no_reference", a.reference, "skip the PyTorch reference rows");
   app.add_option("--shape", a.shape, "(internal) the child job's shape");
   app.add_option("--threads", a.threads, "(internal) threads per rank");
   app.add_option("--row_file", a.row_file, "(internal) where a child job's rank 0 writes its row");

@@ -1,0 +1,97 @@
+// Fused operations against the compositions they replace: values and every gradient.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/nn/activation_checkpoint.h"
+#include "core/nn/fused_losses.h"
+#include "core/nn/rms_norm.h"
+#include "tests/support/errors.h"
+
+namespace colossal::nn {
+namespace {
+
+void expect_close(const torch::Tensor& a, const torch::Tensor& b, double rtol, double atol, const char* what) {
+  EXPECT_TRUE(torch::allclose(a.to(torch::kDouble), b.to(torch::kDouble), rtol, atol))
+      << what << ": max abs diff " << (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+TEST(FusedCrossEntropy, MatchesLogSoftmaxNll) {
+  torch::manual_seed(1);
+  // 37 rows (not a multiple of the row block), a large vocabulary, some ignored targets.
+  for (int64_t vocab : {11, 32000}) {
+    auto logits = (torch::randn({37, vocab}) * 4).requires_grad_(true);
+    auto target = torch::randint(vocab, {37}, torch::kLong);
+    target.index_put_({torch::tensor({0, 5, 36})}, -100);
+    auto ref_logits = logits.detach().clone().requires_grad_(true);
+    auto ref = torch::nn::functional::cross_entropy(ref_logits, target,
+                                                    torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    auto ours = cross_entropy(logits, target);
+    expect_close(ours, ref, 1e-6, 1e-6, "loss");
+    (ours * 3).backward();
+    (ref * 3).backward();
+    expect_close(logits.grad(), ref_logits.grad(), 1e-5, 1e-8, "gradient");
+  }
+}
+
+TEST(FusedCrossEntropy, Bf16LogitsComputeInFp32) {
+  torch::manual_seed(2);
+  auto logits = torch::randn({9, 300}).to(torch::kBFloat16).requires_grad_(true);
+  auto target = torch::randint(300, {9}, torch::kLong);
+  auto ref_logits = logits.detach().clone().requires_grad_(true);
+  auto ref = torch::nn::functional::cross_entropy(ref_logits.to(torch::kFloat), target);
+  auto ours = cross_entropy(logits, target);
+  EXPECT_EQ(ours.scalar_type(), torch::kFloat);
+  expect_close(ours, ref, 1e-6, 1e-6, "loss");
+  ours.backward();
+  ref.backward();
+  EXPECT_EQ(logits.grad().scalar_type(), torch::kBFloat16);
+  expect_close(logits.grad(), ref_logits.grad(), 1e-2, 1e-4, "gradient");
+}
+
+TEST(FusedCrossEntropy, BadTargetIsNamed) {
+  auto msg = testing::error_message_of([] { cross_entropy(torch::zeros({2, 5}), torch::tensor({1, 7}, torch::kLong)); });
+  EXPECT_NE(msg.find("a target is outside [0, 5)"), std::string::npos) << msg;
+}
+
+TEST(FusedRmsNorm, MatchesComposition) {
+  torch::manual_seed(3);
+  for (int64_t dim : {768, 37}) {  // vector-width multiple and a ragged tail
+    auto x = torch::randn({3, 41, dim}).requires_grad_(true);
+    auto w = (torch::rand({dim}) + 0.5).requires_grad_(true);
+    auto rx = x.detach().clone().requires_grad_(true);
+    auto rw = w.detach().clone().requires_grad_(true);
+    auto ref = rw * (rx * torch::rsqrt(rx.pow(2).mean(-1, true) + 1e-6));
+    auto ours = rms_norm(x, w, 1e-6);
+    expect_close(ours, ref, 1e-5, 1e-6, "output");
+    auto gy = torch::randn_like(ref);
+    ref.backward(gy);
+    ours.backward(gy);
+    expect_close(x.grad(), rx.grad(), 1e-4, 1e-5, "input gradient");
+    expect_close(w.grad(), rw.grad(), 1e-4, 1e-4, "weight gradient");
+  }
+}
+
+TEST(ActivationCheckpoint, SameGradientsAsPlainBackward) {
+  torch::manual_seed(4);
+  auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 8);
+  auto block = [&](const torch::Tensor& h) { return l2(torch::gelu(l1(h))) + h; };
+  auto x = torch::randn({5, 8}, torch::requires_grad());
+  auto run = [&](bool checkpointed) {
+    for (auto& p : l1->parameters()) p.mutable_grad() = torch::Tensor();
+    for (auto& p : l2->parameters()) p.mutable_grad() = torch::Tensor();
+    x.mutable_grad() = torch::Tensor();
+    auto h = checkpointed ? checkpoint(block, x) : block(x);
+    h = checkpointed ? checkpoint(block, h) : block(h);
+    h.pow(2).sum().backward();
+    std::vector<torch::Tensor> g{x.grad().clone()};
+    for (auto& p : l1->parameters()) g.push_back(p.grad().clone());
+    for (auto& p : l2->parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  auto plain = run(false), ckpt = run(true);
+  ASSERT_EQ(plain.size(), ckpt.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], ckpt[i])) << "gradient " << i;
+}
+
+}  // namespace
+}  // namespace colossal::nn

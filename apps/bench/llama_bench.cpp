@@ -196,7 +196,7 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
   }
   // The PyTorch reference: transformers + DDP, when this Python has them.
   std::string python = a.python;
-  if (python.empty()) python = std::getenv("COLOSSAL_PYTHON") ? std::getenv("COLOSSAL_PYTHON") : "python3";
+  if (python.empty()) python = std::getenv("COLOSSAL_PYTHON") ? std::getenv("COLOSSAL_PYTHON") : COLOSSAL_DEFAULT_PYTHON;
   std::string reference = std::string(COLOSSAL_SOURCE_DIR) + "/apps/bench/llama_torch_reference.py";
   if (!a.reference) {
     reference.clear();

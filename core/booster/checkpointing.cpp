@@ -305,8 +305,7 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   int saved_world = js.value("world_size", 1);
   if (boosted.sampler && js.contains("sampler")) {
     auto s = js["sampler"].get<std::map<std::string, int64_t>>();
-    if (saved_world == world()) boosted.sampler->load_state_dict(s);
-    else boosted.sampler->set_epoch(s.at("epoch"));  // new layout: restart the epoch
+    boosted.sampler->load_state_dict(s);  // maps the position onto this run's ranks
   }
   std::string rng_file = dir + "/rng/rank-" + std::to_string(my_rank()) + ".safetensors";
   struct stat st {};

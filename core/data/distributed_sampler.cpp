@@ -72,10 +72,16 @@ void DistributedSampler::load_state_dict(const std::map<std::string, int64_t>& s
     COLOSSAL_CHECK(state.count(key), "[sampler] state: missing '", key, "'");
   }
   set_epoch(state.at("epoch"));
-  COLOSSAL_CHECK(state.at("num_replicas") == num_replicas_, "[sampler] state was saved with ",
-                 state.at("num_replicas"), " data-parallel ranks, this run has ", num_replicas_,
-                 "; the position inside the epoch cannot carry over (start the epoch again)");
-  position_ = std::min<int64_t>(state.at("position"), static_cast<int64_t>(indices_.size()));
+  // Rank r reads entries r, r+n, r+2n, ... of the epoch's shuffled order, so after `position`
+  // reads on each of n ranks exactly the first position x n entries are consumed: on n' ranks
+  // the same point is position x n / n' (rounded down: a few samples may be read twice when
+  // that does not divide, none skipped).
+  const int64_t saved_n = state.at("num_replicas");
+  COLOSSAL_CHECK(saved_n >= 1, "[sampler] state: num_replicas must be >= 1, got ", saved_n);
+  const int64_t consumed = state.at("position") * saved_n;
+  position_ = std::min<int64_t>(consumed / num_replicas_, static_cast<int64_t>(indices_.size()));
 }
+
+int64_t DistributedSampler::consumed_samples() const { return position_ * num_replicas_; }
 
 }  // namespace colossal::data

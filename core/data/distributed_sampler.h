@@ -33,8 +33,13 @@ class DistributedSampler {
   bool epoch_done() const { return position_ >= static_cast<int64_t>(indices_.size()); }
   int64_t samples_per_rank() const { return static_cast<int64_t>(indices_.size()); }
 
+  /// Epoch and position; loading onto a different number of ranks resumes at the same point of
+  /// the epoch's global order (the order depends only on the seed and epoch, not on the ranks).
   std::map<std::string, int64_t> state_dict() const;
   void load_state_dict(const std::map<std::string, int64_t>& state);
+  /// Samples read so far this epoch, over all ranks.
+  int64_t consumed_samples() const;
+  int64_t epoch() const { return epoch_; }
 
   int rank() const { return rank_; }
   int num_replicas() const { return num_replicas_; }

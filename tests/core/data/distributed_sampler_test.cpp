@@ -46,10 +46,67 @@ TEST(DistributedSampler, DeterministicPerEpochAndResumable) {
   c.shard(1, 4);
   c.load_state_dict(state);
   EXPECT_EQ(c.next(5), a.next(5)) << "resumes at the saved position";
-  DistributedSampler d({.dataset_size = 100, .seed = 1});
-  d.shard(0, 2);
-  auto msg = testing::error_message_of([&] { d.load_state_dict(state); });
-  EXPECT_NE(msg.find("saved with 4 data-parallel ranks, this run has 2"), std::string::npos) << msg;
+  auto bad = state;
+  bad.erase("position");
+  auto msg = testing::error_message_of([&] { c.load_state_dict(bad); });
+  EXPECT_NE(msg.find("missing 'position'"), std::string::npos) << msg;
+}
+
+// The global order (step by step, over all ranks) depends on the seed only: reading batches of
+// B / n per rank on n ranks consumes the same global batches as one rank reading B.
+std::vector<std::vector<int64_t>> global_batches(int n, int64_t batch, int steps, int64_t size, int64_t skip = 0) {
+  std::vector<DistributedSampler> ranks;
+  for (int r = 0; r < n; ++r) {
+    ranks.emplace_back(DistributedSampler::Options{.dataset_size = size, .seed = 9});
+    ranks.back().shard(r, n);
+    ranks.back().set_epoch(2);
+    ranks.back().next(skip / n);
+  }
+  std::vector<std::vector<int64_t>> out;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int64_t> b;
+    for (auto& r : ranks) {
+      auto part = r.next(batch / n);
+      b.insert(b.end(), part.begin(), part.end());
+    }
+    std::sort(b.begin(), b.end());
+    out.push_back(b);
+  }
+  return out;
+}
+
+TEST(DistributedSampler, SameSeedSameGlobalOrderOnAnyNumberOfRanks) {
+  auto one = global_batches(1, 12, 5, 97);
+  EXPECT_EQ(global_batches(2, 12, 5, 97), one);
+  EXPECT_EQ(global_batches(3, 12, 5, 97), one);
+  EXPECT_EQ(global_batches(4, 12, 5, 97), one);
+}
+
+TEST(DistributedSampler, ResumesOnADifferentNumberOfRanksWhereItStopped) {
+  // 4 ranks read 3 batches of 12, save; 2 ranks (and 3, 1) continue with the 4th batch.
+  std::vector<DistributedSampler> four;
+  for (int r = 0; r < 4; ++r) {
+    four.emplace_back(DistributedSampler::Options{.dataset_size = 97, .seed = 9});
+    four.back().shard(r, 4);
+    four.back().set_epoch(2);
+    four.back().next(9);
+  }
+  auto state = four[0].state_dict();
+  EXPECT_EQ(four[0].consumed_samples(), 36);
+  auto expected = global_batches(1, 12, 4, 97).back();
+  for (int n : {1, 2, 3}) {
+    std::vector<int64_t> b;
+    for (int r = 0; r < n; ++r) {
+      DistributedSampler s({.dataset_size = 97, .seed = 9});
+      s.shard(r, n);
+      s.load_state_dict(state);
+      EXPECT_EQ(s.consumed_samples(), 36);
+      auto part = s.next(12 / n);
+      b.insert(b.end(), part.begin(), part.end());
+    }
+    std::sort(b.begin(), b.end());
+    EXPECT_EQ(b, expected) << "on " << n << " ranks";
+  }
 }
 
 }  // namespace

@@ -1,20 +1,26 @@
-// train_llama: train a LLaMA-style model on JSONL text, one process or many, and write a Hugging
-// Face model directory; then generate from it.
+// train_llama: train a LLaMA-style model on JSONL text, on one process or many, with any Booster
+// plugin; checkpoints that resume exactly; a Hugging Face model directory at the end.
 //
-// With no arguments it trains a small LLaMA on the built-in corpus (Jane Austen's novels,
-// fetched by scripts/setup.sh), training a SentencePiece tokenizer first, and prints a sample:
-//   build/apps/train_llama
-//   build/apps/colossal run --nproc_per_node 2 -- build/apps/train_llama --plugin zero2 --steps 300
+// With no arguments it trains a small LLaMA (about 5M parameters) on the built-in corpus (Jane
+// Austen's novels, fetched by scripts/setup.sh), training a SentencePiece tokenizer first, for a
+// few minutes, then writes out/llama/model (what infer_llama loads by default) and prints a
+// sample:
+//   build/apps/colossal run --nproc_per_node 2 -- build/apps/train_llama
+//   build/apps/train_llama --plugin zero2 --mixed_precision bf16 --max_steps 1000 --log_file m.jsonl
+//   build/apps/train_llama --config train.yaml --load_checkpoint out/llama/checkpoints
+// Flags follow Colossal-LLaMA's names; see apps/llama/train_args.h or --help.
 #include <sys/stat.h>
 #include <torch/torch.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
+#include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
+#include "core/common/progress.h"
 #include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -23,216 +29,316 @@
 #include "llama/corpus.h"
 #include "llama/dataset.h"
 #include "llama/pretrained.h"
+#include "llama/shapes.h"
 #include "llama/tokenizer.h"
 
 namespace dist = colossal::dist;
 namespace booster = colossal::booster;
+using colossal::llama_app::TrainArgs;
 using namespace colossal::llama;
 
 namespace {
-
-struct Args {
-  std::vector<std::string> data;  // JSONL; empty: the built-in corpus
-  std::string tokenizer;          // tokenizer.model; empty: train one (cached in --output)
-  int64_t vocab_size = 4000;
-  std::string config;             // config.json; empty: the small default below
-  std::string output = "out/llama";
-  std::string plugin = "ddp";
-  std::string precision = "fp32";
-  std::string mode = "pretrain";
-  int64_t max_length = 128, batch_size = 16, steps = 200, warmup = 20, eval_every = 50, log_every = 10;
-  double lr = 3e-3, weight_decay = 0.1, clip = 1.0;
-  uint64_t seed = 42;
-  std::string prompt = "It is a truth universally acknowledged";
-  int64_t sample_tokens = 40;
-};
 
 bool exists(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
 }
 
-double mean_loss(LlamaForCausalLM& model, const TokenDataset& data) {
+double elapsed(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Rank 0 does `fn` (writing files the others then read); everyone waits for it.
+template <typename Fn>
+void on_rank0_then_all(Fn&& fn) {
+  if (dist::rank() == 0) fn();
+  dist::barrier(dist::world_group());
+}
+
+// Token-weighted mean loss over the whole evaluation set. Every rank runs the same number of
+// batches (ZeRO-3 gathers parameters collectively); ranks out of samples repeat sample 0 with
+// weight 0.
+double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch_size) {
   torch::NoGradGuard no_grad;
-  int n = dist::world_size(), r = dist::rank();
-  double sum = 0;
-  int64_t count = 0;
-  for (int64_t i = r; i < data.size() && i < 64; i += n, ++count) {
-    auto b = data.batch({i});
-    sum += model->loss(b.input_ids, b.labels).item<double>();
+  const int n = dist::world_size(), r = dist::rank();
+  model->eval();
+  const int64_t per_rank = (data.size() + n - 1) / n;
+  double loss_sum = 0, tokens = 0;
+  for (int64_t start = 0; start < per_rank; start += batch_size) {
+    std::vector<int64_t> idx;
+    std::vector<double> weight;
+    for (int64_t k = start; k < std::min(per_rank, start + batch_size); ++k) {
+      int64_t i = k * n + r;
+      idx.push_back(i < data.size() ? i : 0);
+      weight.push_back(i < data.size() ? 1.0 : 0.0);
+    }
+    auto b = data.batch(idx);
+    for (size_t k = 0; k < idx.size(); ++k) {
+      auto ids = b.input_ids.narrow(0, static_cast<int64_t>(k), 1);
+      auto labels = b.labels.narrow(0, static_cast<int64_t>(k), 1);
+      double count = labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<double>();
+      if (count == 0) continue;
+      double l = model->loss(ids, labels).item<double>();
+      loss_sum += weight[k] * l * count;
+      tokens += weight[k] * count;
+    }
   }
-  auto t = torch::tensor({sum, static_cast<double>(count)}, torch::kFloat64);
+  model->train();
+  auto t = torch::tensor({loss_sum, tokens}, torch::kFloat64);
   dist::all_reduce(t, dist::world_group());
   return t[0].item<double>() / std::max(1.0, t[1].item<double>());
 }
 
-// Greedy continuation of `prompt` (full recompute per token: the serving engine is infer_llama).
+// Greedy continuation of `prompt` (full recompute per token; the serving engine is infer_llama).
 std::string generate(LlamaForCausalLM& model, const Tokenizer& tok, const std::string& prompt, int64_t n) {
   torch::NoGradGuard no_grad;
+  model->eval();
   auto ids = tok.encode(prompt, true, false);
   size_t prompt_len = ids.size();
   for (int64_t i = 0; i < n; ++i) {
     int64_t max_len = model->config().max_position_embeddings;
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - max_len);
     auto input = torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kInt64).unsqueeze(0);
-    auto logits = model->forward(input);
-    int64_t next = logits[0][-1].argmax().item<int64_t>();
+    int64_t next = model->forward(input)[0][-1].argmax().item<int64_t>();
     if (next == tok.eos_id()) break;
     ids.push_back(next);
   }
   return tok.decode(std::vector<int64_t>(ids.begin() + prompt_len, ids.end()));
 }
 
-}  // namespace
+// The small model the built-in run trains: ~5M parameters, a few minutes on two CPU cores.
+LlamaConfig default_config(int64_t max_length) {
+  LlamaConfig c;
+  c.hidden_size = 256;
+  c.intermediate_size = 688;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = max_length;
+  return c;
+}
 
-int main(int argc, char** argv) {
-  Args a;
-  CLI::App app{"Train a LLaMA-style model (default: a small one on Jane Austen's novels)"};
-  app.add_option("--data", a.data, "JSONL files (default: the built-in corpus)");
-  app.add_option("--tokenizer", a.tokenizer, "SentencePiece tokenizer.model (default: train one)");
-  app.add_option("--vocab_size", a.vocab_size, "vocabulary of a trained tokenizer")->capture_default_str();
-  app.add_option("--config", a.config, "Hugging Face config.json (default: a small LLaMA)");
-  app.add_option("--output", a.output, "where the model directory, tokenizer and data cache go")->capture_default_str();
-  app.add_option("--plugin", a.plugin, "ddp | zero1 | zero2 | zero3")->capture_default_str();
-  app.add_option("--precision", a.precision, "fp32 | bf16 | fp16")->capture_default_str();
-  app.add_option("--mode", a.mode, "pretrain | sft")->capture_default_str();
-  app.add_option("--max_length", a.max_length, "tokens per sample")->capture_default_str();
-  app.add_option("--batch_size", a.batch_size, "global batch size (samples)")->capture_default_str();
-  app.add_option("--steps", a.steps, "optimizer steps")->capture_default_str();
-  app.add_option("--warmup", a.warmup, "warm-up steps")->capture_default_str();
-  app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--weight_decay", a.weight_decay, "AdamW weight decay")->capture_default_str();
-  app.add_option("--clip", a.clip, "gradient clipping norm (0: off)")->capture_default_str();
-  app.add_option("--eval_every", a.eval_every, "steps between evaluations on the held-out split")->capture_default_str();
-  app.add_option("--seed", a.seed, "random seed")->capture_default_str();
-  app.add_option("--prompt", a.prompt, "text to continue after training")->capture_default_str();
-  app.add_option("--sample_tokens", a.sample_tokens, "tokens to generate (0: none)")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  try {
-    dist::init();
-    int n = dist::world_size(), r = dist::rank();
-    COLOSSAL_CHECK(a.batch_size % n == 0, "--batch_size ", a.batch_size, " must divide by the ranks (", n, ")");
-    (void)!std::system(("mkdir -p '" + a.output + "'").c_str());
-    std::vector<std::string> valid_files;
-    if (a.data.empty()) {  // the built-in corpus
-      std::string dir = a.output + "/data";
-      if (r == 0 && !exists(dir + "/train.jsonl")) {
-        auto split = write_austen_jsonl(default_austen_rdb(), dir);
-        std::printf("corpus: Jane Austen's novels, %ld training paragraphs (%.1f MB), %ld held out\n",
-                    split.train_records, split.train_bytes / 1e6, split.valid_records);
-      }
-      dist::barrier(dist::world_group());
-      a.data = {dir + "/train.jsonl"};
-      valid_files = {dir + "/valid.jsonl"};
-    }
-    if (a.tokenizer.empty()) {
-      a.tokenizer = a.output + "/tokenizer.model";
-      if (r == 0 && !exists(a.tokenizer)) {
-        auto t0 = std::chrono::steady_clock::now();
-        TrainTokenizerOptions o;
-        o.vocab_size = a.vocab_size;
-        train_tokenizer(a.data, a.output + "/tokenizer", o);
-        std::printf("tokenizer: trained %ld pieces in %.1f s\n", a.vocab_size,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      dist::barrier(dist::world_group());
-    }
-    auto tok = Tokenizer::load(a.tokenizer);
-    DatasetOptions dopt;
-    dopt.files = a.data;
-    dopt.cache_dir = a.output + "/cache";
-    dopt.mode = a.mode;
-    dopt.max_length = a.max_length;
-    // Rank 0 tokenises; the others map its files.
-    if (r == 0) (void)TokenDataset::open(dopt, tok);
-    dist::barrier(dist::world_group());
-    auto train = TokenDataset::open(dopt, tok);
-    std::optional<TokenDataset> valid;
-    if (!valid_files.empty()) {
-      auto vopt = dopt;
-      vopt.files = valid_files;
-      if (r == 0) (void)TokenDataset::open(vopt, tok);
-      dist::barrier(dist::world_group());
-      valid.emplace(TokenDataset::open(vopt, tok));
-    }
+int run(TrainArgs& a) {
+  dist::init();
+  const int n = dist::world_size(), r = dist::rank();
+  (void)!std::system(("mkdir -p '" + a.output + "'").c_str());
+  if (a.save_dir.empty()) a.save_dir = a.output + "/checkpoints";
 
-    LlamaConfig cfg;
-    if (!a.config.empty()) {
-      cfg = LlamaConfig::from_json_file(a.config);
-    } else {
-      cfg.hidden_size = 256;
-      cfg.intermediate_size = 688;
-      cfg.num_hidden_layers = 4;
-      cfg.num_attention_heads = 4;
-      cfg.num_key_value_heads = 2;
-      cfg.max_position_embeddings = a.max_length;
-    }
+  // ---- data files: the built-in corpus unless --dataset is given
+  if (a.dataset.empty()) {
+    std::string dir = a.output + "/data";
+    on_rank0_then_all([&] {
+      if (exists(dir + "/train.jsonl")) return;
+      auto split = write_austen_jsonl(default_austen_rdb(), dir);
+      std::printf("corpus: Jane Austen's novels, %ld training paragraphs (%.1f MB), %ld held out\n",
+                  split.train_records, split.train_bytes / 1e6, split.valid_records);
+    });
+    a.dataset = {dir + "/train.jsonl"};
+    if (a.eval_dataset.empty()) a.eval_dataset = dir + "/valid.jsonl";
+  }
+
+  // ---- tokenizer: given, from the pretrained directory, or trained here on the training files
+  if (a.tokenizer.empty() && !a.pretrained.empty()) {
+    a.tokenizer = a.pretrained + "/tokenizer.model";
+    COLOSSAL_CHECK(exists(a.tokenizer), "--pretrained ", a.pretrained,
+                   " has no tokenizer.model; pass --tokenizer FILE");
+  }
+  if (a.tokenizer.empty()) {
+    a.tokenizer = a.output + "/tokenizer.model";
+    on_rank0_then_all([&] {
+      if (exists(a.tokenizer)) return;
+      auto t0 = std::chrono::steady_clock::now();
+      TrainTokenizerOptions o;
+      o.vocab_size = a.vocab_size;
+      train_tokenizer(a.dataset, a.output + "/tokenizer", o);
+      std::printf("tokenizer: trained %ld pieces in %.1f s -> %s\n", a.vocab_size, elapsed(t0), a.tokenizer.c_str());
+    });
+  }
+  auto tok = Tokenizer::load(a.tokenizer);
+
+  // ---- tokenised datasets (rank 0 builds the cache, the others map it)
+  DatasetOptions dopt;
+  dopt.files = a.dataset;
+  dopt.cache_dir = a.output + "/cache";
+  dopt.mode = a.mode;
+  dopt.max_length = a.max_length;
+  dopt.on_bad_line = a.on_bad_line;
+  on_rank0_then_all([&] { (void)TokenDataset::open(dopt, tok); });
+  auto train = TokenDataset::open(dopt, tok);
+  COLOSSAL_CHECK(train.size() > 0, "the training data holds no sample of ", a.max_length, " tokens");
+  std::optional<TokenDataset> eval;
+  if (!a.eval_dataset.empty()) {
+    auto eopt = dopt;
+    eopt.files = {a.eval_dataset};
+    on_rank0_then_all([&] { (void)TokenDataset::open(eopt, tok); });
+    eval.emplace(TokenDataset::open(eopt, tok));
+  }
+
+  // ---- model
+  LlamaConfig cfg;
+  LlamaForCausalLM model{nullptr};
+  if (!a.pretrained.empty()) {
+    auto loaded = load_pretrained(a.pretrained);
+    cfg = loaded.config;
+    model = loaded.model;
+    COLOSSAL_CHECK(tok.vocab_size() <= cfg.vocab_size, "tokenizer ", a.tokenizer, " has ", tok.vocab_size(),
+                   " pieces but the model's vocab_size is ", cfg.vocab_size);
+  } else {
+    cfg = a.model_config.empty() ? default_config(a.max_length) : LlamaConfig::from_json_file(a.model_config);
     cfg.vocab_size = tok.vocab_size();
     cfg.bos_token_id = tok.bos_id();
     cfg.eos_token_id = tok.eos_id();
     torch::manual_seed(a.seed);
-    LlamaForCausalLM model(cfg);
-    if (r == 0)
-      std::printf("model: %.2fM parameters (hidden %ld, layers %ld, heads %ld/%ld kv), %ld training samples of %ld tokens\n",
-                  cfg.num_parameters() / 1e6, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
-                  cfg.num_key_value_heads, train.size(), a.max_length);
+    model = LlamaForCausalLM(cfg);
+  }
+  COLOSSAL_CHECK(a.max_length <= cfg.max_position_embeddings || cfg.rope_scaling.type == "dynamic",
+                 "--max_length ", a.max_length, " exceeds the model's max_position_embeddings ",
+                 cfg.max_position_embeddings);
+  model->set_gradient_checkpointing(a.grad_checkpoint);
 
-    auto optimizer = colossal::optim::make_optimizer(
-        *model, {.name = "fused_adamw", .lr = a.lr, .weight_decay = a.weight_decay, .beta2 = 0.95});
-    auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
-        *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = a.warmup,
-                                                          .total_steps = a.steps, .min_lr_ratio = 0.1});
-    auto sampler = std::make_shared<colossal::data::DistributedSampler>(
-        colossal::data::DistributedSampler::Options{.dataset_size = train.size(), .seed = a.seed});
-    booster::Booster booster(booster::make_plugin(a.plugin, a.precision));
-    auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
-    const int64_t local = a.batch_size / n;
-    int64_t epoch = 0;
-    auto t0 = std::chrono::steady_clock::now();
-    double first_eval = valid ? mean_loss(model, *valid) : 0;
-    if (r == 0 && valid) std::printf("step    0  held-out loss %.4f\n", first_eval);
-    for (int64_t step = 1; step <= a.steps; ++step) {
-      if (sampler->epoch_done()) sampler->set_epoch(++epoch);
-      auto idx = sampler->next(local);
-      auto batch = train.batch(idx);
-      b.optimizer->zero_grad();
-      auto loss = model->loss(batch.input_ids, batch.labels);
-      booster.backward(loss, *b.optimizer);
-      double norm = a.clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.clip) : 0;
-      b.optimizer->step();
-      b.lr_scheduler->step();
-      if (step % a.log_every == 0 || step == a.steps) {
-        auto l = loss.detach().to(torch::kFloat64).reshape({1});
-        dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
-        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (r == 0)
-          std::printf("step %4ld/%ld  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tokens/s\n", step, a.steps,
-                      l.item<double>(), norm, b.lr_scheduler->lr(), step * a.batch_size * a.max_length / s);
-      }
-      if (valid && (step % a.eval_every == 0 || step == a.steps)) {
-        double v = mean_loss(model, *valid);
-        if (r == 0) std::printf("step %4ld  held-out loss %.4f\n", step, v);
-      }
-      std::fflush(stdout);
+  // ---- schedule
+  const int64_t per_step = a.batch_size * a.accumulation_steps;  // samples per rank per step
+  const int64_t samples_per_rank = (train.size() + n - 1) / n;
+  const int64_t steps_per_epoch = std::max<int64_t>(1, samples_per_rank / per_step);
+  const int64_t total_steps = a.max_steps > 0 ? a.max_steps : a.num_epochs * steps_per_epoch;
+  int64_t warmup = a.warmup_steps;
+  if (warmup >= total_steps) {
+    warmup = total_steps / 10;
+    if (r == 0) std::printf("note: --warmup_steps %ld >= %ld steps; warming up for %ld\n", a.warmup_steps, total_steps, warmup);
+  }
+
+  auto optimizer = colossal::optim::make_optimizer(
+      *model, {.name = "fused_adamw", .lr = a.lr, .weight_decay = a.weight_decay, .beta2 = 0.95});
+  auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
+      *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = warmup,
+                                                        .total_steps = total_steps, .min_lr_ratio = 0.1});
+  auto sampler = std::make_shared<colossal::data::DistributedSampler>(
+      colossal::data::DistributedSampler::Options{.dataset_size = train.size(), .seed = a.seed});
+  booster::Booster booster(booster::make_plugin(a.plugin, a.mixed_precision));
+  auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
+
+  int64_t first_step = 1;
+  if (!a.load_checkpoint.empty()) {
+    auto state = booster.load_checkpoint(b, a.load_checkpoint);
+    first_step = state.step + 1;
+    if (r == 0) std::printf("resumed: %s at step %ld (epoch %ld)\n", a.load_checkpoint.c_str(), state.step, state.epoch);
+  }
+
+  // MFU's denominator: every rank's fp32 matrix-product rate, measured now on its threads.
+  auto rate = torch::tensor({colossal::measure_matmul_gflops()}, torch::kFloat64);
+  dist::all_reduce(rate, dist::world_group());
+  const double flops_per_token = training_flops_per_token(cfg, a.max_length);
+  if (r == 0) {
+    std::printf("model: %.2fM parameters (hidden %ld, layers %ld, heads %ld/%ld kv, vocab %ld)%s\n",
+                cfg.num_parameters() / 1e6, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
+                cfg.num_key_value_heads, cfg.vocab_size, a.pretrained.empty() ? "" : (", from " + a.pretrained).c_str());
+    std::printf("data: %ld samples of %ld tokens (%s); %d rank(s) x %ld samples x %ld micro-batches = %ld per step; "
+                "%ld steps (%.2f epochs)\n",
+                train.size(), a.max_length, a.mode.c_str(), n, a.batch_size, a.accumulation_steps, per_step * n,
+                total_steps, static_cast<double>(total_steps) / steps_per_epoch);
+    std::printf("plugin %s, %s, %d thread(s)/rank, matmul %.0f GFLOP/s over all ranks\n", a.plugin.c_str(),
+                a.mixed_precision.c_str(), at::get_num_threads(), rate.item<double>());
+    std::fflush(stdout);
+  }
+  colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
+  auto report_eval = [&](int64_t step) {
+    if (!eval) return;
+    double l = evaluate(model, *eval, a.batch_size);
+    progress.event("eval", step, {{"loss", l}, {"perplexity", std::exp(l)}});
+  };
+  if (first_step == 1) report_eval(0);
+
+  auto next_indices = [&] {
+    auto idx = sampler->next(a.batch_size);
+    if (static_cast<int64_t>(idx.size()) < a.batch_size) {  // epoch ends: the rest from the next
+      sampler->set_epoch(sampler->epoch() + 1);
+      auto more = sampler->next(a.batch_size - static_cast<int64_t>(idx.size()));
+      idx.insert(idx.end(), more.begin(), more.end());
     }
-    // The Hugging Face directory: weights gathered whole whatever the plugin, config, tokenizer.
-    auto state = b.optimizer->model_wrapper().full_model_state(*model);
-    if (r == 0) {
-      std::string out = a.output + "/model";
-      save_pretrained(cfg, state, out);
-      (void)!std::system(("cp '" + a.tokenizer + "' '" + out + "/tokenizer.model'").c_str());
-      std::printf("saved: %s (config.json, generation_config.json, model.safetensors, tokenizer.model)\n",
-                  out.c_str());
+    return idx;
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto window_start = t0;
+  int64_t window_steps = 0;
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    b.optimizer->zero_grad();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < a.accumulation_steps; ++micro) {
+      auto batch = train.batch(next_indices());
+      auto run_micro = [&] {
+        auto loss = model->loss(batch.input_ids, batch.labels) / static_cast<double>(a.accumulation_steps);
+        booster.backward(loss, *b.optimizer);
+        loss_sum += loss.item<double>();
+      };
+      if (micro + 1 < a.accumulation_steps) booster.no_sync(*b.optimizer, run_micro);
+      else run_micro();
     }
-    dist::barrier(dist::world_group());
-    if (a.sample_tokens > 0 && r == 0) {
-      // A fresh model from the saved directory, as a user would load it.
-      auto loaded = load_pretrained(a.output + "/model");
-      std::printf("sample: %s%s\n", a.prompt.c_str(),
-                  generate(loaded.model, tok, a.prompt, a.sample_tokens).c_str());
+    double norm = a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
+    double lr = b.lr_scheduler->lr();
+    bool stepped = b.optimizer->step();
+    b.lr_scheduler->step();
+    ++window_steps;
+
+    if (step % a.log_interval == 0 || step == total_steps) {
+      auto l = torch::tensor({loss_sum}, torch::kFloat64);
+      dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
+      double s = elapsed(window_start);
+      double tokens_s = static_cast<double>(window_steps * per_step * n * a.max_length) / s;
+      std::vector<std::pair<std::string, double>> m = {
+          {"loss", l.item<double>()}, {"lr", lr}, {"grad_norm", norm}, {"tokens/s", tokens_s},
+          {"mfu", tokens_s * flops_per_token / 1e9 / rate.item<double>()}, {"mem_gib", colossal::resident_gib()}};
+      if (!stepped) m.push_back({"skipped", 1});
+      progress.step(step, m);
+      window_start = std::chrono::steady_clock::now();
+      window_steps = 0;
     }
-    dist::shutdown();
-    return 0;
+    if (a.eval_interval > 0 && step % a.eval_interval == 0 && step != total_steps) report_eval(step);
+    if (a.save_interval > 0 && step % a.save_interval == 0 && step != total_steps) {
+      booster.save_checkpoint(b, a.save_dir, {.step = step, .epoch = sampler->epoch()},
+                              {.keep_last = static_cast<int>(a.keep_checkpoints)});
+      progress.event("checkpoint", step, {}, a.save_dir + "/step-" + std::to_string(step));
+    }
+    if (window_steps == 0 || (a.eval_interval > 0 && step % a.eval_interval == 0) ||
+        (a.save_interval > 0 && step % a.save_interval == 0)) {
+      window_start = std::chrono::steady_clock::now();  // throughput counts training only
+      window_steps = 0;
+    }
+  }
+  if (first_step <= total_steps) {
+    report_eval(total_steps);
+    booster.save_checkpoint(b, a.save_dir, {.step = total_steps, .epoch = sampler->epoch()},
+                            {.keep_last = static_cast<int>(a.keep_checkpoints)});
+    progress.event("checkpoint", total_steps, {{"seconds", elapsed(t0)}},
+                   a.save_dir + "/step-" + std::to_string(total_steps));
+  }
+
+  // ---- the Hugging Face directory: weights gathered whole whatever the plugin, config, tokenizer
+  auto state = b.optimizer->model_wrapper().full_model_state(*model);
+  std::string out = a.output + "/model";
+  if (r == 0) {
+    save_pretrained(cfg, state, out);
+    (void)!std::system(("cp '" + a.tokenizer + "' '" + out + "/tokenizer.model'").c_str());
+    std::printf("saved: %s (config.json, generation_config.json, model.safetensors, tokenizer.model)\n", out.c_str());
+  }
+  dist::barrier(dist::world_group());
+  if (a.sample_tokens > 0 && r == 0) {
+    auto loaded = load_pretrained(out);  // as a user would load it
+    std::printf("sample: %s%s\n", a.prompt.c_str(), generate(loaded.model, tok, a.prompt, a.sample_tokens).c_str());
+  }
+  std::fflush(stdout);
+  dist::shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TrainArgs a;
+  try {
+    int code = 0;
+    if (!colossal::llama_app::parse_train_args(argc, argv, a, code)) return code;
+    return run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_llama: %s\n", colossal::error_text(e).c_str());
     return 1;

@@ -279,7 +279,12 @@ checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::n
 
 TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {
   std::string dir = root;
+  COLOSSAL_CHECK(is_dir(root), "[checkpoint] no checkpoint at '", root,
+                 "' (expected a checkpoint root with a 'latest' file, or one of its step-N directories)");
   if (!is_dir(root + "/model")) {
+    struct stat st {};
+    COLOSSAL_CHECK(::stat((root + "/latest").c_str(), &st) == 0, "[checkpoint] '", root,
+                   "' is neither a checkpoint root (no 'latest' file) nor a step directory (no 'model/')");
     std::string latest = read_text(root + "/latest");
     latest.erase(latest.find_last_not_of(" \n\r\t") + 1);
     dir = root + "/" + latest;

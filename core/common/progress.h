@@ -1,0 +1,48 @@
+#pragma once
+// Training progress for people and for programs:
+//   * a status line on standard error (redrawn in place on a terminal, one line per update
+//     otherwise so logs stay readable): "step 120/300 [=====>    ] loss 3.412 lr 2.1e-03 ..."
+//   * JSON lines of the same metrics appended to a log file (--log_file), one object per update.
+// Only the process that constructs it with enabled = true writes (rank 0 by convention).
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colossal {
+
+class Progress {
+ public:
+  struct Options {
+    bool enabled = true;
+    std::string log_file;  // JSON lines; empty: none
+    int64_t total_steps = 0;
+  };
+  explicit Progress(Options options);
+  ~Progress();
+
+  /// One training update: `metrics` in display order (name, value). Also written to the log.
+  void step(int64_t step, const std::vector<std::pair<std::string, double>>& metrics);
+  /// Anything else worth a permanent line (evaluation, checkpoint saved): printed on its own
+  /// line and logged as {"event": kind, ...metrics}.
+  void event(const std::string& kind, int64_t step, const std::vector<std::pair<std::string, double>>& metrics,
+             const std::string& text = "");
+
+ private:
+  void end_status_line();
+  Options options_;
+  std::ofstream log_;
+  bool tty_ = false;
+  bool status_open_ = false;
+};
+
+/// Resident and peak resident memory of this process, GiB (Linux /proc/self/status).
+double resident_gib();
+double peak_resident_gib();
+
+/// fp32 matrix-product rate of this process's threads (2048 x 2048, best of a few), GFLOP/s:
+/// the denominator of model FLOPs utilisation.
+double measure_matmul_gflops();
+
+}  // namespace colossal

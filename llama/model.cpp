@@ -124,16 +124,26 @@ void LlamaForCausalLMImpl::reset_parameters() {
   }
 }
 
+const RotaryTables& LlamaForCausalLMImpl::rope_for(int64_t seq_len) {
+  if (seq_len <= rope_.cos.size(0)) return rope_;
+  // Dynamic (NTK) scaling is defined past the trained length: the rotary base grows with the
+  // sequence, so tables are rebuilt for it (and kept for the next call of the same length).
+  TORCH_CHECK(config_.rope_scaling.type == "dynamic", "[llama] sequence of ", seq_len,
+              " tokens exceeds max_position_embeddings ", config_.max_position_embeddings,
+              " (only rope_scaling 'dynamic' extends past it)");
+  if (!long_rope_.cos.defined() || long_rope_.cos.size(0) != seq_len) long_rope_ = RotaryTables::make(config_, seq_len);
+  return long_rope_;
+}
+
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
-  TORCH_CHECK(input_ids.size(1) <= config_.max_position_embeddings, "[llama] sequence of ",
-              input_ids.size(1), " tokens exceeds max_position_embeddings ", config_.max_position_embeddings);
+  const RotaryTables rope = rope_for(input_ids.size(1));  // tensor handles: cheap to copy
   auto h = call(model->embed_tokens, input_ids);
   for (auto& layer : model->layers) {
     if (gradient_checkpointing_ && is_training()) {
       // Captured by value: the closure runs again in backward, after this loop.
-      h = nn::checkpoint([this, l = layer.ptr()](const torch::Tensor& x) { return l->forward(x, rope_); }, h);
+      h = nn::checkpoint([rope, l = layer.ptr()](const torch::Tensor& x) { return l->forward(x, rope); }, h);
     } else {
-      h = layer->forward(h, rope_);
+      h = layer->forward(h, rope);
     }
   }
   h = call(model->norm, h);
@@ -151,6 +161,26 @@ torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const t
   int64_t T = labels.size(1);
   target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
   return nn::cross_entropy(logits.reshape({-1, logits.size(2)}), target.reshape({-1}), -100);
+}
+
+parallel::ParallelPlan parallel_plan(const LlamaConfig& config) {
+  using parallel::SplitStyle;
+  parallel::ParallelPlan plan;
+  plan.rules = {
+      {"model.embed_tokens", SplitStyle::kVocabEmbedding},
+      {"model.layers.*.self_attn.q_proj", SplitStyle::kColumn},
+      {"model.layers.*.self_attn.k_proj", SplitStyle::kColumn, false, /*kv_heads=*/true},
+      {"model.layers.*.self_attn.v_proj", SplitStyle::kColumn, false, /*kv_heads=*/true},
+      {"model.layers.*.self_attn.o_proj", SplitStyle::kRow},
+      {"model.layers.*.mlp.gate_proj", SplitStyle::kColumn},
+      {"model.layers.*.mlp.up_proj", SplitStyle::kColumn},
+      {"model.layers.*.mlp.down_proj", SplitStyle::kRow},
+      {"model.layers.*.input_layernorm", SplitStyle::kReplicate},
+      {"model.layers.*.post_attention_layernorm", SplitStyle::kReplicate},
+      {"model.norm", SplitStyle::kReplicate},
+  };
+  if (!config.tie_word_embeddings) plan.rules.push_back({"lm_head", SplitStyle::kVocabHead});
+  return plan;
 }
 
 }  // namespace colossal::llama

@@ -11,6 +11,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
+#include "core/parallel/plan.h"
 #include "llama/config.h"
 
 namespace colossal::llama {
@@ -89,10 +90,18 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
+  const RotaryTables& rope_for(int64_t seq_len);
+
   LlamaConfig config_;
-  RotaryTables rope_;
+  RotaryTables rope_;       // positions [0, max_position_embeddings)
+  RotaryTables long_rope_;  // dynamic scaling: the last longer length seen
   bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(LlamaForCausalLM);
+
+/// How tensor parallelism splits LLaMA: q/k/v and gate/up column-parallel, o and down
+/// row-parallel, the embedding vocab-parallel, lm_head vocab-parallel into the parallel cross
+/// entropy (a tied model's output layer follows the embedding); norms replicated.
+parallel::ParallelPlan parallel_plan(const LlamaConfig& config);
 
 }  // namespace colossal::llama

@@ -191,6 +191,50 @@ std::vector<double> train(const LlamaConfig& c, std::shared_ptr<booster::Plugin>
   return losses;
 }
 
+// The tensor-parallel plan covers every parameter-owning module exactly by one rule.
+TEST(LlamaModel, ParallelPlanCoversEveryParameter) {
+  for (bool tied : {false, true}) {
+    auto c = tiny(tied);
+    LlamaForCausalLM model(c);
+    auto plan = parallel_plan(c);
+    for (const auto& item : model->named_parameters()) {
+      std::string module = item.key().substr(0, item.key().rfind('.'));
+      int matches = 0;
+      for (const auto& r : plan.rules) matches += parallel::path_matches(r.pattern, module);
+      EXPECT_EQ(matches, 1) << module << (tied ? " (tied)" : "");
+    }
+    auto* q = plan.find("model.layers.1.self_attn.q_proj");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->style, parallel::SplitStyle::kColumn);
+    EXPECT_EQ(plan.find("model.layers.1.mlp.down_proj")->style, parallel::SplitStyle::kRow);
+    EXPECT_EQ(plan.find("model.layers.x.y.mlp.down_proj"), nullptr) << "'*' is one component";
+  }
+}
+
+// Past max_position_embeddings only dynamic (NTK) rope scaling is defined: it runs, with tables
+// built for the longer length; without it the error names the limit.
+TEST(LlamaModel, OnlyDynamicRopeRunsPastMaxPositions) {
+  torch::NoGradGuard no_grad;
+  auto c = tiny(/*tied=*/false);
+  torch::manual_seed(0);
+  LlamaForCausalLM plain(c);
+  auto long_ids = torch::randint(c.vocab_size, {1, c.max_position_embeddings + 8}, torch::kInt64);
+  auto msg = testing::error_message_of([&] { plain->forward(long_ids); });
+  EXPECT_NE(msg.find("exceeds max_position_embeddings " + std::to_string(c.max_position_embeddings)),
+            std::string::npos) << msg;
+  c.rope_scaling = {"dynamic", 2.0};
+  torch::manual_seed(0);
+  LlamaForCausalLM dynamic(c);
+  auto logits = dynamic->forward(long_ids);
+  EXPECT_EQ(logits.size(1), c.max_position_embeddings + 8);
+  EXPECT_TRUE(torch::isfinite(logits).all().item<bool>());
+  // Within the trained length the dynamic model is the unscaled one (same weights, same seed).
+  auto short_ids = long_ids.narrow(1, 0, c.max_position_embeddings);
+  EXPECT_TRUE(torch::allclose(dynamic->forward(short_ids), plain->forward(short_ids)));
+  // Past it the base grows, so even the early positions see different rotations.
+  EXPECT_FALSE(torch::allclose(logits.narrow(1, 0, 4), plain->forward(short_ids).narrow(1, 0, 4)));
+}
+
 TEST(LlamaZero, Zero3MatchesOneProcessWithAndWithoutTiedEmbeddings) {
   // Every parameter of the model reaches ZeRO-3 through colossal::nn::call (checked in the
   // first step), the tied output layer included.

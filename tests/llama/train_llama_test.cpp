@@ -1,0 +1,156 @@
+// train_llama driven as a user drives it, on a slice of the built-in corpus (Jane Austen):
+//   * 1 rank, 2 ranks (DDP) and 1 rank with 2 accumulation micro-batches follow the same loss
+//     curve (same global batches) within relative 1e-5;
+//   * a checkpoint written on 2 ranks resumes on 1 rank and continues that curve;
+//   * the held-out loss falls, and the saved model directory opens in transformers with the
+//     same logits.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/safetensors.h"
+#include "llama/corpus.h"
+#include "llama/pretrained.h"
+#include "llama/tokenizer.h"
+#include "tests/support/multirank.h"
+
+namespace colossal::llama {
+namespace {
+
+struct Workspace {
+  std::string dir, train, valid, tokenizer, model_config;
+};
+
+// A few hundred paragraphs, a 600-piece tokenizer and a tiny model: seconds per run.
+const Workspace& workspace() {
+  static Workspace w = [] {
+    Workspace w;
+    w.dir = ::testing::TempDir() + "train_llama_" + std::to_string(::getpid());
+    (void)!std::system(("rm -rf '" + w.dir + "' && mkdir -p '" + w.dir + "/full'").c_str());
+    write_austen_jsonl(default_austen_rdb(), w.dir + "/full");
+    auto head = [&](const std::string& from, const std::string& to, int lines) {
+      std::ifstream in(from);
+      std::ofstream out(to);
+      std::string line;
+      for (int i = 0; i < lines && std::getline(in, line); ++i) out << line << '\n';
+    };
+    w.train = w.dir + "/train.jsonl";
+    w.valid = w.dir + "/valid.jsonl";
+    head(w.dir + "/full/train.jsonl", w.train, 800);
+    head(w.dir + "/full/valid.jsonl", w.valid, 40);
+    TrainTokenizerOptions o;
+    o.vocab_size = 600;
+    train_tokenizer({w.train}, w.dir + "/tok", o);
+    w.tokenizer = w.dir + "/tok.model";
+    w.model_config = w.dir + "/config.json";
+    std::ofstream(w.model_config) << R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "vocab_size": 600})";
+    return w;
+  }();
+  return w;
+}
+
+// Runs train_llama (on `ranks` processes through `colossal run`); returns its JSON log lines.
+std::vector<nlohmann::json> train(const std::string& name, int ranks, const std::string& flags) {
+  const auto& w = workspace();
+  std::string out = w.dir + "/" + name;
+  std::string log = out + ".jsonl";
+  (void)!std::system(("rm -rf '" + out + "' '" + log + "'").c_str());
+  std::string bin = testing::binary_dir();
+  std::string prefix = ranks > 1 ? bin + "/colossal run --nproc_per_node " + std::to_string(ranks) + " -- " : "";
+  std::string cmd = prefix + bin + "/train_llama --dataset " + w.train + " --eval_dataset " + w.valid +
+                    " --tokenizer " + w.tokenizer + " --model_config " + w.model_config +
+                    " --max_length 64 --lr 3e-3 --warmup_steps 2 --sample_tokens 0 --log_interval 1 --output " + out +
+                    " --log_file " + log + " " + flags + " > " + out + ".out 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream so(out + ".out");
+  std::string text((std::istreambuf_iterator<char>(so)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << cmd << "\n" << text;
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(log);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+std::map<int64_t, double> losses(const std::vector<nlohmann::json>& log) {
+  std::map<int64_t, double> out;
+  for (const auto& j : log)
+    if (!j.contains("event")) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  return out;
+}
+
+std::vector<double> eval_losses(const std::vector<nlohmann::json>& log) {
+  std::vector<double> out;
+  for (const auto& j : log)
+    if (j.value("event", "") == "eval") out.push_back(j["loss"].get<double>());
+  return out;
+}
+
+void expect_same_curve(const std::map<int64_t, double>& ref, const std::map<int64_t, double>& got,
+                       const std::string& what) {
+  ASSERT_FALSE(got.empty()) << what;
+  for (const auto& [step, loss] : got) {
+    ASSERT_TRUE(ref.count(step)) << what << ": step " << step;
+    EXPECT_NEAR(loss, ref.at(step), 1e-5 * std::fabs(ref.at(step))) << what << " at step " << step;
+  }
+}
+
+TEST(TrainLlama, RanksAccumulationAndResumeFollowTheSingleProcessCurve) {
+  auto one = losses(train("one", 1, "--batch_size 4 --max_steps 4 --eval_interval 0"));
+  ASSERT_EQ(one.size(), 4u);
+  expect_same_curve(one, losses(train("two", 2, "--batch_size 2 --max_steps 4 --eval_interval 0 --save_interval 2")),
+                    "2 ranks (DDP)");
+  expect_same_curve(one, losses(train("accum", 1, "--batch_size 2 --accumulation_steps 2 --max_steps 4 --eval_interval 0")),
+                    "1 rank, 2 micro-batches");
+  // The 2-rank run's step-2 checkpoint, continued on one process: steps 3 and 4 as before.
+  const auto& w = workspace();
+  auto resumed = losses(train("resumed", 1, "--batch_size 4 --max_steps 4 --eval_interval 0 --load_checkpoint " +
+                                                w.dir + "/two/checkpoints/step-2"));
+  EXPECT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed.begin()->first, 3);
+  expect_same_curve(one, resumed, "resumed on 1 rank from a 2-rank checkpoint");
+}
+
+const char* kLogitsScript = R"PY(
+import sys, torch
+from safetensors.torch import load_file, save_file
+from transformers import LlamaForCausalLM
+d = sys.argv[1]
+ids = load_file(d + "/ids.safetensors")["ids"]
+m = LlamaForCausalLM.from_pretrained(d + "/model", dtype=torch.float32).eval()
+with torch.no_grad():
+    save_file({"logits": m(ids).logits.contiguous()}, d + "/hf_logits.safetensors")
+)PY";
+
+TEST(TrainLlama, HeldOutLossFallsAndTransformersOpensTheModel) {
+  auto log = train("long", 2, "--batch_size 4 --max_steps 60 --eval_interval 30");
+  auto evals = eval_losses(log);
+  ASSERT_EQ(evals.size(), 3u);  // before training, at step 30, at the end
+  EXPECT_LT(evals.back(), evals.front() - 1.0) << "held-out loss " << evals.front() << " -> " << evals.back();
+  EXPECT_LT(evals.back(), evals[1]);
+
+  const auto& w = workspace();
+  std::string d = w.dir + "/long";
+  auto tok = Tokenizer::load(d + "/model/tokenizer.model");
+  auto ids_vec = tok.encode("It is a truth universally acknowledged, that a single man", true, false);
+  auto ids = torch::tensor(ids_vec, torch::kInt64).unsqueeze(0);
+  checkpoint::save_safetensors(d + "/ids.safetensors", {{"ids", ids}});
+  std::string script = d + "/logits.py";
+  std::ofstream(script) << kLogitsScript;
+  std::string cmd = std::string(COLOSSAL_TEST_PYTHON) + " " + script + " " + d + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  torch::NoGradGuard no_grad;
+  auto loaded = load_pretrained(d + "/model");
+  auto ours = loaded.model->forward(ids);
+  auto theirs = checkpoint::SafetensorsFile::open(d + "/hf_logits.safetensors")->load("logits");
+  EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-4)) << "max difference " << (ours - theirs).abs().max().item<double>();
+}
+
+}  // namespace
+}  // namespace colossal::llama

@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "apps/bench/bench_util.h"
@@ -46,6 +47,7 @@ struct Args {
   std::string python;  // for the PyTorch reference; empty: COLOSSAL_PYTHON, else python3
   bool reference = true;
   int steps = 4, batch = 1;
+  int repeats = 2;  // runs of each (shape, layout, implementation), alternating; the best is kept
   bool grad_checkpoint = false;
   // Child-job settings (set by the driver).
   std::string shape = "S";
@@ -182,12 +184,12 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
   std::string passthrough;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--shapes" || arg == "--layouts" || arg == "--python") { ++i; continue; }
+    if (arg == "--shapes" || arg == "--layouts" || arg == "--python" || arg == "--repeats") { ++i; continue; }
     if (arg == "--no_reference") continue;
     passthrough += " '" + arg + "'";
   }
-  std::printf("precision %s, plugin %s, batch %d per rank, median of %d steps after a warm-up\n",
-              a.precision.c_str(), a.plugin.c_str(), a.batch, a.steps);
+  std::printf("precision %s, plugin %s, batch %d per rank, median of %d steps after a warm-up, best of %d "
+              "alternating runs\n", a.precision.c_str(), a.plugin.c_str(), a.batch, a.steps, a.repeats);
   for (auto name : {"S", "M"}) {
     auto s = colossal::llama::benchmark_shape(name);
     std::printf("  %s: %.1fM parameters, %.0f MFLOP per trained token at sequence %ld\n", name,
@@ -219,18 +221,25 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
       std::string cmd = "OMP_NUM_THREADS=" + threads + " '" + launcher + "' run --nproc_per_node " + ranks +
                         " -- '" + self + "' --shape " + shape + " --threads " + threads + " --row_file " +
                         row_file + passthrough;
-      Row r;
-      if (!run_row(shape + " on " + layout, cmd, row_file, r)) return 1;
-      rows.push_back(r);
-      if (!reference.empty()) {
+      // Alternating runs, the fastest of each kept: a shared machine only ever slows a run down.
+      std::optional<Row> best, best_ref;
+      for (int rep = 0; rep < a.repeats; ++rep) {
+        Row r;
+        if (!run_row(shape + " on " + layout, cmd, row_file, r)) return 1;
+        if (!best || r.tokens_s > best->tokens_s) best = r;
+        if (reference.empty()) continue;
         std::string torchrun = ranks == "1" ? "" : "-m torch.distributed.run --nproc_per_node " + ranks + " ";
-        std::string ref = "OMP_NUM_THREADS=" + threads + " '" + python + "' " + torchrun + "'" + reference +
-                          "' --shape " + shape + " --threads " + threads + " --steps " + std::to_string(a.steps) +
-                          " --batch " + std::to_string(a.batch) + " --row_file " + row_file;
+        std::string ref = "OMP_NUM_THREADS=" + threads + " timeout 900 '" + python + "' " + torchrun + "'" +
+                          reference + "' --shape " + shape + " --threads " + threads + " --steps " +
+                          std::to_string(a.steps) + " --batch " + std::to_string(a.batch) + " --row_file " + row_file;
         Row p;
         p.impl = "pytorch";
-        if (run_row(shape + " on " + layout + " (PyTorch)", ref, row_file, p)) rows.push_back(p);
+        if (run_row(shape + " on " + layout + " (PyTorch)", ref, row_file, p) &&
+            (!best_ref || p.tokens_s > best_ref->tokens_s))
+          best_ref = p;
       }
+      rows.push_back(*best);
+      if (best_ref) rows.push_back(*best_ref);
     }
   }
   print_table(rows);
@@ -248,6 +257,7 @@ int main(int argc, char** argv) {
   app.add_option("--plugin", a.plugin, "Booster plugin")->capture_default_str();
   app.add_option("--steps", a.steps, "measured steps (after one warm-up)")->capture_default_str();
   app.add_option("--batch", a.batch, "sequences per rank per step")->capture_default_str();
+  app.add_option("--repeats", a.repeats, "alternating runs per row; the fastest is reported")->capture_default_str();
   app.add_flag("--grad_checkpoint", a.grad_checkpoint, "recompute each layer in backward");
   app.add_option("--python", a.python, "Python with torch and transformers for the PyTorch reference");
   app.add_flag("!--no_reference", a.reference, "skip the PyTorch reference rows");

@@ -35,11 +35,17 @@ class DDPModel : public ModelWrapper {
                      options_.loss_scaler);
       mixed_->wrap(model, optimizer);
     }
-    build_buckets();
-    install_hooks();
+    // One rank has nothing to synchronise: gradients stay where autograd puts them (no buckets,
+    // no copies, no hooks), as plain LibTorch training would have them.
+    local_ = group_.size() == 1;
+    if (!local_) {
+      build_buckets();
+      install_hooks();
+    }
   }
 
   void before_backward() override {
+    if (local_) return;
     reattach_gradients(/*keep_detached=*/true);
     for (auto& b : buckets_) {
       b.pending = b.params.size();
@@ -51,6 +57,10 @@ class DDPModel : public ModelWrapper {
 
   void after_backward() override {
     in_backward_ = false;
+    if (local_) {
+      if (mixed_) mixed_->prepare_grads(group_);
+      return;
+    }
     if (!sync_) return;
     std::vector<std::string> missing;
     for (auto& b : buckets_) {
@@ -115,7 +125,11 @@ class DDPModel : public ModelWrapper {
   // gradient and the ready hook copies it into the bucket (one read and one write) instead of
   // adding it to a zero-filled bucket (a write, then two reads and a write). Parameters that get
   // no gradient have their bucket segment zeroed before the bucket is reduced.
-  void zero_grad(torch::optim::Optimizer&) override {
+  void zero_grad(torch::optim::Optimizer& optimizer) override {
+    if (local_) {
+      optimizer.zero_grad(/*set_to_none=*/true);
+      return;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       params_[i].mutable_grad() = torch::Tensor();
       detached_[i] = true;
@@ -238,6 +252,7 @@ class DDPModel : public ModelWrapper {
   size_t next_launch_ = 0;
   bool sync_ = true;
   bool in_backward_ = false;
+  bool local_ = false;  // a world of one: no buckets, no hooks
 };
 
 }  // namespace

@@ -1,0 +1,346 @@
+#include "core/inference/engine.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "core/common/check.h"
+
+namespace colossal::inference {
+
+void EngineOptions::validate() const {
+  COLOSSAL_CHECK(max_num_seqs >= 1, "[inference] max_num_seqs: expected >= 1, got ", max_num_seqs);
+  COLOSSAL_CHECK(max_batched_tokens >= 1, "[inference] max_batched_tokens: expected >= 1, got ", max_batched_tokens);
+}
+
+const char* to_string(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop:
+    case FinishReason::kEos: return "stop";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+struct Engine::Sequence {
+  int64_t id = 0;
+  GenerationRequest request;
+  std::vector<int64_t> tokens;  // prompt, then generated
+  int64_t computed = 0;         // tokens whose keys and values are in the cache
+  std::vector<int64_t> output;
+  std::vector<double> logprobs;
+  std::mt19937_64 rng;
+  std::string text;    // detokenised output (stop string cut)
+  size_t emitted = 0;  // bytes of text already streamed
+  std::chrono::steady_clock::time_point arrival, first_token;
+  bool has_first_token = false;
+};
+
+Engine::Engine(std::shared_ptr<CausalLM> model, std::shared_ptr<const Detokenizer> detokenizer, int64_t eos_id,
+               EngineOptions options)
+    : model_(std::move(model)),
+      detok_(std::move(detokenizer)),
+      eos_id_(eos_id),
+      options_((options.validate(), options)),
+      cache_(model_->cache_shape(), options_.cache),
+      seeds_(options_.seed) {}
+
+Engine::~Engine() = default;
+
+int64_t Engine::add(GenerationRequest request) {
+  request.params.validate();
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  COLOSSAL_CHECK(n >= 1, "[inference] the prompt is empty");
+  COLOSSAL_CHECK(n < model_->max_positions(), "[inference] the prompt has ", n,
+                 " tokens; the model takes at most ", model_->max_positions(), " positions");
+  const auto& blocks = cache_.blocks();
+  COLOSSAL_CHECK(blocks.blocks_for(n + 1) <= blocks.num_blocks(), "[inference] the prompt has ", n,
+                 " tokens and needs ", blocks.blocks_for(n + 1), " KV blocks of ", blocks.block_size(),
+                 " tokens; the whole cache has ", blocks.num_blocks(), " (raise the KV cache memory)");
+  for (auto t : request.prompt)
+    COLOSSAL_CHECK(t >= 0 && t < model_->vocab_size(), "[inference] prompt token ", t, " is outside the vocabulary [0, ",
+                   model_->vocab_size(), ")");
+  auto s = std::make_unique<Sequence>();
+  s->tokens = request.prompt;
+  s->arrival = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  s->id = next_id_++;
+  s->rng.seed(request.params.seed ? *request.params.seed : seeds_());
+  s->request = std::move(request);
+  int64_t id = s->id;
+  pending_.push_back(std::move(s));
+  return id;
+}
+
+void Engine::cancel(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.push_back(id);
+}
+
+bool Engine::has_work() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !pending_.empty() || !waiting_.empty() || !running_.empty() || !cancelled_.empty();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.running = static_cast<int64_t>(running_.size());
+  s.waiting = static_cast<int64_t>(waiting_.size());
+  s.blocks_used = cache_.blocks().used_blocks();
+  s.blocks_total = cache_.blocks().num_blocks();
+  return s;
+}
+
+void Engine::admit_pending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : pending_) waiting_.push_back(std::move(s));
+  pending_.clear();
+}
+
+void Engine::preempt(Sequence& s) {
+  cache_.blocks().release(s.id);
+  s.computed = 0;  // recomputed from its tokens (prompt and output so far) when readmitted
+  ++stats_.preemptions;
+}
+
+namespace {
+// Bytes at the end of `s` that do not yet form a whole UTF-8 character (0 when complete).
+size_t incomplete_utf8_tail(const std::string& s) {
+  size_t n = s.size();
+  for (size_t back = 1; back <= 4 && back <= n; ++back) {
+    unsigned char c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    return len > back ? back : 0;
+  }
+  return 0;
+}
+}  // namespace
+
+// Streams the part of the text that is certain: not a partial character, and not a possible
+// beginning of a stop string (unless this is the final event).
+void Engine::emit_text(Sequence& s, bool final) {
+  size_t upto = s.text.size();
+  if (!final) {
+    upto -= incomplete_utf8_tail(s.text);
+    // A trailing U+FFFD usually means a byte-fallback character still being completed.
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    if (upto >= 3 && s.text.compare(upto - 3, 3, kReplacement) == 0) upto -= 3;
+    for (const auto& stop : s.request.params.stop)
+      for (size_t k = std::min(stop.size() - 1, upto); k > 0; --k)
+        if (upto >= s.emitted + k && s.text.compare(upto - k, k, stop, 0, k) == 0) {
+          upto -= k;
+          break;
+        }
+  }
+  s.emitted = std::max(upto, s.emitted);
+}
+
+GenerationResult Engine::finish(Sequence& s, FinishReason reason, const std::string& error) {
+  cache_.blocks().release(s.id);
+  GenerationResult r;
+  r.id = s.id;
+  r.prompt = s.request.prompt;
+  r.tokens = s.output;
+  r.logprobs = s.logprobs;
+  r.text = s.text;
+  r.reason = reason;
+  r.error = error;
+  auto now = std::chrono::steady_clock::now();
+  r.latency_s = std::chrono::duration<double>(now - s.arrival).count();
+  r.time_to_first_token_s = s.has_first_token ? std::chrono::duration<double>(s.first_token - s.arrival).count() : 0;
+  if (s.request.on_event) {
+    TokenEvent e;
+    e.request_id = s.id;
+    e.finished = true;
+    e.reason = reason;
+    e.error = error;
+    size_t before = s.emitted;
+    emit_text(s, /*final=*/true);
+    e.text = s.text.substr(before, s.emitted - before);
+    s.request.on_event(e);
+  }
+  return r;
+}
+
+std::vector<GenerationResult> Engine::step() {
+  admit_pending();
+  std::vector<GenerationResult> done;
+
+  // Cancellations first: their blocks are free for this step.
+  std::vector<int64_t> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled.swap(cancelled_);
+  }
+  for (int64_t id : cancelled) {
+    for (auto it = running_.begin(); it != running_.end(); ++it)
+      if ((*it)->id == id) {
+        done.push_back(finish(**it, FinishReason::kCancelled));
+        running_.erase(it);
+        break;
+      }
+    for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+      if ((*it)->id == id) {
+        done.push_back(finish(**it, FinishReason::kCancelled));
+        waiting_.erase(it);
+        break;
+      }
+  }
+
+  struct Scheduled {
+    Sequence* seq;
+    int64_t start, len;
+  };
+  std::vector<Scheduled> batch;
+  int64_t budget = options_.max_batched_tokens;
+  auto& blocks = cache_.blocks();
+
+  // 1. Running sequences, oldest first; preempt the newest when blocks run out.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence& s = *running_[i];
+    int64_t chunk = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
+    bool scheduled = false;
+    while (!(scheduled = blocks.reserve(s.id, s.computed + chunk))) {
+      auto victim = std::move(running_.back());
+      running_.pop_back();
+      preempt(*victim);
+      bool self = victim.get() == &s;
+      waiting_.push_front(std::move(victim));
+      if (self) break;
+    }
+    if (!scheduled) break;  // s itself went back to waiting (it was the newest)
+    batch.push_back({&s, s.computed, chunk});
+    budget -= chunk;
+    ++i;
+  }
+  // 2. Waiting sequences in order, while sequences, tokens and blocks remain.
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
+    Sequence& s = *waiting_.front();
+    int64_t chunk = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
+    if (!blocks.reserve(s.id, s.computed + chunk)) break;
+    batch.push_back({&s, s.computed, chunk});
+    budget -= chunk;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  if (batch.empty()) return done;
+
+  // The flattened model input.
+  int64_t n = 0, max_blocks = 1;
+  for (const auto& b : batch) {
+    n += b.len;
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(blocks.table(b.seq->id).size()));
+  }
+  auto tokens = at::empty({n}, at::kLong), positions = at::empty({n}, at::kLong), slots = at::empty({n}, at::kLong);
+  auto token_seq = at::empty({n}, at::kInt), token_ctx = at::empty({n}, at::kInt);
+  auto tables = at::zeros({static_cast<int64_t>(batch.size()), max_blocks}, at::kInt);
+  std::vector<int64_t> sample_rows;
+  std::vector<size_t> sampled_batch;
+  int64_t row = 0;
+  for (size_t bi = 0; bi < batch.size(); ++bi) {
+    const auto& b = batch[bi];
+    const auto& table = blocks.table(b.seq->id);
+    std::copy(table.begin(), table.end(), tables[static_cast<int64_t>(bi)].data_ptr<int32_t>());
+    for (int64_t k = 0; k < b.len; ++k, ++row) {
+      int64_t pos = b.start + k;
+      tokens.data_ptr<int64_t>()[row] = b.seq->tokens[static_cast<size_t>(pos)];
+      positions.data_ptr<int64_t>()[row] = pos;
+      slots.data_ptr<int64_t>()[row] = blocks.slot(b.seq->id, pos);
+      token_seq.data_ptr<int32_t>()[row] = static_cast<int32_t>(bi);
+      token_ctx.data_ptr<int32_t>()[row] = static_cast<int32_t>(pos + 1);
+    }
+    if (b.start + b.len == static_cast<int64_t>(b.seq->tokens.size())) {
+      sample_rows.push_back(row - 1);
+      sampled_batch.push_back(bi);
+    }
+  }
+  ModelInput in;
+  in.tokens = tokens;
+  in.positions = positions;
+  in.attention = {tables, token_seq, token_ctx, slots};
+  in.sample_index = at::tensor(sample_rows, at::kLong);
+  at::Tensor logits = model_->forward(in, cache_);  // [sampled sequences, vocab]
+  ++stats_.steps;
+
+  for (const auto& b : batch) {
+    b.seq->computed = b.start + b.len;
+    if (b.start < static_cast<int64_t>(b.seq->request.prompt.size()))
+      stats_.prompt_tokens += std::min<int64_t>(b.len, static_cast<int64_t>(b.seq->request.prompt.size()) - b.start);
+  }
+
+  // Sample, stream, and finish.
+  std::vector<Sequence*> finished;
+  std::vector<std::pair<FinishReason, std::string>> reasons;
+  for (size_t k = 0; k < sampled_batch.size(); ++k) {
+    Sequence& s = *batch[sampled_batch[k]].seq;
+    const auto& p = s.request.params;
+    auto pick = sample(logits[static_cast<int64_t>(k)], p, s.request.prompt, s.output, s.rng);
+    if (!s.has_first_token) {
+      s.has_first_token = true;
+      s.first_token = std::chrono::steady_clock::now();
+    }
+    ++stats_.generated_tokens;
+    FinishReason reason = FinishReason::kNone;
+    bool keep = true;
+    if (pick.token == eos_id_ && !p.ignore_eos) {
+      reason = FinishReason::kEos;
+      keep = false;
+    } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), pick.token) != p.stop_token_ids.end()) {
+      reason = FinishReason::kStop;
+      keep = false;
+    }
+    size_t before = s.emitted;
+    if (keep) {
+      s.tokens.push_back(pick.token);
+      s.output.push_back(pick.token);
+      s.logprobs.push_back(pick.logprob);
+      s.text = detok_->decode(s.output);
+      for (const auto& stop : p.stop) {
+        auto at = s.text.find(stop, before > stop.size() ? before - stop.size() : 0);
+        if (!stop.empty() && at != std::string::npos) {
+          s.text.resize(at);
+          reason = FinishReason::kStop;
+        }
+      }
+      if (reason == FinishReason::kNone && (static_cast<int64_t>(s.output.size()) >= p.max_tokens ||
+                                            static_cast<int64_t>(s.tokens.size()) >= model_->max_positions()))
+        reason = FinishReason::kLength;
+      if (reason == FinishReason::kNone) emit_text(s, /*final=*/false);
+    }
+    if (s.request.on_event && keep) {
+      TokenEvent e;
+      e.request_id = s.id;
+      e.token = pick.token;
+      e.logprob = pick.logprob;
+      e.text = s.text.substr(before, s.emitted - before);
+      s.request.on_event(e);
+    }
+    if (reason != FinishReason::kNone) {
+      finished.push_back(&s);
+      reasons.push_back({reason, ""});
+    }
+  }
+  for (size_t k = 0; k < finished.size(); ++k) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == finished[k]; });
+    done.push_back(finish(**it, reasons[k].first, reasons[k].second));
+    running_.erase(it);
+  }
+  return done;
+}
+
+std::vector<GenerationResult> Engine::generate(std::vector<GenerationRequest> requests) {
+  std::vector<int64_t> ids;
+  for (auto& r : requests) ids.push_back(add(std::move(r)));
+  std::map<int64_t, GenerationResult> by_id;
+  while (has_work())
+    for (auto& r : step()) by_id[r.id] = std::move(r);
+  std::vector<GenerationResult> out;
+  for (int64_t id : ids) out.push_back(std::move(by_id[id]));
+  return out;
+}
+
+}  // namespace colossal::inference

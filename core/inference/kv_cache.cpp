@@ -1,0 +1,73 @@
+#include "core/inference/kv_cache.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "core/common/check.h"
+#include "kernels/cpu/paged_attention.h"
+
+namespace colossal::inference {
+
+int64_t PagedKVCache::bytes_per_block(const CacheShape& s, int64_t block_size) {
+  return 2 * s.layers * block_size * s.kv_heads * s.head_dim * static_cast<int64_t>(c10::elementSize(s.dtype));
+}
+
+namespace {
+int64_t pool_blocks(const CacheShape& shape, const KVCacheOptions& o) {
+  COLOSSAL_CHECK(shape.dtype == at::kFloat || shape.dtype == at::kBFloat16,
+                 "[inference] KV cache dtype must be float32 or bfloat16, got ", shape.dtype);
+  if (o.num_blocks > 0) return o.num_blocks;
+  int64_t per = PagedKVCache::bytes_per_block(shape, o.block_size);
+  int64_t n = o.memory_bytes / per;
+  COLOSSAL_CHECK(n >= 1, "[inference] KV cache budget of ", o.memory_bytes, " bytes holds no block of ",
+                 o.block_size, " tokens (", per, " bytes each); raise the budget");
+  return n;
+}
+}  // namespace
+
+PagedKVCache::PagedKVCache(const CacheShape& shape, const KVCacheOptions& options)
+    : shape_(shape), blocks_(pool_blocks(shape, options), options.block_size) {
+  auto opts = at::TensorOptions().dtype(shape.dtype);
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    k_.push_back(at::zeros({blocks_.num_blocks(), options.block_size, shape.kv_heads, shape.head_dim}, opts));
+    v_.push_back(at::zeros({blocks_.num_blocks(), options.block_size, shape.kv_heads, shape.head_dim}, opts));
+  }
+}
+
+void PagedKVCache::write(int64_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v) {
+  auto kf = keys(layer).view({-1, shape_.kv_heads, shape_.head_dim});
+  auto vf = values(layer).view({-1, shape_.kv_heads, shape_.head_dim});
+  kf.index_copy_(0, slots, k.to(shape_.dtype));
+  vf.index_copy_(0, slots, v.to(shape_.dtype));
+}
+
+at::Tensor paged_attention(const at::Tensor& q, const PagedKVCache& cache, int64_t layer,
+                           const AttentionMetadata& meta, double scale) {
+  auto qf = q.to(at::kFloat).contiguous();
+  const int64_t tokens = qf.size(0), heads = qf.size(1), d = qf.size(2);
+  auto out = at::empty_like(qf);
+  auto tables = meta.block_tables.contiguous();
+  auto seq = meta.token_seq.contiguous();
+  auto ctx = meta.token_context.contiguous();
+  auto& c = const_cast<PagedKVCache&>(cache);
+  kernels::cpu::PagedAttentionArgs a;
+  a.q = qf.data_ptr<float>();
+  a.out = out.data_ptr<float>();
+  a.k_cache = c.keys(layer).data_ptr();
+  a.v_cache = c.values(layer).data_ptr();
+  a.bf16_cache = cache.shape().dtype == at::kBFloat16;
+  a.heads = heads;
+  a.kv_heads = cache.shape().kv_heads;
+  a.head_dim = d;
+  a.block_size = cache.blocks().block_size();
+  a.block_tables = tables.data_ptr<int32_t>();
+  a.max_blocks = tables.size(1);
+  a.token_seq = seq.data_ptr<int32_t>();
+  a.token_context = ctx.data_ptr<int32_t>();
+  a.scale = static_cast<float>(scale);
+  a.tokens = tokens;
+  at::parallel_for(0, tokens * heads, 1, [&](int64_t b, int64_t e) { kernels::cpu::paged_attention(a, b, e); });
+  return out;
+}
+
+}  // namespace colossal::inference

@@ -1,0 +1,59 @@
+#pragma once
+// The paged KV cache's storage: per layer, keys and values as [blocks, block_size, kv_heads,
+// head_dim] in the cache dtype, with the block pool (BlockManager) sized from a memory budget.
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "core/inference/block_manager.h"
+
+namespace colossal::inference {
+
+struct CacheShape {
+  int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  at::ScalarType dtype = at::kFloat;  // fp32 or bf16
+};
+
+struct KVCacheOptions {
+  int64_t block_size = 16;           // tokens per block
+  int64_t memory_bytes = 256 << 20;  // budget for keys and values of all layers
+  int64_t num_blocks = 0;            // > 0: exactly this many (overrides memory_bytes)
+};
+
+class PagedKVCache {
+ public:
+  PagedKVCache(const CacheShape& shape, const KVCacheOptions& options);
+
+  /// Bytes one block takes over all layers (keys and values).
+  static int64_t bytes_per_block(const CacheShape& shape, int64_t block_size);
+
+  BlockManager& blocks() { return blocks_; }
+  const BlockManager& blocks() const { return blocks_; }
+  const CacheShape& shape() const { return shape_; }
+  at::Tensor& keys(int64_t layer) { return k_[static_cast<size_t>(layer)]; }
+  at::Tensor& values(int64_t layer) { return v_[static_cast<size_t>(layer)]; }
+
+  /// Writes k, v [tokens, kv_heads, head_dim] of `layer` into cache slots [tokens] (int64).
+  void write(int64_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v);
+
+ private:
+  CacheShape shape_;
+  BlockManager blocks_;
+  std::vector<at::Tensor> k_, v_;
+};
+
+/// Attention metadata of one model step: where each token's sequence keeps its blocks and how
+/// many positions it may look at.
+struct AttentionMetadata {
+  at::Tensor block_tables;   // [sequences, max_blocks] int32
+  at::Tensor token_seq;      // [tokens] int32: row of block_tables
+  at::Tensor token_context;  // [tokens] int32: position + 1
+  at::Tensor slots;          // [tokens] int64: where each token's k/v are written
+};
+
+/// out [tokens, heads, head_dim] = softmax(q k^T * scale) v over each token's visible cache
+/// positions (kernels/cpu/paged_attention, parallel over tokens x heads). q is converted to fp32.
+at::Tensor paged_attention(const at::Tensor& q, const PagedKVCache& cache, int64_t layer,
+                           const AttentionMetadata& meta, double scale);
+
+}  // namespace colossal::inference

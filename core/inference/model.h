@@ -1,0 +1,35 @@
+#pragma once
+// What the engine needs from a model: one forward over a flattened batch of tokens from many
+// sequences (prefill chunks and single decode tokens mixed), reading and writing the paged KV
+// cache, returning logits only where the engine samples.
+#include <ATen/core/Tensor.h>
+
+#include "core/inference/kv_cache.h"
+
+namespace colossal::inference {
+
+struct ModelInput {
+  at::Tensor tokens;     // [N] int64
+  at::Tensor positions;  // [N] int64
+  AttentionMetadata attention;
+  at::Tensor sample_index;  // [S] int64: rows of the N tokens whose next-token logits are wanted
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual CacheShape cache_shape() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t max_positions() const = 0;
+  /// Logits [S, vocab] in fp32 for input.sample_index.
+  virtual at::Tensor forward(const ModelInput& input, PagedKVCache& cache) = 0;
+};
+
+/// Text from token ids, for streaming and stop strings.
+class Detokenizer {
+ public:
+  virtual ~Detokenizer() = default;
+  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
+};
+
+}  // namespace colossal::inference

@@ -1,0 +1,33 @@
+#pragma once
+// Attention that reads keys and values straight from a paged KV cache (no LibTorch). Each query
+// token of each head walks its sequence's block table over the first `context` positions with
+// an online softmax (running max and sum), so nothing the size of the context is materialised
+// and the cache is never gathered into a contiguous copy.
+//
+// Layout: q, out [tokens, heads, head_dim] fp32; cache [blocks, block_size, kv_heads, head_dim]
+// in fp32 or bf16 (raw bits). Grouped-query attention: head h reads kv head h / (heads/kv_heads).
+// Work is split by the caller: run(args, begin, end) handles work items [begin, end) of
+// tokens x heads, so any thread pool can drive it.
+#include <cstdint>
+
+namespace colossal::kernels::cpu {
+
+struct PagedAttentionArgs {
+  const float* q = nullptr;
+  float* out = nullptr;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  bool bf16_cache = false;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
+  const int32_t* block_tables = nullptr;  // [sequences, max_blocks]
+  int64_t max_blocks = 0;
+  const int32_t* token_seq = nullptr;      // [tokens]: row of block_tables
+  const int32_t* token_context = nullptr;  // [tokens]: keys visible (position + 1 for causal)
+  float scale = 1.0f;
+  int64_t tokens = 0;
+};
+
+/// Work items [begin, end) of tokens x heads (item = token * heads + head).
+void paged_attention(const PagedAttentionArgs& args, int64_t begin, int64_t end);
+
+}  // namespace colossal::kernels::cpu

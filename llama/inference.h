@@ -1,0 +1,52 @@
+#pragma once
+// LLaMA for the generation engine (core/inference): no autograd, weights in fp32 or bf16, the
+// q/k/v projections fused into one matrix and gate/up into another at load time (one matrix
+// product each instead of three and two), rotary embeddings by position, attention through the
+// paged KV cache.
+#include <memory>
+#include <string>
+
+#include "core/inference/model.h"
+#include "llama/config.h"
+#include "llama/model.h"
+#include "llama/tokenizer.h"
+
+namespace colossal::llama {
+
+class LlamaInference : public inference::CausalLM {
+ public:
+  struct Options {
+    at::ScalarType dtype = at::kFloat;  // weights, activations and the KV cache (norms and logits in fp32)
+  };
+  /// Takes (fused, converted) copies of a trained model's weights.
+  LlamaInference(LlamaForCausalLM& model, Options options);
+  /// A Hugging Face directory (config.json + safetensors).
+  static std::shared_ptr<LlamaInference> load(const std::string& dir, Options options);
+
+  inference::CacheShape cache_shape() const override;
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_positions() const override { return config_.max_position_embeddings; }
+  at::Tensor forward(const inference::ModelInput& input, inference::PagedKVCache& cache) override;
+  const LlamaConfig& config() const { return config_; }
+
+ private:
+  struct Layer {
+    at::Tensor input_norm, post_norm, qkv, qkv_bias, o, o_bias, gate_up, down;
+  };
+  LlamaConfig config_;
+  Options options_;
+  std::vector<Layer> layers_;
+  at::Tensor embed_, norm_, lm_head_, cos_, sin_;
+};
+
+/// The tokenizer as the engine's detokenizer.
+class TokenizerDetokenizer : public inference::Detokenizer {
+ public:
+  explicit TokenizerDetokenizer(std::shared_ptr<const Tokenizer> tok) : tok_(std::move(tok)) {}
+  std::string decode(const std::vector<int64_t>& ids) const override { return tok_->decode(ids); }
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+};
+
+}  // namespace colossal::llama

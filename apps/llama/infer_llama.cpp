@@ -6,6 +6,8 @@
 //   build/apps/infer_llama --chat                                               # interactive
 // Generated text goes to standard output; logs and the closing throughput figures go to standard
 // error, so the output pipes cleanly.
+#include <pthread.h>
+#include <signal.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "apps/llama/openai_server.h"
 #include "core/common/check.h"
 #include "core/inference/engine.h"
 #include "llama/dataset.h"
@@ -37,7 +40,46 @@ struct Args {
   int threads = 0;
   std::string dtype = "fp32";
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
+  bool serve = false;
+  std::string host = "127.0.0.1", served_name;
+  int port = 8000;
 };
+
+sigset_t shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// The OpenAI-compatible server until SIGTERM or SIGINT, which drain in-flight requests first.
+int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const Tokenizer> tok) {
+  llama_app::ServerOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.model_name = a.served_name.empty() ? a.model.substr(a.model.find_last_of('/') + 1) : a.served_name;
+  if (o.model_name.empty()) o.model_name = "llama";
+  o.defaults.max_tokens = 16;  // OpenAI's default
+  o.defaults.temperature = 1.0;
+  o.defaults.top_p = 1.0;
+  o.defaults.top_k = 0;
+  o.defaults.repetition_penalty = 1.0;
+  llama_app::OpenAIServer server(engine, tok, o);
+  // Signals (blocked in every thread since main started) go to one thread that asks the server
+  // to drain and stop.
+  sigset_t set = shutdown_signals();
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    std::fprintf(stderr, "[infer_llama] %s: finishing in-flight requests, then exiting\n", strsignal(sig));
+    server.stop();
+  });
+  watcher.detach();
+  server.serve();
+  std::fprintf(stderr, "[infer_llama] stopped\n");
+  return 0;
+}
 
 inference::SamplingParams sampling(const Args& a) {
   inference::SamplingParams p;
@@ -68,6 +110,7 @@ int run(const Args& a) {
                a.model.c_str(), model->config().num_parameters() / 1e6, a.dtype.c_str(), at::get_num_threads(),
                engine.cache().blocks().num_blocks(), a.block_size,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
+  if (a.serve) return serve(a, engine, tok);
 
   if (a.chat) {
     std::vector<std::pair<std::string, std::string>> history;
@@ -163,7 +206,17 @@ int main(int argc, char** argv) {
   app.add_option("--max_batch", a.max_batch, "sequences per step")->capture_default_str();
   app.add_option("--max_batched_tokens", a.max_batched_tokens, "tokens per step (prefill chunk budget)")
       ->capture_default_str();
+  app.add_flag("--serve", a.serve, "run the OpenAI-compatible HTTP server");
+  app.add_option("--host", a.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", a.port, "port to listen on")->capture_default_str();
+  app.add_option("--served_model_name", a.served_name, "model name in the API (default: the directory's name)");
   CLI11_PARSE(app, argc, argv);
+  if (a.serve) {
+    // Before any thread exists (LibTorch's pool included), so every thread inherits the mask and
+    // only the server's watcher receives these signals.
+    sigset_t set = shutdown_signals();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  }
   try {
     return run(a);
   } catch (const std::exception& e) {

@@ -1,0 +1,495 @@
+#include "apps/llama/openai_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "core/common/check.h"
+#include "core/common/log.h"
+
+namespace colossal::llama_app {
+
+using nlohmann::json;
+using inference::FinishReason;
+using inference::TokenEvent;
+
+namespace {
+
+// A 400 (or other) with the OpenAI error body.
+struct ApiError {
+  int status;
+  std::string message, param, type = "invalid_request_error", code;
+};
+
+json error_body(const ApiError& e) {
+  return {{"error",
+           {{"message", e.message},
+            {"type", e.type},
+            {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+            {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+// Histogram in Prometheus' cumulative form.
+struct Histogram {
+  std::vector<double> bounds{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  std::vector<uint64_t> counts = std::vector<uint64_t>(bounds.size() + 1, 0);
+  double sum = 0;
+  uint64_t total = 0;
+  void observe(double v) {
+    size_t i = 0;
+    while (i < bounds.size() && v > bounds[i]) ++i;
+    ++counts[i];
+    sum += v;
+    ++total;
+  }
+  void write(std::ostringstream& o, const std::string& name, const std::string& help) const {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n";
+    uint64_t cum = 0;
+    for (size_t i = 0; i < bounds.size(); ++i) {
+      cum += counts[i];
+      o << name << "_bucket{le=\"" << bounds[i] << "\"} " << cum << '\n';
+    }
+    o << name << "_bucket{le=\"+Inf\"} " << total << '\n' << name << "_sum " << sum << '\n'
+      << name << "_count " << total << '\n';
+  }
+};
+
+// What a request's handler reads: the engine's events, in order.
+struct Channel {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<TokenEvent> events;
+};
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct OpenAIServer::State {
+  inference::Engine& engine;
+  std::shared_ptr<const llama::Tokenizer> tok;
+  ServerOptions options;
+  httplib::Server svr;
+  std::thread engine_thread;
+  std::mutex wake_mu;
+  std::condition_variable wake;
+  std::atomic<bool> stopping{false}, quit{false};
+  std::atomic<int64_t> in_flight{0};
+
+  std::mutex metrics_mu;  // everything below
+  std::map<std::string, uint64_t> requests;  // by endpoint and status
+  uint64_t prompt_tokens = 0, generation_tokens = 0;
+  Histogram ttft, latency;
+  inference::EngineStats stats;  // snapshot after each engine step
+
+  State(inference::Engine& e, std::shared_ptr<const llama::Tokenizer> t, ServerOptions o)
+      : engine(e), tok(std::move(t)), options(std::move(o)) {}
+
+  void count(const std::string& endpoint, int status) {
+    std::lock_guard<std::mutex> lock(metrics_mu);
+    ++requests[endpoint + "\",code=\"" + std::to_string(status)];
+  }
+
+  void engine_loop() {
+    while (!quit.load()) {
+      if (!engine.has_work()) {
+        std::unique_lock<std::mutex> lock(wake_mu);
+        wake.wait_for(lock, std::chrono::milliseconds(20));
+        continue;
+      }
+      auto finished = engine.step();
+      std::lock_guard<std::mutex> lock(metrics_mu);
+      stats = engine.stats();
+      for (const auto& r : finished) {
+        if (r.reason == FinishReason::kCancelled || r.reason == FinishReason::kError) continue;
+        ttft.observe(r.time_to_first_token_s);
+        latency.observe(r.latency_s);
+        prompt_tokens += r.prompt.size();
+        generation_tokens += r.tokens.size();
+      }
+    }
+  }
+
+  // ---- request parsing
+
+  template <typename T>
+  static T number(const json& body, const char* key, T fallback, double lo, double hi) {
+    if (!body.contains(key) || body[key].is_null()) return fallback;
+    const auto& v = body[key];
+    if (!v.is_number()) throw ApiError{400, std::string(key) + " must be a number", key};
+    double d = v.get<double>();
+    if (std::is_integral_v<T> && d != static_cast<double>(static_cast<int64_t>(d)))
+      throw ApiError{400, std::string(key) + " must be an integer, got " + v.dump(), key};
+    if (d < lo || d > hi) {
+      std::ostringstream m;
+      if (hi >= 1e9) m << key << " must be >= " << lo << ", got " << v.dump();
+      else m << key << " must be in [" << lo << ", " << hi << "], got " << v.dump();
+      throw ApiError{400, m.str(), key};
+    }
+    return static_cast<T>(d);
+  }
+
+  inference::SamplingParams sampling(const json& b) const {
+    auto p = options.defaults;
+    p.max_tokens = number<int64_t>(b, "max_tokens", p.max_tokens, 1, 1e9);
+    if (b.contains("max_completion_tokens")) p.max_tokens = number<int64_t>(b, "max_completion_tokens", p.max_tokens, 1, 1e9);
+    p.temperature = number<double>(b, "temperature", p.temperature, 0, 2);
+    p.top_p = number<double>(b, "top_p", p.top_p, 1e-9, 1);
+    p.top_k = number<int64_t>(b, "top_k", p.top_k, 0, 1e9);
+    p.min_p = number<double>(b, "min_p", p.min_p, 0, 1);
+    p.presence_penalty = number<double>(b, "presence_penalty", p.presence_penalty, -2, 2);
+    p.frequency_penalty = number<double>(b, "frequency_penalty", p.frequency_penalty, -2, 2);
+    p.repetition_penalty = number<double>(b, "repetition_penalty", p.repetition_penalty, 1e-6, 1e6);
+    if (b.contains("seed") && !b["seed"].is_null()) p.seed = number<uint64_t>(b, "seed", 0, 0, 1.8e19);
+    if (number<int64_t>(b, "n", 1, 1, 1) != 1) throw ApiError{400, "n must be 1", "n"};
+    if (b.contains("stop") && !b["stop"].is_null()) {
+      const auto& s = b["stop"];
+      if (s.is_string()) p.stop = {s.get<std::string>()};
+      else if (s.is_array() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); }))
+        p.stop = s.get<std::vector<std::string>>();
+      else throw ApiError{400, "stop must be a string or an array of up to 4 strings", "stop"};
+      for (const auto& x : p.stop)
+        if (x.empty()) throw ApiError{400, "stop strings must not be empty", "stop"};
+    }
+    if (b.contains("logprobs") && !b["logprobs"].is_null()) {
+      const auto& l = b["logprobs"];
+      if (l.is_boolean()) p.logprobs = l.get<bool>();
+      else if (l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() <= 5) p.logprobs = l.get<int64_t>() > 0;
+      else throw ApiError{400, "logprobs must be a boolean or an integer in [0, 5]", "logprobs"};
+    }
+    return p;
+  }
+
+  void check_model(const json& b) const {
+    if (b.contains("model") && !b["model"].is_null()) {
+      if (!b["model"].is_string()) throw ApiError{400, "model must be a string", "model"};
+      if (b["model"] != options.model_name)
+        throw ApiError{404, "The model '" + b["model"].get<std::string>() + "' does not exist (this server serves '" +
+                                options.model_name + "')",
+                       "model", "invalid_request_error", "model_not_found"};
+    }
+  }
+
+  static json parse_body(const httplib::Request& req) {
+    json b;
+    try {
+      b = json::parse(req.body);
+    } catch (const std::exception& e) {
+      throw ApiError{400, std::string("request body is not valid JSON: ") + e.what()};
+    }
+    if (!b.is_object()) throw ApiError{400, "request body must be a JSON object"};
+    return b;
+  }
+
+  std::vector<int64_t> chat_prompt(const json& b) const {
+    if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())
+      throw ApiError{400, "messages must be a non-empty array", "messages"};
+    std::string system;
+    std::vector<std::pair<std::string, std::string>> turns;  // (role, content)
+    for (const auto& m : b["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+          !m["content"].is_string())
+        throw ApiError{400, "each message needs a string role and a string content", "messages"};
+      auto role = m["role"].get<std::string>();
+      auto content = m["content"].get<std::string>();
+      if (role == "system" || role == "developer") system += content;
+      else if (role == "user" || role == "assistant") turns.push_back({role, content});
+      else throw ApiError{400, "unknown message role '" + role + "' (system, user, assistant)", "messages"};
+    }
+    if (turns.empty() || turns.back().first != "user")
+      throw ApiError{400, "the last message must come from the user", "messages"};
+    // LLaMA-2: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>...
+    std::vector<int64_t> ids;
+    bool first_user = true;
+    for (const auto& [role, content] : turns) {
+      if (role == "user") {
+        std::string text = content;
+        if (first_user && !system.empty()) text = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + text;
+        first_user = false;
+        ids.push_back(tok->bos_id());
+        auto t = tok->encode("[INST] " + text + " [/INST]", false, false);
+        ids.insert(ids.end(), t.begin(), t.end());
+      } else {
+        auto t = tok->encode(content, false, false);
+        ids.insert(ids.end(), t.begin(), t.end());
+        ids.push_back(tok->eos_id());
+      }
+    }
+    return ids;
+  }
+
+  // ---- responses
+
+  json usage(int64_t prompt, int64_t completion) const {
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  }
+
+  static const char* finish_reason(FinishReason r) {
+    return r == FinishReason::kLength ? "length" : "stop";
+  }
+
+  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+    if (stopping.load()) {
+      res.status = 503;
+      res.set_content(error_body({503, "the server is shutting down", "", "server_error"}).dump(), "application/json");
+      count(endpoint, 503);
+      return;
+    }
+    json b;
+    inference::GenerationRequest r;
+    bool stream = false;
+    int64_t id = 0;
+    auto channel = std::make_shared<Channel>();
+    try {
+      b = parse_body(req);
+      check_model(b);
+      r.params = sampling(b);
+      if (b.contains("stream") && !b["stream"].is_null()) {
+        if (!b["stream"].is_boolean()) throw ApiError{400, "stream must be a boolean", "stream"};
+        stream = b["stream"].get<bool>();
+      }
+      if (chat) {
+        r.prompt = chat_prompt(b);
+      } else {
+        if (!b.contains("prompt")) throw ApiError{400, "prompt is required", "prompt"};
+        const auto& p = b["prompt"];
+        std::string text;
+        if (p.is_string()) text = p.get<std::string>();
+        else if (p.is_array() && p.size() == 1 && p[0].is_string()) text = p[0].get<std::string>();
+        else throw ApiError{400, "prompt must be a string (or an array of one string)", "prompt"};
+        r.prompt = tok->encode(text, true, false);
+      }
+      r.on_event = [channel](const TokenEvent& e) {
+        std::lock_guard<std::mutex> lock(channel->mu);
+        channel->events.push_back(e);
+        channel->cv.notify_all();
+      };
+      try {
+        id = engine.add(r);
+      } catch (const std::exception& e) {
+        std::string what = error_text(e);
+        throw ApiError{400, what, chat ? "messages" : "prompt", "invalid_request_error",
+                       what.find("prompt") != std::string::npos ? "context_length_exceeded" : ""};
+      }
+    } catch (const ApiError& e) {
+      res.status = e.status;
+      res.set_content(error_body(e).dump(), "application/json");
+      count(endpoint, e.status);
+      return;
+    }
+    in_flight.fetch_add(1);
+    wake.notify_all();
+    count(endpoint, 200);
+    const int64_t prompt_tokens = static_cast<int64_t>(r.prompt.size());
+    const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
+    const int64_t created = static_cast<int64_t>(unix_now());
+    const bool want_logprobs = r.params.logprobs;
+    auto* self = this;
+
+    // Both kinds of response are written as the engine produces events, so a client that goes
+    // away is noticed (the write fails) and its request cancelled.
+    auto releaser = [self, id](bool success) {
+      if (!success) self->engine.cancel(id);
+      self->in_flight.fetch_sub(1);
+      self->wake.notify_all();
+    };
+    if (stream) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [self, channel, rid, created, chat, prompt_tokens, want_logprobs](size_t, httplib::DataSink& sink) {
+            bool first = true;
+            int64_t completion = 0;
+            for (;;) {
+              TokenEvent e;
+              {
+                std::unique_lock<std::mutex> lock(channel->mu);
+                if (!channel->cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return !channel->events.empty(); })) {
+                  lock.unlock();
+                  // Nothing new: an SSE comment line keeps proxies awake and detects a gone client.
+                  if (!sink.write(": keep-alive\n\n", 14)) return false;
+                  continue;
+                }
+                e = channel->events.front();
+                channel->events.pop_front();
+              }
+              if (!e.finished) ++completion;
+              // A token that completed no text yet (part of a character) is sent with the next.
+              if (!e.finished && e.text.empty() && !want_logprobs) continue;
+              json choice = {{"index", 0}, {"finish_reason", e.finished ? json(finish_reason(e.reason)) : json(nullptr)}};
+              if (chat) {
+                json delta = json::object();
+                if (first) delta["role"] = "assistant";
+                if (!e.text.empty() || !e.finished) delta["content"] = e.text;
+                choice["delta"] = delta;
+              } else {
+                choice["text"] = e.text;
+                choice["logprobs"] = want_logprobs && !e.finished
+                                         ? json{{"tokens", {self->tok->piece(e.token)}}, {"token_logprobs", {e.logprob}}}
+                                         : json(nullptr);
+              }
+              first = false;
+              json chunk = {{"id", rid},
+                            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                            {"created", created},
+                            {"model", self->options.model_name},
+                            {"choices", {choice}}};
+              if (e.finished) chunk["usage"] = self->usage(prompt_tokens, completion);
+              std::string line = "data: " + chunk.dump() + "\n\n";
+              if (!sink.write(line.data(), line.size())) return false;
+              if (e.finished) {
+                static const std::string done = "data: [DONE]\n\n";
+                if (!sink.write(done.data(), done.size())) return false;
+                sink.done();
+                return true;
+              }
+            }
+          },
+          releaser);
+      return;
+    }
+    res.set_chunked_content_provider(
+        "application/json",
+        [self, channel, rid, created, chat, prompt_tokens, want_logprobs](size_t, httplib::DataSink& sink) {
+          std::string text;
+          std::vector<std::string> pieces;
+          std::vector<double> logprobs;
+          for (;;) {
+            TokenEvent e;
+            {
+              std::unique_lock<std::mutex> lock(channel->mu);
+              if (!channel->cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return !channel->events.empty(); })) {
+                lock.unlock();
+                if (!sink.write(" ", 1)) return false;  // whitespace before JSON: a gone client shows up
+                continue;
+              }
+              e = channel->events.front();
+              channel->events.pop_front();
+            }
+            text += e.text;
+            if (!e.finished) {
+              pieces.push_back(self->tok->piece(e.token));
+              logprobs.push_back(e.logprob);
+              continue;
+            }
+            json choice = {{"index", 0}, {"finish_reason", finish_reason(e.reason)}};
+            if (chat) {
+              choice["message"] = {{"role", "assistant"}, {"content", text}};
+            } else {
+              choice["text"] = text;
+              choice["logprobs"] = want_logprobs ? json{{"tokens", pieces}, {"token_logprobs", logprobs}} : json(nullptr);
+            }
+            json body = {{"id", rid},
+                         {"object", chat ? "chat.completion" : "text_completion"},
+                         {"created", created},
+                         {"model", self->options.model_name},
+                         {"choices", {choice}},
+                         {"usage", self->usage(prompt_tokens, static_cast<int64_t>(pieces.size()))}};
+            std::string s = body.dump();
+            if (!sink.write(s.data(), s.size())) return false;
+            sink.done();
+            return true;
+          }
+        },
+        releaser);
+  }
+
+  std::string metrics_text() {
+    std::lock_guard<std::mutex> lock(metrics_mu);
+    std::ostringstream o;
+    o << "# HELP colossal_requests_total HTTP generation requests by endpoint and status\n"
+         "# TYPE colossal_requests_total counter\n";
+    for (const auto& [k, v] : requests) o << "colossal_requests_total{endpoint=\"" << k << "\"} " << v << '\n';
+    o << "# HELP colossal_prompt_tokens_total Prompt tokens of finished requests\n"
+         "# TYPE colossal_prompt_tokens_total counter\ncolossal_prompt_tokens_total "
+      << prompt_tokens << "\n# HELP colossal_generation_tokens_total Tokens generated for finished requests\n"
+         "# TYPE colossal_generation_tokens_total counter\ncolossal_generation_tokens_total "
+      << generation_tokens << '\n';
+    ttft.write(o, "colossal_time_to_first_token_seconds", "Time from arrival to the first generated token");
+    latency.write(o, "colossal_request_latency_seconds", "Time from arrival to the last token");
+    o << "# HELP colossal_kv_blocks_used KV cache blocks in use\n# TYPE colossal_kv_blocks_used gauge\n"
+         "colossal_kv_blocks_used "
+      << stats.blocks_used << "\n# HELP colossal_kv_blocks_total KV cache blocks in the pool\n"
+         "# TYPE colossal_kv_blocks_total gauge\ncolossal_kv_blocks_total "
+      << stats.blocks_total << "\n# HELP colossal_requests_running Sequences in the running batch\n"
+         "# TYPE colossal_requests_running gauge\ncolossal_requests_running "
+      << stats.running << "\n# HELP colossal_requests_waiting Sequences waiting for the batch\n"
+         "# TYPE colossal_requests_waiting gauge\ncolossal_requests_waiting "
+      << stats.waiting << "\n# HELP colossal_preemptions_total Sequences preempted for lack of KV blocks\n"
+         "# TYPE colossal_preemptions_total counter\ncolossal_preemptions_total "
+      << stats.preemptions << '\n';
+    return o.str();
+  }
+};
+
+OpenAIServer::OpenAIServer(inference::Engine& engine, std::shared_ptr<const llama::Tokenizer> tokenizer,
+                           ServerOptions options)
+    : state_(std::make_unique<State>(engine, std::move(tokenizer), std::move(options))) {
+  auto* s = state_.get();
+  int threads = s->options.http_threads;
+  s->svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  s->svr.Post("/v1/completions", [s](const httplib::Request& q, httplib::Response& r) { s->handle_generate(q, r, false); });
+  s->svr.Post("/v1/chat/completions",
+              [s](const httplib::Request& q, httplib::Response& r) { s->handle_generate(q, r, true); });
+  s->svr.Get("/v1/models", [s](const httplib::Request&, httplib::Response& r) {
+    json body = {{"object", "list"},
+                 {"data", {{{"id", s->options.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "colossal-cpp"}}}}};
+    r.set_content(body.dump(), "application/json");
+  });
+  s->svr.Get("/health", [s](const httplib::Request&, httplib::Response& r) {
+    if (s->stopping.load()) {
+      r.status = 503;
+      r.set_content("{\"status\":\"stopping\"}", "application/json");
+    } else {
+      r.set_content("{\"status\":\"ok\"}", "application/json");
+    }
+  });
+  s->svr.Get("/metrics", [s](const httplib::Request&, httplib::Response& r) {
+    r.set_content(s->metrics_text(), "text/plain; version=0.0.4");
+  });
+  s->svr.set_error_handler([](const httplib::Request&, httplib::Response& r) {
+    if (r.body.empty()) {
+      r.set_content(error_body({r.status, "no route for this method and path (" + std::to_string(r.status) + ")"}).dump(),
+                    "application/json");
+    }
+  });
+}
+
+OpenAIServer::~OpenAIServer() {
+  state_->quit.store(true);
+  state_->wake.notify_all();
+  if (state_->engine_thread.joinable()) state_->engine_thread.join();
+}
+
+void OpenAIServer::serve() {
+  auto* s = state_.get();
+  s->engine_thread = std::thread([s] { s->engine_loop(); });
+  COLOSSAL_CHECK(s->svr.bind_to_port(s->options.host.c_str(), s->options.port), "[serve] cannot listen on ",
+                 s->options.host, ":", s->options.port, " (in use, or not an address of this machine)");
+  std::fprintf(stderr, "[infer_llama] serving '%s' on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions)\n",
+               s->options.model_name.c_str(), s->options.host.c_str(), s->options.port);
+  s->svr.listen_after_bind();
+  s->quit.store(true);
+  s->wake.notify_all();
+  s->engine_thread.join();
+}
+
+void OpenAIServer::stop() {
+  auto* s = state_.get();
+  s->stopping.store(true);
+  // Drain: in-flight requests finish (their clients get the whole answer), then stop listening.
+  while (s->in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  s->svr.stop();
+}
+
+}  // namespace colossal::llama_app

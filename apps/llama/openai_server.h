@@ -1,0 +1,43 @@
+#pragma once
+// An OpenAI-compatible HTTP front end for the generation engine (cpp-httplib):
+//   POST /v1/completions, POST /v1/chat/completions   ("stream": true -> server-sent events
+//                                                       ending in "data: [DONE]")
+//   GET  /v1/models, /health, /metrics (Prometheus text)
+// Bad JSON, missing or out-of-range fields and over-long prompts get a 400 with an OpenAI-style
+// error body; the server keeps serving. A client that disconnects cancels its request (its KV
+// blocks are freed). stop() (SIGTERM) refuses new requests, lets in-flight ones finish, then
+// returns from serve().
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "core/inference/engine.h"
+#include "llama/tokenizer.h"
+
+namespace colossal::llama_app {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string model_name = "llama";
+  int http_threads = 128;  // each streaming client holds one while it streams
+  inference::SamplingParams defaults;  // fields a request leaves out
+};
+
+class OpenAIServer {
+ public:
+  OpenAIServer(inference::Engine& engine, std::shared_ptr<const llama::Tokenizer> tokenizer, ServerOptions options);
+  ~OpenAIServer();
+  /// Blocks until stop() has drained the in-flight requests. Throws when the address cannot be
+  /// bound.
+  void serve();
+  /// Safe to call from a signal-watching thread.
+  void stop();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace colossal::llama_app

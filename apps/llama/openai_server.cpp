@@ -160,6 +160,10 @@ struct OpenAIServer::State {
       for (const auto& x : p.stop)
         if (x.empty()) throw ApiError{400, "stop strings must not be empty", "stop"};
     }
+    if (b.contains("ignore_eos") && !b["ignore_eos"].is_null()) {  // vLLM's extension
+      if (!b["ignore_eos"].is_boolean()) throw ApiError{400, "ignore_eos must be a boolean", "ignore_eos"};
+      p.ignore_eos = b["ignore_eos"].get<bool>();
+    }
     if (b.contains("logprobs") && !b["logprobs"].is_null()) {
       const auto& l = b["logprobs"];
       if (l.is_boolean()) p.logprobs = l.get<bool>();

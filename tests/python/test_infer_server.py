@@ -1,0 +1,214 @@
+"""infer_llama --serve driven by real HTTP clients: the official `openai` package and curl.
+
+A tiny model is trained first with train_llama (one step on a few Jane Austen paragraphs), so the
+server runs a real Hugging Face directory with a real SentencePiece tokenizer. Greedy outputs
+through the server are compared with infer_llama's own command-line output for the same prompt.
+
+Run by CTest (see tests/CMakeLists.txt) with the build's apps directory in COLOSSAL_APPS.
+"""
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+APPS = os.environ["COLOSSAL_APPS"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve")
+    # A few hundred paragraphs of the built-in corpus and a tiny model, trained for a few steps.
+    cfg = d / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "max_position_embeddings": 256, "vocab_size": 600}))
+    subprocess.run([f"{APPS}/train_llama", "--output", str(d), "--model_config", str(cfg), "--vocab_size", "600",
+                    "--max_steps", "5", "--batch_size", "2", "--max_length", "64", "--eval_interval", "0",
+                    "--sample_tokens", "0"], check=True, capture_output=True)
+    return d / "model"
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    port = free_port()
+    proc = subprocess.Popen([f"{APPS}/infer_llama", "--serve", "--model", str(model_dir), "--port", str(port),
+                             "--served_model_name", "tiny", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(base + "/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise RuntimeError("server did not come up:\n" + proc.stdout.read())
+    yield base, proc
+    if proc.poll() is None:
+        proc.kill()
+
+
+def client(base):
+    return openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def cli_greedy(model_dir, prompt, n):
+    out = subprocess.run([f"{APPS}/infer_llama", "--model", str(model_dir), "--prompt", prompt,
+                          "--max_new_tokens", str(n), "--temperature", "0", "--repetition_penalty", "1",
+                          "--threads", "1"], check=True, capture_output=True, text=True)
+    return out.stdout.rstrip("\n")[len(prompt):]
+
+
+def test_models_health_and_completion_match_the_cli(server, model_dir):
+    base, _ = server
+    c = client(base)
+    assert [m.id for m in c.models.list().data] == ["tiny"]
+    r = c.completions.create(model="tiny", prompt="It is a truth", max_tokens=12, temperature=0)
+    assert r.object == "text_completion"
+    assert r.choices[0].text == cli_greedy(model_dir, "It is a truth", 12)
+    assert r.choices[0].finish_reason in ("length", "stop")
+    assert r.usage.completion_tokens <= 12 and r.usage.prompt_tokens > 0
+
+
+def test_streaming_completion_and_chat(server):
+    base, _ = server
+    c = client(base)
+    whole = c.completions.create(model="tiny", prompt="Elizabeth", max_tokens=10, temperature=0).choices[0].text
+    pieces = [ch.choices[0].text for ch in
+              c.completions.create(model="tiny", prompt="Elizabeth", max_tokens=10, temperature=0, stream=True)]
+    assert "".join(pieces) == whole
+    chat = c.chat.completions.create(model="tiny", messages=[{"role": "system", "content": "Be brief."},
+                                                             {"role": "user", "content": "Hello"}],
+                                     max_tokens=8, temperature=0)
+    assert chat.choices[0].message.role == "assistant"
+    streamed = "".join((ch.choices[0].delta.content or "") for ch in c.chat.completions.create(
+        model="tiny", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}],
+        max_tokens=8, temperature=0, stream=True))
+    assert streamed == chat.choices[0].message.content
+    # curl sees server-sent events ending in [DONE].
+    out = subprocess.run(["curl", "-sN", base + "/v1/completions", "-H", "Content-Type: application/json",
+                          "-d", json.dumps({"prompt": "Mr.", "max_tokens": 4, "stream": True})],
+                         check=True, capture_output=True, text=True).stdout
+    events = [line[6:] for line in out.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def post(base, path, body):
+    """(status, parsed JSON body) of a raw POST: bodies the typed client would refuse to send."""
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 2.5}, "max_tokens"),
+    ({"prompt": "x", "temperature": 3}, "temperature"),
+    ({"prompt": "x", "top_p": 0}, "top_p"),
+    ({"prompt": "x", "n": 2}, "n"),
+    ({"prompt": "x", "stop": [1, 2]}, "stop"),
+    ({"prompt": 5}, "prompt"),
+    ({}, "prompt"),
+    ({"prompt": "x", "stream": "yes"}, "stream"),
+    ({"prompt": "word " * 400}, "prompt"),  # longer than max_position_embeddings
+])
+def test_bad_requests_get_400_and_the_server_keeps_serving(server, body, param):
+    base, _ = server
+    status, err = post(base, "/v1/completions", body)
+    assert status == 400, err
+    assert err["error"]["param"] == param, err
+    assert err["error"]["type"] == "invalid_request_error" and err["error"]["message"]
+    # The typed client sees the same as an exception, and the server still serves.
+    if param == "temperature":
+        with pytest.raises(openai.BadRequestError):
+            client(base).completions.create(model="tiny", **body)
+    assert client(base).completions.create(model="tiny", prompt="ok", max_tokens=2).choices
+
+
+def test_bad_json_wrong_model_and_chat_errors(server):
+    base, _ = server
+    out = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", base + "/v1/completions", "-d", "{bad"],
+                         capture_output=True, text=True).stdout.splitlines()
+    assert out[-1] == "400" and "not valid JSON" in json.loads(out[0])["error"]["message"]
+    with pytest.raises(openai.NotFoundError):
+        client(base).completions.create(model="other", prompt="x")
+    with pytest.raises(openai.BadRequestError):
+        client(base).chat.completions.create(model="tiny", messages=[{"role": "assistant", "content": "hi"}])
+
+
+def test_64_concurrent_requests_all_complete_with_the_right_outputs(server, model_dir):
+    base, _ = server
+    prompts = [f"Chapter {i}" for i in range(64)]
+    expected = {p: client(base).completions.create(model="tiny", prompt=p, max_tokens=8, temperature=0).choices[0].text
+                for p in prompts[:4]}
+
+    def one(p):
+        return p, client(base).completions.create(model="tiny", prompt=p, max_tokens=8, temperature=0).choices[0].text
+
+    with concurrent.futures.ThreadPoolExecutor(64) as pool:
+        results = dict(pool.map(one, prompts))
+    assert len(results) == 64
+    for p, text in expected.items():
+        assert results[p] == text, "batched output differs from the output alone"
+    metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+    assert "colossal_kv_blocks_used" in metrics and "colossal_time_to_first_token_seconds_bucket" in metrics
+
+
+def test_disconnected_client_frees_its_blocks(server):
+    base, _ = server
+    # Start a long stream, read one event, hang up.
+    req = urllib.request.Request(base + "/v1/completions", data=json.dumps(
+        {"prompt": "It was", "max_tokens": 200, "stream": True, "ignore_eos": True}).encode(),
+        headers={"Content-Type": "application/json"})
+    resp = urllib.request.urlopen(req)
+    resp.readline()
+    resp.close()
+    for _ in range(100):
+        m = urllib.request.urlopen(base + "/metrics").read().decode()
+        used = [line for line in m.splitlines() if line.startswith("colossal_kv_blocks_used ")]
+        if used and used[0].split()[1] == "0":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("blocks still in use after the client left:\n" + m)
+
+
+def test_sigterm_drains_in_flight_requests_then_exits(model_dir):
+    port = free_port()
+    proc = subprocess.Popen([f"{APPS}/infer_llama", "--serve", "--model", str(model_dir), "--port", str(port),
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(base + "/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(lambda: client(base).completions.create(
+            model="model", prompt="It was", max_tokens=60, temperature=0, extra_body={"ignore_eos": True}))
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        r = fut.result(timeout=60)
+    assert r.choices[0].finish_reason == "length"
+    assert proc.wait(timeout=30) == 0

@@ -39,11 +39,18 @@ class LlamaInference : public inference::CausalLM {
   at::Tensor embed_, norm_, lm_head_, cos_, sin_;
 };
 
-/// The tokenizer as the engine's detokenizer.
+/// The tokenizer as the engine's detokenizer. Ids past the tokenizer's vocabulary (a model whose
+/// vocabulary is padded, e.g. to a multiple of 64 for tensor parallelism) have no text.
 class TokenizerDetokenizer : public inference::Detokenizer {
  public:
   explicit TokenizerDetokenizer(std::shared_ptr<const Tokenizer> tok) : tok_(std::move(tok)) {}
-  std::string decode(const std::vector<int64_t>& ids) const override { return tok_->decode(ids); }
+  std::string decode(const std::vector<int64_t>& ids) const override {
+    std::vector<int64_t> known;
+    known.reserve(ids.size());
+    for (auto id : ids)
+      if (id >= 0 && id < tok_->vocab_size()) known.push_back(id);
+    return tok_->decode(known);
+  }
 
  private:
   std::shared_ptr<const Tokenizer> tok_;

@@ -176,9 +176,9 @@ int run(const Args& a) {
     else std::printf("%s%s\n", prompts[i].c_str(), results[i].text.c_str());
   }
   std::fflush(stdout);
-  std::fprintf(stderr, "[infer_llama] %zu prompt(s): %ld prompt tokens, %ld generated in %.2f s (%.1f tokens/s; "
-               "first token after %.3f s)\n", prompts.size(), prompt_tokens, generated, seconds,
-               generated / seconds, ttft);
+  std::fprintf(stderr, "[infer_llama] %zu prompt(s): %ld prompt tokens (%.1f tokens/s to the last first token), "
+               "%ld generated in %.2f s (%.1f tokens/s)\n", prompts.size(), prompt_tokens,
+               ttft > 0 ? prompt_tokens / ttft : 0.0, generated, seconds, generated / seconds);
   return 0;
 }
 

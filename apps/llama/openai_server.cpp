@@ -106,7 +106,15 @@ struct OpenAIServer::State {
         wake.wait_for(lock, std::chrono::milliseconds(20));
         continue;
       }
-      auto finished = engine.step();
+      std::vector<inference::GenerationResult> finished;
+      try {
+        finished = engine.step();
+      } catch (const std::exception& e) {
+        // The engine fails requests it can attribute; anything else is logged, not fatal.
+        COLOSSAL_LOG_ERROR("[serve] engine step failed: ", error_text(e));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
       std::lock_guard<std::mutex> lock(metrics_mu);
       stats = engine.stats();
       for (const auto& r : finished) {
@@ -118,6 +126,9 @@ struct OpenAIServer::State {
       }
     }
   }
+
+  // Text of one token for logprobs; ids past the tokenizer (a padded vocabulary) have none.
+  std::string piece(int64_t id) const { return id >= 0 && id < tok->vocab_size() ? tok->piece(id) : ""; }
 
   // ---- request parsing
 
@@ -238,7 +249,7 @@ struct OpenAIServer::State {
   }
 
   static const char* finish_reason(FinishReason r) {
-    return r == FinishReason::kLength ? "length" : "stop";
+    return r == FinishReason::kLength ? "length" : r == FinishReason::kError ? "error" : "stop";
   }
 
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -339,7 +350,7 @@ struct OpenAIServer::State {
               } else {
                 choice["text"] = e.text;
                 choice["logprobs"] = want_logprobs && !e.finished
-                                         ? json{{"tokens", {self->tok->piece(e.token)}}, {"token_logprobs", {e.logprob}}}
+                                         ? json{{"tokens", {self->piece(e.token)}}, {"token_logprobs", {e.logprob}}}
                                          : json(nullptr);
               }
               first = false;
@@ -382,11 +393,12 @@ struct OpenAIServer::State {
             }
             text += e.text;
             if (!e.finished) {
-              pieces.push_back(self->tok->piece(e.token));
+              pieces.push_back(self->piece(e.token));
               logprobs.push_back(e.logprob);
               continue;
             }
             json choice = {{"index", 0}, {"finish_reason", finish_reason(e.reason)}};
+            if (!e.error.empty()) choice["error"] = e.error;
             if (chat) {
               choice["message"] = {{"role", "assistant"}, {"content", text}};
             } else {

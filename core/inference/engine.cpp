@@ -37,7 +37,28 @@ struct Engine::Sequence {
   size_t emitted = 0;  // bytes of text already streamed
   std::chrono::steady_clock::time_point arrival, first_token;
   bool has_first_token = false;
+  // The output is decoded after the last few prompt tokens and their text removed, so a first
+  // word keeps its leading space (SentencePiece drops it at the start of a decode).
+  std::vector<int64_t> context;
+  std::string context_text;
 };
+
+namespace {
+constexpr size_t kContextTokens = 4;
+}  // namespace
+
+std::string Engine::output_text(Sequence& s) const {
+  if (s.context.empty() && !s.request.prompt.empty()) {
+    size_t k = std::min(kContextTokens, s.request.prompt.size());
+    s.context.assign(s.request.prompt.end() - static_cast<std::ptrdiff_t>(k), s.request.prompt.end());
+    s.context_text = detok_->decode(s.context);
+  }
+  std::vector<int64_t> ids = s.context;
+  ids.insert(ids.end(), s.output.begin(), s.output.end());
+  std::string all = detok_->decode(ids);
+  if (all.compare(0, s.context_text.size(), s.context_text) == 0) return all.substr(s.context_text.size());
+  return detok_->decode(s.output);  // the context decoded differently joined: fall back
+}
 
 Engine::Engine(std::shared_ptr<CausalLM> model, std::shared_ptr<const Detokenizer> detokenizer, int64_t eos_id,
                EngineOptions options)
@@ -285,6 +306,7 @@ std::vector<GenerationResult> Engine::step() {
     }
     ++stats_.generated_tokens;
     FinishReason reason = FinishReason::kNone;
+    std::string error;
     bool keep = true;
     if (pick.token == eos_id_ && !p.ignore_eos) {
       reason = FinishReason::kEos;
@@ -298,8 +320,13 @@ std::vector<GenerationResult> Engine::step() {
       s.tokens.push_back(pick.token);
       s.output.push_back(pick.token);
       s.logprobs.push_back(pick.logprob);
-      s.text = detok_->decode(s.output);
-      for (const auto& stop : p.stop) {
+      try {
+        s.text = output_text(s);
+      } catch (const std::exception& e) {  // this request fails; the engine and the others go on
+        reason = FinishReason::kError;
+        error = error_text(e);
+      }
+      for (const auto& stop : reason == FinishReason::kError ? std::vector<std::string>{} : p.stop) {
         auto at = s.text.find(stop, before > stop.size() ? before - stop.size() : 0);
         if (!stop.empty() && at != std::string::npos) {
           s.text.resize(at);
@@ -321,7 +348,7 @@ std::vector<GenerationResult> Engine::step() {
     }
     if (reason != FinishReason::kNone) {
       finished.push_back(&s);
-      reasons.push_back({reason, ""});
+      reasons.push_back({reason, error});
     }
   }
   for (size_t k = 0; k < finished.size(); ++k) {

@@ -96,6 +96,7 @@ class Engine {
   void preempt(Sequence& s);
   GenerationResult finish(Sequence& s, FinishReason reason, const std::string& error = "");
   void emit_text(Sequence& s, bool final);
+  std::string output_text(Sequence& s) const;
 
   std::shared_ptr<CausalLM> model_;
   std::shared_ptr<const Detokenizer> detok_;

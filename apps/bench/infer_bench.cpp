@@ -1,0 +1,239 @@
+// Generation throughput on the LLaMA shapes S and M (random weights), side by side in one run:
+//  1. batch 1 through the engine: prompt tokens/s (a 128-token prefill) and decode tokens/s with
+//     1 and 2 threads, against the memory-bandwidth limit measured in the same run with the same
+//     threads (decode reads every weight once per token: limit = bandwidth / weight bytes);
+//  2. aggregate tokens/s of 1, 4 and 16 concurrent streams through the OpenAI server (HTTP on
+//     localhost) versus a plain LibTorch loop: the model's own forward over the whole sequence
+//     for every new token, one request at a time (no KV cache, no batching).
+//
+//   build/apps/bench_infer [--shapes S,M] [--dtypes fp32,bf16] [--decode 128] [--streams 1,4,16]
+#include <httplib.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "apps/bench/bench_util.h"
+#include "apps/llama/openai_server.h"
+#include "core/common/check.h"
+#include "core/inference/engine.h"
+#include "llama/inference.h"
+#include "llama/shapes.h"
+#include "llama/tokenizer.h"
+
+using namespace colossal;
+using namespace colossal::llama;
+using colossal::bench::median;
+using colossal::bench::seconds;
+
+namespace {
+
+struct Args {
+  std::string shapes = "S,M", dtypes = "fp32,bf16", streams = "1,4,16";
+  int64_t prompt = 128, decode = 128, stream_tokens = 64, stream_requests = 2;
+  bool skip_server = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) out.push_back(x);
+  return out;
+}
+
+// Read bandwidth of this process's threads: sum over a buffer much larger than the caches.
+double read_gbps() {
+  auto a = torch::ones({int64_t{128} << 20});  // 512 MiB
+  (void)a.sum();
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) t.push_back(seconds([&] { (void)a.sum().item<float>(); }));
+  return a.numel() * 4.0 / median(t) / 1e9;
+}
+
+class Ids : public inference::Detokenizer {
+ public:
+  std::string decode(const std::vector<int64_t>& ids) const override { return std::string(ids.size(), 'x'); }
+};
+
+std::vector<int64_t> tokens(int64_t n, int64_t vocab, int64_t salt = 0) {
+  std::vector<int64_t> p;
+  for (int64_t i = 0; i < n; ++i) p.push_back((i * 7919 + salt * 104729 + 11) % vocab);
+  return p;
+}
+
+struct SingleRow {
+  std::string shape, dtype;
+  int threads;
+  double prompt_tps, decode_tps, gbps, limit_tps;
+};
+
+SingleRow single_stream(const std::string& shape, const std::string& dtype, int threads, const Args& a,
+                        LlamaForCausalLM& model) {
+  at::set_num_threads(threads);
+  auto dt = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  auto inf = std::make_shared<LlamaInference>(model, LlamaInference::Options{dt});
+  inference::EngineOptions o;
+  o.cache.memory_bytes = int64_t{512} << 20;
+  o.max_batched_tokens = 512;
+  inference::Engine engine(inf, std::make_shared<Ids>(), -1, o);
+  auto req = [&](int64_t prompt, int64_t n) {
+    inference::GenerationRequest r;
+    r.prompt = tokens(prompt, model->config().vocab_size);
+    r.params.temperature = 0;
+    r.params.max_tokens = n;
+    r.params.ignore_eos = true;
+    return engine.generate({r})[0];
+  };
+  (void)req(16, 4);  // warm up
+  std::vector<double> prefill, decode;
+  for (int i = 0; i < 3; ++i) {
+    auto p = req(a.prompt, 1);
+    prefill.push_back(a.prompt / p.time_to_first_token_s);
+    auto d = req(8, a.decode + 1);
+    decode.push_back(a.decode / (d.latency_s - d.time_to_first_token_s));
+  }
+  SingleRow r{shape, dtype, threads, median(prefill), median(decode), read_gbps(), 0};
+  double bytes = static_cast<double>(matmul_parameters(model->config())) * (dt == at::kBFloat16 ? 2 : 4);
+  r.limit_tps = r.gbps * 1e9 / bytes;
+  return r;
+}
+
+// Plain LibTorch: full forward over the whole sequence per new token, greedy.
+double plain_loop_tps(LlamaForCausalLM& model, int64_t prompt, int64_t n) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  auto ids = tokens(prompt, model->config().vocab_size);
+  double t = seconds([&] {
+    for (int64_t i = 0; i < n; ++i) {
+      auto logits = model->forward(torch::tensor(ids, torch::kInt64).unsqueeze(0));
+      ids.push_back(logits[0][-1].argmax().item<int64_t>());
+    }
+  });
+  return n / t;
+}
+
+// A small SentencePiece model so the server can encode prompts (ids stay far below 32000).
+std::shared_ptr<Tokenizer> scratch_tokenizer() {
+  std::string dir = "/tmp/bench_infer_tok_" + std::to_string(::getpid());
+  (void)!std::system(("mkdir -p " + dir).c_str());
+  {
+    std::ofstream f(dir + "/text.jsonl");
+    const char* words[] = {"the", "house", "walked", "quietly", "letter", "morning", "sister", "garden", "reply",
+                           "evening", "fortune", "dance", "brother", "village", "carriage", "season"};
+    for (int i = 0; i < 3000; ++i) {
+      std::string line;
+      for (int w = 0; w < 12; ++w) line += std::string(words[(i * 7 + w * 3) % 16]) + (w % 5 == 4 ? ", " : " ");
+      f << nlohmann::json{{"text", line}}.dump() << '\n';
+    }
+  }
+  TrainTokenizerOptions o;
+  o.vocab_size = 400;
+  train_tokenizer({dir + "/text.jsonl"}, dir + "/tok", o);
+  return std::make_shared<Tokenizer>(Tokenizer::load(dir + "/tok.model"));
+}
+
+// Aggregate completion tokens/s of `streams` clients each sending `requests` requests in turn.
+double server_tps(int port, int streams, const Args& a) {
+  std::atomic<int64_t> produced{0};
+  std::atomic<bool> failed{false};
+  double t = seconds([&] {
+    std::vector<std::thread> clients;
+    for (int c = 0; c < streams; ++c)
+      clients.emplace_back([&, c] {
+        httplib::Client cli("127.0.0.1", port);
+        cli.set_read_timeout(600, 0);
+        for (int64_t k = 0; k < a.stream_requests; ++k) {
+          nlohmann::json body = {{"prompt", "the garden walked quietly in the evening " + std::to_string(c)},
+                                 {"max_tokens", a.stream_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+          auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+          if (!res || res->status != 200) {
+            failed = true;
+            return;
+          }
+          produced += nlohmann::json::parse(res->body)["usage"]["completion_tokens"].get<int64_t>();
+        }
+      });
+    for (auto& th : clients) th.join();
+  });
+  COLOSSAL_CHECK(!failed.load(), "a benchmark request failed");
+  return produced.load() / t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"Generation throughput: batch-1 prompt/decode vs bandwidth limit; concurrent streams vs a plain loop"};
+  app.add_option("--shapes", a.shapes)->capture_default_str();
+  app.add_option("--dtypes", a.dtypes)->capture_default_str();
+  app.add_option("--streams", a.streams)->capture_default_str();
+  app.add_option("--prompt", a.prompt, "prefill length")->capture_default_str();
+  app.add_option("--decode", a.decode, "decoded tokens per measurement")->capture_default_str();
+  app.add_option("--stream_tokens", a.stream_tokens, "tokens per server request")->capture_default_str();
+  app.add_option("--stream_requests", a.stream_requests, "requests per client")->capture_default_str();
+  app.add_flag("--skip_server", a.skip_server, "only the batch-1 part");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    std::vector<SingleRow> single;
+    std::vector<std::string> server_rows;
+    for (const auto& shape : split(a.shapes)) {
+      auto s = benchmark_shape(shape);
+      s.config.max_position_embeddings = 1024;
+      torch::manual_seed(0);
+      LlamaForCausalLM model(s.config);
+      for (const auto& dtype : split(a.dtypes))
+        for (int threads : {1, 2}) {
+          if (threads > cores) continue;
+          std::fprintf(stderr, "[bench_infer] %s %s %d thread(s)...\n", shape.c_str(), dtype.c_str(), threads);
+          single.push_back(single_stream(shape, dtype, threads, a, model));
+        }
+      if (a.skip_server) continue;
+      at::set_num_threads(cores);
+      auto tok = scratch_tokenizer();
+      auto inf = std::make_shared<LlamaInference>(model, LlamaInference::Options{at::kFloat});
+      inference::EngineOptions o;
+      o.cache.memory_bytes = int64_t{512} << 20;
+      inference::Engine engine(inf, std::make_shared<TokenizerDetokenizer>(tok), tok->eos_id(), o);
+      llama_app::ServerOptions so;
+      so.port = 18000 + static_cast<int>(::getpid() % 1000);
+      llama_app::OpenAIServer server(engine, tok, so);
+      std::thread serving([&] { server.serve(); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::fprintf(stderr, "[bench_infer] %s plain LibTorch loop...\n", shape.c_str());
+      double plain = plain_loop_tps(model, 12, a.stream_tokens);
+      for (const auto& k : split(a.streams)) {
+        std::fprintf(stderr, "[bench_infer] %s server, %s stream(s)...\n", shape.c_str(), k.c_str());
+        double tps = server_tps(so.port, std::stoi(k), a);
+        char line[256];
+        std::snprintf(line, sizeof line, "%-5s %8s %14.1f %14.1f %8.2fx", shape.c_str(), k.c_str(), tps, plain,
+                      tps / plain);
+        server_rows.push_back(line);
+      }
+      server.stop();
+      serving.join();
+    }
+    std::printf("\nbatch 1 (prompt %ld tokens; decode %ld tokens), median of 3\n", a.prompt, a.decode);
+    std::printf("%-5s %-5s %7s %12s %12s %10s %12s %9s\n", "shape", "dtype", "threads", "prompt tok/s", "decode tok/s",
+                "read GB/s", "limit tok/s", "of limit");
+    for (const auto& r : single)
+      std::printf("%-5s %-5s %7d %12.1f %12.1f %10.1f %12.1f %8.1f%%\n", r.shape.c_str(), r.dtype.c_str(), r.threads,
+                  r.prompt_tps, r.decode_tps, r.gbps, r.limit_tps, 100 * r.decode_tps / r.limit_tps);
+    if (!server_rows.empty()) {
+      std::printf("\nconcurrent streams through the OpenAI server (fp32, %d threads, %ld tokens per request) vs a "
+                  "plain LibTorch loop (full recompute per token, one request at a time)\n", cores, a.stream_tokens);
+      std::printf("%-5s %8s %14s %14s %9s\n", "shape", "streams", "server tok/s", "plain tok/s", "ratio");
+      for (const auto& l : server_rows) std::printf("%s\n", l.c_str());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_infer: %s\n", error_text(e).c_str());
+    return 1;
+  }
+}

@@ -181,13 +181,8 @@ bool run_row(const std::string& what, const std::string& cmd, const std::string&
 // Driver: one `colossal run` job per (shape, layout).
 int drive(const Args& a, const std::string& self, int argc, char** argv) {
   std::string launcher = self.substr(0, self.rfind('/')) + "/colossal";
-  std::string passthrough;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--shapes" || arg == "--layouts" || arg == "--python" || arg == "--repeats") { ++i; continue; }
-    if (arg == "--no_reference") continue;
-    passthrough += " '" + arg + "'";
-  }
+  std::string passthrough =
+      colossal::bench::passthrough_args(argc, argv, {"--shapes", "--layouts", "--python", "--repeats"}, {"--no_reference"});
   std::printf("precision %s, plugin %s, batch %d per rank, median of %d steps after a warm-up, best of %d "
               "alternating runs\n", a.precision.c_str(), a.plugin.c_str(), a.batch, a.steps, a.repeats);
   for (auto name : {"S", "M"}) {
@@ -267,11 +262,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (std::getenv("RANK") == nullptr) {
-      char self[4096];
-      ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-      COLOSSAL_CHECK(len > 0, "cannot find this program's path");
-      self[len] = 0;
-      return drive(a, self, argc, argv);
+      return drive(a, colossal::bench::self_path(), argc, argv);
     }
     dist::init();
     auto row = run_job(a);

@@ -165,12 +165,7 @@ std::string row_line(const Row& r) {
 int drive(const Args& a, const std::string& self, int argc, char** argv) {
   std::string dir = self.substr(0, self.rfind('/'));
   std::string launcher = dir + "/colossal";
-  std::string passthrough;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--ranks" || arg == "--plugins") { ++i; continue; }
-    passthrough += " '" + arg + "'";
-  }
+  std::string passthrough = colossal::bench::passthrough_args(argc, argv, {"--ranks", "--plugins"});
   std::vector<Row> rows;
   std::stringstream ranks(a.ranks);
   std::string nr;
@@ -224,11 +219,7 @@ int main(int argc, char** argv) {
   app.add_option("--row_file", a.row_file, "(internal) where a child job's rank 0 writes its row");
   CLI11_PARSE(app, argc, argv);
   if (std::getenv("RANK") == nullptr) {
-    char self[4096];
-    ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-    COLOSSAL_CHECK(len > 0, "cannot find this program's path");
-    self[len] = 0;
-    return drive(a, self, argc, argv);
+    return drive(a, colossal::bench::self_path(), argc, argv);
   }
   try {
     dist::init();

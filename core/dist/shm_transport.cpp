@@ -208,6 +208,13 @@ void ShmTransport::check_agreement(int set, Op op, int64_t numel, int dtype) {
   }
 }
 
+void ShmTransport::meet(int set, Op op, int64_t numel, at::ScalarType dtype, bool& first) {
+  if (first) header_->desc[set][rank_] = {static_cast<uint32_t>(op), static_cast<int32_t>(dtype), numel};
+  arrive_and_wait(++generation_);
+  if (first) check_agreement(set, op, numel, static_cast<int>(dtype));
+  first = false;
+}
+
 void ShmTransport::run_all_reduce(const at::Tensor& t, bool average) {
   const auto dtype = t.scalar_type();
   const int64_t es = t.element_size(), n = t.numel(), max_chunk = options_.slot_bytes / es;
@@ -218,10 +225,7 @@ void ShmTransport::run_all_reduce(const at::Tensor& t, bool average) {
     const int64_t c = std::min(max_chunk, n - off);
     const int set = static_cast<int>(round_++ & 1);
     std::memcpy(slot(set, rank_), data + off * es, c * es);
-    if (first) header_->desc[set][rank_] = {static_cast<uint32_t>(Op::kAllReduce), static_cast<int32_t>(dtype), n};
-    arrive_and_wait(++generation_);
-    if (first) check_agreement(set, Op::kAllReduce, n, static_cast<int>(dtype));
-    first = false;
+    meet(set, Op::kAllReduce, n, dtype, first);
     // Reduce this member's part across every member's copy, in place in its own slot.
     int64_t lo = part_bound(c, rank_, size_), hi = part_bound(c, rank_ + 1, size_);
     if (hi > lo) {
@@ -251,10 +255,7 @@ void ShmTransport::run_reduce_scatter(const at::Tensor& out, const at::Tensor& i
     const int set = static_cast<int>(round_++ & 1);
     char* mine = static_cast<char*>(slot(set, rank_));
     for (int p = 0; p < size_; ++p) std::memcpy(mine + p * c * es, src + (p * m + off) * es, c * es);
-    if (first) header_->desc[set][rank_] = {static_cast<uint32_t>(Op::kReduceScatter), static_cast<int32_t>(dtype), m};
-    arrive_and_wait(++generation_);
-    if (first) check_agreement(set, Op::kReduceScatter, m, static_cast<int>(dtype));
-    first = false;
+    meet(set, Op::kReduceScatter, m, dtype, first);
     if (c > 0) {
       auto o = view(dst + off * es, c, dtype);
       o.copy_(view(mine + rank_ * c * es, c, dtype));
@@ -277,10 +278,7 @@ void ShmTransport::run_all_gather(const at::Tensor& out, const at::Tensor& in) {
     const int64_t c = std::min(max_chunk, m - off);
     const int set = static_cast<int>(round_++ & 1);
     std::memcpy(slot(set, rank_), src + off * es, c * es);
-    if (first) header_->desc[set][rank_] = {static_cast<uint32_t>(Op::kAllGather), static_cast<int32_t>(dtype), m};
-    arrive_and_wait(++generation_);
-    if (first) check_agreement(set, Op::kAllGather, m, static_cast<int>(dtype));
-    first = false;
+    meet(set, Op::kAllGather, m, dtype, first);
     for (int p = 0; p < size_; ++p) std::memcpy(dst + (p * m + off) * es, slot(set, p), c * es);
     off += c;
   } while (off < m);

@@ -86,6 +86,9 @@ class ShmTransport {
   void arrive_and_wait(uint32_t generation);
   // Publishes this member's description of the current operation and checks the others'.
   void check_agreement(int set, Op op, int64_t numel, int dtype);
+  // The chunk's meeting point: describe the operation (first chunk), arrive, wait for all,
+  // check that everyone called the same thing (first chunk).
+  void meet(int set, Op op, int64_t numel, at::ScalarType dtype, bool& first);
   void* slot(int set, int member) const;
 
   void run_all_reduce(const at::Tensor& t, bool average);

@@ -42,22 +42,26 @@ def model_dir(tmp_path_factory):
     return d / "model"
 
 
-@pytest.fixture(scope="module")
-def server(model_dir):
+def start_server(model_dir, *flags):
+    """infer_llama --serve on a free port, once /health answers: (base URL, process)."""
     port = free_port()
     proc = subprocess.Popen([f"{APPS}/infer_llama", "--serve", "--model", str(model_dir), "--port", str(port),
-                             "--served_model_name", "tiny", "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--threads", "1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
             urllib.request.urlopen(base + "/health", timeout=1)
-            break
+            return base, proc
         except OSError:
             time.sleep(0.1)
-    else:
-        proc.kill()
-        raise RuntimeError("server did not come up:\n" + proc.stdout.read())
+    proc.kill()
+    raise RuntimeError("server did not come up:\n" + proc.stdout.read())
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    port = free_port()
+    base, proc = start_server(model_dir, "--served_model_name", "tiny")
     yield base, proc
     if proc.poll() is None:
         proc.kill()
@@ -195,16 +199,7 @@ def test_disconnected_client_frees_its_blocks(server):
 
 
 def test_sigterm_drains_in_flight_requests_then_exits(model_dir):
-    port = free_port()
-    proc = subprocess.Popen([f"{APPS}/infer_llama", "--serve", "--model", str(model_dir), "--port", str(port),
-                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(base + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    base, proc = start_server(model_dir)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         fut = pool.submit(lambda: client(base).completions.create(
             model="model", prompt="It was", max_tokens=60, temperature=0, extra_body={"ignore_eos": True}))

@@ -1,0 +1,98 @@
+#include "core/parallel/tensor/comm_ops.h"
+
+#include <torch/autograd.h>
+
+#include "core/common/check.h"
+#include "core/dist/collectives.h"
+
+namespace colossal::parallel {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The group travels to backward as a pointer to a copy the function owns for its lifetime.
+struct GroupHolder : torch::CustomClassHolder {
+  explicit GroupHolder(dist::Group g) : group(std::move(g)) {}
+  dist::Group group;
+};
+
+const dist::Group& group_of(AutogradContext* ctx) {
+  return static_cast<GroupHolder*>(ctx->saved_data["group"].toCapsule().get())->group;
+}
+
+torch::Tensor all_reduced(const torch::Tensor& t, const dist::Group& g) {
+  auto out = t.contiguous().clone();
+  dist::all_reduce(out, g);
+  return out;
+}
+
+torch::Tensor gathered_last(const torch::Tensor& t, const dist::Group& g) {
+  const int n = g.size();
+  // Gather along dim 0 of a [n, ...] buffer, then move the group dimension next to the last.
+  auto moved = t.movedim(-1, 0).contiguous();  // [d, ...]
+  auto sizes = moved.sizes().vec();
+  sizes[0] *= n;
+  auto out = torch::empty(sizes, t.options());
+  dist::all_gather(out, moved, g);
+  return out.movedim(0, -1).contiguous();
+}
+
+torch::Tensor own_slice_last(const torch::Tensor& t, const dist::Group& g) {
+  const int64_t d = t.size(-1);
+  COLOSSAL_CHECK(d % g.size() == 0, "[tp] last dimension ", d, " does not divide by the group size ", g.size());
+  const int64_t part = d / g.size();
+  return t.narrow(-1, g.rank() * part, part).contiguous();
+}
+
+struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_reduced(grads[0], group_of(ctx)), torch::Tensor()};
+  }
+};
+
+struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    return all_reduced(x, g->group);
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
+};
+
+struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    return gathered_last(x, g->group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {own_slice_last(grads[0], group_of(ctx)), torch::Tensor()};
+  }
+};
+
+struct SplitLastDim : torch::autograd::Function<SplitLastDim> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    return own_slice_last(x, g->group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {gathered_last(grads[0].contiguous(), group_of(ctx)), torch::Tensor()};
+  }
+};
+
+template <typename F>
+torch::Tensor apply(const torch::Tensor& x, const dist::Group& g) {
+  if (g.size() == 1) return x;
+  return F::apply(x, c10::make_intrusive<GroupHolder>(g));
+}
+
+}  // namespace
+
+torch::Tensor copy_to_group(const torch::Tensor& x, const dist::Group& g) { return apply<CopyToGroup>(x, g); }
+torch::Tensor reduce_from_group(const torch::Tensor& x, const dist::Group& g) { return apply<ReduceFromGroup>(x, g); }
+torch::Tensor gather_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply<GatherLastDim>(x, g); }
+torch::Tensor split_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply<SplitLastDim>(x, g); }
+
+}  // namespace colossal::parallel

@@ -1,0 +1,119 @@
+#include "core/parallel/tensor/layers.h"
+
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+#include "core/common/check.h"
+#include "core/dist/collectives.h"
+#include "core/parallel/tensor/comm_ops.h"
+
+namespace colossal::parallel {
+
+int64_t padded_vocab(int64_t vocab, int tp) {
+  const int64_t m = 64 * static_cast<int64_t>(tp);
+  return (vocab + m - 1) / m * m;
+}
+
+namespace {
+int64_t split(int64_t n, const dist::Group& g, const char* what) {
+  COLOSSAL_CHECK(n % g.size() == 0, "[tp] ", what, " ", n, " does not divide by the tensor-parallel size ", g.size());
+  return n / g.size();
+}
+}  // namespace
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, dist::Group group, bool with_bias,
+                                                   bool gather_output)
+    : group_(std::move(group)), gather_output_(gather_output) {
+  weight = register_parameter("weight", torch::randn({split(out, group_, "output features"), in}) * 0.02);
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out / group_.size()}));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
+  auto y = torch::nn::functional::linear(copy_to_group(x, group_), weight, bias);
+  return gather_output_ ? gather_last_dim(y, group_) : y;
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, dist::Group group, bool with_bias)
+    : group_(std::move(group)) {
+  weight = register_parameter("weight", torch::randn({out, split(in, group_, "input features")}) * 0.02);
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  auto y = reduce_from_group(torch::nn::functional::linear(x, weight), group_);
+  return bias.defined() ? y + bias : y;
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t dim, dist::Group group)
+    : group_(std::move(group)) {
+  per_rank_ = padded_vocab(vocab, group_.size()) / group_.size();
+  start_ = group_.rank() * per_rank_;
+  weight = register_parameter("weight", torch::randn({per_rank_, dim}) * 0.02);
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
+  auto mine = ids.ge(start_).logical_and(ids.lt(start_ + per_rank_));
+  auto local = torch::where(mine, ids - start_, torch::zeros_like(ids));
+  auto out = torch::embedding(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
+  return reduce_from_group(out, group_);
+}
+
+namespace {
+
+struct GroupHolder : torch::CustomClassHolder {
+  explicit GroupHolder(dist::Group g) : group(std::move(g)) {}
+  dist::Group group;
+};
+
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& target, c10::intrusive_ptr<GroupHolder> holder,
+                               int64_t ignore_index) {
+    const auto& g = holder->group;
+    const int64_t per_rank = logits.size(1), start = g.rank() * per_rank;
+    auto x = logits.to(torch::kFloat);
+    auto max = std::get<0>(x.max(1)).contiguous();
+    dist::all_reduce(max, g, dist::ReduceOp::kMax);
+    auto e = (x - max.unsqueeze(1)).exp_();
+    auto sum = e.sum(1).contiguous();
+    dist::all_reduce(sum, g);
+    auto valid = target.ne(ignore_index);
+    auto here = valid.logical_and(target.ge(start)).logical_and(target.lt(start + per_rank));
+    auto local = torch::where(here, target - start, torch::zeros_like(target));
+    auto picked = (x.gather(1, local.unsqueeze(1)).squeeze(1) * here.to(torch::kFloat)).contiguous();
+    dist::all_reduce(picked, g);
+    auto per_row = (sum.log() + max - picked).masked_fill_(valid.logical_not(), 0);
+    const int64_t count = valid.sum().item<int64_t>();
+    e.div_(sum.unsqueeze(1));  // softmax over the whole vocabulary, this rank's columns
+    ctx->save_for_backward({e, local, here, valid});
+    ctx->saved_data["count"] = count;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return per_row.sum() / static_cast<double>(count);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    auto g = s[0].clone();
+    const auto& local = s[1];
+    const auto& here = s[2];
+    const auto& valid = s[3];
+    g.scatter_add_(1, local.unsqueeze(1), -here.to(torch::kFloat).unsqueeze(1));
+    const double scale = grads[0].item<double>() / static_cast<double>(ctx->saved_data["count"].toInt());
+    g.mul_(valid.to(torch::kFloat).mul(scale).unsqueeze(1));
+    auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {g.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target,
+                                           const dist::Group& group, int64_t ignore_index) {
+  COLOSSAL_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
+                 "[tp] vocab_parallel_cross_entropy: expected logits [N, V/tp] and target [N], got ", logits.sizes(),
+                 " and ", target.sizes());
+  return VocabParallelCrossEntropy::apply(logits, target, c10::make_intrusive<GroupHolder>(group), ignore_index);
+}
+
+}  // namespace colossal::parallel

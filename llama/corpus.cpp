@@ -1,5 +1,7 @@
 #include "llama/corpus.h"
 
+#include "core/common/env.h"
+
 #include <zlib.h>
 
 #include <cstdlib>
@@ -126,11 +128,7 @@ CorpusSplit write_austen_jsonl(const std::string& rdb_path, const std::string& o
 }
 
 std::string default_austen_rdb() {
-  // The cache setup.sh uses: $COLOSSAL_CACHE, else ~/.cache/colossal-cpp.
-  const char* cache = std::getenv("COLOSSAL_CACHE");
-  const char* home = std::getenv("HOME");
-  std::string root = cache ? cache : std::string(home ? home : "/root") + "/.cache/colossal-cpp";
-  return root + "/corpus/janeaustenr/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb";
+  return cache_root() + "/corpus/janeaustenr/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb";
 }
 
 }  // namespace colossal::llama

@@ -108,23 +108,27 @@ if [ "$have_py_extra" -eq 0 ]; then
   "$(python_bin)" -m pip install -q --cache-dir "$PIP_CACHE" "${PY_EXTRA[@]}"
 fi
 
-# The built-in default corpus: Jane Austen's novels in Debian's r-cran-janeaustenr. Only its
-# data file is needed, so the .deb is downloaded and unpacked into the cache (no R install);
-# llama/corpus.h reads it.
-CORPUS_DIR="$CACHE_ROOT/corpus/janeaustenr"
-AUSTEN_RDB="$CORPUS_DIR/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb"
-if [ ! -s "$AUSTEN_RDB" ]; then
-  log "fetching the default corpus (r-cran-janeaustenr)"
+# Data files from Debian packages, without installing the packages (no R, no root needed for
+# the data): the .deb is downloaded and unpacked into the cache. fetch_deb_data PACKAGE CHECK_FILE
+fetch_deb_data() {
+  local pkg="$1" check="$2" dir="$CACHE_ROOT/corpus/$3"
+  [ -s "$dir/$check" ] && return 0
+  log "fetching $pkg"
+  local tmp_deb
   tmp_deb="$(mktemp -d)"
   chmod 777 "$tmp_deb"  # apt-get download runs as _apt where it can
-  if ! (cd "$tmp_deb" && apt-get download -q r-cran-janeaustenr >/dev/null 2>&1); then
-    log "apt-get download r-cran-janeaustenr failed (is Debian's archive reachable?)"; exit 1
+  if ! (cd "$tmp_deb" && apt-get download -q "$pkg" >/dev/null 2>&1); then
+    log "apt-get download $pkg failed (is Debian's archive reachable?)"; exit 1
   fi
-  mkdir -p "$CORPUS_DIR"
-  dpkg-deb -x "$tmp_deb"/r-cran-janeaustenr_*.deb "$CORPUS_DIR"
+  mkdir -p "$dir"
+  dpkg-deb -x "$tmp_deb"/"$pkg"_*.deb "$dir"
   rm -rf "$tmp_deb"
-  [ -s "$AUSTEN_RDB" ] || { log "r-cran-janeaustenr has no $AUSTEN_RDB"; exit 1; }
-fi
+  [ -s "$dir/$check" ] || { log "$pkg has no $check"; exit 1; }
+}
+# The built-in LLaMA corpus: Jane Austen's novels (llama/corpus.h reads R's data file).
+fetch_deb_data r-cran-janeaustenr usr/lib/R/site-library/janeaustenr/data/Rdata.rdb janeaustenr
+# The built-in ViT dataset: Fashion-MNIST in IDX format (vit/data/idx.h).
+fetch_deb_data dataset-fashion-mnist usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz fashion-mnist
 
 # ccache: outside the checkout, large enough for a few LibTorch PCHs (~700 MB each).
 CCACHE_DIR="$CACHE_ROOT/ccache" ccache --max-size=20G >/dev/null

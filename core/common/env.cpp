@@ -48,4 +48,10 @@ std::optional<bool> env_flag(const char* name) {
                 "'");
 }
 
+std::string cache_root() {
+  if (auto c = env_string("COLOSSAL_CACHE")) return *c;
+  auto home = env_string("HOME");
+  return (home ? *home : std::string("/root")) + "/.cache/colossal-cpp";
+}
+
 }  // namespace colossal

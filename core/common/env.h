@@ -15,4 +15,8 @@ std::optional<double> env_double(const char* name);
 /// 1/true/yes/on and 0/false/no/off (any case); anything else throws.
 std::optional<bool> env_flag(const char* name);
 
+/// Where scripts/setup.sh keeps what it fetches (LibTorch, the built-in datasets):
+/// $COLOSSAL_CACHE, else ~/.cache/colossal-cpp.
+std::string cache_root();
+
 }  // namespace colossal

@@ -1,0 +1,137 @@
+#include "vit/model.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/nn/activation_checkpoint.h"
+#include "core/nn/module_hooks.h"
+
+namespace colossal::vit {
+
+using nn::call;
+
+PatchEmbeddingsImpl::PatchEmbeddingsImpl(const ViTConfig& c) {
+  projection = register_module("projection", torch::nn::Conv2d(torch::nn::Conv2dOptions(c.num_channels, c.hidden_size,
+                                                                                        c.patch_size)
+                                                                   .stride(c.patch_size)));
+}
+
+EmbeddingsImpl::EmbeddingsImpl(const ViTConfig& c) : grid_(c.image_size / c.patch_size) {
+  cls_token = register_parameter("cls_token", torch::zeros({1, 1, c.hidden_size}));
+  position_embeddings = register_parameter("position_embeddings", torch::zeros({1, c.num_patches() + 1, c.hidden_size}));
+  patch_embeddings = register_module("patch_embeddings", PatchEmbeddings(c));
+}
+
+// Position embeddings for a grid_h x grid_w patch grid: the stored grid, bicubically resized
+// when the image size differs from the configured one (the class token's entry unchanged).
+torch::Tensor EmbeddingsImpl::positions_for(int64_t grid_h, int64_t grid_w) {
+  if (grid_h == grid_ && grid_w == grid_) return position_embeddings;
+  const int64_t dim = position_embeddings.size(2);
+  auto cls = position_embeddings.narrow(1, 0, 1);
+  auto grid = position_embeddings.narrow(1, 1, grid_ * grid_).reshape({1, grid_, grid_, dim}).permute({0, 3, 1, 2});
+  auto resized = torch::nn::functional::interpolate(
+      grid, torch::nn::functional::InterpolateFuncOptions()
+                .size(std::vector<int64_t>{grid_h, grid_w})
+                .mode(torch::kBicubic)
+                .align_corners(false));
+  return torch::cat({cls, resized.permute({0, 2, 3, 1}).reshape({1, grid_h * grid_w, dim})}, 1);
+}
+
+torch::Tensor EmbeddingsImpl::forward(const torch::Tensor& pixels) {
+  auto patches = call(patch_embeddings->projection, pixels);  // [B, D, gh, gw]
+  const int64_t B = patches.size(0), gh = patches.size(2), gw = patches.size(3);
+  auto tokens = patches.flatten(2).transpose(1, 2);  // [B, gh*gw, D]
+  return nn::run_hooked(*this, [&] {
+    return torch::cat({cls_token.expand({B, 1, cls_token.size(2)}), tokens}, 1) + positions_for(gh, gw);
+  });
+}
+
+SelfAttentionImpl::SelfAttentionImpl(const ViTConfig& c) {
+  auto lin = [&] {
+    return torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.hidden_size).bias(c.qkv_bias));
+  };
+  query = register_module("query", lin());
+  key = register_module("key", lin());
+  value = register_module("value", lin());
+}
+
+DenseImpl::DenseImpl(int64_t in, int64_t out) { dense = register_module("dense", torch::nn::Linear(in, out)); }
+
+AttentionImpl::AttentionImpl(const ViTConfig& c) : heads_(c.num_attention_heads) {
+  attention = register_module("attention", SelfAttention(c));
+  output = register_module("output", Dense(c.hidden_size, c.hidden_size));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
+  auto split = [&](const torch::Tensor& t) { return t.view({B, N, heads_, d}).transpose(1, 2); };
+  auto q = split(call(attention->query, x)), k = split(call(attention->key, x)), v = split(call(attention->value, x));
+  auto out = at::scaled_dot_product_attention(q, k, v);
+  return call(output->dense, out.transpose(1, 2).reshape({B, N, D}));
+}
+
+LayerImpl::LayerImpl(const ViTConfig& c) {
+  auto ln = [&] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)); };
+  layernorm_before = register_module("layernorm_before", ln());
+  attention = register_module("attention", Attention(c));
+  layernorm_after = register_module("layernorm_after", ln());
+  intermediate = register_module("intermediate", Dense(c.hidden_size, c.intermediate_size));
+  output = register_module("output", Dense(c.intermediate_size, c.hidden_size));
+}
+
+torch::Tensor LayerImpl::forward(const torch::Tensor& x) {
+  auto h = x + attention->forward(call(layernorm_before, x));
+  return h + call(output->dense, torch::gelu(call(intermediate->dense, call(layernorm_after, h))));
+}
+
+EncoderImpl::EncoderImpl(const ViTConfig& c) {
+  auto list = register_module("layer", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.push_back(Layer(c));
+    list->push_back(layers.back());
+  }
+}
+
+ViTModelImpl::ViTModelImpl(const ViTConfig& c) {
+  embeddings = register_module("embeddings", Embeddings(c));
+  encoder = register_module("encoder", Encoder(c));
+  layernorm = register_module("layernorm",
+                              torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
+}
+
+ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c) : config_(c) {
+  config_.validate();
+  vit = register_module("vit", ViTModel(config_));
+  classifier = register_module("classifier", torch::nn::Linear(c.hidden_size, c.num_labels));
+  // Training from scratch: truncated normal(0, initializer_range) weights, zero biases, unit norms.
+  torch::NoGradGuard no_grad;
+  const double s = c.initializer_range;
+  for (auto& item : named_parameters()) {
+    auto& p = item.value();
+    const auto& name = item.key();
+    if (name.find("layernorm") != std::string::npos) {
+      if (name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0) p.fill_(1.0);
+      else p.zero_();
+    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      p.zero_();
+    } else {
+      p.normal_(0.0, s).clamp_(-2 * s, 2 * s);
+    }
+  }
+}
+
+torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels) {
+  auto h = vit->embeddings->forward(pixels);
+  for (auto& layer : vit->encoder->layers) {
+    if (gradient_checkpointing_ && is_training()) {
+      h = nn::checkpoint([l = layer.ptr()](const torch::Tensor& x) { return l->forward(x); }, h);
+    } else {
+      h = layer->forward(h);
+    }
+  }
+  h = call(vit->layernorm, h);
+  return call(classifier, h.select(1, 0));
+}
+
+}  // namespace colossal::vit

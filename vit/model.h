@@ -1,0 +1,109 @@
+#pragma once
+// A Vision Transformer with Hugging Face's ViTForImageClassification parameter names:
+//   vit.embeddings.{cls_token, position_embeddings, patch_embeddings.projection.{weight,bias}}
+//   vit.encoder.layer.N.{layernorm_before, attention.attention.{query,key,value},
+//                        attention.output.dense, layernorm_after, intermediate.dense, output.dense}
+//   vit.layernorm, classifier
+// Patch embedding (a strided convolution), a class token, learned position embeddings
+// (bicubically interpolated when the image size differs from the configured one), pre-norm
+// encoder blocks with exact GELU, a linear head on the class token. Every parameter-owning module
+// runs through colossal::nn::call, so ZeRO-3 gathers it on demand.
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "vit/config.h"
+
+namespace colossal::vit {
+
+class PatchEmbeddingsImpl : public torch::nn::Module {
+ public:
+  explicit PatchEmbeddingsImpl(const ViTConfig& c);
+  torch::nn::Conv2d projection{nullptr};
+};
+TORCH_MODULE(PatchEmbeddings);
+
+class EmbeddingsImpl : public torch::nn::Module {
+ public:
+  explicit EmbeddingsImpl(const ViTConfig& c);
+  torch::Tensor forward(const torch::Tensor& pixels);
+  torch::Tensor cls_token, position_embeddings;
+  PatchEmbeddings patch_embeddings{nullptr};
+
+ private:
+  torch::Tensor positions_for(int64_t grid_h, int64_t grid_w);
+  int64_t grid_;
+};
+TORCH_MODULE(Embeddings);
+
+class SelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit SelfAttentionImpl(const ViTConfig& c);
+  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
+};
+TORCH_MODULE(SelfAttention);
+
+class DenseImpl : public torch::nn::Module {  // HF's ViTSelfOutput / ViTIntermediate / ViTOutput
+ public:
+  DenseImpl(int64_t in, int64_t out);
+  torch::nn::Linear dense{nullptr};
+};
+TORCH_MODULE(Dense);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ViTConfig& c);
+  torch::Tensor forward(const torch::Tensor& x);
+  SelfAttention attention{nullptr};
+  Dense output{nullptr};
+
+ private:
+  int64_t heads_;
+};
+TORCH_MODULE(Attention);
+
+class LayerImpl : public torch::nn::Module {
+ public:
+  explicit LayerImpl(const ViTConfig& c);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::LayerNorm layernorm_before{nullptr}, layernorm_after{nullptr};
+  Attention attention{nullptr};
+  Dense intermediate{nullptr}, output{nullptr};
+};
+TORCH_MODULE(Layer);
+
+class EncoderImpl : public torch::nn::Module {
+ public:
+  explicit EncoderImpl(const ViTConfig& c);
+  std::vector<Layer> layers;  // registered as "layer" (layer.N.*)
+};
+TORCH_MODULE(Encoder);
+
+class ViTModelImpl : public torch::nn::Module {
+ public:
+  explicit ViTModelImpl(const ViTConfig& c);
+  Embeddings embeddings{nullptr};
+  Encoder encoder{nullptr};
+  torch::nn::LayerNorm layernorm{nullptr};
+};
+TORCH_MODULE(ViTModel);
+
+class ViTForImageClassificationImpl : public torch::nn::Module {
+ public:
+  explicit ViTForImageClassificationImpl(const ViTConfig& c);
+  /// Logits [B, num_labels] for pixels [B, channels, H, W] (normalised floats).
+  torch::Tensor forward(const torch::Tensor& pixels);
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  const ViTConfig& config() const { return config_; }
+  ViTModel vit{nullptr};
+  torch::nn::Linear classifier{nullptr};
+
+ private:
+  ViTConfig config_;
+  bool gradient_checkpointing_ = false;
+};
+TORCH_MODULE(ViTForImageClassification);
+
+}  // namespace colossal::vit

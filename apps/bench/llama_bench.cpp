@@ -26,6 +26,7 @@
 #include "core/booster/booster.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
+#include "core/common/progress.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/optim/factory.h"
@@ -60,14 +61,6 @@ struct Row {
   std::string shape, layout;
   double step_s = 0, tokens_s = 0, matmul_gflops = 0, model_gflops = 0, mfu = 0, peak_gib = 0;
 };
-
-double peak_rss_gib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / (1 << 20);
-  return 0;
-}
 
 // GFLOP/s of an fp32 2048x2048 product on this process's threads (median of 3), measured on
 // every rank at once and summed: the rate the job has right now. Taken before every step, so
@@ -127,7 +120,7 @@ Row run_job(const Args& a) {
   r.matmul_gflops = median(rates);
   r.model_gflops = r.tokens_s * colossal::llama::training_flops_per_token(shape.config, T) / 1e9;
   r.mfu = r.model_gflops / r.matmul_gflops;
-  auto peak = torch::tensor({peak_rss_gib()}, torch::kFloat64);
+  auto peak = torch::tensor({colossal::peak_resident_gib()}, torch::kFloat64);
   dist::all_reduce(peak, dist::world_group(), dist::ReduceOp::kMax);
   r.peak_gib = peak.item<double>();
   return r;

@@ -81,6 +81,12 @@ int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const Tokeni
   return 0;
 }
 
+// Streamed text straight to standard output.
+void print_text(const inference::TokenEvent& e) {
+  std::fputs(e.text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
 inference::SamplingParams sampling(const Args& a) {
   inference::SamplingParams p;
   p.temperature = a.temperature;
@@ -125,10 +131,7 @@ int run(const Args& a) {
         ids.insert(ids.end(), piece.begin(), piece.end());
         if (seg.assistant) ids.push_back(tok->eos_id());
       }
-      inference::GenerationRequest r{ids, sampling(a), [](const inference::TokenEvent& e) {
-                                       std::fputs(e.text.c_str(), stdout);
-                                       std::fflush(stdout);
-                                     }};
+      inference::GenerationRequest r{ids, sampling(a), print_text};
       auto result = engine.generate({r})[0];
       std::printf("\n");
       history.push_back({"assistant", result.text});
@@ -157,10 +160,7 @@ int run(const Args& a) {
     r.params = sampling(a);
     if (a.stream) {
       std::printf("%s", p.c_str());
-      r.on_event = [](const inference::TokenEvent& e) {
-        std::fputs(e.text.c_str(), stdout);
-        std::fflush(stdout);
-      };
+      r.on_event = print_text;
     }
     reqs.push_back(std::move(r));
   }

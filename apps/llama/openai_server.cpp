@@ -68,6 +68,23 @@ struct Channel {
   std::deque<TokenEvent> events;
 };
 
+// The next engine event for a response being written. While none comes, `keep_alive` is written
+// every half second (it keeps proxies from timing out and fails once the client is gone).
+// Returns false when the client is gone.
+bool next_event(Channel& channel, httplib::DataSink& sink, const std::string& keep_alive, TokenEvent& out) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(channel.mu);
+      if (channel.cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return !channel.events.empty(); })) {
+        out = std::move(channel.events.front());
+        channel.events.pop_front();
+        return true;
+      }
+    }
+    if (!sink.write(keep_alive.data(), keep_alive.size())) return false;
+  }
+}
+
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -327,17 +344,7 @@ struct OpenAIServer::State {
             int64_t completion = 0;
             for (;;) {
               TokenEvent e;
-              {
-                std::unique_lock<std::mutex> lock(channel->mu);
-                if (!channel->cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return !channel->events.empty(); })) {
-                  lock.unlock();
-                  // Nothing new: an SSE comment line keeps proxies awake and detects a gone client.
-                  if (!sink.write(": keep-alive\n\n", 14)) return false;
-                  continue;
-                }
-                e = channel->events.front();
-                channel->events.pop_front();
-              }
+              if (!next_event(*channel, sink, ": keep-alive\n\n", e)) return false;  // an SSE comment
               if (!e.finished) ++completion;
               // A token that completed no text yet (part of a character) is sent with the next.
               if (!e.finished && e.text.empty() && !want_logprobs) continue;
@@ -381,16 +388,7 @@ struct OpenAIServer::State {
           std::vector<double> logprobs;
           for (;;) {
             TokenEvent e;
-            {
-              std::unique_lock<std::mutex> lock(channel->mu);
-              if (!channel->cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return !channel->events.empty(); })) {
-                lock.unlock();
-                if (!sink.write(" ", 1)) return false;  // whitespace before JSON: a gone client shows up
-                continue;
-              }
-              e = channel->events.front();
-              channel->events.pop_front();
-            }
+            if (!next_event(*channel, sink, " ", e)) return false;  // whitespace before JSON is valid
             text += e.text;
             if (!e.finished) {
               pieces.push_back(self->piece(e.token));

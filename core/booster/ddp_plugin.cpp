@@ -221,7 +221,7 @@ class DDPModel : public ModelWrapper {
   }
 
   void on_gradient_ready(size_t i) {
-    if (detached_[i] || !params_[i].grad().is_alias_of(view_of(i))) attach(i);
+    if (detached_[i] || !params_[i].grad().is_alias_of(buckets_[bucket_of_[i]].flat)) attach(i);
     if (!sync_ || !in_backward_ || ready_[i]) return;
     ready_[i] = true;
     Bucket& b = buckets_[bucket_of_[i]];

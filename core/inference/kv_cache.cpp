@@ -49,12 +49,11 @@ at::Tensor paged_attention(const at::Tensor& q, const PagedKVCache& cache, int64
   auto tables = meta.block_tables.contiguous();
   auto seq = meta.token_seq.contiguous();
   auto ctx = meta.token_context.contiguous();
-  auto& c = const_cast<PagedKVCache&>(cache);
   kernels::cpu::PagedAttentionArgs a;
   a.q = qf.data_ptr<float>();
   a.out = out.data_ptr<float>();
-  a.k_cache = c.keys(layer).data_ptr();
-  a.v_cache = c.values(layer).data_ptr();
+  a.k_cache = cache.keys(layer).const_data_ptr();
+  a.v_cache = cache.values(layer).const_data_ptr();
   a.bf16_cache = cache.shape().dtype == at::kBFloat16;
   a.heads = heads;
   a.kv_heads = cache.shape().kv_heads;

@@ -32,6 +32,8 @@ class PagedKVCache {
   const CacheShape& shape() const { return shape_; }
   at::Tensor& keys(int64_t layer) { return k_[static_cast<size_t>(layer)]; }
   at::Tensor& values(int64_t layer) { return v_[static_cast<size_t>(layer)]; }
+  const at::Tensor& keys(int64_t layer) const { return k_[static_cast<size_t>(layer)]; }
+  const at::Tensor& values(int64_t layer) const { return v_[static_cast<size_t>(layer)]; }
 
   /// Writes k, v [tokens, kv_heads, head_dim] of `layer` into cache slots [tokens] (int64).
   void write(int64_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v);

@@ -134,4 +134,24 @@ torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels
   return call(classifier, h.select(1, 0));
 }
 
+parallel::ParallelPlan parallel_plan(const ViTConfig&) {
+  using parallel::SplitStyle;
+  parallel::ParallelPlan plan;
+  plan.rules = {
+      {"vit.embeddings", SplitStyle::kReplicate},
+      {"vit.embeddings.patch_embeddings.projection", SplitStyle::kReplicate},
+      {"vit.encoder.layer.*.layernorm_before", SplitStyle::kReplicate},
+      {"vit.encoder.layer.*.attention.attention.query", SplitStyle::kColumn},
+      {"vit.encoder.layer.*.attention.attention.key", SplitStyle::kColumn},
+      {"vit.encoder.layer.*.attention.attention.value", SplitStyle::kColumn},
+      {"vit.encoder.layer.*.attention.output.dense", SplitStyle::kRow},
+      {"vit.encoder.layer.*.layernorm_after", SplitStyle::kReplicate},
+      {"vit.encoder.layer.*.intermediate.dense", SplitStyle::kColumn},
+      {"vit.encoder.layer.*.output.dense", SplitStyle::kRow},
+      {"vit.layernorm", SplitStyle::kReplicate},
+      {"classifier", SplitStyle::kReplicate},
+  };
+  return plan;
+}
+
 }  // namespace colossal::vit

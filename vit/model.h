@@ -14,6 +14,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "core/parallel/plan.h"
 #include "vit/config.h"
 
 namespace colossal::vit {
@@ -105,5 +106,10 @@ class ViTForImageClassificationImpl : public torch::nn::Module {
   bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(ViTForImageClassification);
+
+/// How tensor parallelism splits the model (Megatron's layout): query/key/value and the MLP's
+/// first layer by output features (heads stay whole on a rank), the attention output and the
+/// MLP's second layer by input features; embeddings, norms and the small classifier replicated.
+parallel::ParallelPlan parallel_plan(const ViTConfig& config);
 
 }  // namespace colossal::vit

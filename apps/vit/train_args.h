@@ -1,0 +1,54 @@
+#pragma once
+// train_vit's settings: flags, or the same names as keys of a YAML/JSON file (--config); flags
+// given on the command line win over the file.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace colossal::vit_app {
+
+struct TrainArgs {
+  // Data
+  std::string data;                      // a directory (image folders, IDX or CIFAR files)
+  std::string dataset = "fashion-mnist";  // a built-in dataset, when --data is not given
+  double held_out_fraction = 0.1;        // DIR/<class>/ layouts: evaluation share per class
+  int workers = 2;                       // decoding threads per rank
+  std::string on_bad_image = "stop";     // stop | skip
+  // Model
+  std::string model = "nano";  // nano | tiny | small | base | path/to/config.json
+  std::string pretrained;      // Hugging Face ViT directory to start from
+  int64_t image_size = 0;      // 0: the pretrained model's, else the data's (at most 224)
+  int64_t patch_size = 0;      // 0: the pretrained model's, 16 for >= 128 px, else image_size / 7
+  bool grad_checkpoint = false;
+  // Augmentation
+  double min_crop_scale = 0;  // random resized crop's smallest area share; 0: 0.08, or 0.6 below 64 px
+  bool no_flip = false;
+  int randaugment = 0;  // colour operations per image
+  double randaugment_magnitude = 9;
+  // Parallelism and precision
+  std::string plugin = "ddp";
+  std::string mixed_precision = "fp32";
+  // Optimisation
+  int64_t batch_size = 64;  // images per rank per step
+  int64_t epochs = 6;
+  int64_t max_steps = 0;  // > 0: stop after this many steps
+  double lr = 2e-3, weight_decay = 0.05, warmup_ratio = 0.05, label_smoothing = 0.0, grad_clip = 1.0;
+  uint64_t seed = 42;
+  // Output
+  std::string save_dir = "out/vit";  // checkpoints/, model/, confusion_matrix.{csv,png}
+  std::string load_checkpoint;
+  int64_t log_interval = 20;
+  std::string log_file;
+  int64_t keep_checkpoints = 2;
+  // Prediction instead of training
+  std::vector<std::string> predict;
+  std::string model_dir;  // --predict's model (default SAVE_DIR/model)
+  int64_t top_k = 5;
+
+  std::string config;
+  void validate() const;
+};
+
+bool parse_train_args(int argc, char** argv, TrainArgs& args, int& exit_code);
+
+}  // namespace colossal::vit_app

@@ -1,0 +1,417 @@
+// train_vit: train a vision transformer on image folders, IDX or CIFAR files with any Booster
+// plugin, on one process or many; evaluate with top-1/top-5 accuracy and a confusion matrix;
+// classify image files with a saved model (--predict).
+//
+// With no arguments it trains the nano ViT (1.2M parameters, 4 x 4 patches) on Fashion-MNIST
+// (fetched by scripts/setup.sh) and writes out/vit/model plus out/vit/confusion_matrix.{csv,png}:
+//   build/apps/colossal run --nproc_per_node 2 -- build/apps/train_vit
+//   build/apps/train_vit --data photos/ --model small --image_size 96 --plugin zero2 --epochs 20
+//   build/apps/train_vit --predict shoe.png shirt.jpg            (uses out/vit/model)
+#include <sys/stat.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+
+#include "apps/vit/train_args.h"
+#include "core/booster/booster.h"
+#include "core/common/check.h"
+#include "core/common/progress.h"
+#include "core/data/distributed_sampler.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "core/optim/factory.h"
+#include "core/optim/lr_scheduler.h"
+#include "vit/confusion_matrix.h"
+#include "vit/data/datasets.h"
+#include "vit/data/image_folder.h"
+#include "vit/data/loader.h"
+#include "vit/pretrained.h"
+
+namespace dist = colossal::dist;
+namespace booster = colossal::booster;
+using colossal::vit_app::TrainArgs;
+using namespace colossal::vit;
+
+namespace {
+
+double elapsed(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+// ---- model choice ---------------------------------------------------------------------------
+
+int64_t automatic_patch_size(int64_t image_size) {
+  if (image_size >= 128) return 16;
+  // Small images: about a 7 x 7 grid of patches (28 -> 4, 32 -> 4 with an 8 x 8 grid).
+  for (int64_t p = std::max<int64_t>(1, image_size / 7); p >= 1; --p)
+    if (image_size % p == 0) return p;
+  return 1;
+}
+
+// The size a dataset's images have (the first training image), capped at 224.
+int64_t native_image_size(const ImageSource& train) {
+  for (int64_t i = 0; i < std::min<int64_t>(train.size(), 16); ++i) {
+    try {
+      auto m = train.load(i);
+      return std::min<int64_t>(224, std::min(m.rows, m.cols));
+    } catch (const ImageReadError&) {
+    }
+  }
+  return 224;
+}
+
+struct ModelChoice {
+  ViTConfig config;
+  ImageProcessorConfig processor;
+  ViTForImageClassification model{nullptr};
+  std::string description;
+};
+
+ModelChoice build_model(const TrainArgs& a, const Datasets& data) {
+  ModelChoice out;
+  const auto classes = data.train->num_classes();
+  if (!a.pretrained.empty()) {
+    // The model keeps the checkpoint's position table; another --image_size is served by
+    // interpolating it on the fly (model.h), so every pretrained weight loads unchanged.
+    out.config = ViTConfig::from_json_file(a.pretrained + "/config.json");
+    out.processor = ImageProcessorConfig::from_json_file(a.pretrained + "/preprocessor_config.json", out.config);
+    if (a.image_size) out.processor.size = a.image_size;
+    COLOSSAL_CHECK(out.processor.size % out.config.patch_size == 0, "--image_size ", out.processor.size,
+                   " is not a multiple of the pretrained model's patch size ", out.config.patch_size);
+    const bool new_head = out.config.num_labels != classes;
+    out.config.num_labels = classes;
+    out.config.id2label = data.train->class_names();
+    torch::manual_seed(a.seed);
+    out.model = ViTForImageClassification(out.config);
+    auto report = colossal::checkpoint::load_model_state(*out.model, a.pretrained, {.strict = false});
+    bool usable = report.missing.empty() && report.unexpected.empty();
+    for (const auto& name : report.mismatched) usable = usable && new_head && name.rfind("classifier.", 0) == 0;
+    COLOSSAL_CHECK(usable, "--pretrained ", a.pretrained, ": its weights do not fit a ViT of its config.json: ",
+                   report.describe());
+    out.description = "from " + a.pretrained + (new_head ? " (new " + std::to_string(classes) + "-class head)" : "");
+    return out;
+  }
+  const int64_t size = a.image_size ? a.image_size : native_image_size(*data.train);
+  const int64_t patch = a.patch_size ? a.patch_size : automatic_patch_size(size);
+  const int64_t channels = data.train->channels();
+  if (a.model.size() > 5 && a.model.substr(a.model.size() - 5) == ".json") {
+    out.config = ViTConfig::from_json_file(a.model);
+    out.config.num_labels = classes;
+    if (a.image_size) out.config.image_size = a.image_size;
+    if (a.patch_size) out.config.patch_size = a.patch_size;
+    out.config.num_channels = channels;
+  } else {
+    out.config = ViTConfig::named(a.model, size, patch, channels, classes);
+  }
+  out.config.id2label = data.train->class_names();
+  out.config.validate();
+  out.processor.size = out.config.image_size;
+  out.processor.image_mean.assign(static_cast<size_t>(channels), 0.5);
+  out.processor.image_std.assign(static_cast<size_t>(channels), 0.5);
+  torch::manual_seed(a.seed);
+  out.model = ViTForImageClassification(out.config);
+  out.description = a.model;
+  return out;
+}
+
+TransformOptions transform_options(const TrainArgs& a, const ModelChoice& m) {
+  TransformOptions t;
+  t.image_size = m.processor.size;
+  t.channels = static_cast<int>(m.config.num_channels);
+  t.mean = m.processor.image_mean;
+  t.std = m.processor.image_std;
+  t.crop_min_scale = a.min_crop_scale > 0 ? a.min_crop_scale : (t.image_size < 64 ? 0.6 : 0.08);
+  t.horizontal_flip = !a.no_flip;
+  t.randaugment_ops = a.randaugment;
+  t.randaugment_magnitude = a.randaugment_magnitude;
+  return t;
+}
+
+// ---- evaluation -----------------------------------------------------------------------------
+
+// Every rank classifies every n-th image; ranks out of images repeat image 0 with weight 0 so
+// all run the same number of forward passes (ZeRO-3 gathers parameters collectively). Counts
+// are summed over ranks.
+ClassificationCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, int64_t batch_size,
+                              c10::ScalarType dtype, size_t depth) {
+  torch::NoGradGuard no_grad;
+  const int n = dist::world_size(), r = dist::rank();
+  const int64_t size = loader.source().size(), per_rank = (size + n - 1) / n;
+  ClassificationCounts counts(loader.source().num_classes());
+  std::deque<std::vector<double>> weights;  // of the batches submitted and not yet taken
+  int64_t next = 0;
+  auto top_up = [&] {
+    for (; next < per_rank && weights.size() < depth; next += batch_size) {
+      std::vector<int64_t> idx;
+      std::vector<double> w;
+      for (int64_t k = next; k < std::min(per_rank, next + batch_size); ++k) {
+        const int64_t i = k * n + r;
+        idx.push_back(i < size ? i : 0);
+        w.push_back(i < size ? 1.0 : 0.0);
+      }
+      loader.submit(idx, 0);
+      weights.push_back(w);
+    }
+  };
+  model->eval();
+  for (top_up(); !weights.empty(); top_up()) {
+    auto batch = loader.take();
+    std::vector<double> w;
+    for (int64_t p : batch.positions) w.push_back(weights.front()[p]);
+    weights.pop_front();
+    for (const auto& s : batch.skipped) std::fprintf(stderr, "[rank %d] skipped: %s\n", r, s.c_str());
+    if (batch.labels.size(0) == 0) {  // keep the collective forward in step with other ranks
+      const auto& t = loader.options().transform;
+      (void)model->forward(torch::zeros({1, t.channels, t.image_size, t.image_size}).to(dtype));
+      continue;
+    }
+    auto logits = model->forward(batch.pixels.to(dtype)).to(torch::kFloat);
+    auto losses = torch::nn::functional::cross_entropy(
+        logits, batch.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    counts.add(logits, batch.labels, losses, w);
+  }
+  model->train();
+  auto packed = counts.pack();
+  dist::all_reduce(packed, dist::world_group());
+  counts.unpack(packed);
+  return counts;
+}
+
+// ---- prediction -----------------------------------------------------------------------------
+
+int predict(const TrainArgs& a) {
+  std::string dir = !a.model_dir.empty() ? a.model_dir : !a.pretrained.empty() ? a.pretrained : a.save_dir + "/model";
+  COLOSSAL_CHECK(exists(dir + "/config.json"), "--predict: no model at ", dir,
+                 " (train one first, or pass --model_dir DIR)");
+  auto loaded = load_pretrained(dir);
+  loaded.model->eval();
+  TransformOptions t;
+  t.image_size = loaded.processor.size;
+  t.channels = static_cast<int>(loaded.config.num_channels);
+  t.mean = loaded.processor.image_mean;
+  t.std = loaded.processor.image_std;
+  torch::NoGradGuard no_grad;
+  int failures = 0;
+  const int64_t k = std::min<int64_t>(a.top_k, loaded.config.num_labels);
+  for (const auto& path : a.predict) {
+    cv::Mat image;
+    try {
+      image = read_image(path, t.channels);
+    } catch (const ImageReadError& e) {
+      std::fprintf(stderr, "train_vit: %s\n", e.what());
+      ++failures;
+      continue;
+    }
+    auto pixels = torch::empty({1, t.channels, t.image_size, t.image_size});
+    transform_eval(image, t, pixels.data_ptr<float>());
+    auto probs = torch::softmax(loaded.model->forward(pixels)[0], 0);
+    auto [values, indices] = probs.topk(k);
+    std::printf("%s:", path.c_str());
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t c = indices[j].item<int64_t>();
+      std::string name = c < static_cast<int64_t>(loaded.config.id2label.size()) ? loaded.config.id2label[c]
+                                                                                 : "LABEL_" + std::to_string(c);
+      std::printf("%s %s %.3f", j ? "," : "", name.c_str(), values[j].item<double>());
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  return failures ? 1 : 0;
+}
+
+// ---- training -------------------------------------------------------------------------------
+
+int train(TrainArgs& a) {
+  dist::init();
+  const int n = dist::world_size(), r = dist::rank();
+  (void)!std::system(("mkdir -p '" + a.save_dir + "'").c_str());
+
+  DatasetOptions dopt;
+  dopt.held_out_fraction = a.held_out_fraction;
+  dopt.seed = a.seed;
+  auto data = open_datasets(a.data.empty() ? a.dataset : a.data, dopt);
+  COLOSSAL_CHECK(data.train->size() > 0 && data.eval->size() > 0, "[data] ", data.description,
+                 ": training and evaluation both need images");
+  COLOSSAL_CHECK(data.train->num_classes() >= 2, "[data] ", data.description, ": expected at least 2 classes");
+  auto m = build_model(a, data);
+  m.model->set_gradient_checkpointing(a.grad_checkpoint);
+  auto& model = m.model;
+
+  const int64_t steps_per_epoch = std::max<int64_t>(1, data.train->size() / (a.batch_size * n));
+  const int64_t total_steps = a.max_steps > 0 ? a.max_steps : a.epochs * steps_per_epoch;
+  const auto warmup = static_cast<int64_t>(a.warmup_ratio * total_steps);
+
+  auto optimizer = colossal::optim::make_optimizer(
+      *model, {.name = "fused_adamw", .lr = a.lr, .weight_decay = a.weight_decay});
+  auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
+      *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = warmup,
+                                                        .total_steps = total_steps, .min_lr_ratio = 0.0});
+  auto sampler = std::make_shared<colossal::data::DistributedSampler>(colossal::data::DistributedSampler::Options{
+      .dataset_size = data.train->size(), .seed = a.seed, .drop_last = true});
+  booster::Booster booster(booster::make_plugin(a.plugin == "zero3" ? "gemini" : a.plugin, a.mixed_precision));
+  auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
+  int64_t first_step = 1;
+  if (!a.load_checkpoint.empty()) {
+    auto state = booster.load_checkpoint(b, a.load_checkpoint);
+    first_step = state.step + 1;
+    if (r == 0) std::printf("resumed: %s at step %ld (epoch %ld)\n", a.load_checkpoint.c_str(), state.step, state.epoch);
+  }
+
+  // The loader runs ahead of the loop on its own copy of the sampler; the Booster's sampler
+  // advances as batches are used, so a checkpoint records what was trained on.
+  auto feed = *sampler;
+  LoaderOptions lo;
+  lo.workers = a.workers;
+  lo.skip_bad_images = a.on_bad_image == "skip";
+  lo.seed = a.seed;
+  lo.transform = transform_options(a, m);
+  PrefetchLoader train_loader(data.train, lo);
+  lo.augment = false;
+  PrefetchLoader eval_loader(data.eval, lo);
+  const size_t depth = static_cast<size_t>(std::max(2, a.workers + 2));
+  int64_t submitted = first_step - 1;
+  auto next_batch = [&](colossal::data::DistributedSampler& s) {
+    auto idx = s.next(a.batch_size);
+    if (static_cast<int64_t>(idx.size()) < a.batch_size) {  // the epoch ends: start the next
+      s.set_epoch(s.epoch() + 1);
+      idx = s.next(a.batch_size);
+    }
+    return idx;
+  };
+  auto top_up = [&] {
+    while (train_loader.queued() < depth && submitted < total_steps) {
+      auto idx = next_batch(feed);
+      train_loader.submit(idx, feed.epoch());
+      ++submitted;
+    }
+  };
+
+  if (r == 0) {
+    const auto& c = m.config;
+    std::printf("data: %s\n", data.description.c_str());
+    double parameters = 0;
+    for (const auto& p : model->parameters()) parameters += static_cast<double>(p.numel());
+    std::printf("model: ViT %s, %.2fM parameters (hidden %ld, layers %ld, heads %ld, patch %ld, image %ld x %ld x %ld)\n",
+                m.description.c_str(), parameters / 1e6,
+                c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.patch_size, c.num_channels,
+                lo.transform.image_size, lo.transform.image_size);
+    std::printf("training: %d rank(s) x %ld images = %ld per step, %ld steps (%.2f epochs), plugin %s, %s, "
+                "%d decoding thread(s)/rank\n",
+                n, a.batch_size, a.batch_size * n, total_steps, static_cast<double>(total_steps) / steps_per_epoch,
+                a.plugin.c_str(), a.mixed_precision.c_str(), a.workers);
+    std::fflush(stdout);
+  }
+  colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
+  auto report_eval = [&](int64_t step) {
+    auto counts = evaluate(model, eval_loader, a.batch_size, b.compute_dtype, depth);
+    progress.event("eval", step,
+                   {{"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()},
+                    {"images", counts.samples}});
+    return counts;
+  };
+  auto save = [&](int64_t step) {
+    booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
+                            {.keep_last = static_cast<int>(a.keep_checkpoints)});
+    progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto window_start = t0;
+  double window_loss = 0, window_correct = 0, window_images = 0, train_seconds = 0, train_images = 0;
+  const auto ce = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(a.label_smoothing);
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    top_up();
+    (void)next_batch(*sampler);  // the Booster's sampler follows the loader's
+    ImageBatch batch;
+    try {
+      batch = train_loader.take();
+    } catch (const ImageReadError& e) {
+      COLOSSAL_FAIL("cannot read training image ", e.what(), " (--on_bad_image skip leaves such images out)");
+    }
+    for (const auto& s : batch.skipped) std::fprintf(stderr, "[rank %d] skipped: %s\n", r, s.c_str());
+    b.optimizer->zero_grad();
+    torch::Tensor loss;
+    double correct = 0, images = static_cast<double>(batch.labels.size(0));
+    if (batch.labels.size(0) == 0) {  // every image unreadable: take part in the step with no gradient
+      auto dummy = torch::zeros({1, m.config.num_channels, lo.transform.image_size, lo.transform.image_size});
+      loss = model->forward(dummy.to(b.compute_dtype)).sum() * 0.0;
+    } else {
+      auto logits = model->forward(batch.pixels.to(b.compute_dtype)).to(torch::kFloat);
+      loss = torch::nn::functional::cross_entropy(logits, batch.labels, ce);
+      correct = logits.argmax(1).eq(batch.labels).sum().item<double>();
+    }
+    booster.backward(loss, *b.optimizer);
+    double norm = a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
+    double lr = b.lr_scheduler->lr();
+    bool stepped = b.optimizer->step();
+    b.lr_scheduler->step();
+    window_loss += loss.item<double>() * images;
+    window_correct += correct;
+    window_images += images;
+
+    if (step % a.log_interval == 0 || step == total_steps) {
+      auto t = torch::tensor({window_loss, window_correct, window_images}, torch::kFloat64);
+      dist::all_reduce(t, dist::world_group());
+      const double s = elapsed(window_start), seen = t[2].item<double>();
+      train_seconds += s;
+      train_images += seen;
+      std::vector<std::pair<std::string, double>> metrics = {
+          {"loss", t[0].item<double>() / std::max(1.0, seen)}, {"acc", t[1].item<double>() / std::max(1.0, seen)},
+          {"lr", lr}, {"grad_norm", norm}, {"images/s", seen / s}, {"mem_gib", colossal::resident_gib()}};
+      if (!stepped) metrics.push_back({"skipped", 1});
+      progress.step(step, metrics);
+      window_loss = window_correct = window_images = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+    if (step % steps_per_epoch == 0 && step != total_steps) {
+      report_eval(step);
+      save(step);
+      window_start = std::chrono::steady_clock::now();  // throughput counts training only
+    }
+  }
+
+  if (first_step <= total_steps) save(total_steps);
+  auto counts = report_eval(total_steps);
+  auto state = b.optimizer->model_wrapper().full_model_state(*model);
+  if (r == 0) {
+    save_pretrained(m.config, state, a.save_dir + "/model", m.processor);
+    write_confusion_csv(counts.confusion, data.eval->class_names(), a.save_dir + "/confusion_matrix.csv");
+    char title[160];
+    std::snprintf(title, sizeof title, "ViT %s: top-1 %.2f%%, top-5 %.2f%% on %.0f images", m.description.c_str(),
+                  100 * counts.top1_accuracy(), 100 * counts.top5_accuracy(), counts.samples);
+    write_confusion_png(counts.confusion, data.eval->class_names(), title, a.save_dir + "/confusion_matrix.png");
+    std::printf("result: top-1 %.2f%%, top-5 %.2f%% on %.0f evaluation images; %.0f s in all, %.1f images/s "
+                "training (%d rank(s))\n",
+                100 * counts.top1_accuracy(), 100 * counts.top5_accuracy(), counts.samples, elapsed(t0),
+                train_seconds > 0 ? train_images / train_seconds : 0.0, n);
+    std::printf("saved: %s/model (config.json, preprocessor_config.json, model.safetensors), "
+                "%s/confusion_matrix.csv and .png\n",
+                a.save_dir.c_str(), a.save_dir.c_str());
+    std::fflush(stdout);
+  }
+  dist::barrier(dist::world_group());
+  dist::shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TrainArgs a;
+  try {
+    int code = 0;
+    if (!colossal::vit_app::parse_train_args(argc, argv, a, code)) return code;
+    return a.predict.empty() ? train(a) : predict(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_vit: %s\n", colossal::error_text(e).c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,187 @@
+// train_vit driven as a user drives it (through `colossal run` for 2 ranks) on an image folder
+// written here: three classes of striped pictures (horizontal, vertical, diagonal) as PNG and
+// JPEG files of varying size.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <random>
+
+#include "tests/support/multirank.h"
+
+namespace colossal::vit {
+namespace {
+namespace fs = std::filesystem;
+
+// Stripes of period 4 in one of three directions, a random phase, colour and noise.
+cv::Mat striped(int kind, std::mt19937& rng, int h, int w) {
+  std::uniform_int_distribution<int> phase(0, 3), noise(-30, 30), tint(0, 80);
+  cv::Mat m(h, w, CV_8UC3);
+  const int p = phase(rng), t = tint(rng);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      int coord = kind == 0 ? y : kind == 1 ? x : x + y;
+      int v = ((coord + p) / 2) % 2 ? 220 : 30;
+      for (int c = 0; c < 3; ++c) m.at<cv::Vec3b>(y, x)[c] = cv::saturate_cast<uchar>(v + noise(rng) + (c == 0 ? t : 0));
+    }
+  return m;
+}
+
+const std::vector<std::string> kClasses = {"diagonal", "horizontal", "vertical"};
+int kind_of(const std::string& cls) { return cls == "horizontal" ? 0 : cls == "vertical" ? 1 : 2; }
+
+std::string make_data(const std::string& name, int per_class) {
+  auto d = ::testing::TempDir() + "train_vit_" + name + "_" + std::to_string(::getpid());
+  fs::remove_all(d);
+  std::mt19937 rng(1);
+  for (const auto& cls : kClasses) {
+    fs::create_directories(d + "/" + cls);
+    for (int i = 0; i < per_class; ++i) {
+      auto m = striped(kind_of(cls), rng, 16 + (i % 3) * 4, 16 + (i % 2) * 4);
+      EXPECT_TRUE(cv::imwrite(d + "/" + cls + "/" + std::to_string(i) + (i % 4 == 3 ? ".jpg" : ".png"), m));
+    }
+  }
+  return d;
+}
+
+struct Run {
+  int rc = 0;
+  std::string output;
+  std::vector<nlohmann::json> log;
+};
+
+Run train_vit(int ranks, const std::string& flags, const std::string& log_file = "") {
+  std::string bin = testing::binary_dir();
+  std::string prefix = ranks > 1 ? bin + "/colossal run --nproc_per_node " + std::to_string(ranks) + " -- " : "";
+  std::string out = ::testing::TempDir() + "train_vit_out_" + std::to_string(::getpid());
+  std::string cmd = prefix + bin + "/train_vit " + flags + (log_file.empty() ? "" : " --log_file " + log_file) +
+                    " > " + out + " 2>&1";
+  Run r;
+  if (!log_file.empty()) fs::remove(log_file);
+  r.rc = std::system(cmd.c_str());
+  std::ifstream so(out);
+  r.output.assign(std::istreambuf_iterator<char>(so), std::istreambuf_iterator<char>());
+  r.output = cmd + "\n" + r.output;
+  if (!log_file.empty()) {
+    std::ifstream in(log_file);
+    std::string line;
+    while (std::getline(in, line)) r.log.push_back(nlohmann::json::parse(line));
+  }
+  return r;
+}
+
+const char* kSmall = " --image_size 16 --patch_size 4 --batch_size 8 --lr 1e-3 --warmup_ratio 0.1 --workers 2 ";
+
+TEST(TrainVit, TrainsEvaluatesAndPredictsOnAnImageFolder) {
+  auto data = make_data("folder", 40);
+  auto save = data + "_out";
+  auto log = data + ".jsonl";
+  auto r = train_vit(2, "--data " + data + kSmall + "--epochs 10 --log_interval 5 --save_dir " + save, log);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("image folder " + data + " (10% of each class held out): 108 training and 12 evaluation"),
+            std::string::npos) << r.output;
+  // The held-out accuracy from the log's last evaluation: the stripes are easy to tell apart.
+  double top1 = -1;
+  for (const auto& j : r.log)
+    if (j.value("event", "") == "eval") top1 = j["top1"].get<double>();
+  EXPECT_GE(top1, 0.9) << r.output;
+  EXPECT_NE(r.output.find("images/s"), std::string::npos);
+
+  std::ifstream csv(save + "/confusion_matrix.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "true\\predicted,diagonal,horizontal,vertical");
+  auto png = cv::imread(save + "/confusion_matrix.png");
+  EXPECT_FALSE(png.empty()) << "the confusion matrix picture does not decode";
+  std::ifstream cfg(save + "/model/config.json");
+  auto config = nlohmann::json::parse(cfg);
+  EXPECT_EQ(config["id2label"]["1"], "horizontal");
+  EXPECT_TRUE(fs::exists(save + "/model/preprocessor_config.json"));
+
+  // New pictures of each class, classified by the saved model.
+  std::mt19937 rng(99);
+  std::string files;
+  for (const auto& cls : kClasses) {
+    auto path = data + "_" + cls + ".png";
+    cv::imwrite(path, striped(kind_of(cls), rng, 16, 16));
+    files += " " + path;
+  }
+  auto p = train_vit(1, "--save_dir " + save + " --top_k 2 --predict" + files);
+  ASSERT_EQ(p.rc, 0) << p.output;
+  int right = 0;
+  for (const auto& cls : kClasses) {
+    auto at = p.output.find(data + "_" + cls + ".png: ");
+    ASSERT_NE(at, std::string::npos) << p.output;
+    right += p.output.compare(at + data.size() + cls.size() + 7, cls.size(), cls) == 0;
+  }
+  EXPECT_GE(right, 2) << p.output;
+  auto missing = train_vit(1, "--save_dir " + save + " --predict " + data + "_none.png");
+  EXPECT_NE(missing.rc, 0);
+  EXPECT_NE(missing.output.find(data + "_none.png: cannot be read"), std::string::npos) << missing.output;
+}
+
+// A checkpoint taken after the first epoch resumes onto the same loss curve.
+TEST(TrainVit, ResumeFollowsTheUninterruptedRun) {
+  auto data = make_data("resume", 24);
+  const std::string flags = "--data " + data + kSmall + "--epochs 2 --log_interval 1 ";
+  auto a = train_vit(2, flags + "--save_dir " + data + "_a", data + "_a.jsonl");
+  ASSERT_EQ(a.rc, 0) << a.output;
+  std::map<int64_t, double> full, resumed;
+  int64_t first_epoch_end = -1;
+  for (const auto& j : a.log) {
+    if (!j.contains("event")) full[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    if (j.value("event", "") == "checkpoint" && first_epoch_end < 0) first_epoch_end = j["step"].get<int64_t>();
+  }
+  ASSERT_GT(first_epoch_end, 0) << a.output;
+  auto b = train_vit(2, flags + "--save_dir " + data + "_b --load_checkpoint " + data + "_a/checkpoints/step-" +
+                            std::to_string(first_epoch_end),
+                     data + "_b.jsonl");
+  ASSERT_EQ(b.rc, 0) << b.output;
+  for (const auto& j : b.log)
+    if (!j.contains("event")) resumed[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_EQ(resumed.begin()->first, first_epoch_end + 1);
+  for (const auto& [step, loss] : resumed) {
+    ASSERT_TRUE(full.count(step)) << step;
+    EXPECT_NEAR(loss, full.at(step), 1e-5 * std::abs(full.at(step))) << "step " << step;
+  }
+}
+
+TEST(TrainVit, BadImagesStopTheRunOrAreSkippedByFlag) {
+  auto data = make_data("bad", 12);
+  const std::string bad = data + "/vertical/5.png";
+  std::ofstream(bad, std::ios::trunc) << "this is not a PNG";
+  auto stop = train_vit(2, "--data " + data + kSmall + "--epochs 1 --save_dir " + data + "_out");
+  EXPECT_NE(stop.rc, 0);
+  EXPECT_NE(stop.output.find(bad + ": not a decodable image"), std::string::npos) << stop.output;
+  EXPECT_NE(stop.output.find("--on_bad_image skip"), std::string::npos) << stop.output;
+  auto skip = train_vit(2, "--data " + data + kSmall + "--epochs 2 --on_bad_image skip --save_dir " + data + "_out");
+  EXPECT_EQ(skip.rc, 0) << skip.output;
+  EXPECT_NE(skip.output.find("skipped: " + bad), std::string::npos) << skip.output;
+}
+
+TEST(TrainVit, SettingsErrorsNameTheProblem) {
+  auto dir = ::testing::TempDir() + "train_vit_cfg_" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir + "/c.yaml") << "epochs: 2\nbatchsize: 8\n";
+  auto r = train_vit(1, "--config " + dir + "/c.yaml");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("batchsize"), std::string::npos) << r.output;
+  r = train_vit(1, "--plugin fsdp");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("--plugin: 'fsdp' is not a plugin"), std::string::npos) << r.output;
+  r = train_vit(1, "--data " + dir + "/nothing-here");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("nothing-here' is neither a built-in dataset"), std::string::npos) << r.output;
+  r = train_vit(1, "--predict x.png --model_dir " + dir + "/no-model");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("no model at " + dir + "/no-model"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace colossal::vit

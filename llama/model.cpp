@@ -6,6 +6,9 @@
 #include "core/nn/fused_losses.h"
 #include "core/nn/module_hooks.h"
 #include "core/nn/rms_norm.h"
+#include "core/common/check.h"
+#include "core/parallel/tensor/comm_ops.h"
+#include "core/parallel/tensor/layers.h"
 
 namespace colossal::llama {
 
@@ -39,22 +42,59 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 }
 }  // namespace
 
-AttentionImpl::AttentionImpl(const LlamaConfig& c)
-    : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.resolved_head_dim()) {
-  auto lin = [&](int64_t in, int64_t out, bool bias) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-  };
-  q_proj = register_module("q_proj", lin(c.hidden_size, heads_ * head_dim_, c.attention_bias));
-  k_proj = register_module("k_proj", lin(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
-  v_proj = register_module("v_proj", lin(c.hidden_size, kv_heads_ * head_dim_, c.attention_bias));
-  o_proj = register_module("o_proj", lin(heads_ * head_dim_, c.hidden_size, c.attention_bias));
+namespace {
+
+// The plan's rule for a module (replicate when the plan names none).
+parallel::SplitRule rule_for(const BuildContext& where) {
+  const auto* r = where.plan.find(where.path);
+  return r ? *r : parallel::SplitRule{where.path, parallel::SplitStyle::kReplicate};
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope) {
-  int64_t B = x.size(0), T = x.size(1);
+parallel::ParallelLinear linear(const BuildContext& where, int64_t in, int64_t out, bool bias, int64_t kv_heads = 0) {
+  auto rule = rule_for(where);
+  parallel::ParallelLinearOptions o{.in_features = in, .out_features = out, .bias = bias, .style = rule.style,
+                                    .gather_output = rule.gather_output};
+  // Fewer key/value heads than tp: keep them whole on every rank (see parallel_linear.h).
+  if (rule.kv_heads && kv_heads < where.parallel.tp_size()) {
+    o.style = parallel::SplitStyle::kReplicate;
+    o.gradient_partial = true;
+  }
+  return parallel::ParallelLinear(o, where.parallel);
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where)
+    : parallel_(where.parallel), head_dim_(c.resolved_head_dim()) {
+  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  const int tp = parallel_.tp_size();
+  COLOSSAL_CHECK(heads % tp == 0, "[llama] num_attention_heads ", heads, " does not divide by tp ", tp);
+  COLOSSAL_CHECK(kv % tp == 0 || tp % kv == 0, "[llama] num_key_value_heads ", kv, " and tp ", tp,
+                 ": one must divide the other (kv heads are split by tp, or whole on every rank)");
+  q_proj = register_module("q_proj", linear(where.at("q_proj"), c.hidden_size, heads * head_dim_, c.attention_bias));
+  k_proj = register_module("k_proj", linear(where.at("k_proj"), c.hidden_size, kv * head_dim_, c.attention_bias, kv));
+  v_proj = register_module("v_proj", linear(where.at("v_proj"), c.hidden_size, kv * head_dim_, c.attention_bias, kv));
+  o_proj = register_module("o_proj", linear(where.at("o_proj"), heads * head_dim_, c.hidden_size, c.attention_bias));
+  heads_ = q_proj->local_out_features() / head_dim_;
+  kv_heads_ = k_proj->local_out_features() / head_dim_;
+  if (tp > 1 && kv_heads_ == kv && kv < tp) {
+    // Whole kv heads on every rank: this rank's query heads all read one of them.
+    kv_select_ = parallel_.tp_rank() * heads_ / (heads / kv);
+    kv_heads_ = 1;
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTables& rope) {
+  int64_t B = x_in.size(0), T = x_in.size(1);
+  auto x = parallel::enter_tensor_parallel(x_in, parallel_);  // one gradient all-reduce for q, k and v
   auto q = call(q_proj, x).view({B, T, heads_, head_dim_}).transpose(1, 2);
-  auto k = call(k_proj, x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
-  auto v = call(v_proj, x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  auto k = call(k_proj, x), v = call(v_proj, x);
+  if (kv_select_ >= 0) {
+    k = k.narrow(-1, kv_select_ * head_dim_, head_dim_);
+    v = v.narrow(-1, kv_select_ * head_dim_, head_dim_);
+  }
+  k = k.view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+  v = v.view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
   auto cos = rope.cos.narrow(0, 0, T).to(x.scalar_type());
   auto sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
   q = apply_rope(q, cos, sin);
@@ -65,20 +105,20 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   return call(o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
 }
 
-MLPImpl::MLPImpl(const LlamaConfig& c) {
-  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
-  gate_proj = register_module("gate_proj", lin(c.hidden_size, c.intermediate_size));
-  up_proj = register_module("up_proj", lin(c.hidden_size, c.intermediate_size));
-  down_proj = register_module("down_proj", lin(c.intermediate_size, c.hidden_size));
+MLPImpl::MLPImpl(const LlamaConfig& c, const BuildContext& where) : parallel_(where.parallel) {
+  gate_proj = register_module("gate_proj", linear(where.at("gate_proj"), c.hidden_size, c.intermediate_size, false));
+  up_proj = register_module("up_proj", linear(where.at("up_proj"), c.hidden_size, c.intermediate_size, false));
+  down_proj = register_module("down_proj", linear(where.at("down_proj"), c.intermediate_size, c.hidden_size, false));
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
+  auto x = parallel::enter_tensor_parallel(x_in, parallel_);
   return call(down_proj, torch::silu(call(gate_proj, x)) * call(up_proj, x));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c) {
-  self_attn = register_module("self_attn", Attention(c));
-  mlp = register_module("mlp", MLP(c));
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& where) {
+  self_attn = register_module("self_attn", Attention(c, where.at("self_attn")));
+  mlp = register_module("mlp", MLP(c, where.at("mlp")));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
@@ -88,39 +128,50 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTabl
   return h + mlp->forward(call(post_attention_layernorm, h));
 }
 
-DecoderImpl::DecoderImpl(const LlamaConfig& c) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
+  embed_tokens = register_module("embed_tokens", parallel::ParallelEmbedding(c.vocab_size, c.hidden_size, where.parallel));
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers.push_back(DecoderLayer(c));
+    layers.push_back(DecoderLayer(c, where.at("layers." + std::to_string(i))));
     list->push_back(layers.back());
   }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config) : config_(config) {
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel)
+    : config_(config), parallel_(parallel) {
   config_.validate();
-  model = register_module("model", Decoder(config_));
+  const auto plan = parallel_plan(config_);
+  const BuildContext root{plan, parallel_, ""};
+  model = register_module("model", Decoder(config_, root.at("model")));
   // Tied: no lm_head module; the output layer multiplies by the embedding matrix (saved once,
   // as Hugging Face does for tied weights).
-  if (!config_.tie_word_embeddings) {
-    lm_head = register_module("lm_head", torch::nn::Linear(
-        torch::nn::LinearOptions(config_.hidden_size, config_.vocab_size).bias(false)));
-  }
+  if (!config_.tie_word_embeddings)
+    lm_head = register_module("lm_head", linear(root.at("lm_head"), config_.hidden_size, config_.vocab_size, false));
   rope_ = RotaryTables::make(config_, config_.max_position_embeddings);
   reset_parameters();
 }
 
 void LlamaForCausalLMImpl::reset_parameters() {
   torch::NoGradGuard no_grad;
+  const auto specs = parallel::collect_shard_specs(*this);
   for (auto& item : named_parameters()) {
     auto& p = item.value();
     if (p.dim() == 1) {
       if (item.key().find("norm") != std::string::npos) p.fill_(1.0);
       else p.zero_();
-    } else {
-      p.normal_(0.0, config_.initializer_range);
+      continue;
     }
+    auto it = specs.find(item.key());
+    if (it == specs.end() || it->second.dim < 0) {
+      p.normal_(0.0, config_.initializer_range);
+      continue;
+    }
+    // The same draws as the unsplit tensor, then this rank's slice.
+    auto shape = p.sizes().vec();
+    shape[it->second.dim] = it->second.full_size;
+    auto full = torch::empty(shape, p.options()).normal_(0.0, config_.initializer_range);
+    p.copy_(parallel::slice_of(full, it->second, p.size(it->second.dim)));
   }
 }
 
@@ -135,7 +186,7 @@ const RotaryTables& LlamaForCausalLMImpl::rope_for(int64_t seq_len) {
   return long_rope_;
 }
 
-torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
+torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids) {
   const RotaryTables rope = rope_for(input_ids.size(1));  // tensor handles: cheap to copy
   auto h = call(model->embed_tokens, input_ids);
   for (auto& layer : model->layers) {
@@ -147,20 +198,36 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
     }
   }
   h = call(model->norm, h);
-  if (lm_head) return call(lm_head, h);
+  auto entered = parallel::enter_tensor_parallel(h, parallel_);
+  if (lm_head) return call(lm_head, entered);
   const auto& embed = model->embed_tokens;
-  return nn::run_hooked(*embed, [&] { return torch::linear(h, embed->weight); });
+  auto logits = nn::run_hooked(*embed, [&] { return torch::linear(entered, embed->weight); });
+  if (parallel_.tensor_parallel()) {  // padded vocabulary rows of the last ranks: never predicted
+    const int64_t part = embed->weight.size(0), start = parallel_.tp_rank() * part;
+    const int64_t real = std::clamp<int64_t>(config_.vocab_size - start, 0, part);
+    if (real < part) logits = logits.index_fill(-1, torch::arange(real, part), -std::numeric_limits<float>::infinity());
+  }
+  return logits;
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
+  auto logits = local_logits(input_ids);
+  if (!parallel_.tensor_parallel()) return logits;
+  return parallel::gather_last_dim(logits, parallel_.tp).narrow(-1, 0, config_.vocab_size);
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
-  auto logits = forward(input_ids);
+  auto logits = local_logits(input_ids);
   // Position t predicts labels[t + 1]; the last position has nothing to predict (-100). Shifting
   // the labels rather than slicing the logits keeps backward from building a zero-filled copy of
   // the whole logits tensor.
   auto target = torch::full_like(labels, -100);
   int64_t T = labels.size(1);
   target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
-  return nn::cross_entropy(logits.reshape({-1, logits.size(2)}), target.reshape({-1}), -100);
+  auto flat = logits.reshape({-1, logits.size(2)});
+  if (parallel_.tensor_parallel())  // the full logits never exist on one rank
+    return parallel::vocab_parallel_cross_entropy(flat, target.reshape({-1}), parallel_.tp, -100);
+  return nn::cross_entropy(flat, target.reshape({-1}), -100);
 }
 
 parallel::ParallelPlan parallel_plan(const LlamaConfig& config) {

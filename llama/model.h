@@ -11,7 +11,10 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
+#include "core/parallel/context.h"
 #include "core/parallel/plan.h"
+#include "core/parallel/tensor/parallel_embedding.h"
+#include "core/parallel/tensor/parallel_linear.h"
 #include "llama/config.h"
 
 namespace colossal::llama {
@@ -33,28 +36,41 @@ struct RotaryTables {
   static RotaryTables make(const LlamaConfig& config, int64_t max_positions);
 };
 
+/// Where a layer sits (its module path) and how the model is parallelised.
+struct BuildContext {
+  const parallel::ParallelPlan& plan;
+  const parallel::ParallelContext& parallel;
+  std::string path;  // "model.layers.3"
+  BuildContext at(const std::string& child) const { return {plan, parallel, path.empty() ? child : path + "." + child}; }
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const LlamaConfig& config);
+  AttentionImpl(const LlamaConfig& config, const BuildContext& where);
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  parallel::ParallelLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
-  int64_t heads_, kv_heads_, head_dim_;
+  parallel::ParallelContext parallel_;
+  int64_t heads_, kv_heads_, head_dim_;  // this rank's query and key/value heads
+  int64_t kv_select_ = -1;               // kv heads kept whole: the one this rank's queries read
 };
 TORCH_MODULE(Attention);
 
 class MLPImpl : public torch::nn::Module {
  public:
-  explicit MLPImpl(const LlamaConfig& config);
+  MLPImpl(const LlamaConfig& config, const BuildContext& where);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  parallel::ParallelLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  parallel::ParallelContext parallel_;
 };
 TORCH_MODULE(MLP);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const LlamaConfig& config);
+  DecoderLayerImpl(const LlamaConfig& config, const BuildContext& where);
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
@@ -64,8 +80,8 @@ TORCH_MODULE(DecoderLayer);
 
 class DecoderImpl : public torch::nn::Module {
  public:
-  explicit DecoderImpl(const LlamaConfig& config);
-  torch::nn::Embedding embed_tokens{nullptr};
+  DecoderImpl(const LlamaConfig& config, const BuildContext& where);
+  parallel::ParallelEmbedding embed_tokens{nullptr};
   std::vector<DecoderLayer> layers;  // registered as "layers" (a ModuleList: layers.N.*)
   RMSNorm norm{nullptr};
 };
@@ -73,13 +89,15 @@ TORCH_MODULE(Decoder);
 
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
-  explicit LlamaForCausalLMImpl(const LlamaConfig& config);
-  /// Logits [batch, seq, vocab] for token ids [batch, seq].
+  explicit LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel = {});
+  /// Logits [batch, seq, vocab] for token ids [batch, seq] (gathered whole under tensor parallelism).
   torch::Tensor forward(const torch::Tensor& input_ids);
   /// Mean next-token cross entropy (labels = input_ids shifted; -100 is ignored).
   torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels);
-  /// Normal(0, initializer_range) weights, unit norms (training from scratch).
+  /// Normal(0, initializer_range) weights, unit norms (training from scratch). Split parameters
+  /// are drawn whole and sliced, so every tensor-parallel size starts from the same model.
   void reset_parameters();
+  const parallel::ParallelContext& parallel_context() const { return parallel_; }
   const LlamaConfig& config() const { return config_; }
   /// Per-layer activation checkpointing: each decoder layer keeps only its input in forward and
   /// runs again in backward (see core/nn/activation_checkpoint.h).
@@ -87,11 +105,14 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
   Decoder model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+  parallel::ParallelLinear lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
   const RotaryTables& rope_for(int64_t seq_len);
+  /// This rank's logits (its vocabulary slice under tensor parallelism, padded columns -inf).
+  torch::Tensor local_logits(const torch::Tensor& input_ids);
 
+  parallel::ParallelContext parallel_;
   LlamaConfig config_;
   RotaryTables rope_;       // positions [0, max_position_embeddings)
   RotaryTables long_rope_;  // dynamic scaling: the last longer length seen

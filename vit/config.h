@@ -22,7 +22,7 @@ struct ViTConfig {
   /// Reads config.json (model_type vit, hidden_act gelu); names the file and field on errors.
   static ViTConfig from_json_file(const std::string& path);
   std::string to_json() const;
-  /// "nano" (128 wide, 6 layers, 4 heads: small images on CPUs), "tiny" (192 wide, 12 layers, 3 heads), "small" (384, 12, 6), "base" (ViT-B/16: 768, 12, 12).
+  /// "nano" (128 wide, 4 layers, 4 heads, MLP 256: small images on CPUs), "tiny" (192 wide, 12 layers, 3 heads), "small" (384, 12, 6), "base" (ViT-B/16: 768, 12, 12).
   static ViTConfig named(const std::string& name, int64_t image_size, int64_t patch_size, int64_t channels,
                          int64_t num_labels);
 };

@@ -106,7 +106,7 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--patch_size", a.patch_size, "patch size (0: automatic)")->capture_default_str();
   app.add_flag("--grad_checkpoint", a.grad_checkpoint, "recompute each encoder layer in backward");
   app.add_option("--min_crop_scale", a.min_crop_scale,
-                 "random resized crop's smallest area share (0: 0.08, or 0.6 for images under 64 px)")
+                 "random resized crop's smallest area share (0: 0.08, or no crop for images under 64 px)")
       ->capture_default_str();
   app.add_flag("--no_flip", a.no_flip, "no random horizontal flips");
   app.add_option("--randaugment", a.randaugment, "RandAugment colour operations per image (0: off)")

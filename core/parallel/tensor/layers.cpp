@@ -80,7 +80,9 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     auto valid = target.ne(ignore_index);
     auto here = valid.logical_and(target.ge(start)).logical_and(target.lt(start + per_rank));
     auto local = torch::where(here, target - start, torch::zeros_like(target));
-    auto picked = (x.gather(1, local.unsqueeze(1)).squeeze(1) * here.to(torch::kFloat)).contiguous();
+    // where(), not a product: a padded (-inf) column times 0 would be NaN.
+    auto picked = torch::where(here, x.gather(1, local.unsqueeze(1)).squeeze(1), torch::zeros({}, x.options()))
+                      .contiguous();
     dist::all_reduce(picked, g);
     auto per_row = (sum.log() + max - picked).masked_fill_(valid.logical_not(), 0);
     const int64_t count = valid.sum().item<int64_t>();

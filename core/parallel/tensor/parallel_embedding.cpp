@@ -1,0 +1,46 @@
+#include "core/parallel/tensor/parallel_embedding.h"
+
+#include <torch/torch.h>
+
+#include "core/parallel/tensor/comm_ops.h"
+#include "core/parallel/tensor/layers.h"
+
+namespace colossal::parallel {
+
+ParallelEmbeddingImpl::ParallelEmbeddingImpl(int64_t vocab, int64_t dim, const ParallelContext& ctx)
+    : ctx_(ctx), vocab_(vocab) {
+  auto full = torch::empty({vocab, dim}).normal_();  // torch::nn::Embedding's initialisation
+  if (ctx_.tensor_parallel()) {
+    const int64_t part = padded_vocab(vocab, ctx_.tp_size()) / ctx_.tp_size();
+    start_ = ctx_.tp_rank() * part;
+    const int64_t real = std::clamp<int64_t>(vocab - start_, 0, part);
+    auto local = torch::zeros({part, dim});
+    if (real > 0) local.narrow(0, 0, real).copy_(full.narrow(0, start_, real));
+    full = local;
+  }
+  weight = register_parameter("weight", full);
+}
+
+torch::Tensor ParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
+  if (!ctx_.tensor_parallel()) return torch::embedding(weight, ids);
+  const int64_t part = weight.size(0);
+  auto mine = ids.ge(start_).logical_and(ids.lt(start_ + part));
+  auto local = torch::where(mine, ids - start_, torch::zeros_like(ids));
+  auto out = torch::embedding(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
+  return reduce_from_group(out, ctx_.tp);
+}
+
+std::map<std::string, ShardSpec> ParallelEmbeddingImpl::shard_specs() const {
+  std::map<std::string, ShardSpec> out;
+  if (!ctx_.tensor_parallel()) return out;
+  ShardSpec s;
+  s.group = ctx_.tp;
+  s.dim = 0;
+  s.full_size = vocab_;
+  s.local_start = start_;
+  s.local_size = std::clamp<int64_t>(vocab_ - start_, 0, weight.size(0));
+  out["weight"] = s;
+  return out;
+}
+
+}  // namespace colossal::parallel

@@ -1,0 +1,133 @@
+#include "core/parallel/tensor/parallel_linear.h"
+
+#include <torch/nn/init.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/common/check.h"
+#include "core/parallel/tensor/comm_ops.h"
+#include "core/parallel/tensor/layers.h"
+
+namespace colossal::parallel {
+
+torch::Tensor enter_tensor_parallel(const torch::Tensor& x, const ParallelContext& ctx) {
+  return ctx.tensor_parallel() ? copy_to_group(x, ctx.tp) : x;
+}
+
+ParallelLinearImpl::ParallelLinearImpl(const ParallelLinearOptions& o, const ParallelContext& ctx)
+    : options_(o), ctx_(ctx) {
+  const int tp = ctx.tp_size(), r = ctx.tp_rank();
+  COLOSSAL_CHECK(o.in_features > 0 && o.out_features > 0, "[tp] linear: features must be positive, got ",
+                 o.in_features, " -> ", o.out_features);
+  // The full tensors, initialised as torch::nn::Linear does, then this rank's slice.
+  auto w = torch::empty({o.out_features, o.in_features});
+  torch::nn::init::kaiming_uniform_(w, std::sqrt(5.0));
+  torch::Tensor b;
+  if (o.bias) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(o.in_features));
+    b = torch::empty({o.out_features}).uniform_(-bound, bound);
+  }
+  if (tp > 1) {
+    switch (o.style) {
+      case SplitStyle::kColumn: {
+        COLOSSAL_CHECK(o.out_features % tp == 0, "[tp] column-parallel linear: ", o.out_features,
+                       " output features do not divide by tp ", tp);
+        const int64_t part = o.out_features / tp;
+        out_start_ = r * part;
+        w = w.narrow(0, out_start_, part).clone();
+        if (o.bias) b = b.narrow(0, out_start_, part).clone();
+        break;
+      }
+      case SplitStyle::kVocabHead: {
+        const int64_t part = padded_vocab(o.out_features, tp) / tp;
+        out_start_ = r * part;
+        const int64_t real = std::clamp<int64_t>(o.out_features - out_start_, 0, part);
+        auto local = torch::zeros({part, o.in_features});
+        if (real > 0) local.narrow(0, 0, real).copy_(w.narrow(0, out_start_, real));
+        w = local;
+        if (o.bias) {
+          auto lb = torch::zeros({part});
+          if (real > 0) lb.narrow(0, 0, real).copy_(b.narrow(0, out_start_, real));
+          b = lb;
+        }
+        if (real < part) {
+          pad_mask_ = torch::zeros({part}, torch::kBool);
+          pad_mask_.narrow(0, real, part - real).fill_(true);
+        }
+        break;
+      }
+      case SplitStyle::kRow: {
+        COLOSSAL_CHECK(o.in_features % tp == 0, "[tp] row-parallel linear: ", o.in_features,
+                       " input features do not divide by tp ", tp);
+        const int64_t part = o.in_features / tp;
+        w = w.narrow(1, r * part, part).clone();
+        break;
+      }
+      case SplitStyle::kReplicate: break;
+      case SplitStyle::kVocabEmbedding: COLOSSAL_FAIL("[tp] a linear layer cannot be split as an embedding");
+    }
+  }
+  weight = register_parameter("weight", w);
+  if (o.bias) bias = register_parameter("bias", b);
+}
+
+torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
+  if (!ctx_.tensor_parallel()) return torch::nn::functional::linear(x, weight, bias);
+  switch (options_.style) {
+    case SplitStyle::kRow: {
+      auto y = reduce_from_group(torch::nn::functional::linear(x, weight), ctx_.tp);
+      return bias.defined() ? y + bias : y;
+    }
+    case SplitStyle::kVocabHead: {
+      auto y = torch::nn::functional::linear(x, weight, bias);
+      if (pad_mask_.defined()) y = y.masked_fill(pad_mask_, -std::numeric_limits<float>::infinity());
+      return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
+    }
+    case SplitStyle::kColumn: {
+      auto y = torch::nn::functional::linear(x, weight, bias);
+      return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
+    }
+    default: return torch::nn::functional::linear(x, weight, bias);
+  }
+}
+
+std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
+  std::map<std::string, ShardSpec> out;
+  if (!ctx_.tensor_parallel()) return out;
+  ShardSpec s;
+  s.group = ctx_.tp;
+  switch (options_.style) {
+    case SplitStyle::kColumn:
+    case SplitStyle::kVocabHead: {
+      s.dim = 0;
+      s.full_size = options_.out_features;
+      s.local_start = out_start_;
+      s.local_size = std::clamp<int64_t>(options_.out_features - out_start_, 0, weight.size(0));
+      out["weight"] = s;
+      if (bias.defined()) out["bias"] = s;
+      break;
+    }
+    case SplitStyle::kRow: {
+      s.dim = 1;
+      s.full_size = options_.in_features;
+      s.local_start = ctx_.tp_rank() * weight.size(1);
+      s.local_size = weight.size(1);
+      out["weight"] = s;
+      if (bias.defined()) {  // replicated; its gradient is complete on every rank
+        ShardSpec rb;
+        rb.group = ctx_.tp;
+        out["bias"] = rb;
+      }
+      break;
+    }
+    default: {
+      s.gradient_partial = options_.gradient_partial;
+      out["weight"] = s;
+      if (bias.defined()) out["bias"] = s;
+    }
+  }
+  return out;
+}
+
+}  // namespace colossal::parallel

@@ -1,0 +1,60 @@
+#pragma once
+// A Linear layer that applies a parallel plan's rule: each rank holds its slice of the Hugging
+// Face weight [out, in] under the same parameter names ("weight", "bias").
+//   column     weight [out/tp, in]: input entered into the tp region (identity forward, gradient
+//              all-reduced backward), output split by features (or all-gathered: gather_output)
+//   row        weight [out, in/tp]: input split by features; partial products all-reduced; the
+//              bias added once, after
+//   vocab head column over the vocabulary padded to a multiple of 64 x tp; padded outputs are
+//              -inf so they never take probability
+//   replicate  the whole weight on every rank; with gradient_partial it sits inside the tp
+//              region (GQA key/value heads kept whole when there are fewer than tp of them):
+//              input entered like a column layer's, weight gradient summed over tp
+// With no tensor parallelism every style is exactly torch::nn::Linear (same initialisation,
+// same forward). Initialisation draws the full tensor and keeps the slice, so a tp run starts
+// from the weights of a single process with the same seed.
+#include <torch/nn/module.h>
+
+#include "core/parallel/context.h"
+#include "core/parallel/plan.h"
+#include "core/parallel/tensor/shard.h"
+
+namespace colossal::parallel {
+
+struct ParallelLinearOptions {
+  int64_t in_features = 0, out_features = 0;
+  bool bias = false;
+  SplitStyle style = SplitStyle::kReplicate;
+  bool gather_output = false;
+  bool gradient_partial = false;  // replicate inside the tp region
+};
+
+/// The input of column layers (and replicated layers inside the region): identity forward,
+/// gradient all-reduced over tp. The caller enters once for all the column layers that read the
+/// same input (q, k and v; gate and up), so backward all-reduces one gradient, not three.
+torch::Tensor enter_tensor_parallel(const torch::Tensor& x, const ParallelContext& ctx);
+
+class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
+ public:
+  ParallelLinearImpl(const ParallelLinearOptions& options, const ParallelContext& ctx);
+  /// Column / region-replicated: x must have gone through enter_tensor_parallel; row: x is this
+  /// rank's feature slice.
+  torch::Tensor forward(const torch::Tensor& x);
+  std::map<std::string, ShardSpec> shard_specs() const override;
+  const ParallelLinearOptions& options() const { return options_; }
+  /// Output features this rank computes (column: out/tp, padded for a vocabulary head).
+  int64_t local_out_features() const { return weight.size(0); }
+  /// Real (unpadded) outputs start here on this rank.
+  int64_t out_start() const { return out_start_; }
+
+  torch::Tensor weight, bias;
+
+ private:
+  ParallelLinearOptions options_;
+  ParallelContext ctx_;
+  int64_t out_start_ = 0;
+  torch::Tensor pad_mask_;  // vocab head: true on this rank's padded outputs
+};
+TORCH_MODULE(ParallelLinear);
+
+}  // namespace colossal::parallel

@@ -1,0 +1,68 @@
+#include "core/parallel/tensor/shard.h"
+
+#include <torch/torch.h>
+
+#include "core/common/check.h"
+#include "core/dist/collectives.h"
+
+namespace colossal::parallel {
+
+std::map<std::string, ShardSpec> collect_shard_specs(const torch::nn::Module& model) {
+  std::map<std::string, ShardSpec> out;
+  // Not include_self: that needs the model held by a shared_ptr, which a constructor's `this` is not.
+  if (const auto* self = dynamic_cast<const ShardedModule*>(&model))
+    for (const auto& [name, spec] : self->shard_specs()) out[name] = spec;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const auto* sharded = dynamic_cast<const ShardedModule*>(item.value().get());
+    if (sharded == nullptr) continue;
+    for (const auto& [name, spec] : sharded->shard_specs())
+      out[item.key().empty() ? name : item.key() + "." + name] = spec;
+  }
+  return out;
+}
+
+torch::Tensor slice_of(const torch::Tensor& full, const ShardSpec& spec, int64_t padded_local_size) {
+  if (spec.dim < 0) return full;
+  COLOSSAL_CHECK(full.dim() > spec.dim && full.size(spec.dim) == spec.full_size, "[tp] expected a tensor with ",
+                 spec.full_size, " entries along dimension ", spec.dim, ", got ", full.sizes());
+  if (spec.local_size == padded_local_size) return full.narrow(spec.dim, spec.local_start, spec.local_size);
+  auto sizes = full.sizes().vec();
+  sizes[spec.dim] = padded_local_size;
+  auto out = torch::zeros(sizes, full.options());  // a rank past the vocabulary holds only padding
+  if (spec.local_size > 0)
+    out.narrow(spec.dim, 0, spec.local_size).copy_(full.narrow(spec.dim, spec.local_start, spec.local_size));
+  return out;
+}
+
+torch::Tensor gather_full(const torch::Tensor& local, const ShardSpec& spec) {
+  if (spec.dim < 0 || !spec.group.is_member() || spec.group.size() == 1) return local;
+  const int n = spec.group.size();
+  // Gather along dimension 0 of a moved copy, then move the split dimension back. Padding sits
+  // only at the end of the last ranks' slices, so the first full_size rows are the tensor.
+  auto moved = local.movedim(spec.dim, 0).contiguous();
+  auto sizes = moved.sizes().vec();
+  sizes[0] *= n;
+  auto out = torch::empty(sizes, moved.options());
+  dist::all_gather(out, moved, spec.group);
+  return out.narrow(0, 0, spec.full_size).movedim(0, spec.dim).contiguous();
+}
+
+int register_partial_gradient_hooks(torch::nn::Module& model) {
+  const auto specs = collect_shard_specs(model);
+  int count = 0;
+  for (auto& item : model.named_parameters()) {
+    auto it = specs.find(item.key());
+    if (it == specs.end() || !it->second.gradient_partial || !item.value().requires_grad()) continue;
+    const dist::Group group = it->second.group;
+    if (!group.is_member() || group.size() == 1) continue;
+    item.value().register_hook([group](torch::Tensor grad) {
+      auto sum = grad.contiguous().clone();
+      dist::all_reduce(sum, group);
+      return sum;
+    });
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace colossal::parallel

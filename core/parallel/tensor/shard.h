@@ -1,0 +1,48 @@
+#pragma once
+// How a parameter of a tensor-parallel model relates to the full (Hugging Face) tensor. Modules
+// that hold slices describe them (ShardedModule); collect_shard_specs walks a model and names
+// every described parameter by its full path. Saving gathers the full tensor, loading copies
+// this rank's slice, gradient norms count each element once.
+#include <torch/nn/module.h>
+
+#include <map>
+#include <string>
+
+#include "core/dist/group.h"
+
+namespace colossal::parallel {
+
+struct ShardSpec {
+  int dim = -1;            // the dimension split over `group`; -1: replicated across it
+  int64_t full_size = 0;   // that dimension's size in the full tensor (before vocabulary padding)
+  int64_t local_start = 0; // where this rank's slice starts in the full tensor
+  int64_t local_size = 0;  // rows of the slice that are real (the rest is padding)
+  dist::Group group;
+  // Replicated parameters whose gradient each rank only partly computes (GQA key/value
+  // projections kept whole when there are fewer kv heads than tp; norms under split_gather):
+  // the gradient is summed over the group.
+  bool gradient_partial = false;
+};
+
+class ShardedModule {
+ public:
+  virtual ~ShardedModule() = default;
+  /// Parameter name within the module ("weight", "bias") -> its spec.
+  virtual std::map<std::string, ShardSpec> shard_specs() const = 0;
+};
+
+/// Every described parameter of `model`, by its full name ("model.layers.0.self_attn.q_proj.weight").
+std::map<std::string, ShardSpec> collect_shard_specs(const torch::nn::Module& model);
+
+/// This rank's slice of a full tensor (padded with zeros past full_size).
+torch::Tensor slice_of(const torch::Tensor& full, const ShardSpec& spec, int64_t padded_local_size);
+
+/// The full tensor from every rank's slice (all-gathered over spec.group, padding dropped); the
+/// tensor itself when it is replicated.
+torch::Tensor gather_full(const torch::Tensor& local, const ShardSpec& spec);
+
+/// Hooks that sum the gradients of gradient_partial parameters over their group as backward
+/// produces them (before any plugin's own gradient handling sees them). Returns how many.
+int register_partial_gradient_hooks(torch::nn::Module& model);
+
+}  // namespace colossal::parallel

@@ -5,6 +5,7 @@
 #include "core/checkpoint/atomic_file.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
+#include "core/parallel/tensor/checkpoint.h"
 
 namespace colossal::llama {
 
@@ -19,7 +20,8 @@ void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& 
   checkpoint::write_text_atomically(dir + "/generation_config.json", gen.dump(2) + "\n");
 }
 
-LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options) {
+LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options,
+                            const parallel::ParallelContext& parallel) {
   LoadedModel out;
   out.config = LlamaConfig::from_json_file(dir + "/config.json", &out.unknown_config_fields);
   if (!out.unknown_config_fields.empty()) {
@@ -27,8 +29,9 @@ LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelO
     for (const auto& f : out.unknown_config_fields) list += (list.empty() ? "" : ", ") + f;
     COLOSSAL_LOG_WARN("[llama] ", dir, "/config.json: fields this model does not use: ", list);
   }
-  out.model = LlamaForCausalLM(out.config);
-  out.report = checkpoint::load_model_state(*out.model, dir, options);
+  out.model = LlamaForCausalLM(out.config, parallel);
+  out.report = parallel.tensor_parallel() ? parallel::load_model_slices(*out.model, dir, options)
+                                          : checkpoint::load_model_state(*out.model, dir, options);
   return out;
 }
 

@@ -23,7 +23,9 @@ struct LoadedModel {
 };
 
 /// Reads `dir`/config.json, builds the model and loads the weights (strict: every difference
-/// is an error listing all of them; otherwise the report lists them).
-LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options = {});
+/// is an error listing all of them; otherwise the report lists them). With tensor parallelism
+/// each rank reads only its slices of the (memory-mapped) files.
+LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options = {},
+                            const parallel::ParallelContext& parallel = {});
 
 }  // namespace colossal::llama

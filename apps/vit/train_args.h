@@ -30,7 +30,7 @@ struct TrainArgs {
   std::string mixed_precision = "fp32";
   // Optimisation
   int64_t batch_size = 32;  // images per rank per step
-  int64_t epochs = 7;
+  int64_t epochs = 12;
   int64_t max_steps = 0;  // > 0: stop after this many steps
   double lr = 1e-3, weight_decay = 0.05, warmup_ratio = 0.05, label_smoothing = 0.0, grad_clip = 1.0;
   uint64_t seed = 42;

@@ -1,5 +1,7 @@
 #include "core/checkpoint/model_io.h"
 
+#include <filesystem>
+
 #include <sys/stat.h>
 #include <torch/torch.h>
 
@@ -44,7 +46,8 @@ NamedTensors model_state(const torch::nn::Module& model) {
 
 std::vector<std::string> save_model_state(const NamedTensors& tensors, const std::string& dir,
                                           const SaveModelOptions& options) {
-  ::mkdir(dir.c_str(), 0755);
+  std::error_code ec;  // parents too, as `mkdir -p` (a missing parent was a confusing error)
+  std::filesystem::create_directories(dir, ec);
   NamedTensors out;
   for (const auto& [name, t] : tensors) {
     auto v = t.detach();

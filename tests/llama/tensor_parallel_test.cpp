@@ -4,11 +4,16 @@
 // tp = 4), tied and untied output layers, a vocabulary that needs padding.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include "core/dist/collectives.h"
+#include "core/dist/mesh.h"
+#include "core/parallel/tensor/checkpoint.h"
+#include "llama/pretrained.h"
 #include "core/dist/runtime.h"
 #include "core/parallel/tensor/shard.h"
 #include "llama/model.h"
+#include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::llama {
@@ -108,6 +113,58 @@ TEST(LlamaTensorParallel, ParametersHoldTheirSlices) {
     auto embed = split->model->embed_tokens->weight;
     EXPECT_EQ(embed.size(0), 64);  // 100 padded to 128 over 2 ranks
     if (r == 1) EXPECT_TRUE(torch::all(embed.narrow(0, 36, 28) == 0).item<bool>()) << "padding rows";
+  });
+}
+
+void expect_equal_states(const checkpoint::NamedTensors& got, const checkpoint::NamedTensors& want,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].first, want[i].first) << what;
+    EXPECT_TRUE(torch::equal(got[i].second, want[i].second)) << what << ": " << want[i].first;
+  }
+}
+
+// Checkpoints hold whole tensors: written at tp = 2, read at tp = 1 and 4; written at tp = 4,
+// read at tp = 2 and 1 — the same weights everywhere, bit for bit.
+TEST(LlamaTensorParallel, CheckpointsMoveBetweenTensorParallelSizes) {
+  // Ranks re-run this body in their own processes: name the directory by the parent's pid.
+  const int owner = testing::is_rank_process() ? ::getppid() : ::getpid();
+  const std::string dir = ::testing::TempDir() + "tp_ckpt_" + std::to_string(owner);
+  testing::run_ranks(4, [dir] {
+    auto c = config(false);
+    dist::ProcessGroupMesh mesh({{"dp", 2}, {"tp", 2}});
+    parallel::ParallelContext tp2, tp4;
+    tp2.tp = mesh.group("tp");
+    tp4.tp = dist::world_group();
+    torch::manual_seed(11);
+    LlamaForCausalLM a(c, tp2);
+    auto from_a = parallel::full_model_state(*a);
+    if (dist::rank() == 0) save_pretrained(c, from_a, dir + "/a");
+    dist::barrier(dist::world_group());
+    expect_equal_states(checkpoint::model_state(*load_pretrained(dir + "/a").model), from_a, "tp 2 -> 1");
+    auto b = load_pretrained(dir + "/a", {}, tp4).model;
+    EXPECT_EQ(b->model->layers[0]->mlp->up_proj->weight.size(0), 16) << "a quarter of 64 rows";
+    expect_equal_states(parallel::full_model_state(*b), from_a, "tp 2 -> 4");
+
+    {  // change the tp = 4 model, save it, read it back at tp = 2 and 1
+      torch::NoGradGuard ng;
+      for (auto& p : b->parameters()) p.mul_(-0.5).add_(0.25);
+    }
+    auto from_b = parallel::full_model_state(*b);
+    if (dist::rank() == 0) save_pretrained(c, from_b, dir + "/b");
+    dist::barrier(dist::world_group());
+    auto back = parallel::load_model_slices(*a, dir + "/b");
+    EXPECT_TRUE(back.clean()) << back.describe();
+    expect_equal_states(parallel::full_model_state(*a), from_b, "tp 4 -> 2");
+    expect_equal_states(checkpoint::model_state(*load_pretrained(dir + "/b").model), from_b, "tp 4 -> 1");
+    // A checkpoint of another shape is refused with the whole shapes named.
+    auto other = c;
+    other.intermediate_size = 96;
+    LlamaForCausalLM wrong(other, tp4);
+    auto msg = testing::error_message_of([&] { parallel::load_model_slices(*wrong, dir + "/b"); });
+    EXPECT_NE(msg.find("model.layers.0.mlp.up_proj.weight: checkpoint [64, 32] F32, model (whole) [96, 32] F32"),
+              std::string::npos) << msg;
   });
 }
 

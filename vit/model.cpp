@@ -121,6 +121,30 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c)
   }
 }
 
+void ViTForImageClassificationImpl::mimetic_init() {
+  torch::NoGradGuard no_grad;
+  const int64_t D = config_.hidden_size, H = config_.num_attention_heads, dh = D / H;
+  const auto eye = torch::eye(D);
+  auto random = [&](double alpha, double beta) {  // alpha Z + beta I, factored by SVD
+    auto m = alpha * torch::randn({D, D}) / std::sqrt(static_cast<double>(D)) + beta * eye;
+    return at::linalg_svd(m, /*full_matrices=*/false);
+  };
+  for (auto& layer : vit->encoder->layers) {
+    auto& a = layer->attention->attention;
+    for (int64_t h = 0; h < H; ++h) {
+      auto [u, s, vh] = random(0.7, 0.7);
+      auto root = s.narrow(0, 0, dh).sqrt();
+      // scores = x W_q^T W_k x^T with W_q^T = U sqrt(S), W_k = sqrt(S) V^T (top dh directions)
+      a->query->weight.narrow(0, h * dh, dh).copy_((u.narrow(1, 0, dh) * root).t());
+      a->key->weight.narrow(0, h * dh, dh).copy_(vh.narrow(0, 0, dh) * root.unsqueeze(1));
+    }
+    auto [u, s, vh] = random(0.4, -0.4);
+    auto root = s.sqrt();
+    layer->attention->output->dense->weight.copy_(u * root);  // W_o W_v = U S V^T
+    a->value->weight.copy_(vh * root.unsqueeze(1));
+  }
+}
+
 torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels) {
   auto h = vit->embeddings->forward(pixels);
   for (auto& layer : vit->encoder->layers) {

@@ -97,6 +97,11 @@ class ViTForImageClassificationImpl : public torch::nn::Module {
   /// Logits [B, num_labels] for pixels [B, channels, H, W] (normalised floats).
   torch::Tensor forward(const torch::Tensor& pixels);
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  /// Mimetic initialisation of attention (Trockman & Kolter, 2023) for training from scratch:
+  /// each head's W_q^T W_k is the best rank-(head dim) approximation of 0.7 Z + 0.7 I and each
+  /// layer's W_o W_v is 0.4 Z - 0.4 I (Z Gaussian, variance 1/hidden), so attention starts out
+  /// looking at nearby, similar tokens the way trained ViTs do. Draws from torch's generator.
+  void mimetic_init();
   const ViTConfig& config() const { return config_; }
   ViTModel vit{nullptr};
   torch::nn::Linear classifier{nullptr};

@@ -25,6 +25,7 @@ void TrainArgs::validate() const {
   COLOSSAL_CHECK(image_size >= 0 && patch_size >= 0, "--image_size and --patch_size: expected >= 0 (0: automatic)");
   COLOSSAL_CHECK(min_crop_scale >= 0 && min_crop_scale <= 1, "--min_crop_scale: expected in [0, 1], got ",
                  min_crop_scale);
+  COLOSSAL_CHECK(init == "mimetic" || init == "normal", "--init: expected mimetic or normal, got '", init, "'");
   COLOSSAL_CHECK(randaugment >= 0, "--randaugment: expected >= 0, got ", randaugment);
   COLOSSAL_CHECK(randaugment_magnitude >= 0 && randaugment_magnitude <= 10,
                  "--randaugment_magnitude: expected in [0, 10], got ", randaugment_magnitude);
@@ -55,6 +56,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("image_size", a.image_size);
   c.read("patch_size", a.patch_size);
   c.read("grad_checkpoint", a.grad_checkpoint);
+  c.read("init", a.init);
   c.read("min_crop_scale", a.min_crop_scale);
   c.read("no_flip", a.no_flip);
   c.read("randaugment", a.randaugment);
@@ -105,6 +107,7 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
       ->capture_default_str();
   app.add_option("--patch_size", a.patch_size, "patch size (0: automatic)")->capture_default_str();
   app.add_flag("--grad_checkpoint", a.grad_checkpoint, "recompute each encoder layer in backward");
+  app.add_option("--init", a.init, "attention initialisation from scratch: mimetic | normal")->capture_default_str();
   app.add_option("--min_crop_scale", a.min_crop_scale,
                  "random resized crop's smallest area share (0: 0.08, or no crop for images under 64 px)")
       ->capture_default_str();

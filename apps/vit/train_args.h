@@ -20,6 +20,7 @@ struct TrainArgs {
   int64_t image_size = 0;      // 0: the pretrained model's, else the data's (at most 224)
   int64_t patch_size = 0;      // 0: the pretrained model's, 16 for >= 128 px, else image_size / 7
   bool grad_checkpoint = false;
+  std::string init = "mimetic";  // mimetic | normal (training from scratch)
   // Augmentation
   double min_crop_scale = 0;  // random resized crop's smallest area share; 0: 0.08, or no crop below 64 px
   bool no_flip = false;

@@ -320,6 +320,26 @@ TEST(ImagePipeline, ParallelPlanCoversEveryParameter) {
   EXPECT_EQ(plan.find("vit.encoder.layer.3.output.dense")->style, parallel::SplitStyle::kRow);
 }
 
+// Attention starts as mimetic initialisation prescribes: W_o W_v = 0.4 Z - 0.4 I exactly (trace
+// near -0.4 per dimension), and the query-key products lean towards the identity.
+TEST(ImagePipeline, MimeticInitialisationShapesAttention) {
+  auto c = ViTConfig::named("nano", 28, 4, 1, 10);
+  torch::manual_seed(0);
+  ViTForImageClassification model(c);
+  auto& layer = model->vit->encoder->layers[1];
+  auto& a = layer->attention->attention;
+  auto qk_before = torch::mm(a->query->weight.t(), a->key->weight).trace().item<double>();
+  model->mimetic_init();
+  const double D = static_cast<double>(c.hidden_size);
+  auto ov = torch::mm(layer->attention->output->dense->weight, a->value->weight);
+  double per_dim = ov.trace().item<double>() / D;
+  EXPECT_GT(per_dim, -0.5);
+  EXPECT_LT(per_dim, -0.3);
+  auto qk = torch::mm(a->query->weight.t(), a->key->weight).trace().item<double>() / D;
+  EXPECT_GT(qk, 0.3) << "sum over heads of rank-32 approximations of 0.7 Z + 0.7 I";
+  EXPECT_LT(std::abs(qk_before) / D, 0.05) << "random init has no such bias";
+}
+
 // ---- 2 ranks against one process --------------------------------------------------------------
 
 ViTConfig small_config() {

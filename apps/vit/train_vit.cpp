@@ -2,7 +2,7 @@
 // plugin, on one process or many; evaluate with top-1/top-5 accuracy and a confusion matrix;
 // classify image files with a saved model (--predict).
 //
-// With no arguments it trains the nano ViT (0.55M parameters, 4 x 4 patches) on Fashion-MNIST
+// With no arguments it trains the nano ViT (0.54M parameters, 4 x 4 patches) on Fashion-MNIST
 // (fetched by scripts/setup.sh) and writes out/vit/model plus out/vit/confusion_matrix.{csv,png}:
 //   build/apps/colossal run --nproc_per_node 2 -- build/apps/train_vit
 //   build/apps/train_vit --data photos/ --model small --image_size 96 --plugin zero2 --epochs 20

@@ -67,15 +67,16 @@ std::vector<std::string> names_for(const at::Tensor& confusion, const std::vecto
 void write_confusion_csv(const at::Tensor& confusion, const std::vector<std::string>& class_names,
                          const std::string& path) {
   auto names = names_for(confusion, class_names);
-  auto c = confusion.to(at::kLong).contiguous();
-  const int64_t n = c.size(0);
+  auto counts = confusion.to(at::kLong).contiguous();
+  auto c = counts.accessor<int64_t, 2>();
+  const int64_t n = counts.size(0);
   std::ostringstream s;
   s << "true\\predicted";
   for (int64_t j = 0; j < n; ++j) s << "," << csv_field(names[j]);
   s << "\n";
   for (int64_t i = 0; i < n; ++i) {
     s << csv_field(names[i]);
-    for (int64_t j = 0; j < n; ++j) s << "," << c[i][j].item<int64_t>();
+    for (int64_t j = 0; j < n; ++j) s << "," << c[i][j];
     s << "\n";
   }
   checkpoint::write_text_atomically(path, s.str());
@@ -84,8 +85,9 @@ void write_confusion_csv(const at::Tensor& confusion, const std::vector<std::str
 void write_confusion_png(const at::Tensor& confusion, const std::vector<std::string>& class_names,
                          const std::string& title, const std::string& path) {
   auto names = names_for(confusion, class_names);
-  auto c = confusion.to(at::kLong).contiguous();
-  const int n = static_cast<int>(c.size(0));
+  auto counts = confusion.to(at::kLong).contiguous();
+  auto c = counts.accessor<int64_t, 2>();
+  const int n = static_cast<int>(counts.size(0));
   const int cell = n <= 20 ? 56 : std::max(12, 1100 / n);  // large class counts: smaller cells
   const bool numbers = cell >= 28;
   const int font = cv::FONT_HERSHEY_SIMPLEX;
@@ -103,9 +105,9 @@ void write_confusion_png(const at::Tensor& confusion, const std::vector<std::str
   cv::Mat share(n, n, CV_8U);
   for (int i = 0; i < n; ++i) {
     int64_t row_total = 0;
-    for (int j = 0; j < n; ++j) row_total += c[i][j].item<int64_t>();
+    for (int j = 0; j < n; ++j) row_total += c[i][j];
     for (int j = 0; j < n; ++j)
-      share.at<uchar>(i, j) = static_cast<uchar>(row_total ? 255.0 * c[i][j].item<int64_t>() / row_total + 0.5 : 0);
+      share.at<uchar>(i, j) = static_cast<uchar>(row_total ? 255.0 * c[i][j] / row_total + 0.5 : 0);
   }
   cv::Mat colours;
   cv::applyColorMap(share, colours, cv::COLORMAP_VIRIDIS);
@@ -114,7 +116,7 @@ void write_confusion_png(const at::Tensor& confusion, const std::vector<std::str
       cv::Rect r(left + j * cell, top + i * cell, cell, cell);
       cv::rectangle(image, r, cv::Scalar(colours.at<cv::Vec3b>(i, j)), cv::FILLED);
       if (!numbers) continue;
-      std::string text = std::to_string(c[i][j].item<int64_t>());
+      std::string text = std::to_string(c[i][j]);
       double scale = 0.45;
       int base = 0;
       auto size = cv::getTextSize(text, font, scale, 1, &base);

@@ -51,11 +51,16 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t di
   weight = register_parameter("weight", torch::randn({per_rank_, dim}) * 0.02);
 }
 
-torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
-  auto mine = ids.ge(start_).logical_and(ids.lt(start_ + per_rank_));
-  auto local = torch::where(mine, ids - start_, torch::zeros_like(ids));
+torch::Tensor vocab_parallel_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start,
+                                    const dist::Group& group) {
+  auto mine = ids.ge(start).logical_and(ids.lt(start + weight.size(0)));
+  auto local = torch::where(mine, ids - start, torch::zeros_like(ids));
   auto out = torch::embedding(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
-  return reduce_from_group(out, group_);
+  return reduce_from_group(out, group);
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
+  return vocab_parallel_lookup(weight, ids, start_, group_);
 }
 
 namespace {

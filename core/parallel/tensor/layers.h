@@ -19,6 +19,11 @@ namespace colossal::parallel {
 /// Vocabulary padded to a multiple of 64 x tp (what VocabParallelEmbedding and the head use).
 int64_t padded_vocab(int64_t vocab, int tp);
 
+/// The vocabulary-parallel lookup: rows [start, start + weight.size(0)) live here; ids outside
+/// them give zeros, and the partial results are all-reduced over `group`.
+torch::Tensor vocab_parallel_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start,
+                                    const dist::Group& group);
+
 class ColumnParallelLinearImpl : public torch::nn::Module {
  public:
   ColumnParallelLinearImpl(int64_t in, int64_t out, dist::Group group, bool bias = false, bool gather_output = false);

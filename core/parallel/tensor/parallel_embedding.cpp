@@ -2,7 +2,6 @@
 
 #include <torch/torch.h>
 
-#include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
 
 namespace colossal::parallel {
@@ -23,11 +22,7 @@ ParallelEmbeddingImpl::ParallelEmbeddingImpl(int64_t vocab, int64_t dim, const P
 
 torch::Tensor ParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
   if (!ctx_.tensor_parallel()) return torch::embedding(weight, ids);
-  const int64_t part = weight.size(0);
-  auto mine = ids.ge(start_).logical_and(ids.lt(start_ + part));
-  auto local = torch::where(mine, ids - start_, torch::zeros_like(ids));
-  auto out = torch::embedding(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
-  return reduce_from_group(out, ctx_.tp);
+  return vocab_parallel_lookup(weight, ids, start_, ctx_.tp);
 }
 
 std::map<std::string, ShardSpec> ParallelEmbeddingImpl::shard_specs() const {

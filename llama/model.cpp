@@ -7,6 +7,10 @@
 #include "core/nn/module_hooks.h"
 #include "core/nn/rms_norm.h"
 #include "core/common/check.h"
+#include "core/dist/collectives.h"
+#include "core/parallel/sequence/layout.h"
+#include "core/parallel/sequence/ring_attention.h"
+#include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
 
@@ -14,8 +18,17 @@ namespace colossal::llama {
 
 using nn::call;
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel)
+    : eps_(eps), parallel_(parallel) {
   weight = register_parameter("weight", torch::ones({dim}));
+}
+
+std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
+  if (!parallel::splits_sequence_over_tp(parallel_)) return {};
+  parallel::ShardSpec s;
+  s.group = parallel_.tp;
+  s.gradient_partial = true;
+  return {{"weight", s}};
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
@@ -38,7 +51,7 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return x * cos + rotate_half(x) * sin;  // x: [B, H, T, D]; cos/sin: [T, D]
+  return x * cos + rotate_half(x) * sin;  // x: [B, T, H, D]; cos/sin: [T, 1, D]
 }
 }  // namespace
 
@@ -82,27 +95,55 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where)
     kv_select_ = parallel_.tp_rank() * heads_ / (heads / kv);
     kv_heads_ = 1;
   }
+  if (parallel_.sp_mode == parallel::SequenceParallelMode::kAllToAll) {
+    const int sp = parallel_.sp_size();
+    COLOSSAL_CHECK(heads_ % sp == 0, "[llama] all_to_all: ", heads_, " attention heads per tensor-parallel rank (",
+                   heads, " / tp ", tp, ") do not divide by sp ", sp);
+  }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTables& rope) {
-  int64_t B = x_in.size(0), T = x_in.size(1);
-  auto x = parallel::enter_tensor_parallel(x_in, parallel_);  // one gradient all-reduce for q, k and v
-  auto q = call(q_proj, x).view({B, T, heads_, head_dim_}).transpose(1, 2);
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTables& rope,
+                                     const torch::Tensor& positions) {
+  using Mode = parallel::SequenceParallelMode;
+  // One gradient all-reduce for q, k and v (split_gather: the sequence is gathered here).
+  auto x = parallel::enter_tensor_parallel(x_in, parallel_);
+  const int64_t B = x.size(0), T = x.size(1);
+  auto q = call(q_proj, x).view({B, T, heads_, head_dim_});
   auto k = call(k_proj, x), v = call(v_proj, x);
   if (kv_select_ >= 0) {
     k = k.narrow(-1, kv_select_ * head_dim_, head_dim_);
     v = v.narrow(-1, kv_select_ * head_dim_, head_dim_);
   }
-  k = k.view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
-  v = v.view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
-  auto cos = rope.cos.narrow(0, 0, T).to(x.scalar_type());
-  auto sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
+  k = k.view({B, T, kv_heads_, head_dim_});
+  v = v.view({B, T, kv_heads_, head_dim_});
+  // Rotary embeddings at the tokens' own positions, before any exchange.
+  auto cos = rope.cos.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
+  auto sin = rope.sin.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
-  auto out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                              /*is_causal=*/true, /*scale=*/std::nullopt,
-                                              /*enable_gqa=*/kv_heads_ != heads_);
-  return call(o_proj, out.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+  torch::Tensor out;  // [B, T, heads_, head_dim_]
+  if (parallel_.sp_mode == Mode::kRingAttn && parallel_.sp_size() > 1) {
+    out = parallel::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), parallel_.sp)
+              .transpose(1, 2);
+  } else {
+    if (parallel_.sp_mode == Mode::kAllToAll && parallel_.sp_size() > 1) {
+      // Ulysses: trade the sequence shard for a share of the heads, attend over the whole
+      // sequence, trade back. Too few kv heads to share out: each query head gets its own copy.
+      if (kv_heads_ % parallel_.sp_size() != 0) {
+        k = k.repeat_interleave(heads_ / kv_heads_, 2);
+        v = v.repeat_interleave(heads_ / kv_heads_, 2);
+      }
+      q = parallel::sequence_to_heads(q, parallel_.sp);
+      k = parallel::sequence_to_heads(k, parallel_.sp);
+      v = parallel::sequence_to_heads(v, parallel_.sp);
+    }
+    out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                           /*scale=*/std::nullopt, /*enable_gqa=*/k.size(2) != q.size(2))
+              .transpose(1, 2);
+    if (parallel_.sp_mode == Mode::kAllToAll) out = parallel::heads_to_sequence(out, parallel_.sp);
+  }
+  return call(o_proj, out.reshape({B, T, heads_ * head_dim_}));
 }
 
 MLPImpl::MLPImpl(const LlamaConfig& c, const BuildContext& where) : parallel_(where.parallel) {
@@ -119,12 +160,15 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& where) {
   self_attn = register_module("self_attn", Attention(c, where.at("self_attn")));
   mlp = register_module("mlp", MLP(c, where.at("mlp")));
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope) {
-  auto h = x + self_attn->forward(call(input_layernorm, x), rope);
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
+                                        const torch::Tensor& positions) {
+  auto h = x + self_attn->forward(call(input_layernorm, x), rope, positions);
   return h + mlp->forward(call(post_attention_layernorm, h));
 }
 
@@ -135,7 +179,7 @@ DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
     layers.push_back(DecoderLayer(c, where.at("layers." + std::to_string(i))));
     list->push_back(layers.back());
   }
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel)
@@ -186,15 +230,29 @@ const RotaryTables& LlamaForCausalLMImpl::rope_for(int64_t seq_len) {
   return long_rope_;
 }
 
+bool LlamaForCausalLMImpl::holds_sequence_shard() const {
+  return parallel_.sp_mode != parallel::SequenceParallelMode::kSplitGather && parallel::shards_sequence(parallel_);
+}
+
 torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids) {
-  const RotaryTables rope = rope_for(input_ids.size(1));  // tensor handles: cheap to copy
-  auto h = call(model->embed_tokens, input_ids);
+  const int64_t T = input_ids.size(1);
+  if (parallel_.sp_mode == parallel::SequenceParallelMode::kSplitGather) {
+    COLOSSAL_CHECK(T % parallel_.tp_size() == 0, "[llama] split_gather: sequence length ", T,
+                   " does not divide by tp ", parallel_.tp_size());
+  }
+  const RotaryTables rope = rope_for(T);  // tensor handles: cheap to copy
+  // Attention sees the whole sequence (gathered under split_gather) or this rank's share.
+  auto positions = holds_sequence_shard() ? parallel::local_positions(T, parallel_) : torch::arange(T);
+  auto ids = holds_sequence_shard() ? parallel::take_local(input_ids, parallel_) : input_ids;
+  positions = positions.to(input_ids.device());
+  auto h = call(model->embed_tokens, ids);
   for (auto& layer : model->layers) {
     if (gradient_checkpointing_ && is_training()) {
       // Captured by value: the closure runs again in backward, after this loop.
-      h = nn::checkpoint([rope, l = layer.ptr()](const torch::Tensor& x) { return l->forward(x, rope); }, h);
+      h = nn::checkpoint(
+          [rope, positions, l = layer.ptr()](const torch::Tensor& x) { return l->forward(x, rope, positions); }, h);
     } else {
-      h = layer->forward(h, rope);
+      h = layer->forward(h, rope, positions);
     }
   }
   h = call(model->norm, h);
@@ -212,8 +270,10 @@ torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids)
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
   auto logits = local_logits(input_ids);
-  if (!parallel_.tensor_parallel()) return logits;
-  return parallel::gather_last_dim(logits, parallel_.tp).narrow(-1, 0, config_.vocab_size);
+  if (parallel_.tensor_parallel())
+    logits = parallel::gather_last_dim(logits, parallel_.tp).narrow(-1, 0, config_.vocab_size);
+  if (holds_sequence_shard()) logits = parallel::gather_local(logits, parallel_);
+  return logits;
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
@@ -224,10 +284,21 @@ torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const t
   auto target = torch::full_like(labels, -100);
   int64_t T = labels.size(1);
   target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
+  if (holds_sequence_shard()) target = parallel::take_local(target, parallel_);
   auto flat = logits.reshape({-1, logits.size(2)});
-  if (parallel_.tensor_parallel())  // the full logits never exist on one rank
-    return parallel::vocab_parallel_cross_entropy(flat, target.reshape({-1}), parallel_.tp, -100);
-  return nn::cross_entropy(flat, target.reshape({-1}), -100);
+  auto flat_target = target.reshape({-1});
+  auto mean = parallel_.tensor_parallel()  // the full logits never exist on one rank
+                  ? parallel::vocab_parallel_cross_entropy(flat, flat_target, parallel_.tp, -100)
+                  : nn::cross_entropy(flat, flat_target, -100);
+  if (!holds_sequence_shard()) return mean;
+  // The mean over every rank's tokens: each rank's mean weighted by its share of the counted
+  // targets, summed over the group (forward); each rank's gradient flows through its own term.
+  auto counts = torch::stack({flat_target.ne(-100).sum()}).to(torch::kFloat64);
+  auto local_count = counts.item<double>();
+  dist::all_reduce(counts, parallel_.sp);
+  const double total = counts.item<double>();
+  auto share = local_count > 0 ? mean * (local_count / total) : (flat.sum() * 0.0).to(mean.scalar_type());
+  return parallel::reduce_from_group(share, parallel_.sp);
 }
 
 parallel::ParallelPlan parallel_plan(const LlamaConfig& config) {

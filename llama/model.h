@@ -19,14 +19,17 @@
 
 namespace colossal::llama {
 
-class RMSNormImpl : public torch::nn::Module {
+class RMSNormImpl : public torch::nn::Module, public parallel::ShardedModule {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel = {});
   torch::Tensor forward(const torch::Tensor& x);
+  /// Replicated; under split_gather it normalises sequence shards, so its gradient is partial.
+  std::map<std::string, parallel::ShardSpec> shard_specs() const override;
   torch::Tensor weight;
 
  private:
   double eps_;
+  parallel::ParallelContext parallel_;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -47,7 +50,9 @@ struct BuildContext {
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const LlamaConfig& config, const BuildContext& where);
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope);
+  /// `positions`: the sequence positions of the tokens attention computes q, k and v for (the
+  /// whole sequence, or this rank's shard under all_to_all and ring_attn).
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
   parallel::ParallelLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
@@ -71,7 +76,7 @@ TORCH_MODULE(MLP);
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const LlamaConfig& config, const BuildContext& where);
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -90,9 +95,13 @@ TORCH_MODULE(Decoder);
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
   explicit LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel = {});
-  /// Logits [batch, seq, vocab] for token ids [batch, seq] (gathered whole under tensor parallelism).
+  /// Logits [batch, seq, vocab] for token ids [batch, seq] (gathered whole under tensor and
+  /// sequence parallelism). Every rank passes the whole batch; sequence parallelism takes each
+  /// rank's share of it inside.
   torch::Tensor forward(const torch::Tensor& input_ids);
-  /// Mean next-token cross entropy (labels = input_ids shifted; -100 is ignored).
+  /// Mean next-token cross entropy (labels = input_ids shifted; -100 is ignored). Under
+  /// all_to_all and ring_attn each rank's gradients cover its own tokens: summed over the
+  /// sequence-parallel group they are the gradient of the mean (the hybrid plugin sums them).
   torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels);
   /// Normal(0, initializer_range) weights, unit norms (training from scratch). Split parameters
   /// are drawn whole and sliced, so every tensor-parallel size starts from the same model.
@@ -109,8 +118,11 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
 
  private:
   const RotaryTables& rope_for(int64_t seq_len);
-  /// This rank's logits (its vocabulary slice under tensor parallelism, padded columns -inf).
+  /// This rank's logits (its vocabulary slice under tensor parallelism, padded columns -inf;
+  /// its tokens under all_to_all and ring_attn).
   torch::Tensor local_logits(const torch::Tensor& input_ids);
+  /// all_to_all and ring_attn: each rank embeds, normalises and predicts only its own tokens.
+  bool holds_sequence_shard() const;
 
   parallel::ParallelContext parallel_;
   LlamaConfig config_;

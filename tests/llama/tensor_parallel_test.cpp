@@ -1,7 +1,9 @@
-// LLaMA under tensor parallelism on 2 and 4 real ranks against one process with the same seed:
-// logits, losses over 3 AdamW steps, and every parameter's gradient gathered whole, within
-// relative 1e-5. Grouped-query attention both ways (kv heads split at tp = 2, kept whole at
-// tp = 4), tied and untied output layers, a vocabulary that needs padding.
+// LLaMA under tensor and sequence parallelism on 2 and 4 real ranks against one process with
+// the same seed: logits, losses over 3 AdamW steps, and every parameter's gradient gathered
+// whole, within relative 1e-5. Grouped-query attention both ways (kv heads split at tp = 2,
+// kept whole at tp = 4; shared out or copied per query head by Ulysses), tied and untied output
+// layers, a vocabulary that needs padding; each sequence-parallel mode at 2 and 4 ranks and
+// mixed with tp = 2.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -55,6 +57,10 @@ Run train(const LlamaConfig& c, const parallel::ParallelContext& ctx) {
     opt.zero_grad();
     auto loss = model->loss(data[s], data[s]);
     loss.backward();
+    // all_to_all and ring_attn: each rank's gradients cover its own tokens; their sum over the
+    // sequence-parallel group is the gradient (what the hybrid plugin does).
+    if (ctx.sp_mode != parallel::SequenceParallelMode::kSplitGather && ctx.sp_size() > 1)
+      for (auto& p : model->parameters()) dist::all_reduce(p.mutable_grad(), ctx.sp);
     if (s == 0)
       for (const auto& item : model->named_parameters()) {
         auto it = specs.find(item.key());
@@ -93,6 +99,53 @@ void check_tp() {
 
 TEST(LlamaTensorParallel, TwoRanksMatchOneProcess) { testing::run_ranks(2, check_tp); }
 TEST(LlamaTensorParallel, FourRanksWithWholeKvHeadsMatchOneProcess) { testing::run_ranks(4, check_tp); }
+
+// tp x sp on the whole world: a {sp, tp} mesh (split_gather: the sequence over the tp group).
+void check_sp(parallel::SequenceParallelMode mode, int tp, bool both_heads) {
+  const int sp = dist::world_size() / tp;
+  dist::ProcessGroupMesh mesh({{"sp", sp}, {"tp", tp}});
+  parallel::ParallelContext ctx;
+  ctx.tp = mesh.group("tp");
+  ctx.sp = mesh.group("sp");
+  ctx.sp_mode = mode;
+  for (bool tied : both_heads ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+    auto c = config(tied);
+    auto want = train(c, {});
+    auto got = train(c, ctx);
+    expect_same(want, got, std::string(parallel::to_string(mode)) + " tp=" + std::to_string(tp) +
+                               " sp=" + std::to_string(sp) + (tied ? " tied" : " untied"));
+  }
+}
+
+using Mode = parallel::SequenceParallelMode;
+TEST(LlamaSequenceParallel, SplitGatherMatchesOneProcess) {
+  testing::run_ranks(2, [] { check_sp(Mode::kSplitGather, 2, true); });
+  testing::run_ranks(4, [] { check_sp(Mode::kSplitGather, 4, false); });
+}
+TEST(LlamaSequenceParallel, AllToAllMatchesOneProcess) {
+  testing::run_ranks(2, [] { check_sp(Mode::kAllToAll, 1, true); });
+  testing::run_ranks(4, [] { check_sp(Mode::kAllToAll, 1, false); });  // 2 kv heads, 4 ranks: copied
+}
+TEST(LlamaSequenceParallel, RingAttentionMatchesOneProcess) {
+  testing::run_ranks(2, [] { check_sp(Mode::kRingAttn, 1, true); });
+  testing::run_ranks(4, [] { check_sp(Mode::kRingAttn, 1, false); });
+}
+TEST(LlamaSequenceParallel, MixedWithTensorParallelMatchOneProcess) {
+  testing::run_ranks(4, [] {
+    check_sp(Mode::kAllToAll, 2, false);
+    check_sp(Mode::kRingAttn, 2, false);
+  });
+}
+TEST(LlamaSequenceParallel, SequenceThatDoesNotSplitIsNamed) {
+  testing::run_ranks(2, [] {
+    parallel::ParallelContext ctx;
+    ctx.sp = dist::world_group();
+    ctx.sp_mode = Mode::kRingAttn;
+    LlamaForCausalLM model(config(false), ctx);
+    auto msg = testing::error_message_of([&] { model->forward(torch::zeros({1, 6}, torch::kInt64)); });
+    EXPECT_NE(msg.find("ring_attn with sp = 2: sequence length 6 does not divide by 4"), std::string::npos) << msg;
+  });
+}
 
 TEST(LlamaTensorParallel, ParametersHoldTheirSlices) {
   testing::run_ranks(2, [] {

@@ -51,12 +51,15 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t di
   weight = register_parameter("weight", torch::randn({per_rank_, dim}) * 0.02);
 }
 
-torch::Tensor vocab_parallel_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start,
-                                    const dist::Group& group) {
+torch::Tensor vocab_parallel_partial_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start) {
   auto mine = ids.ge(start).logical_and(ids.lt(start + weight.size(0)));
   auto local = torch::where(mine, ids - start, torch::zeros_like(ids));
-  auto out = torch::embedding(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
-  return reduce_from_group(out, group);
+  return torch::embedding(weight, local) * mine.unsqueeze(-1).to(weight.scalar_type());
+}
+
+torch::Tensor vocab_parallel_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start,
+                                    const dist::Group& group) {
+  return reduce_from_group(vocab_parallel_partial_lookup(weight, ids, start), group);
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {

@@ -23,6 +23,8 @@ int64_t padded_vocab(int64_t vocab, int tp);
 /// them give zeros, and the partial results are all-reduced over `group`.
 torch::Tensor vocab_parallel_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start,
                                     const dist::Group& group);
+/// The lookup before the reduction (what the ranks' results sum to).
+torch::Tensor vocab_parallel_partial_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start);
 
 class ColumnParallelLinearImpl : public torch::nn::Module {
  public:

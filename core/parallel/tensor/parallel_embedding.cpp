@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/parallel/tensor/layers.h"
+#include "core/parallel/tensor/parallel_linear.h"
 
 namespace colossal::parallel {
 
@@ -22,7 +23,7 @@ ParallelEmbeddingImpl::ParallelEmbeddingImpl(int64_t vocab, int64_t dim, const P
 
 torch::Tensor ParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
   if (!ctx_.tensor_parallel()) return torch::embedding(weight, ids);
-  return vocab_parallel_lookup(weight, ids, start_, ctx_.tp);
+  return leave_tensor_parallel(vocab_parallel_partial_lookup(weight, ids, start_), ctx_);
 }
 
 std::map<std::string, ShardSpec> ParallelEmbeddingImpl::shard_specs() const {

@@ -6,13 +6,27 @@
 #include <cmath>
 
 #include "core/common/check.h"
+#include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
 
 namespace colossal::parallel {
 
+bool splits_sequence_over_tp(const ParallelContext& ctx) {
+  return ctx.tensor_parallel() && ctx.sp_mode == SequenceParallelMode::kSplitGather;
+}
+
 torch::Tensor enter_tensor_parallel(const torch::Tensor& x, const ParallelContext& ctx) {
-  return ctx.tensor_parallel() ? copy_to_group(x, ctx.tp) : x;
+  if (!ctx.tensor_parallel()) return x;
+  // split_gather: the sequence shards are gathered (backward: the partial gradients of the
+  // column layers are summed and scattered back to their shards in one reduce-scatter).
+  return ctx.sp_mode == SequenceParallelMode::kSplitGather ? gather_sequence(x, ctx.tp) : copy_to_group(x, ctx.tp);
+}
+
+torch::Tensor leave_tensor_parallel(const torch::Tensor& partial, const ParallelContext& ctx) {
+  if (!ctx.tensor_parallel()) return partial;
+  return ctx.sp_mode == SequenceParallelMode::kSplitGather ? reduce_scatter_sequence(partial, ctx.tp)
+                                                           : reduce_from_group(partial, ctx.tp);
 }
 
 ParallelLinearImpl::ParallelLinearImpl(const ParallelLinearOptions& o, const ParallelContext& ctx)
@@ -76,7 +90,7 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
   if (!ctx_.tensor_parallel()) return torch::nn::functional::linear(x, weight, bias);
   switch (options_.style) {
     case SplitStyle::kRow: {
-      auto y = reduce_from_group(torch::nn::functional::linear(x, weight), ctx_.tp);
+      auto y = leave_tensor_parallel(torch::nn::functional::linear(x, weight), ctx_);
       return bias.defined() ? y + bias : y;
     }
     case SplitStyle::kVocabHead: {
@@ -114,9 +128,10 @@ std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
       s.local_start = ctx_.tp_rank() * weight.size(1);
       s.local_size = weight.size(1);
       out["weight"] = s;
-      if (bias.defined()) {  // replicated; its gradient is complete on every rank
+      if (bias.defined()) {  // replicated; complete on every rank unless added to sequence shards
         ShardSpec rb;
         rb.group = ctx_.tp;
+        rb.gradient_partial = splits_sequence_over_tp(ctx_);
         out["bias"] = rb;
       }
       break;

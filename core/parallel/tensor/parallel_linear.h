@@ -32,7 +32,16 @@ struct ParallelLinearOptions {
 /// The input of column layers (and replicated layers inside the region): identity forward,
 /// gradient all-reduced over tp. The caller enters once for all the column layers that read the
 /// same input (q, k and v; gate and up), so backward all-reduces one gradient, not three.
+/// Under split_gather the input is this rank's sequence shard and entering all-gathers it.
 torch::Tensor enter_tensor_parallel(const torch::Tensor& x, const ParallelContext& ctx);
+
+/// The partial sums a row layer produces: all-reduced, or under split_gather reduce-scattered
+/// back to sequence shards.
+torch::Tensor leave_tensor_parallel(const torch::Tensor& partial, const ParallelContext& ctx);
+
+/// split_gather with more than one tensor-parallel rank: activations outside the attention and
+/// MLP blocks are sequence shards over the tp group.
+bool splits_sequence_over_tp(const ParallelContext& ctx);
 
 class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
  public:

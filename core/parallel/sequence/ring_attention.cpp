@@ -1,0 +1,182 @@
+#include "core/parallel/sequence/ring_attention.h"
+
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/common/check.h"
+#include "core/dist/collectives.h"
+
+namespace colossal::parallel {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct GroupHolder : torch::CustomClassHolder {
+  explicit GroupHolder(dist::Group g) : group(std::move(g)) {}
+  dist::Group group;
+};
+
+// One attention block with its log-sum-exp. On CPU LibTorch's flash kernel returns both (and
+// its backward accepts the final output and log-sum-exp of the merged result); elsewhere the
+// scores are formed explicitly.
+struct Block {
+  torch::Tensor out, lse;  // [B, H, Tq, D] in the input dtype, [B, H, Tq] fp32
+};
+
+Block block_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal, double scale) {
+  if (q.is_cpu()) {
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                                      0.0, causal, std::nullopt, scale);
+    return {out, lse};
+  }
+  auto s = torch::matmul(q.to(torch::kFloat), k.to(torch::kFloat).transpose(-1, -2)) * scale;
+  if (causal) s = s.masked_fill(torch::ones({q.size(2), k.size(2)}, s.options().dtype(torch::kBool)).triu(1), -INFINITY);
+  auto lse = s.logsumexp(-1);
+  auto out = torch::matmul((s - lse.unsqueeze(-1)).exp(), v.to(torch::kFloat));
+  return {out.to(q.scalar_type()), lse};
+}
+
+struct BlockGrads {
+  torch::Tensor dq, dk, dv;
+};
+
+BlockGrads block_backward(const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k,
+                          const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse, bool causal,
+                          double scale) {
+  if (q.is_cpu()) {
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        dout.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse.contiguous(), 0.0,
+        causal, std::nullopt, scale);
+    return {dq, dk, dv};
+  }
+  auto qf = q.to(torch::kFloat), kf = k.to(torch::kFloat), vf = v.to(torch::kFloat);
+  auto dof = dout.to(torch::kFloat), of = out.to(torch::kFloat);
+  auto s = torch::matmul(qf, kf.transpose(-1, -2)) * scale;
+  if (causal) s = s.masked_fill(torch::ones({q.size(2), k.size(2)}, s.options().dtype(torch::kBool)).triu(1), -INFINITY);
+  auto p = (s - lse.unsqueeze(-1)).exp();
+  auto dv = torch::matmul(p.transpose(-1, -2), dof);
+  auto dp = torch::matmul(dof, vf.transpose(-1, -2));
+  auto ds = p * (dp - (dof * of).sum(-1, true));
+  return {torch::matmul(ds, kf) * scale, torch::matmul(ds.transpose(-1, -2), qf) * scale, dv};
+}
+
+// Sends `t` to the next rank of the ring and returns what the previous rank sent. Even ranks
+// send first and odd ranks receive first, so blocking point-to-point calls never wait on each
+// other in a cycle (at least one rank of any ring starts by sending).
+torch::Tensor ring_shift(const torch::Tensor& t, const dist::Group& g) {
+  const int n = g.size(), r = g.rank();
+  auto send = t.contiguous();
+  auto recv = torch::empty_like(send);
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  if (r % 2 == 0) {
+    dist::send(send, next, g);
+    dist::recv(recv, prev, g);
+  } else {
+    dist::recv(recv, prev, g);
+    dist::send(send, next, g);
+  }
+  return recv;
+}
+
+// Query heads h read key/value head h / groups (as scaled_dot_product_attention's enable_gqa).
+torch::Tensor expand_heads(const torch::Tensor& kv, int64_t groups) {
+  return groups == 1 ? kv : kv.repeat_interleave(groups, 1);
+}
+torch::Tensor fold_heads(const torch::Tensor& g, int64_t groups) {
+  if (groups == 1) return g;
+  auto s = g.sizes().vec();
+  return g.view({s[0], s[1] / groups, groups, s[2], s[3]}).sum(2);
+}
+
+// Which part of the local sequence a step touches: the rows of q and the columns of k/v.
+struct StepShape {
+  bool causal;
+  int64_t q_start, q_len, kv_start, kv_len;
+};
+
+StepShape step_shape(int step, int owner, int rank, int64_t chunk) {
+  if (step == 0) return {true, 0, 2 * chunk, 0, 2 * chunk};
+  if (owner < rank) return {false, 0, 2 * chunk, 0, chunk};  // everything sees its first chunk
+  return {false, chunk, chunk, 0, 2 * chunk};                // only the second chunk sees it, whole
+}
+
+struct RingAttention : torch::autograd::Function<RingAttention> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, c10::intrusive_ptr<GroupHolder> holder) {
+    const auto& g = holder->group;
+    const int n = g.size(), r = g.rank();
+    const int64_t groups = q.size(1) / k.size(1), chunk = q.size(2) / 2;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    auto out = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
+    auto lse = torch::full({q.size(0), q.size(1), q.size(2)}, -INFINITY, q.options().dtype(torch::kFloat));
+    auto kv = torch::stack({k, v}).contiguous();
+    for (int s = 0; s < n; ++s) {
+      const int owner = (r - s + n) % n;
+      const auto sh = step_shape(s, owner, r, chunk);
+      auto kb = expand_heads(kv[0].narrow(2, sh.kv_start, sh.kv_len), groups);
+      auto vb = expand_heads(kv[1].narrow(2, sh.kv_start, sh.kv_len), groups);
+      auto b = block_forward(q.narrow(2, sh.q_start, sh.q_len), kb, vb, sh.causal, scale);
+      // Online softmax: rescale what is there and what arrives to the new log-sum-exp.
+      auto o_rows = out.narrow(2, sh.q_start, sh.q_len), l_rows = lse.narrow(2, sh.q_start, sh.q_len);
+      auto merged = torch::logaddexp(l_rows, b.lse);
+      o_rows.mul_((l_rows - merged).exp().unsqueeze(-1)).add_(b.out.to(torch::kFloat) * (b.lse - merged).exp().unsqueeze(-1));
+      l_rows.copy_(merged);
+      if (s + 1 < n) kv = ring_shift(kv, g);
+    }
+    auto result = out.to(q.scalar_type());
+    ctx->save_for_backward({q, k, v, result, lse});
+    ctx->saved_data["group"] = c10::IValue::make_capsule(holder);
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = static_cast<GroupHolder*>(ctx->saved_data["group"].toCapsule().get())->group;
+    auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    auto dout = grads[0].to(q.scalar_type()).contiguous();
+    const int n = g.size(), r = g.rank();
+    const int64_t groups = q.size(1) / k.size(1), chunk = q.size(2) / 2;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    auto dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
+    auto kv = torch::stack({k, v}).contiguous();
+    // The gradient of the shard this rank holds at each step; it travels with the shard.
+    auto dkv = torch::zeros(kv.sizes(), kv.options().dtype(torch::kFloat));
+    for (int s = 0; s < n; ++s) {
+      const int owner = (r - s + n) % n;
+      const auto sh = step_shape(s, owner, r, chunk);
+      auto kb = expand_heads(kv[0].narrow(2, sh.kv_start, sh.kv_len), groups);
+      auto vb = expand_heads(kv[1].narrow(2, sh.kv_start, sh.kv_len), groups);
+      auto rows = [&](const torch::Tensor& t) { return t.narrow(2, sh.q_start, sh.q_len); };
+      auto b = block_backward(rows(dout), rows(q), kb, vb, rows(out), rows(lse), sh.causal, scale);
+      rows(dq).add_(b.dq.to(torch::kFloat));
+      dkv[0].narrow(2, sh.kv_start, sh.kv_len).add_(fold_heads(b.dk.to(torch::kFloat), groups));
+      dkv[1].narrow(2, sh.kv_start, sh.kv_len).add_(fold_heads(b.dv.to(torch::kFloat), groups));
+      if (s + 1 < n) kv = ring_shift(kv, g);
+      // One hop more than the shards themselves: after the last step it reaches its owner.
+      if (n > 1) dkv = ring_shift(dkv, g);
+    }
+    return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const dist::Group& group) {
+  COLOSSAL_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "[sp] ring attention expects [B, H, T, D] tensors");
+  COLOSSAL_CHECK(q.size(1) % k.size(1) == 0, "[sp] ring attention: ", q.size(1), " query heads do not divide by ",
+                 k.size(1), " key/value heads");
+  if (!group.is_member() || group.size() == 1)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                            /*enable_gqa=*/q.size(1) != k.size(1));
+  COLOSSAL_CHECK(q.size(2) % 2 == 0, "[sp] ring attention: the local sequence (", q.size(2),
+                 " tokens) must be two zigzag chunks of equal length");
+  return RingAttention::apply(q, k, v, c10::make_intrusive<GroupHolder>(group));
+}
+
+}  // namespace colossal::parallel

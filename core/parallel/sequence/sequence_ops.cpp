@@ -1,0 +1,125 @@
+#include "core/parallel/sequence/sequence_ops.h"
+
+#include <torch/autograd.h>
+
+#include "core/common/check.h"
+#include "core/dist/collectives.h"
+
+namespace colossal::parallel {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct GroupHolder : torch::CustomClassHolder {
+  explicit GroupHolder(dist::Group g) : group(std::move(g)) {}
+  dist::Group group;
+};
+
+const dist::Group& group_of(AutogradContext* ctx) {
+  return static_cast<GroupHolder*>(ctx->saved_data["group"].toCapsule().get())->group;
+}
+
+// [B, T/n, ...] on each rank -> [B, T, ...], shards in rank order.
+torch::Tensor all_gather_dim1(const torch::Tensor& x, const dist::Group& g) {
+  const int n = g.size();
+  auto moved = x.movedim(1, 0).contiguous();  // [T/n, B, ...]
+  auto sizes = moved.sizes().vec();
+  sizes[0] *= n;
+  auto out = torch::empty(sizes, x.options());
+  dist::all_gather(out, moved, g);
+  return out.movedim(0, 1).contiguous();
+}
+
+// [B, T, ...] partial on each rank -> the sum's shard [B, T/n, ...] of this rank.
+torch::Tensor reduce_scatter_dim1(const torch::Tensor& x, const dist::Group& g) {
+  const int n = g.size();
+  COLOSSAL_CHECK(x.size(1) % n == 0, "[sp] sequence length ", x.size(1), " does not divide by the group size ", n,
+                 " (", g.describe(), ")");
+  auto moved = x.movedim(1, 0).contiguous();  // [T, B, ...]: rank r's shard is rows [r T/n, (r+1) T/n)
+  auto sizes = moved.sizes().vec();
+  sizes[0] /= n;
+  auto out = torch::empty(sizes, x.options());
+  dist::reduce_scatter(out, moved, g);
+  return out.movedim(0, 1).contiguous();
+}
+
+// Ulysses exchange: split dimension `scatter` into n parts (part k goes to rank k) and
+// concatenate what arrives along dimension `gather` (rank k's part at position k).
+torch::Tensor exchange(const torch::Tensor& x, const dist::Group& g, int64_t scatter, int64_t gather) {
+  const int n = g.size();
+  COLOSSAL_CHECK(x.size(scatter) % n == 0, "[sp] all_to_all: dimension ", scatter, " of size ", x.size(scatter),
+                 " does not divide by the sequence-parallel size ", n);
+  auto sizes = x.sizes().vec();
+  // [.., n, s/n, ..] with the new n axis moved to the front: row k is what rank k receives.
+  std::vector<int64_t> split = sizes;
+  split[scatter] = sizes[scatter] / n;
+  split.insert(split.begin() + scatter, n);
+  auto send = x.reshape(split).movedim(scatter, 0).contiguous();
+  auto recv = torch::empty_like(send);
+  dist::all_to_all(recv, send, g);
+  // recv row k came from rank k: it is the k-th block along `gather`.
+  auto placed = recv.movedim(0, gather);  // [.., n, g, ..] with n before the gathered dimension
+  auto out_sizes = x.sizes().vec();
+  out_sizes[scatter] /= n;
+  out_sizes[gather] *= n;
+  return placed.reshape(out_sizes).contiguous();
+}
+
+struct GatherSequence : torch::autograd::Function<GatherSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    return all_gather_dim1(x, g->group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {reduce_scatter_dim1(grads[0], group_of(ctx)), torch::Tensor()};
+  }
+};
+
+struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    return reduce_scatter_dim1(x, g->group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gather_dim1(grads[0], group_of(ctx)), torch::Tensor()};
+  }
+};
+
+// [B, T/n, H, D] <-> [B, T, H/n, D]
+struct SequenceToHeads : torch::autograd::Function<SequenceToHeads> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    return exchange(x, g->group, /*scatter=*/2, /*gather=*/1);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {exchange(grads[0], group_of(ctx), 1, 2), torch::Tensor()};
+  }
+};
+
+struct HeadsToSequence : torch::autograd::Function<HeadsToSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    return exchange(x, g->group, /*scatter=*/1, /*gather=*/2);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {exchange(grads[0], group_of(ctx), 2, 1), torch::Tensor()};
+  }
+};
+
+template <typename F>
+torch::Tensor apply(const torch::Tensor& x, const dist::Group& g) {
+  if (!g.is_member() || g.size() == 1) return x;
+  return F::apply(x, c10::make_intrusive<GroupHolder>(g));
+}
+
+}  // namespace
+
+torch::Tensor gather_sequence(const torch::Tensor& x, const dist::Group& g) { return apply<GatherSequence>(x, g); }
+torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, const dist::Group& g) {
+  return apply<ReduceScatterSequence>(x, g);
+}
+torch::Tensor sequence_to_heads(const torch::Tensor& x, const dist::Group& g) { return apply<SequenceToHeads>(x, g); }
+torch::Tensor heads_to_sequence(const torch::Tensor& x, const dist::Group& g) { return apply<HeadsToSequence>(x, g); }
+
+}  // namespace colossal::parallel

@@ -1,3 +1,4 @@
+#include <cmath>
 #include "core/booster/ddp_plugin.h"
 
 #include <torch/torch.h>
@@ -27,7 +28,7 @@ class DDPModel : public ModelWrapper {
            const DDPPlugin::Options& options)
       : ModelWrapper("ddp"), options_(options) {
     COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");
-    group_ = dist::world_group();
+    group_ = options_.scope.resolved_group();
     collect_parameters(model, optimizer);
     broadcast_model_state(model, group_, options_.broadcast_buffers);
     if (options_.precision != "fp32") {
@@ -116,6 +117,31 @@ class DDPModel : public ModelWrapper {
       return true;
     }
     return mixed_->step(optimizer);
+  }
+
+  // Under tensor parallelism the norm also sums the slices other tp ranks hold (scope.h).
+  double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) override {
+    const auto& scope = options_.scope;
+    if (!scope.norm_group.is_member() || scope.norm_group.size() == 1)
+      return ModelWrapper::clip_grad_norm(optimizer, max_norm, norm_type);
+    torch::NoGradGuard no_grad;
+    const bool inf_norm = std::isinf(norm_type);
+    std::vector<torch::Tensor> grads;
+    double local = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto g = (mixed_ ? mixed_->master_of(params_[i]) : params_[i]).grad();
+      if (!g.defined()) continue;
+      grads.push_back(g);
+      if (!scope.counts_in_norm(names_[i])) continue;
+      double n = torch::linalg_vector_norm(g, norm_type, {}, false, torch::kFloat64).item<double>();
+      local = inf_norm ? std::max(local, n) : local + std::pow(n, norm_type);
+    }
+    double total = scope.combine_over_norm_group(local, inf_norm);
+    if (!inf_norm) total = std::pow(total, 1.0 / norm_type);
+    // As torch::nn::utils::clip_grad_norm_: the coefficient in fp32, always applied.
+    float coef = std::min(1.0f, static_cast<float>(max_norm) / (static_cast<float>(total) + 1e-6f));
+    for (auto& g : grads) g.mul_(coef);
+    return total;
   }
 
   void set_gradient_sync(bool enabled) override { sync_ = enabled; }
@@ -234,7 +260,7 @@ class DDPModel : public ModelWrapper {
       Bucket& b = buckets_[next_launch_++];
       for (size_t i : b.params)
         if (detached_[i]) attach(i);  // no gradient this step: reduce zeros
-      b.handle = dist::all_reduce_async(b.flat, group_, dist::ReduceOp::kAvg);
+      b.handle = options_.scope.reduce_async(b.flat);
     }
   }
 
@@ -275,7 +301,8 @@ DDPPlugin::DDPPlugin(Options options) : options_(options) { options_.validate();
 
 std::pair<int, int> DDPPlugin::data_parallel_rank_and_size() const {
   COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() first");
-  return {dist::rank(), dist::world_size()};
+  auto g = options_.scope.resolved_group();
+  return {g.rank(), g.size()};
 }
 
 std::unique_ptr<ModelWrapper> DDPPlugin::wrap_model(torch::nn::Module& model,

@@ -1,5 +1,5 @@
 #pragma once
-// DDPPlugin: data parallelism over the world group.
+// DDPPlugin: data parallelism over the world group (or the group of Options::scope).
 //
 // * Parameters and buffers are broadcast from rank 0 when the model is wrapped.
 // * Gradients live in flat buckets (default 25 MB), grouped in reverse registration order (the
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "core/amp/loss_scaler.h"
+#include "core/booster/data_parallel_scope.h"
 #include "core/booster/plugin.h"
 #include "core/common/config.h"
 
@@ -31,6 +32,7 @@ class DDPPlugin : public Plugin {
     bool broadcast_buffers = true;       // broadcast buffers from rank 0 at wrap time
     std::string precision = "fp32";      // fp32 | bf16 | fp16 (core/amp/precision.h)
     amp::DynamicLossScaler::Options loss_scaler;  // fp16 only
+    DataParallelScope scope;             // the world, unless a hybrid plugin sets a group
 
     void validate() const;
     void read(const ConfigNode& config);

@@ -47,7 +47,7 @@ class ZeroModel : public ModelWrapper {
             const LowLevelZeroPlugin::Options& options)
       : ModelWrapper("zero" + std::to_string(options.stage)),
         options_(options),
-        group_(dist::world_group()),
+        group_(options.scope.resolved_group()),
         ranks_(group_.size()),
         rank_(group_.rank()),
         shards_(group_, amp::parse_precision(options.precision) == amp::Precision::kFp16
@@ -110,7 +110,7 @@ class ZeroModel : public ModelWrapper {
   }
 
   double clip_grad_norm(torch::optim::Optimizer&, double max_norm, double norm_type) override {
-    return shards_.clip_grad_norm(max_norm, norm_type);
+    return shards_.clip_grad_norm(max_norm, norm_type, &options_.scope);
   }
 
   // ---- step -----------------------------------------------------------------------------
@@ -309,15 +309,15 @@ class ZeroModel : public ModelWrapper {
       Bucket& b = buckets_[bi];
       if (options_.stage == 1) {
         if (comm_dtype_ == b.flat.scalar_type()) {
-          b.handle = dist::all_reduce_async(b.flat, group_, dist::ReduceOp::kAvg);
+          b.handle = options_.scope.reduce_async(b.flat);
         } else {
           b.recv = b.flat.to(comm_dtype_);
-          b.handle = dist::all_reduce_async(b.recv, group_, dist::ReduceOp::kAvg);
+          b.handle = options_.scope.reduce_async(b.recv);
         }
       } else {
         if (!b.send.defined()) b.send = acquire_buffer(b.elements * ranks_);
         b.recv = torch::empty({b.elements}, b.send.options());
-        b.handle = dist::reduce_scatter_async(b.recv, b.send, group_, dist::ReduceOp::kAvg);
+        b.handle = options_.scope.reduce_scatter_async(b.recv, b.send);
       }
       in_flight_.push_back(bi);
       // Bounded memory: at most two stage-2 buckets in flight.
@@ -450,7 +450,8 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(Options options) : options_(std::move(opt
 
 std::pair<int, int> LowLevelZeroPlugin::data_parallel_rank_and_size() const {
   COLOSSAL_CHECK(dist::is_initialized(), "[zero] call colossal::dist::init() first");
-  return {dist::rank(), dist::world_size()};
+  auto g = options_.scope.resolved_group();
+  return {g.rank(), g.size()};
 }
 
 std::unique_ptr<booster::ModelWrapper> LowLevelZeroPlugin::wrap_model(torch::nn::Module& model,

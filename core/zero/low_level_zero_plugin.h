@@ -1,5 +1,6 @@
 #pragma once
-// LowLevelZeroPlugin: ZeRO stages 1 and 2 over the world group (data parallel).
+// LowLevelZeroPlugin: ZeRO stages 1 and 2 over the world group (data parallel), or the group
+// of Options::scope.
 //
 // Every trainable parameter is flattened, padded to a multiple of the data-parallel size N and
 // split into N equal shards; rank r owns shard r. Only the owner keeps fp32 master weights and
@@ -29,6 +30,7 @@
 #include <string>
 
 #include "core/amp/loss_scaler.h"
+#include "core/booster/data_parallel_scope.h"
 #include "core/booster/plugin.h"
 #include "core/common/config.h"
 
@@ -43,6 +45,7 @@ class LowLevelZeroPlugin : public booster::Plugin {
     std::string communication_dtype;        // "" = the working dtype; fp32 | bf16 | fp16
     bool cpu_offload = false;
     amp::DynamicLossScaler::Options loss_scaler;  // fp16 only
+    booster::DataParallelScope scope;       // the world, unless a hybrid plugin sets a group
 
     void validate() const;
     void read(const ConfigNode& config);

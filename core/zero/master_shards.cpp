@@ -55,13 +55,14 @@ void MasterShards::prepare_grads() {
   }
 }
 
-double MasterShards::clip_grad_norm(double max_norm, double norm_type) {
+double MasterShards::clip_grad_norm(double max_norm, double norm_type, const booster::DataParallelScope* scope) {
   torch::NoGradGuard no_grad;
   bool inf_norm = std::isinf(norm_type);
   double local = 0;
   for (const auto& s : slices_) {
     const auto& g = s.master.grad();
     if (!g.defined() || g.numel() == 0) continue;
+    if (scope && !scope->counts_in_norm(s.name)) continue;
     double n = torch::linalg_vector_norm(g, norm_type, {}, false, torch::kFloat64).item<double>();
     local = inf_norm ? std::max(local, n) : local + std::pow(n, norm_type);
   }
@@ -74,7 +75,8 @@ double MasterShards::clip_grad_norm(double max_norm, double norm_type) {
   auto total_t = torch::tensor({local}, torch::kFloat64);
   if (group_.size() > 1)
     dist::all_reduce(total_t, group_, inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum);
-  double total = inf_norm ? total_t.item<double>() : std::pow(total_t.item<double>(), 1.0 / norm_type);
+  double sum = scope ? scope->combine_over_norm_group(total_t.item<double>(), inf_norm) : total_t.item<double>();
+  double total = inf_norm ? sum : std::pow(sum, 1.0 / norm_type);
   // As torch::nn::utils::clip_grad_norm_: the coefficient is computed in fp32 and always applied.
   float coef = std::min(1.0f, static_cast<float>(max_norm) / (static_cast<float>(total) + 1e-6f));
   for (auto& s : slices_) {

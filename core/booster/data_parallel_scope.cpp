@@ -1,0 +1,45 @@
+#include "core/booster/data_parallel_scope.h"
+
+#include <torch/torch.h>
+
+#include "core/dist/runtime.h"
+
+namespace colossal::booster {
+
+dist::Group DataParallelScope::resolved_group() const { return group.is_member() ? group : dist::world_group(); }
+
+namespace {
+// Sum then divide, or let the backend average when the divisor is the group size.
+bool plain_average(const DataParallelScope& s, const dist::Group& g) {
+  return s.gradient_divisor == 0 || s.gradient_divisor == g.size();
+}
+}  // namespace
+
+dist::Handle DataParallelScope::reduce_async(at::Tensor& flat) const {
+  auto g = resolved_group();
+  if (plain_average(*this, g)) return dist::all_reduce_async(flat, g, dist::ReduceOp::kAvg);
+  flat.mul_(1.0 / gradient_divisor);
+  return dist::all_reduce_async(flat, g, dist::ReduceOp::kSum);
+}
+
+dist::Handle DataParallelScope::reduce_scatter_async(at::Tensor& out, const at::Tensor& in) const {
+  auto g = resolved_group();
+  if (plain_average(*this, g)) return dist::reduce_scatter_async(out, in, g, dist::ReduceOp::kAvg);
+  // `in` is the caller's send buffer, free to scale in place.
+  const_cast<at::Tensor&>(in).mul_(1.0 / gradient_divisor);
+  return dist::reduce_scatter_async(out, in, g, dist::ReduceOp::kSum);
+}
+
+bool DataParallelScope::counts_in_norm(const std::string& name) const {
+  if (!norm_group.is_member() || norm_group.size() == 1) return true;
+  return norm_group.rank() == 0 || split_over_norm_group.count(name) > 0;
+}
+
+double DataParallelScope::combine_over_norm_group(double local, bool inf_norm) const {
+  if (!norm_group.is_member() || norm_group.size() == 1) return local;
+  auto t = torch::tensor({local}, torch::kFloat64);
+  dist::all_reduce(t, norm_group, inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum);
+  return t.item<double>();
+}
+
+}  // namespace colossal::booster

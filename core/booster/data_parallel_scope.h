@@ -1,0 +1,40 @@
+#pragma once
+// Where a data-parallel plugin (DDP, ZeRO-1/2) synchronises gradients when it runs inside a
+// larger mesh (the hybrid plugin): its group, what the summed gradients are divided by, and how
+// a gradient norm counts parameters that tensor parallelism splits. The default is plain data
+// parallelism over the world.
+//
+// Sequence parallelism over its own axis (all_to_all, ring_attn) needs the divisor: each rank's
+// gradients cover its own tokens, so they are summed over sp and averaged over dp, i.e. reduced
+// over the dp x sp group and divided by dp.
+#include <ATen/core/Tensor.h>
+
+#include <set>
+#include <string>
+
+#include "core/dist/collectives.h"
+
+namespace colossal::booster {
+
+struct DataParallelScope {
+  dist::Group group;          // not a member (default): the world
+  int gradient_divisor = 0;   // 0: the group's size (an average)
+  dist::Group norm_group;     // tensor parallelism: gradient norms are summed over it too
+  // Parameters whose ranks of norm_group hold different slices; every other parameter is the
+  // same on all of them and counted once, by its rank 0.
+  std::set<std::string> split_over_norm_group;
+
+  dist::Group resolved_group() const;
+  /// Starts the reduction of a flat gradient buffer over `resolved_group()`: an average, or a sum
+  /// divided by gradient_divisor.
+  dist::Handle reduce_async(at::Tensor& flat) const;
+  /// Reduce-scatter with the same division (ZeRO-2).
+  dist::Handle reduce_scatter_async(at::Tensor& out, const at::Tensor& in) const;
+  /// Whether this rank adds `name`'s gradient to the norm (false for a replicated parameter on
+  /// ranks other than norm_group's first).
+  bool counts_in_norm(const std::string& name) const;
+  /// The local sum of |g|^p (or the max, for p = inf) combined over norm_group.
+  double combine_over_norm_group(double local, bool inf_norm) const;
+};
+
+}  // namespace colossal::booster

@@ -3,6 +3,12 @@
 // q/k/v projections fused into one matrix and gate/up into another at load time (one matrix
 // product each instead of three and two), rotary embeddings by position, attention through the
 // paged KV cache.
+//
+// Tensor parallelism (a model loaded with a ParallelContext): each rank keeps its slices, i.e.
+// its query heads and their key/value heads (one whole kv head when there are fewer than tp),
+// its share of the MLP and of the vocabulary. Attention and MLP outputs and the embedding
+// lookup are all-reduced, the logits all-gathered, so every rank returns the same logits and
+// the engines on all ranks step in lockstep; the KV cache holds only the rank's kv heads.
 #include <memory>
 #include <string>
 
@@ -20,8 +26,10 @@ class LlamaInference : public inference::CausalLM {
   };
   /// Takes (fused, converted) copies of a trained model's weights.
   LlamaInference(LlamaForCausalLM& model, Options options);
-  /// A Hugging Face directory (config.json + safetensors).
-  static std::shared_ptr<LlamaInference> load(const std::string& dir, Options options);
+  /// A Hugging Face directory (config.json + safetensors); under tensor parallelism each rank
+  /// reads only its slices.
+  static std::shared_ptr<LlamaInference> load(const std::string& dir, Options options,
+                                              const parallel::ParallelContext& parallel = {});
 
   inference::CacheShape cache_shape() const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
@@ -33,8 +41,12 @@ class LlamaInference : public inference::CausalLM {
   struct Layer {
     at::Tensor input_norm, post_norm, qkv, qkv_bias, o, o_bias, gate_up, down;
   };
+  at::Tensor all_reduced(at::Tensor x) const;
+
   LlamaConfig config_;
   Options options_;
+  parallel::ParallelContext parallel_;
+  int64_t heads_ = 0, kv_heads_ = 0, vocab_start_ = 0;  // this rank's
   std::vector<Layer> layers_;
   at::Tensor embed_, norm_, lm_head_, cos_, sin_;
 };

@@ -4,6 +4,7 @@
 //   build/apps/infer_llama --prompt "It is a truth universally acknowledged"   # out/llama/model
 //   build/apps/infer_llama --model DIR --input_file prompts.txt --temperature 0.8 --top_p 0.95
 //   build/apps/infer_llama --chat                                               # interactive
+//   colossal run --nproc_per_node 2 -- infer_llama --tp 2 --prompt "..."        # tensor parallel
 // Generated text goes to standard output; logs and the closing throughput figures go to standard
 // error, so the output pipes cleanly.
 #include <pthread.h>
@@ -17,7 +18,9 @@
 #include <iostream>
 
 #include "apps/llama/openai_server.h"
+#include "core/booster/hybrid_parallel_plugin.h"
 #include "core/common/check.h"
+#include "core/dist/runtime.h"
 #include "core/inference/engine.h"
 #include "llama/dataset.h"
 #include "llama/inference.h"
@@ -38,6 +41,7 @@ struct Args {
   uint64_t seed = 0;
   bool stream = false, chat = false;
   int threads = 0;
+  int tp = 1;  // tensor-parallel ranks (under colossal run, exactly this many)
   std::string dtype = "fp32";
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
   bool serve = false;
@@ -104,7 +108,23 @@ int run(const Args& a) {
   COLOSSAL_CHECK(a.dtype == "fp32" || a.dtype == "bf16", "--dtype: expected fp32 or bf16, got '", a.dtype, "'");
   auto t_load = std::chrono::steady_clock::now();
   auto tok = std::make_shared<Tokenizer>(Tokenizer::load(a.model + "/tokenizer.model"));
-  auto model = LlamaInference::load(a.model, {.dtype = a.dtype == "bf16" ? at::kBFloat16 : at::kFloat});
+  // Tensor parallelism: every rank loads its slices and runs the same engine steps in lockstep
+  // (identical inputs, the same gathered logits and seeds); rank 0 prints.
+  parallel::ParallelContext parallel;
+  bool quiet = false;
+  if (a.tp > 1) {
+    COLOSSAL_CHECK(!a.serve && !a.chat, "--tp: --serve and --chat run on one process (use --tp 1)");
+    dist::init();
+    COLOSSAL_CHECK(dist::world_size() == a.tp, "--tp ", a.tp, " needs exactly ", a.tp,
+                   " ranks (colossal run --nproc_per_node ", a.tp, " -- infer_llama ...), got ", dist::world_size());
+    auto cfg = LlamaConfig::from_json_file(a.model + "/config.json");
+    booster::HybridParallelPlugin plugin({.tp = a.tp});
+    plugin.check_model({cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size, 0});
+    parallel = plugin.parallel_context();
+    quiet = dist::rank() != 0;
+    if (quiet) std::freopen("/dev/null", "w", stdout);
+  }
+  auto model = LlamaInference::load(a.model, {.dtype = a.dtype == "bf16" ? at::kBFloat16 : at::kFloat}, parallel);
   inference::EngineOptions eo;
   eo.cache.block_size = a.block_size;
   eo.cache.memory_bytes = a.kv_cache_mib << 20;
@@ -112,7 +132,8 @@ int run(const Args& a) {
   eo.max_batched_tokens = a.max_batched_tokens;
   eo.seed = a.seed;
   inference::Engine engine(model, std::make_shared<TokenizerDetokenizer>(tok), tok->eos_id(), eo);
-  std::fprintf(stderr, "[infer_llama] %s: %.1fM parameters, %s, %d thread(s), KV cache %ld blocks of %ld tokens (%.0f s to load)\n",
+  if (a.tp > 1 && !quiet) std::fprintf(stderr, "[infer_llama] tensor parallel over %d ranks\n", a.tp);
+  if (!quiet) std::fprintf(stderr, "[infer_llama] %s: %.1fM parameters, %s, %d thread(s), KV cache %ld blocks of %ld tokens (%.0f s to load)\n",
                a.model.c_str(), model->config().num_parameters() / 1e6, a.dtype.c_str(), at::get_num_threads(),
                engine.cache().blocks().num_blocks(), a.block_size,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
@@ -176,9 +197,10 @@ int run(const Args& a) {
     else std::printf("%s%s\n", prompts[i].c_str(), results[i].text.c_str());
   }
   std::fflush(stdout);
-  std::fprintf(stderr, "[infer_llama] %zu prompt(s): %ld prompt tokens (%.1f tokens/s to the last first token), "
+  if (!quiet) std::fprintf(stderr, "[infer_llama] %zu prompt(s): %ld prompt tokens (%.1f tokens/s to the last first token), "
                "%ld generated in %.2f s (%.1f tokens/s)\n", prompts.size(), prompt_tokens,
                ttft > 0 ? prompt_tokens / ttft : 0.0, generated, seconds, generated / seconds);
+  if (a.tp > 1) dist::shutdown();
   return 0;
 }
 
@@ -200,6 +222,7 @@ int main(int argc, char** argv) {
   app.add_flag("--stream", a.stream, "print tokens as they are generated");
   app.add_flag("--chat", a.chat, "interactive chat with the LLaMA-2 template");
   app.add_option("--threads", a.threads, "compute threads (0: LibTorch's default)")->capture_default_str();
+  app.add_option("--tp", a.tp, "tensor-parallel ranks (run under colossal run with as many)")->capture_default_str();
   app.add_option("--dtype", a.dtype, "fp32 | bf16 (weights, activations and KV cache)")->capture_default_str();
   app.add_option("--kv_cache_mib", a.kv_cache_mib, "KV cache memory")->capture_default_str();
   app.add_option("--block_size", a.block_size, "tokens per KV block")->capture_default_str();

@@ -18,6 +18,8 @@ void TrainArgs::validate() const {
   COLOSSAL_CHECK(warmup_steps >= 0, "--warmup_steps: expected >= 0, got ", warmup_steps);
   COLOSSAL_CHECK(max_steps > 0 || num_epochs >= 1, "--num_epochs: expected >= 1 when --max_steps is 0, got ",
                  num_epochs);
+  COLOSSAL_CHECK(plugin == "hybrid" || (tp == 1 && sp == 1 && zero_stage == 0 && sp_mode == "none"),
+                 "--tp, --sp, --sp_mode and --zero_stage belong to --plugin hybrid (got --plugin ", plugin, ")");
   COLOSSAL_CHECK(mode == "pretrain" || mode == "sft", "--mode: expected pretrain or sft, got '", mode, "'");
   COLOSSAL_CHECK(on_bad_line == "stop" || on_bad_line == "skip", "--on_bad_line: expected stop or skip, got '",
                  on_bad_line, "'");
@@ -52,6 +54,10 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("on_bad_line", a.on_bad_line);
   c.read("output", a.output);
   c.read("plugin", a.plugin);
+  c.read("tp", a.tp);
+  c.read("sp", a.sp);
+  c.read("sp_mode", a.sp_mode);
+  c.read("zero_stage", a.zero_stage);
   c.read("mixed_precision", a.mixed_precision);
   c.read("grad_checkpoint", a.grad_checkpoint);
   c.read("batch_size", a.batch_size);
@@ -102,7 +108,12 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--on_bad_line", a.on_bad_line, "stop | skip a malformed JSONL line")->capture_default_str();
   app.add_option("--output", a.output, "data cache, tokenizer and the final model (OUTPUT/model)")
       ->capture_default_str();
-  app.add_option("--plugin", a.plugin, "ddp | zero1 | zero2 | gemini (= zero3)")->capture_default_str();
+  app.add_option("--plugin", a.plugin, "ddp | zero1 | zero2 | gemini (= zero3) | hybrid")->capture_default_str();
+  app.add_option("--tp", a.tp, "hybrid: tensor-parallel size")->capture_default_str();
+  app.add_option("--sp", a.sp, "hybrid: sequence-parallel size")->capture_default_str();
+  app.add_option("--sp_mode", a.sp_mode, "hybrid: none | split_gather | all_to_all | ring_attn")->capture_default_str();
+  app.add_option("--zero_stage", a.zero_stage, "hybrid: 0 (DDP), 1 or 2 over the data-parallel ranks")
+      ->capture_default_str();
   app.add_option("--mixed_precision,--precision", a.mixed_precision, "fp32 | bf16 | fp16")->capture_default_str();
   app.add_flag("--grad_checkpoint", a.grad_checkpoint, "recompute each decoder layer in backward");
   app.add_option("--batch_size", a.batch_size, "samples per rank per micro-batch")->capture_default_str();

@@ -22,6 +22,9 @@ struct TrainArgs {
   // Parallelism and precision
   std::string plugin = "ddp";
   std::string mixed_precision = "fp32";
+  // --plugin hybrid: tensor x sequence x data parallelism
+  int tp = 1, sp = 1, zero_stage = 0;
+  std::string sp_mode = "none";  // none | split_gather | all_to_all | ring_attn
   bool grad_checkpoint = false;
   // Optimisation
   int64_t batch_size = 8;  // samples per rank per micro-batch

@@ -8,6 +8,7 @@
 //   build/apps/colossal run --nproc_per_node 2 -- build/apps/train_llama
 //   build/apps/train_llama --plugin zero2 --mixed_precision bf16 --max_steps 1000 --log_file m.jsonl
 //   build/apps/train_llama --config train.yaml --load_checkpoint out/llama/checkpoints
+//   colossal run --nproc_per_node 4 -- train_llama --plugin hybrid --tp 2 --sp 2 --sp_mode ring_attn
 // Flags follow Colossal-LLaMA's names; see apps/llama/train_args.h or --help.
 #include <sys/stat.h>
 #include <torch/torch.h>
@@ -18,6 +19,7 @@
 
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
+#include "core/booster/hybrid_parallel_plugin.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/common/progress.h"
@@ -55,12 +57,13 @@ void on_rank0_then_all(Fn&& fn) {
   dist::barrier(dist::world_group());
 }
 
-// Token-weighted mean loss over the whole evaluation set. Every rank runs the same number of
+// Token-weighted mean loss over the whole evaluation set, split over the data-parallel replicas
+// (the ranks of one replica run the same samples together). Every rank runs the same number of
 // batches (ZeRO-3 gathers parameters collectively); ranks out of samples repeat sample 0 with
-// weight 0.
-double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch_size) {
+// weight 0. The world sum counts each replica's ranks alike, so the ratio is the mean.
+double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch_size, std::pair<int, int> replica) {
   torch::NoGradGuard no_grad;
-  const int n = dist::world_size(), r = dist::rank();
+  const auto [r, n] = replica;
   model->eval();
   const int64_t per_rank = (data.size() + n - 1) / n;
   double loss_sum = 0, tokens = 0;
@@ -120,7 +123,17 @@ LlamaConfig default_config(int64_t max_length) {
 
 int run(TrainArgs& a) {
   dist::init();
-  const int n = dist::world_size(), r = dist::rank();
+  const int r = dist::rank();
+  // The plugin first: a hybrid layout is checked against the world before anything else runs.
+  std::shared_ptr<booster::Plugin> plugin;
+  std::shared_ptr<booster::HybridParallelPlugin> hybrid;
+  if (a.plugin == "hybrid") {
+    hybrid = std::make_shared<booster::HybridParallelPlugin>(booster::HybridParallelPlugin::Options{
+        .tp = a.tp, .sp = a.sp, .sp_mode = a.sp_mode, .zero_stage = a.zero_stage, .precision = a.mixed_precision});
+    plugin = hybrid;
+  } else {
+    plugin = booster::make_plugin(a.plugin, a.mixed_precision);
+  }
   (void)!std::system(("mkdir -p '" + a.output + "'").c_str());
   if (a.save_dir.empty()) a.save_dir = a.output + "/checkpoints";
 
@@ -177,8 +190,15 @@ int run(TrainArgs& a) {
   // ---- model
   LlamaConfig cfg;
   LlamaForCausalLM model{nullptr};
+  // Checks a hybrid layout against the model's shapes, then creates its groups.
+  auto parallel_for = [&](const LlamaConfig& config) -> colossal::parallel::ParallelContext {
+    if (!hybrid) return {};
+    hybrid->check_model({config.num_attention_heads, config.num_key_value_heads, config.intermediate_size, a.max_length});
+    return hybrid->parallel_context();
+  };
   if (!a.pretrained.empty()) {
-    auto loaded = load_pretrained(a.pretrained);
+    // Under tensor parallelism each rank reads only its slices of the weights.
+    auto loaded = load_pretrained(a.pretrained, {}, parallel_for(LlamaConfig::from_json_file(a.pretrained + "/config.json")));
     cfg = loaded.config;
     model = loaded.model;
     COLOSSAL_CHECK(tok.vocab_size() <= cfg.vocab_size, "tokenizer ", a.tokenizer, " has ", tok.vocab_size(),
@@ -188,15 +208,17 @@ int run(TrainArgs& a) {
     cfg.vocab_size = tok.vocab_size();
     cfg.bos_token_id = tok.bos_id();
     cfg.eos_token_id = tok.eos_id();
+    auto parallel = parallel_for(cfg);
     torch::manual_seed(a.seed);
-    model = LlamaForCausalLM(cfg);
+    model = LlamaForCausalLM(cfg, parallel);
   }
   COLOSSAL_CHECK(a.max_length <= cfg.max_position_embeddings || cfg.rope_scaling.type == "dynamic",
                  "--max_length ", a.max_length, " exceeds the model's max_position_embeddings ",
                  cfg.max_position_embeddings);
   model->set_gradient_checkpointing(a.grad_checkpoint);
 
-  // ---- schedule
+  // ---- schedule (n: data-parallel replicas; under hybrid parallelism fewer than the ranks)
+  const int n = hybrid ? hybrid->dp_size() : dist::world_size();
   const int64_t per_step = a.batch_size * a.accumulation_steps;  // samples per rank per step
   const int64_t samples_per_rank = (train.size() + n - 1) / n;
   const int64_t steps_per_epoch = std::max<int64_t>(1, samples_per_rank / per_step);
@@ -214,8 +236,9 @@ int run(TrainArgs& a) {
                                                         .total_steps = total_steps, .min_lr_ratio = 0.1});
   auto sampler = std::make_shared<colossal::data::DistributedSampler>(
       colossal::data::DistributedSampler::Options{.dataset_size = train.size(), .seed = a.seed});
-  booster::Booster booster(booster::make_plugin(a.plugin, a.mixed_precision));
+  booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
+  const auto dp_replica = plugin->data_parallel_rank_and_size();
 
   int64_t first_step = 1;
   if (!a.load_checkpoint.empty()) {
@@ -236,14 +259,15 @@ int run(TrainArgs& a) {
                 "%ld steps (%.2f epochs)\n",
                 train.size(), a.max_length, a.mode.c_str(), n, a.batch_size, a.accumulation_steps, per_step * n,
                 total_steps, static_cast<double>(total_steps) / steps_per_epoch);
-    std::printf("plugin %s, %s, %d thread(s)/rank, matmul %.0f GFLOP/s over all ranks\n", a.plugin.c_str(),
+    std::printf("plugin %s, %s, %d thread(s)/rank, matmul %.0f GFLOP/s over all ranks\n",
+                hybrid ? ("hybrid (" + hybrid->describe() + ")").c_str() : a.plugin.c_str(),
                 a.mixed_precision.c_str(), at::get_num_threads(), rate.item<double>());
     std::fflush(stdout);
   }
   colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
   auto report_eval = [&](int64_t step) {
     if (!eval) return;
-    double l = evaluate(model, *eval, a.batch_size);
+    double l = evaluate(model, *eval, a.batch_size, dp_replica);
     progress.event("eval", step, {{"loss", l}, {"perplexity", std::exp(l)}});
   };
   if (first_step == 1) report_eval(0);

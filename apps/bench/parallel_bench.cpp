@@ -1,0 +1,267 @@
+// Tensor and sequence parallelism on the M shape (dim 768, 12 layers, 12 heads, ffn 2048,
+// vocab 32000), side by side in one run:
+//   1. tp = 1, 2, 4 at sequence 512: step time, tokens/s, model-state memory and peak resident
+//      memory per rank (tp = 1 is one process with the machine's threads: the plain LibTorch
+//      way; the tp ranks share the same cores, one thread each).
+//   2. The longest sequence that trains one step (fp32, AdamW) within a memory budget per rank
+//      (peak resident memory, the whole process), without sequence parallelism (one process)
+//      and with each mode at sp = 4: split_gather (over tp = 4), all_to_all and ring_attn (an
+//      sp axis of 4, tp = 1). Found by doubling the sequence, then bisecting to --granularity.
+//      Each probe runs with its data segment capped a little above the budget, so a probe that
+//      does not fit fails its allocation instead of swapping the machine.
+//
+//   build/apps/bench_parallel [--budget_gib 4] [--skip_throughput] [--skip_sequence]
+// Each probe is its own `colossal run` job of this program.
+#include <sys/resource.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "apps/bench/bench_util.h"
+#include "core/booster/booster.h"
+#include "core/booster/hybrid_parallel_plugin.h"
+#include "core/common/check.h"
+#include "core/common/log.h"
+#include "core/common/progress.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "core/optim/factory.h"
+#include "llama/model.h"
+#include "llama/shapes.h"
+
+namespace dist = colossal::dist;
+namespace booster = colossal::booster;
+using colossal::bench::median;
+
+namespace {
+
+struct Args {
+  std::string shape = "M";
+  double budget_gib = 4.0;
+  int sp = 4;
+  int64_t throughput_seq = 512, granularity = 256, max_seq = 65536;
+  int steps = 3;
+  bool skip_throughput = false, skip_sequence = false;
+  // One job (set by the driver).
+  int tp = 1;
+  std::string sp_mode = "none";
+  int64_t seq = 0;
+  double data_limit_gib = 0;
+  std::string row_file;
+};
+
+struct Row {
+  bool ok = false;
+  std::string error;  // a job that failed for another reason than memory
+  double step_s = 0, tokens_s = 0, state_gib = 0, peak_gib = 0;
+};
+
+Row run_job(const Args& a) {
+  if (a.data_limit_gib > 0) {  // a probe past the budget fails its allocation, nothing worse
+    rlimit lim{};
+    lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(a.data_limit_gib * (1ull << 30));
+    setrlimit(RLIMIT_DATA, &lim);
+  }
+  auto shape = colossal::llama::benchmark_shape(a.shape);
+  auto cfg = shape.config;
+  cfg.max_position_embeddings = std::max<int64_t>(cfg.max_position_embeddings, a.seq);
+  auto plugin = std::make_shared<booster::HybridParallelPlugin>(
+      booster::HybridParallelPlugin::Options{.tp = a.tp, .sp = a.sp_mode == "none" ? 1 : a.sp, .sp_mode = a.sp_mode});
+  plugin->check_model({cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size, a.seq});
+  torch::manual_seed(0);
+  colossal::llama::LlamaForCausalLM model(cfg, plugin->parallel_context());
+  auto optimizer = colossal::optim::make_optimizer(*model, {.name = "fused_adamw", .lr = 1e-4});
+  booster::Booster booster(plugin);
+  auto b = booster.boost(model.ptr(), optimizer);
+  auto ids = torch::randint(cfg.vocab_size, {1, a.seq}, torch::kInt64);
+  std::vector<double> times;
+  for (int s = 0; s < a.steps; ++s) {
+    dist::barrier(dist::world_group());
+    times.push_back(colossal::bench::seconds([&] {
+      b.optimizer->zero_grad();
+      booster.backward(model->loss(ids, ids), *b.optimizer);
+      b.optimizer->step();
+    }));
+  }
+  if (times.size() > 1) times.erase(times.begin());  // the first step warms up
+  Row r;
+  r.ok = true;
+  r.step_s = median(times);
+  const int replicas = plugin->dp_size();
+  r.tokens_s = replicas * a.seq / r.step_s;
+  auto report = b.optimizer->model_wrapper().memory_report(*model, *optimizer);
+  auto mem = torch::tensor({report.total() / double(1ull << 30), colossal::peak_resident_gib()}, torch::kFloat64);
+  dist::all_reduce(mem, dist::world_group(), dist::ReduceOp::kMax);
+  r.state_gib = mem[0].item<double>();
+  r.peak_gib = mem[1].item<double>();
+  return r;
+}
+
+struct Layout {
+  std::string label, sp_mode;
+  int ranks, threads, tp;
+};
+
+// Runs one job under `colossal run`; a failed job (an allocation past the cap) is ok = false.
+Row probe(const Args& a, const std::string& self, const Layout& l, int64_t seq, int steps, double limit_gib) {
+  std::string launcher = self.substr(0, self.rfind('/')) + "/colossal";
+  std::string row_file = "/tmp/bench_parallel_row_" + std::to_string(::getpid());
+  ::unlink(row_file.c_str());
+  std::ostringstream cmd;
+  // Fewer malloc arenas: less reserved address space under the data cap.
+  cmd << "MALLOC_ARENA_MAX=2 OMP_NUM_THREADS=" << l.threads << " '" << launcher << "' run --nproc_per_node " << l.ranks << " -- '"
+      << self << "' --shape " << a.shape << " --tp " << l.tp << " --sp " << a.sp << " --sp_mode " << l.sp_mode
+      << " --seq " << seq << " --steps " << steps << " --data_limit_gib " << limit_gib << " --row_file " << row_file
+      << " > " << row_file << ".log 2>&1";
+  std::fprintf(stderr, "[bench_parallel] %s, sequence %ld...", l.label.c_str(), seq);
+  int rc = std::system(cmd.str().c_str());
+  Row r;
+  std::ifstream in(row_file);
+  r.ok = rc == 0 && static_cast<bool>(in >> r.step_s >> r.tokens_s >> r.state_gib >> r.peak_gib);
+  if (!r.ok) {  // out of memory under the cap, or a real error (reported, and the search stops)
+    std::ifstream log(row_file + ".log");
+    std::string line, error;
+    bool memory = false;
+    while (std::getline(log, line)) {
+      if (line.find("allocate") != std::string::npos || line.find("bad_alloc") != std::string::npos) memory = true;
+      if (error.empty() && line.find("bench_parallel:") != std::string::npos) error = line;
+    }
+    if (!memory) r.error = error.empty() ? "job failed (exit status " + std::to_string(rc) + ")" : error;
+  }
+  if (r.ok) std::fprintf(stderr, " %.2f s, peak %.2f GiB/rank\n", r.step_s, r.peak_gib);
+  else if (r.error.empty()) std::fprintf(stderr, " out of memory under the cap\n");
+  else std::fprintf(stderr, " failed: %s\n", r.error.c_str());
+  ::unlink(row_file.c_str());
+  ::unlink((row_file + ".log").c_str());
+  return r;
+}
+
+void throughput_table(const Args& a, const std::string& self) {
+  const int cores = static_cast<int>(std::max(1l, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  std::printf("\n1. %s shape, sequence %ld, batch 1 per replica, median of %d steps after a warm-up\n",
+              a.shape.c_str(), a.throughput_seq, a.steps);
+  std::printf("%-5s %-14s %8s %10s %18s %18s\n", "tp", "ranks x thr", "step s", "tokens/s", "model state GiB/rk",
+              "peak RSS GiB/rank");
+  double base = 0;
+  for (int tp : {1, 2, 4}) {
+    Layout l{"tp " + std::to_string(tp), "none", tp, tp == 1 ? cores : 1, tp};
+    auto r = probe(a, self, l, a.throughput_seq, a.steps + 1, 0);
+    if (!r.ok) {
+      std::printf("%-5d failed: %s\n", tp, r.error.empty() ? "out of memory" : r.error.c_str());
+      continue;
+    }
+    if (tp == 1) base = r.tokens_s;
+    std::printf("%-5d %-14s %8.3f %10.1f %18.2f %18.2f   (%.2fx tokens/s of tp 1)\n", tp,
+                (std::to_string(l.ranks) + " x " + std::to_string(l.threads)).c_str(), r.step_s, r.tokens_s,
+                r.state_gib, r.peak_gib, base > 0 ? r.tokens_s / base : 0.0);
+  }
+}
+
+// The longest multiple of the granularity that fits: double, then bisect.
+int64_t longest_fitting(const Args& a, const std::string& self, const Layout& l, Row& at_best) {
+  auto fits = [&](int64_t seq, Row& r) {
+    // The cap only keeps a failing probe from taking the machine down; the verdict is the peak
+    // resident memory against the budget.
+    r = probe(a, self, l, seq, 1, a.budget_gib * 1.25 + 0.5);
+    if (!r.error.empty()) throw std::runtime_error(l.label + ": " + r.error);
+    return r.ok && r.peak_gib <= a.budget_gib;
+  };
+  int64_t lo = 0, hi = 0;
+  Row r;
+  for (int64_t seq = a.granularity; seq <= a.max_seq; seq *= 2) {
+    if (!fits(seq, r)) {
+      hi = seq;
+      break;
+    }
+    lo = seq;
+    at_best = r;
+  }
+  if (hi == 0) return lo;  // fits up to max_seq
+  while (hi - lo > a.granularity) {
+    int64_t mid = (lo + hi) / 2 / a.granularity * a.granularity;
+    if (fits(mid, r)) {
+      lo = mid;
+      at_best = r;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+void sequence_table(const Args& a, const std::string& self) {
+  const int cores = static_cast<int>(std::max(1l, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  std::vector<Layout> layouts = {
+      {"no sequence parallelism (1 process)", "none", 1, cores, 1},
+      {"split_gather, sp = tp = " + std::to_string(a.sp), "split_gather", a.sp, 1, a.sp},
+      {"all_to_all, sp = " + std::to_string(a.sp), "all_to_all", a.sp, 1, 1},
+      {"ring_attn, sp = " + std::to_string(a.sp), "ring_attn", a.sp, 1, 1},
+  };
+  std::vector<std::pair<int64_t, Row>> found;
+  std::vector<std::string> errors;
+  for (const auto& l : layouts) {
+    Row best;
+    int64_t seq = 0;
+    try {
+      seq = longest_fitting(a, self, l, best);
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+    }
+    found.push_back({seq, best});
+  }
+  std::printf("\n2. Longest sequence that trains one step within %.2f GiB per rank (peak resident memory), %s shape,"
+              " fp32 AdamW, granularity %ld\n", a.budget_gib, a.shape.c_str(), a.granularity);
+  std::printf("%-38s %10s %12s %18s %10s\n", "layout", "sequence", "x no SP", "peak RSS GiB/rank", "step s");
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const auto& [seq, r] = found[i];
+    std::printf("%-38s %10ld %11.2fx %18.2f %10.2f\n", layouts[i].label.c_str(), seq,
+                found[0].first > 0 ? static_cast<double>(seq) / found[0].first : 0.0, r.peak_gib, r.step_s);
+  }
+  for (const auto& e : errors) std::printf("not measured: %s\n", e.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"Tensor- and sequence-parallel memory and throughput on the M shape"};
+  app.add_option("--shape", a.shape, "benchmark shape (S or M)")->capture_default_str();
+  app.add_option("--budget_gib", a.budget_gib, "memory budget per rank for the sequence search")->capture_default_str();
+  app.add_option("--sp", a.sp, "sequence-parallel size of the sequence search")->capture_default_str();
+  app.add_option("--granularity", a.granularity, "sequence search step")->capture_default_str();
+  app.add_option("--max_seq", a.max_seq, "sequence search limit")->capture_default_str();
+  app.add_option("--throughput_seq", a.throughput_seq, "sequence of the tp table")->capture_default_str();
+  app.add_option("--steps", a.steps, "measured steps of the tp table")->capture_default_str();
+  app.add_flag("--skip_throughput", a.skip_throughput, "only the sequence search");
+  app.add_flag("--skip_sequence", a.skip_sequence, "only the tp table");
+  app.add_option("--tp", a.tp, "(internal) a job's tp");
+  app.add_option("--sp_mode", a.sp_mode, "(internal) a job's sequence-parallel mode");
+  app.add_option("--seq", a.seq, "(internal) a job's sequence length");
+  app.add_option("--data_limit_gib", a.data_limit_gib, "(internal) a job's data-segment cap");
+  app.add_option("--row_file", a.row_file, "(internal) where a job's rank 0 writes its row");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (std::getenv("RANK") == nullptr) {
+      const std::string self = colossal::bench::self_path();
+      auto s = colossal::llama::benchmark_shape(a.shape);
+      std::printf("%s shape: %.1fM parameters; %ld cores\n", a.shape.c_str(), s.config.num_parameters() / 1e6,
+                  ::sysconf(_SC_NPROCESSORS_ONLN));
+      if (!a.skip_throughput) throughput_table(a, self);
+      if (!a.skip_sequence) sequence_table(a, self);
+      return 0;
+    }
+    dist::init();
+    auto r = run_job(a);
+    if (dist::rank() == 0 && !a.row_file.empty())
+      std::ofstream(a.row_file) << r.step_s << ' ' << r.tokens_s << ' ' << r.state_gib << ' ' << r.peak_gib << '\n';
+    dist::shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_parallel: %s\n", colossal::error_text(e).c_str());
+    return 1;
+  }
+}

@@ -1,3 +1,4 @@
+#include "core/parallel/autograd_group.h"
 #include "core/parallel/sequence/ring_attention.h"
 
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
@@ -15,11 +16,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(dist::Group g) : group(std::move(g)) {}
-  dist::Group group;
-};
 
 // One attention block with its log-sum-exp. On CPU LibTorch's flash kernel returns both (and
 // its backward accepts the final output and log-sum-exp of the merged result); elsewhere the
@@ -130,12 +126,12 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     }
     auto result = out.to(q.scalar_type());
     ctx->save_for_backward({q, k, v, result, lse});
-    ctx->saved_data["group"] = c10::IValue::make_capsule(holder);
+    save_group(ctx, holder);
     return result;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& g = static_cast<GroupHolder*>(ctx->saved_data["group"].toCapsule().get())->group;
+    const auto& g = saved_group(ctx);
     auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     auto dout = grads[0].to(q.scalar_type()).contiguous();
@@ -176,7 +172,7 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
                                             /*enable_gqa=*/q.size(1) != k.size(1));
   COLOSSAL_CHECK(q.size(2) % 2 == 0, "[sp] ring attention: the local sequence (", q.size(2),
                  " tokens) must be two zigzag chunks of equal length");
-  return RingAttention::apply(q, k, v, c10::make_intrusive<GroupHolder>(group));
+  return RingAttention::apply(q, k, v, hold(group));
 }
 
 }  // namespace colossal::parallel

@@ -1,3 +1,4 @@
+#include "core/parallel/autograd_group.h"
 #include "core/parallel/sequence/sequence_ops.h"
 
 #include <torch/autograd.h>
@@ -11,14 +12,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(dist::Group g) : group(std::move(g)) {}
-  dist::Group group;
-};
-
-const dist::Group& group_of(AutogradContext* ctx) {
-  return static_cast<GroupHolder*>(ctx->saved_data["group"].toCapsule().get())->group;
-}
 
 // [B, T/n, ...] on each rank -> [B, T, ...], shards in rank order.
 torch::Tensor all_gather_dim1(const torch::Tensor& x, const dist::Group& g) {
@@ -68,49 +61,49 @@ torch::Tensor exchange(const torch::Tensor& x, const dist::Group& g, int64_t sca
 
 struct GatherSequence : torch::autograd::Function<GatherSequence> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    save_group(ctx, g);
     return all_gather_dim1(x, g->group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {reduce_scatter_dim1(grads[0], group_of(ctx)), torch::Tensor()};
+    return {reduce_scatter_dim1(grads[0], saved_group(ctx)), torch::Tensor()};
   }
 };
 
 struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    save_group(ctx, g);
     return reduce_scatter_dim1(x, g->group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_dim1(grads[0], group_of(ctx)), torch::Tensor()};
+    return {all_gather_dim1(grads[0], saved_group(ctx)), torch::Tensor()};
   }
 };
 
 // [B, T/n, H, D] <-> [B, T, H/n, D]
 struct SequenceToHeads : torch::autograd::Function<SequenceToHeads> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    save_group(ctx, g);
     return exchange(x, g->group, /*scatter=*/2, /*gather=*/1);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {exchange(grads[0], group_of(ctx), 1, 2), torch::Tensor()};
+    return {exchange(grads[0], saved_group(ctx), 1, 2), torch::Tensor()};
   }
 };
 
 struct HeadsToSequence : torch::autograd::Function<HeadsToSequence> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    save_group(ctx, g);
     return exchange(x, g->group, /*scatter=*/1, /*gather=*/2);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {exchange(grads[0], group_of(ctx), 2, 1), torch::Tensor()};
+    return {exchange(grads[0], saved_group(ctx), 2, 1), torch::Tensor()};
   }
 };
 
 template <typename F>
 torch::Tensor apply(const torch::Tensor& x, const dist::Group& g) {
   if (!g.is_member() || g.size() == 1) return x;
-  return F::apply(x, c10::make_intrusive<GroupHolder>(g));
+  return F::apply(x, hold(g));
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "core/parallel/autograd_group.h"
 #include "core/parallel/tensor/comm_ops.h"
 
 #include <torch/autograd.h>
@@ -11,15 +12,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The group travels to backward as a pointer to a copy the function owns for its lifetime.
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(dist::Group g) : group(std::move(g)) {}
-  dist::Group group;
-};
-
-const dist::Group& group_of(AutogradContext* ctx) {
-  return static_cast<GroupHolder*>(ctx->saved_data["group"].toCapsule().get())->group;
-}
 
 torch::Tensor all_reduced(const torch::Tensor& t, const dist::Group& g) {
   auto out = t.contiguous().clone();
@@ -47,11 +39,11 @@ torch::Tensor own_slice_last(const torch::Tensor& t, const dist::Group& g) {
 
 struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    save_group(ctx, g);
     return x.view_as(x);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_reduced(grads[0], group_of(ctx)), torch::Tensor()};
+    return {all_reduced(grads[0], saved_group(ctx)), torch::Tensor()};
   }
 };
 
@@ -64,28 +56,28 @@ struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
 
 struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    save_group(ctx, g);
     return gathered_last(x, g->group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {own_slice_last(grads[0], group_of(ctx)), torch::Tensor()};
+    return {own_slice_last(grads[0], saved_group(ctx)), torch::Tensor()};
   }
 };
 
 struct SplitLastDim : torch::autograd::Function<SplitLastDim> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    ctx->saved_data["group"] = c10::IValue::make_capsule(g);
+    save_group(ctx, g);
     return own_slice_last(x, g->group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {gathered_last(grads[0].contiguous(), group_of(ctx)), torch::Tensor()};
+    return {gathered_last(grads[0].contiguous(), saved_group(ctx)), torch::Tensor()};
   }
 };
 
 template <typename F>
 torch::Tensor apply(const torch::Tensor& x, const dist::Group& g) {
   if (g.size() == 1) return x;
-  return F::apply(x, c10::make_intrusive<GroupHolder>(g));
+  return F::apply(x, hold(g));
 }
 
 }  // namespace

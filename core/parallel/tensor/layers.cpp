@@ -1,3 +1,4 @@
+#include "core/parallel/autograd_group.h"
 #include "core/parallel/tensor/layers.h"
 
 #include <torch/autograd.h>
@@ -68,11 +69,6 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
 
 namespace {
 
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(dist::Group g) : group(std::move(g)) {}
-  dist::Group group;
-};
-
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
                                const torch::Tensor& target, c10::intrusive_ptr<GroupHolder> holder,
@@ -123,7 +119,7 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
   COLOSSAL_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
                  "[tp] vocab_parallel_cross_entropy: expected logits [N, V/tp] and target [N], got ", logits.sizes(),
                  " and ", target.sizes());
-  return VocabParallelCrossEntropy::apply(logits, target, c10::make_intrusive<GroupHolder>(group), ignore_index);
+  return VocabParallelCrossEntropy::apply(logits, target, hold(group), ignore_index);
 }
 
 }  // namespace colossal::parallel

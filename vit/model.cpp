@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/common/check.h"
 #include "core/nn/activation_checkpoint.h"
 #include "core/nn/module_hooks.h"
 
@@ -145,8 +146,35 @@ void ViTForImageClassificationImpl::mimetic_init() {
   }
 }
 
+void ViTForImageClassificationImpl::sincos_position_init() {
+  torch::NoGradGuard no_grad;
+  const int64_t D = config_.hidden_size, grid = config_.image_size / config_.patch_size, q = D / 4;
+  COLOSSAL_CHECK(D % 4 == 0, "[vit] sine-cosine positions need hidden_size divisible by 4, got ", D);
+  auto omega = 1.0 / torch::pow(10000.0, torch::arange(q, torch::kFloat64) / static_cast<double>(q));
+  auto coords = torch::arange(grid, torch::kFloat64);
+  auto rows = coords.repeat_interleave(grid).unsqueeze(1) * omega;  // patch p sits at row p / grid
+  auto cols = coords.repeat({grid}).unsqueeze(1) * omega;           // and column p % grid
+  auto table = torch::cat({rows.sin(), rows.cos(), cols.sin(), cols.cos()}, 1).to(torch::kFloat);
+  auto& pos = vit->embeddings->position_embeddings;
+  pos.zero_();
+  pos.narrow(1, 1, grid * grid).narrow(2, 0, 4 * q).copy_(table.unsqueeze(0));
+}
+
+void ViTForImageClassificationImpl::set_patch_keep(double keep) {
+  COLOSSAL_CHECK(keep > 0 && keep <= 1, "[vit] patch keep share must be in (0, 1], got ", keep);
+  patch_keep_ = keep;
+}
+
 torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels) {
   auto h = vit->embeddings->forward(pixels);
+  if (patch_keep_ < 1.0 && is_training()) {
+    const int64_t B = h.size(0), patches = h.size(1) - 1;
+    const int64_t kept = std::max<int64_t>(1, std::llround(patches * patch_keep_));
+    // A random subset per image: the first `kept` of a random permutation, after the class token.
+    auto order = torch::rand({B, patches}).argsort(/*stable=*/false, /*dim=*/1).narrow(1, 0, kept) + 1;
+    auto idx = torch::cat({torch::zeros({B, 1}, torch::kLong), order}, 1).to(h.device());
+    h = h.gather(1, idx.unsqueeze(-1).expand({B, kept + 1, h.size(2)}));
+  }
   for (auto& layer : vit->encoder->layers) {
     if (gradient_checkpointing_ && is_training()) {
       h = nn::checkpoint([l = layer.ptr()](const torch::Tensor& x) { return l->forward(x); }, h);

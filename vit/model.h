@@ -102,12 +102,22 @@ class ViTForImageClassificationImpl : public torch::nn::Module {
   /// layer's W_o W_v is 0.4 Z - 0.4 I (Z Gaussian, variance 1/hidden), so attention starts out
   /// looking at nearby, similar tokens the way trained ViTs do. Draws from torch's generator.
   void mimetic_init();
+  /// Position embeddings set to the 2-D sine-cosine table of the patch grid (a quarter of the
+  /// channels each for sin and cos of the row and of the column, frequencies 1/10000^(i/(D/4)));
+  /// the class token's entry zero. Still learned; neighbouring patches start out similar,
+  /// which is what mimetic attention turns into local attention.
+  void sincos_position_init();
+  /// Patch dropout in training: each image keeps this share of its patch tokens (drawn at
+  /// random, the class token always kept), so a step costs about that share of the compute.
+  /// Evaluation always sees every patch. 1: off.
+  void set_patch_keep(double keep);
   const ViTConfig& config() const { return config_; }
   ViTModel vit{nullptr};
   torch::nn::Linear classifier{nullptr};
 
  private:
   ViTConfig config_;
+  double patch_keep_ = 1.0;
   bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(ViTForImageClassification);

@@ -26,6 +26,9 @@ void TrainArgs::validate() const {
   COLOSSAL_CHECK(min_crop_scale >= 0 && min_crop_scale <= 1, "--min_crop_scale: expected in [0, 1], got ",
                  min_crop_scale);
   COLOSSAL_CHECK(init == "mimetic" || init == "normal", "--init: expected mimetic or normal, got '", init, "'");
+  COLOSSAL_CHECK(position_init == "sincos" || position_init == "normal",
+                 "--position_init: expected sincos or normal, got '", position_init, "'");
+  COLOSSAL_CHECK(patch_keep > 0 && patch_keep <= 1, "--patch_keep: expected a share in (0, 1], got ", patch_keep);
   COLOSSAL_CHECK(randaugment >= 0, "--randaugment: expected >= 0, got ", randaugment);
   COLOSSAL_CHECK(randaugment_magnitude >= 0 && randaugment_magnitude <= 10,
                  "--randaugment_magnitude: expected in [0, 10], got ", randaugment_magnitude);
@@ -57,6 +60,8 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("patch_size", a.patch_size);
   c.read("grad_checkpoint", a.grad_checkpoint);
   c.read("init", a.init);
+  c.read("position_init", a.position_init);
+  c.read("patch_keep", a.patch_keep);
   c.read("min_crop_scale", a.min_crop_scale);
   c.read("no_flip", a.no_flip);
   c.read("randaugment", a.randaugment);
@@ -108,6 +113,10 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--patch_size", a.patch_size, "patch size (0: automatic)")->capture_default_str();
   app.add_flag("--grad_checkpoint", a.grad_checkpoint, "recompute each encoder layer in backward");
   app.add_option("--init", a.init, "attention initialisation from scratch: mimetic | normal")->capture_default_str();
+  app.add_option("--position_init", a.position_init, "position embeddings from scratch: sincos | normal")
+      ->capture_default_str();
+  app.add_option("--patch_keep", a.patch_keep, "patch dropout: share of patches each training image keeps (1: off)")
+      ->capture_default_str();
   app.add_option("--min_crop_scale", a.min_crop_scale,
                  "random resized crop's smallest area share (0: 0.08, or no crop for images under 64 px)")
       ->capture_default_str();

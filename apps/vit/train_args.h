@@ -21,6 +21,8 @@ struct TrainArgs {
   int64_t patch_size = 0;      // 0: the pretrained model's, 16 for >= 128 px, else image_size / 7
   bool grad_checkpoint = false;
   std::string init = "mimetic";  // mimetic | normal (training from scratch)
+  std::string position_init = "normal";  // sincos | normal (training from scratch)
+  double patch_keep = 1.0;               // patch dropout: share of patch tokens kept in training
   // Augmentation
   double min_crop_scale = 0;  // random resized crop's smallest area share; 0: 0.08, or no crop below 64 px
   bool no_flip = false;
@@ -33,7 +35,7 @@ struct TrainArgs {
   int64_t batch_size = 32;  // images per rank per step
   int64_t epochs = 12;
   int64_t max_steps = 0;  // > 0: stop after this many steps
-  double lr = 1e-3, weight_decay = 0.05, warmup_ratio = 0.05, label_smoothing = 0.0, grad_clip = 1.0;
+  double lr = 1e-3, weight_decay = 0.05, warmup_ratio = 0.05, label_smoothing = 0.1, grad_clip = 0.0;
   uint64_t seed = 42;
   // Output
   std::string save_dir = "out/vit";  // checkpoints/, model/, confusion_matrix.{csv,png}

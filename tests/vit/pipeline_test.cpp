@@ -340,6 +340,41 @@ TEST(ImagePipeline, MimeticInitialisationShapesAttention) {
   EXPECT_LT(std::abs(qk_before) / D, 0.05) << "random init has no such bias";
 }
 
+// Sine-cosine positions: the class token's entry zero, the first quarter of a patch's channels
+// sin(row x omega_i), and neighbouring patches closer to each other than distant ones.
+TEST(ImagePipeline, SineCosinePositionsAreLocal) {
+  auto c = ViTConfig::named("nano", 28, 4, 1, 10);
+  ViTForImageClassification model(c);
+  model->sincos_position_init();
+  auto pos = model->vit->embeddings->position_embeddings[0];  // [1 + 49, 128]
+  EXPECT_EQ(pos[0].abs().max().item<double>(), 0.0);
+  // Patch 10 sits at row 1, column 3; channel 5 of the first quarter is sin(1 x 10000^(-5/32)).
+  EXPECT_NEAR(pos[1 + 10][5].item<double>(), std::sin(std::pow(10000.0, -5.0 / 32.0)), 1e-6);
+  auto cosine = [&](int a, int b) { return torch::cosine_similarity(pos[1 + a], pos[1 + b], 0).item<double>(); };
+  EXPECT_GT(cosine(24, 25), cosine(24, 27));  // centre vs right neighbour, vs three columns away
+  EXPECT_GT(cosine(24, 17), cosine(24, 3));   // one row up, vs three rows up
+}
+
+// Patch dropout: training forwards see a random share of the patches (different draws give
+// different logits); evaluation sees them all (logits as without dropout).
+TEST(ImagePipeline, PatchDropoutOnlyInTraining) {
+  auto c = ViTConfig::named("nano", 28, 4, 1, 10);
+  torch::manual_seed(0);
+  ViTForImageClassification model(c);
+  auto px = torch::randn({3, 1, 28, 28});
+  model->eval();
+  auto full = model->forward(px);
+  model->set_patch_keep(0.5);
+  EXPECT_TRUE(torch::equal(model->forward(px), full));
+  model->train();
+  auto a = model->forward(px), b = model->forward(px);
+  EXPECT_EQ(a.sizes(), full.sizes());
+  EXPECT_FALSE(torch::allclose(a, b)) << "two draws of 25 patches out of 49";
+  a.sum().backward();
+  EXPECT_TRUE(model->vit->embeddings->position_embeddings.grad().defined());
+  EXPECT_THROW(model->set_patch_keep(0.0), c10::Error);
+}
+
 // ---- 2 ranks against one process --------------------------------------------------------------
 
 ViTConfig small_config() {

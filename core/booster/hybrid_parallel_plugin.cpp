@@ -159,6 +159,9 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
                                                                torch::optim::Optimizer& optimizer) {
   parallel_context();
   const auto specs = parallel::collect_shard_specs(model);
+  // A model built without the plugin's groups would silently train as tp copies of itself.
+  COLOSSAL_CHECK(options_.tp == 1 || !specs.empty(), "[hybrid] tp ", options_.tp,
+                 ": the model holds no tensor-parallel slices; build it with plugin.parallel_context()");
   DataParallelScope scope;
   scope.group = data_group_;
   scope.gradient_divisor = dp_size();

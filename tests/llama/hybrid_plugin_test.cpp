@@ -182,6 +182,17 @@ TEST(HybridParallelPlugin, CheckpointResumesUnderTensorParallelism) {
   });
 }
 
+TEST(HybridParallelPlugin, ModelBuiltWithoutItsGroupsIsRefused) {
+  testing::run_ranks(2, [] {
+    auto plugin = std::make_shared<HybridParallelPlugin>(opts(2, 1, "none", 0));
+    LlamaForCausalLM model(tiny());  // not plugin->parallel_context()
+    booster::Booster booster(plugin);
+    auto opt = std::make_shared<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-2));
+    auto msg = testing::error_message_of([&] { booster.boost(model.ptr(), opt); });
+    EXPECT_NE(msg.find("the model holds no tensor-parallel slices"), std::string::npos) << msg;
+  });
+}
+
 TEST(HybridParallelPlugin, InvalidCombinationsAreNamed) {
   auto msg = [](HybridParallelPlugin::Options o, int world, HybridParallelPlugin::ModelLimits m = {4, 2, 64, 16}) {
     return testing::error_message_of([&] { HybridParallelPlugin(o, world).check_model(m); });

@@ -6,7 +6,8 @@
 //   2. The longest sequence that trains one step (fp32, AdamW) within a memory budget per rank
 //      (peak resident memory, the whole process), without sequence parallelism (one process)
 //      and with each mode at sp = 4: split_gather (over tp = 4), all_to_all and ring_attn (an
-//      sp axis of 4, tp = 1). Found by doubling the sequence, then bisecting to --granularity.
+//      sp axis of 4, tp = 1, ZeRO-2 over the 4 ranks: --sp_zero_stage). Found by doubling the
+//      sequence, then bisecting to --granularity.
 //      Each probe runs with its data segment capped a little above the budget, so a probe that
 //      does not fit fails its allocation instead of swapping the machine, and with glibc's mmap
 //      threshold fixed at 1 MiB so freed activations leave the resident set (see probe()).
@@ -48,7 +49,8 @@ struct Args {
   int steps = 3;
   bool skip_throughput = false, skip_sequence = false;
   // One job (set by the driver).
-  int tp = 1;
+  int sp_zero_stage = 2;  // all_to_all / ring_attn: ZeRO over their dp x sp ranks
+  int tp = 1, zero_stage = 0;
   std::string sp_mode = "none";
   int64_t seq = 0;
   double data_limit_gib = 0;
@@ -71,7 +73,8 @@ Row run_job(const Args& a) {
   auto cfg = shape.config;
   cfg.max_position_embeddings = std::max<int64_t>(cfg.max_position_embeddings, a.seq);
   auto plugin = std::make_shared<booster::HybridParallelPlugin>(
-      booster::HybridParallelPlugin::Options{.tp = a.tp, .sp = a.sp_mode == "none" ? 1 : a.sp, .sp_mode = a.sp_mode});
+      booster::HybridParallelPlugin::Options{
+          .tp = a.tp, .sp = a.sp_mode == "none" ? 1 : a.sp, .sp_mode = a.sp_mode, .zero_stage = a.zero_stage});
   plugin->check_model({cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size, a.seq});
   torch::manual_seed(0);
   colossal::llama::LlamaForCausalLM model(cfg, plugin->parallel_context());
@@ -105,6 +108,7 @@ Row run_job(const Args& a) {
 struct Layout {
   std::string label, sp_mode;
   int ranks, threads, tp;
+  int zero_stage = 0;
 };
 
 // Runs one job under `colossal run`; a failed job (an allocation past the cap) is ok = false.
@@ -120,7 +124,7 @@ Row probe(const Args& a, const std::string& self, const Layout& l, int64_t seq, 
   // with the fixed threshold, same speed). Every layout runs with the same settings.
   cmd << "MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=1048576 OMP_NUM_THREADS=" << l.threads << " '" << launcher << "' run --nproc_per_node " << l.ranks << " -- '"
       << self << "' --shape " << a.shape << " --tp " << l.tp << " --sp " << a.sp << " --sp_mode " << l.sp_mode
-      << " --seq " << seq << " --steps " << steps << " --data_limit_gib " << limit_gib << " --row_file " << row_file
+      << " --zero_stage " << l.zero_stage << " --seq " << seq << " --steps " << steps << " --data_limit_gib " << limit_gib << " --row_file " << row_file
       << " > " << row_file << ".log 2>&1";
   std::fprintf(stderr, "[bench_parallel] %s, sequence %ld...", l.label.c_str(), seq);
   int rc = std::system(cmd.str().c_str());
@@ -200,11 +204,16 @@ int64_t longest_fitting(const Args& a, const std::string& self, const Layout& l,
 
 void sequence_table(const Args& a, const std::string& self) {
   const int cores = static_cast<int>(std::max(1l, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  // The sp-axis modes replicate the model over their sp ranks, whose gradients are reduced
+  // together: ZeRO over them (as ColossalAI pairs them) rather than DDP's whole-model gradient
+  // buckets, which are allocated before backward's peak (0.54 GB per rank on M) where one
+  // process allocates gradients only as its activations are freed.
+  const std::string zero = a.sp_zero_stage ? ", ZeRO-" + std::to_string(a.sp_zero_stage) : ", DDP";
   std::vector<Layout> layouts = {
       {"no sequence parallelism (1 process)", "none", 1, cores, 1},
       {"split_gather, sp = tp = " + std::to_string(a.sp), "split_gather", a.sp, 1, a.sp},
-      {"all_to_all, sp = " + std::to_string(a.sp), "all_to_all", a.sp, 1, 1},
-      {"ring_attn, sp = " + std::to_string(a.sp), "ring_attn", a.sp, 1, 1},
+      {"all_to_all, sp = " + std::to_string(a.sp) + zero, "all_to_all", a.sp, 1, 1, a.sp_zero_stage},
+      {"ring_attn, sp = " + std::to_string(a.sp) + zero, "ring_attn", a.sp, 1, 1, a.sp_zero_stage},
   };
   std::vector<std::pair<int64_t, Row>> found;
   std::vector<std::string> errors;
@@ -243,7 +252,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "measured steps of the tp table")->capture_default_str();
   app.add_flag("--skip_throughput", a.skip_throughput, "only the sequence search");
   app.add_flag("--skip_sequence", a.skip_sequence, "only the tp table");
+  app.add_option("--sp_zero_stage", a.sp_zero_stage, "ZeRO stage of the all_to_all and ring_attn layouts (0: DDP)")
+      ->capture_default_str();
   app.add_option("--tp", a.tp, "(internal) a job's tp");
+  app.add_option("--zero_stage", a.zero_stage, "(internal) a job's ZeRO stage");
   app.add_option("--sp_mode", a.sp_mode, "(internal) a job's sequence-parallel mode");
   app.add_option("--seq", a.seq, "(internal) a job's sequence length");
   app.add_option("--data_limit_gib", a.data_limit_gib, "(internal) a job's data-segment cap");

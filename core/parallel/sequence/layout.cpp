@@ -4,6 +4,7 @@
 
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
+#include "core/parallel/gather_along.h"
 
 namespace colossal::parallel {
 
@@ -43,20 +44,13 @@ torch::Tensor gather_local(const torch::Tensor& local, const ParallelContext& ct
   const int n = ctx.sp_size();
   if (n == 1) return local;
   const auto& g = ctx.sequence_group();
-  auto moved = local.movedim(1, 0).contiguous();  // [T/n, B, ...]
-  auto sizes = moved.sizes().vec();
-  const int64_t part = sizes[0];
-  sizes[0] *= n;
-  auto all = torch::empty(sizes, local.options());
-  dist::all_gather(all, moved, g);
-  // Row block k came from rank k; its rows sit at rank k's positions.
+  auto all = all_gather_along(local, 1, g);  // rank k's block of the sequence dimension, in rank order
+  // Block k's rows sit at rank k's positions.
   std::vector<torch::Tensor> positions;
-  const int64_t seq_len = part * n;
+  const int64_t seq_len = all.size(1);
   for (int k = 0; k < n; ++k) positions.push_back(sequence_positions(seq_len, ctx.sp_mode, k, n));
   auto order = torch::cat(positions).to(local.device());
-  auto out = torch::empty_like(all);
-  out.index_copy_(0, order, all);
-  return out.movedim(0, 1).contiguous();
+  return torch::empty_like(all).index_copy_(1, order, all);
 }
 
 }  // namespace colossal::parallel

@@ -1,4 +1,5 @@
 #include "core/parallel/autograd_group.h"
+#include "core/parallel/gather_along.h"
 #include "core/parallel/sequence/sequence_ops.h"
 
 #include <torch/autograd.h>
@@ -14,15 +15,7 @@ using torch::autograd::variable_list;
 
 
 // [B, T/n, ...] on each rank -> [B, T, ...], shards in rank order.
-torch::Tensor all_gather_dim1(const torch::Tensor& x, const dist::Group& g) {
-  const int n = g.size();
-  auto moved = x.movedim(1, 0).contiguous();  // [T/n, B, ...]
-  auto sizes = moved.sizes().vec();
-  sizes[0] *= n;
-  auto out = torch::empty(sizes, x.options());
-  dist::all_gather(out, moved, g);
-  return out.movedim(0, 1).contiguous();
-}
+torch::Tensor all_gather_dim1(const torch::Tensor& x, const dist::Group& g) { return all_gather_along(x, 1, g); }
 
 // [B, T, ...] partial on each rank -> the sum's shard [B, T/n, ...] of this rank.
 torch::Tensor reduce_scatter_dim1(const torch::Tensor& x, const dist::Group& g) {

@@ -1,4 +1,5 @@
 #include "core/parallel/autograd_group.h"
+#include "core/parallel/gather_along.h"
 #include "core/parallel/tensor/comm_ops.h"
 
 #include <torch/autograd.h>
@@ -19,16 +20,7 @@ torch::Tensor all_reduced(const torch::Tensor& t, const dist::Group& g) {
   return out;
 }
 
-torch::Tensor gathered_last(const torch::Tensor& t, const dist::Group& g) {
-  const int n = g.size();
-  // Gather along dim 0 of a [n, ...] buffer, then move the group dimension next to the last.
-  auto moved = t.movedim(-1, 0).contiguous();  // [d, ...]
-  auto sizes = moved.sizes().vec();
-  sizes[0] *= n;
-  auto out = torch::empty(sizes, t.options());
-  dist::all_gather(out, moved, g);
-  return out.movedim(0, -1).contiguous();
-}
+torch::Tensor gathered_last(const torch::Tensor& t, const dist::Group& g) { return all_gather_along(t, -1, g); }
 
 torch::Tensor own_slice_last(const torch::Tensor& t, const dist::Group& g) {
   const int64_t d = t.size(-1);

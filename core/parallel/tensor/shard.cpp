@@ -1,3 +1,4 @@
+#include "core/parallel/gather_along.h"
 #include "core/parallel/tensor/shard.h"
 
 #include <torch/torch.h>
@@ -36,15 +37,9 @@ torch::Tensor slice_of(const torch::Tensor& full, const ShardSpec& spec, int64_t
 
 torch::Tensor gather_full(const torch::Tensor& local, const ShardSpec& spec) {
   if (spec.dim < 0 || !spec.group.is_member() || spec.group.size() == 1) return local;
-  const int n = spec.group.size();
-  // Gather along dimension 0 of a moved copy, then move the split dimension back. Padding sits
-  // only at the end of the last ranks' slices, so the first full_size rows are the tensor.
-  auto moved = local.movedim(spec.dim, 0).contiguous();
-  auto sizes = moved.sizes().vec();
-  sizes[0] *= n;
-  auto out = torch::empty(sizes, moved.options());
-  dist::all_gather(out, moved, spec.group);
-  return out.narrow(0, 0, spec.full_size).movedim(0, spec.dim).contiguous();
+  // Padding sits only at the end of the last ranks' slices, so the first full_size rows are the
+  // tensor.
+  return all_gather_along(local, spec.dim, spec.group).narrow(spec.dim, 0, spec.full_size).contiguous();
 }
 
 int register_partial_gradient_hooks(torch::nn::Module& model) {

@@ -186,6 +186,13 @@ torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels
   return call(classifier, h.select(1, 0));
 }
 
+torch::Tensor class_log_probs(ViTForImageClassification& model, const torch::Tensor& pixels, bool mirror) {
+  auto log_probs = torch::log_softmax(model->forward(pixels).to(torch::kFloat), 1);
+  if (!mirror) return log_probs;
+  auto mirrored = torch::log_softmax(model->forward(pixels.flip({3})).to(torch::kFloat), 1);
+  return torch::logsumexp(torch::stack({log_probs, mirrored}), 0) - std::log(2.0);  // log of the mean
+}
+
 parallel::ParallelPlan parallel_plan(const ViTConfig&) {
   using parallel::SplitStyle;
   parallel::ParallelPlan plan;

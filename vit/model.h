@@ -122,6 +122,12 @@ class ViTForImageClassificationImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ViTForImageClassification);
 
+/// Class log-probabilities [B, num_labels] for pixels [B, C, H, W]. With `mirror`, each image's
+/// probabilities are averaged with those of its left-right mirror image (test-time augmentation
+/// for a model trained with random flips; one more forward pass). Runs in the model's current
+/// mode; callers put it in eval mode.
+torch::Tensor class_log_probs(ViTForImageClassification& model, const torch::Tensor& pixels, bool mirror);
+
 /// How tensor parallelism splits the model (Megatron's layout): query/key/value and the MLP's
 /// first layer by output features (heads stay whole on a rank), the attention output and the
 /// MLP's second layer by input features; embeddings, norms and the small classifier replicated.

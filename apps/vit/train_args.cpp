@@ -64,6 +64,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("patch_keep", a.patch_keep);
   c.read("min_crop_scale", a.min_crop_scale);
   c.read("no_flip", a.no_flip);
+  c.read("eval_flip", a.eval_flip);
   c.read("randaugment", a.randaugment);
   c.read("randaugment_magnitude", a.randaugment_magnitude);
   c.read("plugin", a.plugin);
@@ -121,6 +122,9 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
                  "random resized crop's smallest area share (0: 0.08, or no crop for images under 64 px)")
       ->capture_default_str();
   app.add_flag("--no_flip", a.no_flip, "no random horizontal flips");
+  app.add_flag("--eval_flip", a.eval_flip,
+               "test-time augmentation: evaluation also reports accuracy with each image's class "
+               "probabilities averaged with its mirror image's, and --predict uses that average");
   app.add_option("--randaugment", a.randaugment, "RandAugment colour operations per image (0: off)")
       ->capture_default_str();
   app.add_option("--randaugment_magnitude", a.randaugment_magnitude, "their strength, 0..10")->capture_default_str();

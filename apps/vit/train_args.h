@@ -26,6 +26,7 @@ struct TrainArgs {
   // Augmentation
   double min_crop_scale = 0;  // random resized crop's smallest area share; 0: 0.08, or no crop below 64 px
   bool no_flip = false;
+  bool eval_flip = false;  // also evaluate (and --predict) averaging each image with its mirror
   int randaugment = 0;  // colour operations per image
   double randaugment_magnitude = 9;
   // Parallelism and precision
@@ -33,9 +34,11 @@ struct TrainArgs {
   std::string mixed_precision = "fp32";
   // Optimisation
   int64_t batch_size = 32;  // images per rank per step
-  int64_t epochs = 12;
+  int64_t epochs = 13;
   int64_t max_steps = 0;  // > 0: stop after this many steps
-  double lr = 1e-3, weight_decay = 0.05, warmup_ratio = 0.05, label_smoothing = 0.1, grad_clip = 0.0;
+  // lr 5e-4: Fashion-MNIST, nano, global batch 64, 3 epochs: 87.07% against 86.39% at 1e-3,
+  // 85.31% at 2e-3 and 86.58% at 3e-4.
+  double lr = 5e-4, weight_decay = 0.05, warmup_ratio = 0.05, label_smoothing = 0.1, grad_clip = 0.0;
   uint64_t seed = 42;
   // Output
   std::string save_dir = "out/vit";  // checkpoints/, model/, confusion_matrix.{csv,png}

@@ -146,15 +146,23 @@ TransformOptions transform_options(const TrainArgs& a, const ModelChoice& m) {
 
 // ---- evaluation -----------------------------------------------------------------------------
 
+// Single-view counts, and with --eval_flip the counts for probabilities averaged over each image
+// and its mirror image.
+struct EvalCounts {
+  ClassificationCounts single, mirrored;
+  bool has_mirrored = false;
+};
+
 // Every rank classifies every n-th image; ranks out of images repeat image 0 with weight 0 so
 // all run the same number of forward passes (ZeRO-3 gathers parameters collectively). Counts
 // are summed over ranks.
-ClassificationCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, int64_t batch_size,
-                              c10::ScalarType dtype, size_t depth) {
+EvalCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, int64_t batch_size,
+                    c10::ScalarType dtype, size_t depth, bool mirror) {
   torch::NoGradGuard no_grad;
   const int n = dist::world_size(), r = dist::rank();
   const int64_t size = loader.source().size(), per_rank = (size + n - 1) / n;
-  ClassificationCounts counts(loader.source().num_classes());
+  EvalCounts out{ClassificationCounts(loader.source().num_classes()),
+                 ClassificationCounts(loader.source().num_classes()), mirror};
   std::deque<std::vector<double>> weights;  // of the batches submitted and not yet taken
   int64_t next = 0;
   auto top_up = [&] {
@@ -179,19 +187,30 @@ ClassificationCounts evaluate(ViTForImageClassification& model, PrefetchLoader& 
     for (const auto& s : batch.skipped) std::fprintf(stderr, "[rank %d] skipped: %s\n", r, s.c_str());
     if (batch.labels.size(0) == 0) {  // keep the collective forward in step with other ranks
       const auto& t = loader.options().transform;
-      (void)model->forward(torch::zeros({1, t.channels, t.image_size, t.image_size}).to(dtype));
+      (void)class_log_probs(model, torch::zeros({1, t.channels, t.image_size, t.image_size}).to(dtype), mirror);
       continue;
     }
-    auto logits = model->forward(batch.pixels.to(dtype)).to(torch::kFloat);
-    auto losses = torch::nn::functional::cross_entropy(
-        logits, batch.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
-    counts.add(logits, batch.labels, losses, w);
+    auto pixels = batch.pixels.to(dtype);
+    auto nll = [&](const torch::Tensor& log_probs) {
+      return torch::nn::functional::nll_loss(
+          log_probs, batch.labels, torch::nn::functional::NLLLossFuncOptions().reduction(torch::kNone));
+    };
+    auto single = class_log_probs(model, pixels, false);
+    out.single.add(single, batch.labels, nll(single), w);
+    if (mirror) {
+      // The mirror pass alone; its average with the single view is the mirrored prediction.
+      auto flipped = class_log_probs(model, pixels.flip({3}), false);
+      auto averaged = torch::logsumexp(torch::stack({single, flipped}), 0) - std::log(2.0);
+      out.mirrored.add(averaged, batch.labels, nll(averaged), w);
+    }
   }
   model->train();
-  auto packed = counts.pack();
+  auto packed = torch::cat({out.single.pack(), out.mirrored.pack()});
   dist::all_reduce(packed, dist::world_group());
-  counts.unpack(packed);
-  return counts;
+  const int64_t half = packed.size(0) / 2;
+  out.single.unpack(packed.narrow(0, 0, half).clone());
+  out.mirrored.unpack(packed.narrow(0, half, half).clone());
+  return out;
 }
 
 // ---- prediction -----------------------------------------------------------------------------
@@ -221,7 +240,7 @@ int predict(const TrainArgs& a) {
     }
     auto pixels = torch::empty({1, t.channels, t.image_size, t.image_size});
     transform_eval(image, t, pixels.data_ptr<float>());
-    auto probs = torch::softmax(loaded.model->forward(pixels)[0], 0);
+    auto probs = class_log_probs(loaded.model, pixels, a.eval_flip)[0].exp();
     auto [values, indices] = probs.topk(k);
     std::printf("%s:", path.c_str());
     for (int64_t j = 0; j < k; ++j) {
@@ -321,11 +340,17 @@ int train(TrainArgs& a) {
   }
   colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
   auto report_eval = [&](int64_t step) {
-    auto counts = evaluate(model, eval_loader, a.batch_size, b.compute_dtype, depth);
-    progress.event("eval", step,
-                   {{"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()},
-                    {"images", counts.samples}});
-    return counts;
+    auto result = evaluate(model, eval_loader, a.batch_size, b.compute_dtype, depth, a.eval_flip);
+    const auto& counts = result.single;
+    std::vector<std::pair<std::string, double>> metrics = {
+        {"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()}};
+    if (result.has_mirrored) {
+      metrics.push_back({"top1_flip", result.mirrored.top1_accuracy()});
+      metrics.push_back({"top5_flip", result.mirrored.top5_accuracy()});
+    }
+    metrics.push_back({"images", counts.samples});
+    progress.event("eval", step, metrics);
+    return result;
   };
   auto save = [&](int64_t step) {
     booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
@@ -391,7 +416,8 @@ int train(TrainArgs& a) {
   }
 
   if (first_step <= total_steps) save(total_steps);
-  auto counts = report_eval(total_steps);
+  auto result = report_eval(total_steps);
+  const auto& counts = result.single;
   auto state = b.optimizer->model_wrapper().full_model_state(*model);
   if (r == 0) {
     save_pretrained(m.config, state, a.save_dir + "/model", m.processor);
@@ -404,6 +430,9 @@ int train(TrainArgs& a) {
                 "training (%d rank(s))\n",
                 100 * counts.top1_accuracy(), 100 * counts.top5_accuracy(), counts.samples, elapsed(t0),
                 train_seconds > 0 ? train_images / train_seconds : 0.0, n);
+    if (result.has_mirrored)
+      std::printf("result with mirror averaging (--eval_flip): top-1 %.2f%%, top-5 %.2f%%\n",
+                  100 * result.mirrored.top1_accuracy(), 100 * result.mirrored.top5_accuracy());
     std::printf("saved: %s/model (config.json, preprocessor_config.json, model.safetensors), "
                 "%s/confusion_matrix.csv and .png\n",
                 a.save_dir.c_str(), a.save_dir.c_str());

@@ -375,6 +375,24 @@ TEST(ImagePipeline, PatchDropoutOnlyInTraining) {
   EXPECT_THROW(model->set_patch_keep(0.0), c10::Error);
 }
 
+TEST(ImagePipeline, MirrorAveragedPredictionIsTheMeanOfBothViews) {
+  auto c = ViTConfig::named("nano", 28, 4, 1, 10);
+  torch::manual_seed(0);
+  ViTForImageClassification model(c);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto px = torch::randn({3, 1, 28, 28});
+  auto single = class_log_probs(model, px, false);
+  EXPECT_TRUE(torch::allclose(single, torch::log_softmax(model->forward(px), 1)));
+  auto mirrored = class_log_probs(model, px, true);
+  auto mean = (torch::softmax(model->forward(px), 1) + torch::softmax(model->forward(px.flip({3})), 1)) / 2;
+  EXPECT_TRUE(torch::allclose(mirrored.exp(), mean, 1e-6, 1e-7));
+  // Averaging over both views makes the prediction blind to which way the image faces; a
+  // single view is not (the random weights see the two images differently).
+  EXPECT_TRUE(torch::allclose(class_log_probs(model, px.flip({3}), true), mirrored, 1e-5, 1e-6));
+  EXPECT_FALSE(torch::allclose(class_log_probs(model, px.flip({3}), false), single, 1e-3, 1e-4));
+}
+
 // ---- 2 ranks against one process --------------------------------------------------------------
 
 ViTConfig small_config() {

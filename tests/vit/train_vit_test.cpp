@@ -81,15 +81,17 @@ TEST(TrainVit, TrainsEvaluatesAndPredictsOnAnImageFolder) {
   auto data = make_data("folder", 40);
   auto save = data + "_out";
   auto log = data + ".jsonl";
-  auto r = train_vit(2, "--data " + data + kSmall + "--epochs 10 --log_interval 5 --save_dir " + save, log);
+  auto r = train_vit(2, "--data " + data + kSmall + "--epochs 10 --log_interval 5 --eval_flip --save_dir " + save, log);
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("image folder " + data + " (10% of each class held out): 108 training and 12 evaluation"),
             std::string::npos) << r.output;
   // The held-out accuracy from the log's last evaluation: the stripes are easy to tell apart.
-  double top1 = -1;
+  double top1 = -1, top1_flip = -1;
   for (const auto& j : r.log)
-    if (j.value("event", "") == "eval") top1 = j["top1"].get<double>();
+    if (j.value("event", "") == "eval") top1 = j["top1"].get<double>(), top1_flip = j["top1_flip"].get<double>();
   EXPECT_GE(top1, 0.9) << r.output;
+  EXPECT_GE(top1_flip, 0.9) << r.output;  // --eval_flip: averaged with the mirror images
+  EXPECT_NE(r.output.find("result with mirror averaging (--eval_flip): top-1 "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("images/s"), std::string::npos);
 
   std::ifstream csv(save + "/confusion_matrix.csv");
@@ -111,7 +113,7 @@ TEST(TrainVit, TrainsEvaluatesAndPredictsOnAnImageFolder) {
     cv::imwrite(path, striped(kind_of(cls), rng, 16, 16));
     files += " " + path;
   }
-  auto p = train_vit(1, "--save_dir " + save + " --top_k 2 --predict" + files);
+  auto p = train_vit(1, "--save_dir " + save + " --top_k 2 --eval_flip --predict" + files);
   ASSERT_EQ(p.rc, 0) << p.output;
   int right = 0;
   for (const auto& cls : kClasses) {

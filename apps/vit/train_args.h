@@ -21,7 +21,9 @@ struct TrainArgs {
   int64_t patch_size = 0;      // 0: the pretrained model's, 16 for >= 128 px, else image_size / 7
   bool grad_checkpoint = false;
   std::string init = "mimetic";  // mimetic | normal (training from scratch)
-  std::string position_init = "normal";  // sincos | normal (training from scratch)
+  // sincos: Fashion-MNIST in 15 epochs 90.04% (2 ranks) against about 89.8% learned from normal;
+  // it starts slowly on tiny sets (vit/README.md), where normal is the better choice.
+  std::string position_init = "sincos";  // sincos | normal (training from scratch)
   double patch_keep = 1.0;               // patch dropout: share of patch tokens kept in training
   // Augmentation
   double min_crop_scale = 0;  // random resized crop's smallest area share; 0: 0.08, or no crop below 64 px
@@ -34,7 +36,7 @@ struct TrainArgs {
   std::string mixed_precision = "fp32";
   // Optimisation
   int64_t batch_size = 32;  // images per rank per step
-  int64_t epochs = 13;
+  int64_t epochs = 15;
   int64_t max_steps = 0;  // > 0: stop after this many steps
   // lr 5e-4: Fashion-MNIST, nano, global batch 64, 3 epochs: 87.07% against 86.39% at 1e-3,
   // 85.31% at 2e-3 and 86.58% at 3e-4.

@@ -189,8 +189,11 @@ torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels
 torch::Tensor class_log_probs(ViTForImageClassification& model, const torch::Tensor& pixels, bool mirror) {
   auto log_probs = torch::log_softmax(model->forward(pixels).to(torch::kFloat), 1);
   if (!mirror) return log_probs;
-  auto mirrored = torch::log_softmax(model->forward(pixels.flip({3})).to(torch::kFloat), 1);
-  return torch::logsumexp(torch::stack({log_probs, mirrored}), 0) - std::log(2.0);  // log of the mean
+  return mean_log_probs(log_probs, class_log_probs(model, pixels.flip({3}), false));
+}
+
+torch::Tensor mean_log_probs(const torch::Tensor& a, const torch::Tensor& b) {
+  return torch::logsumexp(torch::stack({a, b}), 0) - std::log(2.0);
 }
 
 parallel::ParallelPlan parallel_plan(const ViTConfig&) {

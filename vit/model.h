@@ -127,6 +127,8 @@ TORCH_MODULE(ViTForImageClassification);
 /// for a model trained with random flips; one more forward pass). Runs in the model's current
 /// mode; callers put it in eval mode.
 torch::Tensor class_log_probs(ViTForImageClassification& model, const torch::Tensor& pixels, bool mirror);
+/// log((exp(a) + exp(b)) / 2): the log of two predictions' mean probabilities.
+torch::Tensor mean_log_probs(const torch::Tensor& a, const torch::Tensor& b);
 
 /// How tensor parallelism splits the model (Megatron's layout): query/key/value and the MLP's
 /// first layer by output features (heads stay whole on a rank), the attention output and the

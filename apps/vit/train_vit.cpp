@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <optional>
 
 #include "apps/vit/train_args.h"
 #include "core/booster/booster.h"
@@ -149,8 +150,8 @@ TransformOptions transform_options(const TrainArgs& a, const ModelChoice& m) {
 // Single-view counts, and with --eval_flip the counts for probabilities averaged over each image
 // and its mirror image.
 struct EvalCounts {
-  ClassificationCounts single, mirrored;
-  bool has_mirrored = false;
+  ClassificationCounts single;
+  std::optional<ClassificationCounts> mirrored;
 };
 
 // Every rank classifies every n-th image; ranks out of images repeat image 0 with weight 0 so
@@ -161,8 +162,8 @@ EvalCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, in
   torch::NoGradGuard no_grad;
   const int n = dist::world_size(), r = dist::rank();
   const int64_t size = loader.source().size(), per_rank = (size + n - 1) / n;
-  EvalCounts out{ClassificationCounts(loader.source().num_classes()),
-                 ClassificationCounts(loader.source().num_classes()), mirror};
+  EvalCounts out{ClassificationCounts(loader.source().num_classes()), std::nullopt};
+  if (mirror) out.mirrored.emplace(loader.source().num_classes());
   std::deque<std::vector<double>> weights;  // of the batches submitted and not yet taken
   int64_t next = 0;
   auto top_up = [&] {
@@ -197,19 +198,18 @@ EvalCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, in
     };
     auto single = class_log_probs(model, pixels, false);
     out.single.add(single, batch.labels, nll(single), w);
-    if (mirror) {
-      // The mirror pass alone; its average with the single view is the mirrored prediction.
-      auto flipped = class_log_probs(model, pixels.flip({3}), false);
-      auto averaged = torch::logsumexp(torch::stack({single, flipped}), 0) - std::log(2.0);
-      out.mirrored.add(averaged, batch.labels, nll(averaged), w);
+    if (out.mirrored) {
+      // Only the mirror pass is new; the single view above is reused for the average.
+      auto averaged = mean_log_probs(single, class_log_probs(model, pixels.flip({3}), false));
+      out.mirrored->add(averaged, batch.labels, nll(averaged), w);
     }
   }
   model->train();
-  auto packed = torch::cat({out.single.pack(), out.mirrored.pack()});
+  auto packed = out.mirrored ? torch::cat({out.single.pack(), out.mirrored->pack()}) : out.single.pack();
   dist::all_reduce(packed, dist::world_group());
-  const int64_t half = packed.size(0) / 2;
-  out.single.unpack(packed.narrow(0, 0, half).clone());
-  out.mirrored.unpack(packed.narrow(0, half, half).clone());
+  const int64_t part = out.mirrored ? packed.size(0) / 2 : packed.size(0);
+  out.single.unpack(packed.narrow(0, 0, part).clone());
+  if (out.mirrored) out.mirrored->unpack(packed.narrow(0, part, part).clone());
   return out;
 }
 
@@ -344,9 +344,9 @@ int train(TrainArgs& a) {
     const auto& counts = result.single;
     std::vector<std::pair<std::string, double>> metrics = {
         {"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()}};
-    if (result.has_mirrored) {
-      metrics.push_back({"top1_flip", result.mirrored.top1_accuracy()});
-      metrics.push_back({"top5_flip", result.mirrored.top5_accuracy()});
+    if (result.mirrored) {
+      metrics.push_back({"top1_flip", result.mirrored->top1_accuracy()});
+      metrics.push_back({"top5_flip", result.mirrored->top5_accuracy()});
     }
     metrics.push_back({"images", counts.samples});
     progress.event("eval", step, metrics);
@@ -430,9 +430,9 @@ int train(TrainArgs& a) {
                 "training (%d rank(s))\n",
                 100 * counts.top1_accuracy(), 100 * counts.top5_accuracy(), counts.samples, elapsed(t0),
                 train_seconds > 0 ? train_images / train_seconds : 0.0, n);
-    if (result.has_mirrored)
+    if (result.mirrored)
       std::printf("result with mirror averaging (--eval_flip): top-1 %.2f%%, top-5 %.2f%%\n",
-                  100 * result.mirrored.top1_accuracy(), 100 * result.mirrored.top5_accuracy());
+                  100 * result.mirrored->top1_accuracy(), 100 * result.mirrored->top5_accuracy());
     std::printf("saved: %s/model (config.json, preprocessor_config.json, model.safetensors), "
                 "%s/confusion_matrix.csv and .png\n",
                 a.save_dir.c_str(), a.save_dir.c_str());

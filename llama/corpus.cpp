@@ -12,6 +12,7 @@
 
 #include "core/checkpoint/atomic_file.h"
 #include "core/common/check.h"
+#include "core/common/fs.h"
 
 namespace colossal::llama {
 namespace {
@@ -121,7 +122,7 @@ CorpusSplit write_austen_jsonl(const std::string& rdb_path, const std::string& o
     }
     emit(text);
   }
-  (void)!std::system(("mkdir -p '" + out_dir + "'").c_str());
+  fs::make_dirs(out_dir);
   checkpoint::write_text_atomically(out_dir + "/train.jsonl", train.str());
   checkpoint::write_text_atomically(out_dir + "/valid.jsonl", valid.str());
   return split;

@@ -13,6 +13,7 @@
 
 #include "core/checkpoint/atomic_file.h"
 #include "core/common/check.h"
+#include "core/common/fs.h"
 #include "core/common/log.h"
 
 namespace colossal::llama {
@@ -106,7 +107,7 @@ TokenDataset TokenDataset::open(const DatasetOptions& o, const Tokenizer& tok) {
   if (::stat((base + ".json").c_str(), &st) == 0) {
     d.reused_ = true;
   } else {
-    (void)!std::system(("mkdir -p '" + o.cache_dir + "'").c_str());
+    fs::make_dirs(o.cache_dir);
     std::vector<int32_t> tokens;
     std::vector<uint8_t> mask;
     std::vector<int64_t> docs{0};

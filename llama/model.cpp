@@ -13,6 +13,7 @@
 #include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
+#include "llama/parallelize.h"
 
 namespace colossal::llama {
 
@@ -20,7 +21,7 @@ using nn::call;
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel)
     : eps_(eps), parallel_(parallel) {
-  weight = register_parameter("weight", torch::ones({dim}));
+  weight = register_parameter("weight", nn::deferred_init_enabled() ? nn::deferred_empty({dim}) : torch::ones({dim}));
 }
 
 std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
@@ -57,22 +58,8 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 
 namespace {
 
-// The plan's rule for a module (replicate when the plan names none).
-parallel::SplitRule rule_for(const BuildContext& where) {
-  const auto* r = where.plan.find(where.path);
-  return r ? *r : parallel::SplitRule{where.path, parallel::SplitStyle::kReplicate};
-}
-
 parallel::ParallelLinear linear(const BuildContext& where, int64_t in, int64_t out, bool bias, int64_t kv_heads = 0) {
-  auto rule = rule_for(where);
-  parallel::ParallelLinearOptions o{.in_features = in, .out_features = out, .bias = bias, .style = rule.style,
-                                    .gather_output = rule.gather_output};
-  // Fewer key/value heads than tp: keep them whole on every rank (see parallel_linear.h).
-  if (rule.kv_heads && kv_heads < where.parallel.tp_size()) {
-    o.style = parallel::SplitStyle::kReplicate;
-    o.gradient_partial = true;
-  }
-  return parallel::ParallelLinear(o, where.parallel);
+  return where.linear(in, out, bias, kv_heads);
 }
 
 }  // namespace
@@ -81,9 +68,6 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where)
     : parallel_(where.parallel), head_dim_(c.resolved_head_dim()) {
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int tp = parallel_.tp_size();
-  COLOSSAL_CHECK(heads % tp == 0, "[llama] num_attention_heads ", heads, " does not divide by tp ", tp);
-  COLOSSAL_CHECK(kv % tp == 0 || tp % kv == 0, "[llama] num_key_value_heads ", kv, " and tp ", tp,
-                 ": one must divide the other (kv heads are split by tp, or whole on every rank)");
   q_proj = register_module("q_proj", linear(where.at("q_proj"), c.hidden_size, heads * head_dim_, c.attention_bias));
   k_proj = register_module("k_proj", linear(where.at("k_proj"), c.hidden_size, kv * head_dim_, c.attention_bias, kv));
   v_proj = register_module("v_proj", linear(where.at("v_proj"), c.hidden_size, kv * head_dim_, c.attention_bias, kv));
@@ -94,11 +78,6 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where)
     // Whole kv heads on every rank: this rank's query heads all read one of them.
     kv_select_ = parallel_.tp_rank() * heads_ / (heads / kv);
     kv_heads_ = 1;
-  }
-  if (parallel_.sp_mode == parallel::SequenceParallelMode::kAllToAll) {
-    const int sp = parallel_.sp_size();
-    COLOSSAL_CHECK(heads_ % sp == 0, "[llama] all_to_all: ", heads_, " attention heads per tensor-parallel rank (",
-                   heads, " / tp ", tp, ") do not divide by sp ", sp);
   }
 }
 
@@ -173,7 +152,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTabl
 }
 
 DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
-  embed_tokens = register_module("embed_tokens", parallel::ParallelEmbedding(c.vocab_size, c.hidden_size, where.parallel));
+  embed_tokens = register_module("embed_tokens", where.at("embed_tokens").embedding(c.vocab_size, c.hidden_size));
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers.push_back(DecoderLayer(c, where.at("layers." + std::to_string(i))));
@@ -184,7 +163,14 @@ DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel)
     : config_(config), parallel_(parallel) {
+  // First, before any layer draws: eager and deferred construction take the same seed.
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    init_seed_ = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+  }
   config_.validate();
+  check_parallel(config_, {parallel_.tp_size(), parallel_.sp_size(), parallel_.sp_mode});
   const auto plan = parallel_plan(config_);
   const BuildContext root{plan, parallel_, ""};
   model = register_module("model", Decoder(config_, root.at("model")));
@@ -193,7 +179,18 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const para
   if (!config_.tie_word_embeddings)
     lm_head = register_module("lm_head", linear(root.at("lm_head"), config_.hidden_size, config_.vocab_size, false));
   rope_ = RotaryTables::make(config_, config_.max_position_embeddings);
-  reset_parameters();
+  if (!nn::deferred_init_enabled()) reset_parameters();
+}
+
+void LlamaForCausalLMImpl::init_parameter(const std::string& name, torch::Tensor& full) const {
+  torch::NoGradGuard no_grad;
+  if (full.dim() == 1) {
+    if (name.find("norm") != std::string::npos) full.fill_(1.0);
+    else full.zero_();
+    return;
+  }
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(nn::parameter_seed(init_seed_, name));
+  full.normal_(0.0, config_.initializer_range, gen);
 }
 
 void LlamaForCausalLMImpl::reset_parameters() {
@@ -201,21 +198,14 @@ void LlamaForCausalLMImpl::reset_parameters() {
   const auto specs = parallel::collect_shard_specs(*this);
   for (auto& item : named_parameters()) {
     auto& p = item.value();
-    if (p.dim() == 1) {
-      if (item.key().find("norm") != std::string::npos) p.fill_(1.0);
-      else p.zero_();
-      continue;
-    }
     auto it = specs.find(item.key());
-    if (it == specs.end() || it->second.dim < 0) {
-      p.normal_(0.0, config_.initializer_range);
-      continue;
-    }
-    // The same draws as the unsplit tensor, then this rank's slice.
+    const bool split = it != specs.end() && it->second.dim >= 0;
     auto shape = p.sizes().vec();
-    shape[it->second.dim] = it->second.full_size;
-    auto full = torch::empty(shape, p.options()).normal_(0.0, config_.initializer_range);
-    p.copy_(parallel::slice_of(full, it->second, p.size(it->second.dim)));
+    if (split) shape[it->second.dim] = it->second.full_size;
+    auto full = torch::empty(shape, torch::kFloat32);
+    init_parameter(item.key(), full);
+    // This rank's slice of the full tensor (padded vocabulary rows stay zero).
+    p.copy_(split ? parallel::slice_of(full, it->second, p.size(it->second.dim)) : full);
   }
 }
 

@@ -11,6 +11,8 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
+#include "core/nn/deferred_init.h"
+#include "core/parallel/apply_plan.h"
 #include "core/parallel/context.h"
 #include "core/parallel/plan.h"
 #include "core/parallel/tensor/parallel_embedding.h"
@@ -39,13 +41,9 @@ struct RotaryTables {
   static RotaryTables make(const LlamaConfig& config, int64_t max_positions);
 };
 
-/// Where a layer sits (its module path) and how the model is parallelised.
-struct BuildContext {
-  const parallel::ParallelPlan& plan;
-  const parallel::ParallelContext& parallel;
-  std::string path;  // "model.layers.3"
-  BuildContext at(const std::string& child) const { return {plan, parallel, path.empty() ? child : path + "." + child}; }
-};
+/// Where a layer sits (its module path) and how the model is parallelised: layers are built
+/// through core's plan builder from LLaMA's plan (parallel_plan below).
+using BuildContext = parallel::PlanBuilder;
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -92,8 +90,10 @@ class DecoderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Decoder);
 
-class LlamaForCausalLMImpl : public torch::nn::Module {
+class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterInitializer {
  public:
+  /// Built under nn::DeferredInitGuard, no weight is materialised (boost() does it, keeping only
+  /// what the rank holds); otherwise initialised at once (reset_parameters).
   explicit LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel = {});
   /// Logits [batch, seq, vocab] for token ids [batch, seq] (gathered whole under tensor and
   /// sequence parallelism). Every rank passes the whole batch; sequence parallelism takes each
@@ -103,9 +103,17 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   /// all_to_all and ring_attn each rank's gradients cover its own tokens: summed over the
   /// sequence-parallel group they are the gradient of the mean (the hybrid plugin sums them).
   torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels);
-  /// Normal(0, initializer_range) weights, unit norms (training from scratch). Split parameters
-  /// are drawn whole and sliced, so every tensor-parallel size starts from the same model.
+  /// Normal(0, initializer_range) weights, unit norms (training from scratch), each parameter
+  /// drawn from its own generator (seeded by init_seed() and its name: init_parameter). Split
+  /// parameters are drawn whole and sliced, so every tensor-parallel size, every ZeRO-3 shard
+  /// and a lazily built model start from the same values.
   void reset_parameters();
+  /// nn::ParameterInitializer: the full value of parameter `name`.
+  void init_parameter(const std::string& name, torch::Tensor& full) const override;
+  /// Drawn from LibTorch's generator when the model is constructed (torch::manual_seed before
+  /// building fixes it).
+  uint64_t init_seed() const override { return init_seed_; }
+  void set_init_seed(uint64_t seed) override { init_seed_ = seed; }
   const parallel::ParallelContext& parallel_context() const { return parallel_; }
   const LlamaConfig& config() const { return config_; }
   /// Per-layer activation checkpointing: each decoder layer keeps only its input in forward and
@@ -124,8 +132,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   /// all_to_all and ring_attn: each rank embeds, normalises and predicts only its own tokens.
   bool holds_sequence_shard() const;
 
-  parallel::ParallelContext parallel_;
   LlamaConfig config_;
+  parallel::ParallelContext parallel_;
+  uint64_t init_seed_ = 0;
   RotaryTables rope_;       // positions [0, max_position_embeddings)
   RotaryTables long_rope_;  // dynamic scaling: the last longer length seen
   bool gradient_checkpointing_ = false;

@@ -7,6 +7,7 @@
 #include "core/common/check.h"
 #include "core/nn/activation_checkpoint.h"
 #include "core/nn/module_hooks.h"
+#include "core/parallel/tensor/shard.h"
 
 namespace colossal::vit {
 
@@ -48,66 +49,94 @@ torch::Tensor EmbeddingsImpl::forward(const torch::Tensor& pixels) {
   });
 }
 
-SelfAttentionImpl::SelfAttentionImpl(const ViTConfig& c) {
-  auto lin = [&] {
-    return torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.hidden_size).bias(c.qkv_bias));
-  };
-  query = register_module("query", lin());
-  key = register_module("key", lin());
-  value = register_module("value", lin());
+SelfAttentionImpl::SelfAttentionImpl(const ViTConfig& c, const BuildContext& where) {
+  query = register_module("query", where.at("query").linear(c.hidden_size, c.hidden_size, c.qkv_bias));
+  key = register_module("key", where.at("key").linear(c.hidden_size, c.hidden_size, c.qkv_bias));
+  value = register_module("value", where.at("value").linear(c.hidden_size, c.hidden_size, c.qkv_bias));
 }
 
-DenseImpl::DenseImpl(int64_t in, int64_t out) { dense = register_module("dense", torch::nn::Linear(in, out)); }
-
-AttentionImpl::AttentionImpl(const ViTConfig& c) : heads_(c.num_attention_heads) {
-  attention = register_module("attention", SelfAttention(c));
-  output = register_module("output", Dense(c.hidden_size, c.hidden_size));
+DenseImpl::DenseImpl(int64_t in, int64_t out, const BuildContext& where) {
+  dense = register_module("dense", where.at("dense").linear(in, out, /*bias=*/true));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
+AttentionImpl::AttentionImpl(const ViTConfig& c, const BuildContext& where) : parallel_(where.parallel) {
+  attention = register_module("attention", SelfAttention(c, where.at("attention")));
+  output = register_module("output", Dense(c.hidden_size, c.hidden_size, where.at("output")));
+  heads_ = attention->query->local_out_features() / (c.hidden_size / c.num_attention_heads);
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in) {
+  // One gradient all-reduce for query, key and value (the column layers' shared input).
+  auto x = parallel::enter_tensor_parallel(x_in, parallel_);
+  const int64_t B = x.size(0), N = x.size(1), local = attention->query->local_out_features(), d = local / heads_;
   auto split = [&](const torch::Tensor& t) { return t.view({B, N, heads_, d}).transpose(1, 2); };
   auto q = split(call(attention->query, x)), k = split(call(attention->key, x)), v = split(call(attention->value, x));
   auto out = at::scaled_dot_product_attention(q, k, v);
-  return call(output->dense, out.transpose(1, 2).reshape({B, N, D}));
+  return call(output->dense, out.transpose(1, 2).reshape({B, N, local}));  // row-parallel: reduced
 }
 
-LayerImpl::LayerImpl(const ViTConfig& c) {
+LayerImpl::LayerImpl(const ViTConfig& c, const BuildContext& where) : parallel_(where.parallel) {
   auto ln = [&] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)); };
   layernorm_before = register_module("layernorm_before", ln());
-  attention = register_module("attention", Attention(c));
+  attention = register_module("attention", Attention(c, where.at("attention")));
   layernorm_after = register_module("layernorm_after", ln());
-  intermediate = register_module("intermediate", Dense(c.hidden_size, c.intermediate_size));
-  output = register_module("output", Dense(c.intermediate_size, c.hidden_size));
+  intermediate = register_module("intermediate", Dense(c.hidden_size, c.intermediate_size, where.at("intermediate")));
+  output = register_module("output", Dense(c.intermediate_size, c.hidden_size, where.at("output")));
 }
 
 torch::Tensor LayerImpl::forward(const torch::Tensor& x) {
   auto h = x + attention->forward(call(layernorm_before, x));
-  return h + call(output->dense, torch::gelu(call(intermediate->dense, call(layernorm_after, h))));
+  auto entered = parallel::enter_tensor_parallel(call(layernorm_after, h), parallel_);
+  return h + call(output->dense, torch::gelu(call(intermediate->dense, entered)));
 }
 
-EncoderImpl::EncoderImpl(const ViTConfig& c) {
+EncoderImpl::EncoderImpl(const ViTConfig& c, const BuildContext& where) {
   auto list = register_module("layer", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers.push_back(Layer(c));
+    layers.push_back(Layer(c, where.at("layer." + std::to_string(i))));
     list->push_back(layers.back());
   }
 }
 
-ViTModelImpl::ViTModelImpl(const ViTConfig& c) {
+ViTModelImpl::ViTModelImpl(const ViTConfig& c, const BuildContext& where) {
   embeddings = register_module("embeddings", Embeddings(c));
-  encoder = register_module("encoder", Encoder(c));
+  encoder = register_module("encoder", Encoder(c, where.at("encoder")));
   layernorm = register_module("layernorm",
                               torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
 }
 
-ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c) : config_(c) {
+namespace {
+// Sets a parameter from its full-size value: the whole tensor, or this rank's slice of it.
+void assign_full(torch::Tensor& p, const torch::Tensor& full, const std::map<std::string, parallel::ShardSpec>& specs,
+                 const std::string& name) {
+  auto it = specs.find(name);
+  if (it == specs.end() || it->second.dim < 0) p.copy_(full);
+  else p.copy_(parallel::slice_of(full, it->second, p.size(it->second.dim)));
+}
+// The full shape of a parameter that may be a tensor-parallel slice.
+std::vector<int64_t> full_shape(const torch::Tensor& p, const std::map<std::string, parallel::ShardSpec>& specs,
+                                const std::string& name) {
+  auto shape = p.sizes().vec();
+  auto it = specs.find(name);
+  if (it != specs.end() && it->second.dim >= 0) shape[it->second.dim] = it->second.full_size;
+  return shape;
+}
+}  // namespace
+
+ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
+                                                             const parallel::ParallelContext& parallel)
+    : config_(c), parallel_(parallel) {
   config_.validate();
-  vit = register_module("vit", ViTModel(config_));
-  classifier = register_module("classifier", torch::nn::Linear(c.hidden_size, c.num_labels));
-  // Training from scratch: truncated normal(0, initializer_range) weights, zero biases, unit norms.
+  check_parallel(config_, parallel_.tp_size(), parallel_.sp_mode);
+  const auto plan = parallel_plan(config_);
+  const BuildContext root{plan, parallel_, ""};
+  vit = register_module("vit", ViTModel(config_, root.at("vit")));
+  classifier = register_module("classifier", root.at("classifier").linear(c.hidden_size, c.num_labels, true));
+  // Training from scratch: truncated normal(0, initializer_range) weights, zero biases, unit
+  // norms; split weights are drawn whole and sliced, so every tp size starts alike.
   torch::NoGradGuard no_grad;
   const double s = c.initializer_range;
+  const auto specs = parallel::collect_shard_specs(*this);
   for (auto& item : named_parameters()) {
     auto& p = item.value();
     const auto& name = item.key();
@@ -117,32 +146,52 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c)
     } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
       p.zero_();
     } else {
-      p.normal_(0.0, s).clamp_(-2 * s, 2 * s);
+      assign_full(p, torch::empty(full_shape(p, specs, name)).normal_(0.0, s).clamp_(-2 * s, 2 * s), specs, name);
     }
   }
+}
+
+void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode sp_mode) {
+  COLOSSAL_CHECK(sp_mode == parallel::SequenceParallelMode::kNone, "[vit] sp_mode ", parallel::to_string(sp_mode),
+                 ": ViT has no sequence parallelism (a few hundred patch tokens fit on every rank); use tp or dp");
+  COLOSSAL_CHECK(c.num_attention_heads % tp == 0, "[vit] num_attention_heads ", c.num_attention_heads,
+                 " does not divide by tp ", tp);
+  COLOSSAL_CHECK(c.intermediate_size % tp == 0, "[vit] intermediate_size ", c.intermediate_size,
+                 " does not divide by tp ", tp);
+}
+
+void check_parallel(const ViTConfig& c, const dist::ParallelDims& dims) {
+  check_parallel(c, dims.tp(), dims.sp_mode());
 }
 
 void ViTForImageClassificationImpl::mimetic_init() {
   torch::NoGradGuard no_grad;
   const int64_t D = config_.hidden_size, H = config_.num_attention_heads, dh = D / H;
   const auto eye = torch::eye(D);
+  const auto specs = parallel::collect_shard_specs(*this);
   auto random = [&](double alpha, double beta) {  // alpha Z + beta I, factored by SVD
     auto m = alpha * torch::randn({D, D}) / std::sqrt(static_cast<double>(D)) + beta * eye;
     return at::linalg_svd(m, /*full_matrices=*/false);
   };
-  for (auto& layer : vit->encoder->layers) {
+  // The full matrices, drawn the same on every rank; each rank keeps its slices.
+  for (size_t i = 0; i < vit->encoder->layers.size(); ++i) {
+    auto& layer = vit->encoder->layers[i];
     auto& a = layer->attention->attention;
+    const std::string at = "vit.encoder.layer." + std::to_string(i) + ".attention.";
+    auto wq = torch::empty({D, D}), wk = torch::empty({D, D});
     for (int64_t h = 0; h < H; ++h) {
       auto [u, s, vh] = random(0.7, 0.7);
       auto root = s.narrow(0, 0, dh).sqrt();
       // scores = x W_q^T W_k x^T with W_q^T = U sqrt(S), W_k = sqrt(S) V^T (top dh directions)
-      a->query->weight.narrow(0, h * dh, dh).copy_((u.narrow(1, 0, dh) * root).t());
-      a->key->weight.narrow(0, h * dh, dh).copy_(vh.narrow(0, 0, dh) * root.unsqueeze(1));
+      wq.narrow(0, h * dh, dh).copy_((u.narrow(1, 0, dh) * root).t());
+      wk.narrow(0, h * dh, dh).copy_(vh.narrow(0, 0, dh) * root.unsqueeze(1));
     }
     auto [u, s, vh] = random(0.4, -0.4);
     auto root = s.sqrt();
-    layer->attention->output->dense->weight.copy_(u * root);  // W_o W_v = U S V^T
-    a->value->weight.copy_(vh * root.unsqueeze(1));
+    assign_full(a->query->weight, wq, specs, at + "attention.query.weight");
+    assign_full(a->key->weight, wk, specs, at + "attention.key.weight");
+    assign_full(layer->attention->output->dense->weight, u * root, specs, at + "output.dense.weight");  // W_o W_v = U S V^T
+    assign_full(a->value->weight, vh * root.unsqueeze(1), specs, at + "attention.value.weight");
   }
 }
 

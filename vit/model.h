@@ -14,6 +14,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "core/parallel/apply_plan.h"
+#include "core/parallel/context.h"
 #include "core/parallel/plan.h"
 #include "vit/config.h"
 
@@ -39,52 +41,59 @@ class EmbeddingsImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Embeddings);
 
+/// Where a layer sits and how the model is split (core's plan builder over ViT's plan).
+using BuildContext = parallel::PlanBuilder;
+
 class SelfAttentionImpl : public torch::nn::Module {
  public:
-  explicit SelfAttentionImpl(const ViTConfig& c);
-  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
+  SelfAttentionImpl(const ViTConfig& c, const BuildContext& where);
+  parallel::ParallelLinear query{nullptr}, key{nullptr}, value{nullptr};
 };
 TORCH_MODULE(SelfAttention);
 
 class DenseImpl : public torch::nn::Module {  // HF's ViTSelfOutput / ViTIntermediate / ViTOutput
  public:
-  DenseImpl(int64_t in, int64_t out);
-  torch::nn::Linear dense{nullptr};
+  DenseImpl(int64_t in, int64_t out, const BuildContext& where);
+  parallel::ParallelLinear dense{nullptr};
 };
 TORCH_MODULE(Dense);
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const ViTConfig& c);
+  AttentionImpl(const ViTConfig& c, const BuildContext& where);
   torch::Tensor forward(const torch::Tensor& x);
   SelfAttention attention{nullptr};
   Dense output{nullptr};
 
  private:
-  int64_t heads_;
+  parallel::ParallelContext parallel_;
+  int64_t heads_;  // this rank's heads (all of them without tensor parallelism)
 };
 TORCH_MODULE(Attention);
 
 class LayerImpl : public torch::nn::Module {
  public:
-  explicit LayerImpl(const ViTConfig& c);
+  LayerImpl(const ViTConfig& c, const BuildContext& where);
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::LayerNorm layernorm_before{nullptr}, layernorm_after{nullptr};
   Attention attention{nullptr};
   Dense intermediate{nullptr}, output{nullptr};
+
+ private:
+  parallel::ParallelContext parallel_;
 };
 TORCH_MODULE(Layer);
 
 class EncoderImpl : public torch::nn::Module {
  public:
-  explicit EncoderImpl(const ViTConfig& c);
+  EncoderImpl(const ViTConfig& c, const BuildContext& where);
   std::vector<Layer> layers;  // registered as "layer" (layer.N.*)
 };
 TORCH_MODULE(Encoder);
 
 class ViTModelImpl : public torch::nn::Module {
  public:
-  explicit ViTModelImpl(const ViTConfig& c);
+  ViTModelImpl(const ViTConfig& c, const BuildContext& where);
   Embeddings embeddings{nullptr};
   Encoder encoder{nullptr};
   torch::nn::LayerNorm layernorm{nullptr};
@@ -93,7 +102,10 @@ TORCH_MODULE(ViTModel);
 
 class ViTForImageClassificationImpl : public torch::nn::Module {
  public:
-  explicit ViTForImageClassificationImpl(const ViTConfig& c);
+  /// With a ParallelContext whose tp group has more than one rank, the encoder is split by
+  /// parallel_plan() (each rank its heads and MLP slice); initialisation draws every full tensor
+  /// and keeps the slice, so every tp size starts from the weights of one process.
+  explicit ViTForImageClassificationImpl(const ViTConfig& c, const parallel::ParallelContext& parallel = {});
   /// Logits [B, num_labels] for pixels [B, channels, H, W] (normalised floats).
   torch::Tensor forward(const torch::Tensor& pixels);
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
@@ -112,11 +124,13 @@ class ViTForImageClassificationImpl : public torch::nn::Module {
   /// Evaluation always sees every patch. 1: off.
   void set_patch_keep(double keep);
   const ViTConfig& config() const { return config_; }
+  const parallel::ParallelContext& parallel_context() const { return parallel_; }
   ViTModel vit{nullptr};
-  torch::nn::Linear classifier{nullptr};
+  parallel::ParallelLinear classifier{nullptr};
 
  private:
   ViTConfig config_;
+  parallel::ParallelContext parallel_;
   double patch_keep_ = 1.0;
   bool gradient_checkpointing_ = false;
 };
@@ -129,6 +143,12 @@ TORCH_MODULE(ViTForImageClassification);
 torch::Tensor class_log_probs(ViTForImageClassification& model, const torch::Tensor& pixels, bool mirror);
 /// log((exp(a) + exp(b)) / 2): the log of two predictions' mean probabilities.
 torch::Tensor mean_log_probs(const torch::Tensor& a, const torch::Tensor& b);
+
+/// ViT's rules for being split: heads and the MLP width by tp; no sequence parallelism. Throws
+/// naming what does not divide (the model checks it when built; apps check the job's layout
+/// before creating any group).
+void check_parallel(const ViTConfig& config, int tp, parallel::SequenceParallelMode sp_mode);
+void check_parallel(const ViTConfig& config, const dist::ParallelDims& dims);
 
 /// How tensor parallelism splits the model (Megatron's layout): query/key/value and the MLP's
 /// first layer by output features (heads stay whole on a rank), the attention output and the

@@ -7,6 +7,7 @@
 
 #include "core/checkpoint/atomic_file.h"
 #include "core/common/check.h"
+#include "core/parallel/tensor/checkpoint.h"
 
 namespace colossal::vit {
 
@@ -66,12 +67,15 @@ void save_pretrained(const ViTConfig& config, const checkpoint::NamedTensors& we
   save_pretrained(config, weights, dir, p);
 }
 
-LoadedViT load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options) {
+LoadedViT load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options,
+                          const parallel::ParallelContext& parallel) {
   LoadedViT out;
   out.config = ViTConfig::from_json_file(dir + "/config.json");
   out.processor = ImageProcessorConfig::from_json_file(dir + "/preprocessor_config.json", out.config);
-  out.model = ViTForImageClassification(out.config);
-  out.report = checkpoint::load_model_state(*out.model, dir, options);
+  out.model = ViTForImageClassification(out.config, parallel);
+  // Under tensor parallelism each rank copies only its slices out of the memory-mapped files.
+  out.report = parallel.tensor_parallel() ? parallel::load_model_slices(*out.model, dir, options)
+                                          : checkpoint::load_model_state(*out.model, dir, options);
   return out;
 }
 

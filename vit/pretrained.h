@@ -28,6 +28,8 @@ struct LoadedViT {
   ViTForImageClassification model{nullptr};
   checkpoint::LoadReport report;
 };
-LoadedViT load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options = {});
+/// `parallel`: the groups to build the model with (each rank then loads only its slices).
+LoadedViT load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options = {},
+                          const parallel::ParallelContext& parallel = {});
 
 }  // namespace colossal::vit

@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "core/booster/booster.h"
-#include "core/booster/ddp_plugin.h"
+#include "core/booster/plugins/ddp/ddp_plugin.h"
 #include "apps/bench/bench_util.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"

@@ -25,7 +25,8 @@
 
 #include "apps/bench/bench_util.h"
 #include "core/booster/booster.h"
-#include "core/booster/hybrid_parallel_plugin.h"
+#include "core/booster/registry.h"
+#include "llama/parallelize.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/common/progress.h"
@@ -72,12 +73,15 @@ Row run_job(const Args& a) {
   auto shape = colossal::llama::benchmark_shape(a.shape);
   auto cfg = shape.config;
   cfg.max_position_embeddings = std::max<int64_t>(cfg.max_position_embeddings, a.seq);
-  auto plugin = std::make_shared<booster::HybridParallelPlugin>(
-      booster::HybridParallelPlugin::Options{
-          .tp = a.tp, .sp = a.sp_mode == "none" ? 1 : a.sp, .sp_mode = a.sp_mode, .zero_stage = a.zero_stage});
-  plugin->check_model({cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size, a.seq});
+  booster::PluginConfig pc;
+  pc.name = "hybrid";
+  pc.device = "cpu";
+  pc.layout = {.sp = a.sp_mode == "none" ? 1 : a.sp, .tp = a.tp, .sp_mode = a.sp_mode};
+  pc.options["zero_stage"] = a.zero_stage;
+  auto plugin = booster::make_plugin(pc);
+  colossal::llama::check_parallel(cfg, plugin->dims(), a.seq);
   torch::manual_seed(0);
-  colossal::llama::LlamaForCausalLM model(cfg, plugin->parallel_context());
+  colossal::llama::LlamaForCausalLM model(cfg, colossal::parallel::ParallelContext::from(plugin->dims()));
   auto optimizer = colossal::optim::make_optimizer(*model, {.name = "fused_adamw", .lr = 1e-4});
   booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), optimizer);
@@ -95,7 +99,7 @@ Row run_job(const Args& a) {
   Row r;
   r.ok = true;
   r.step_s = median(times);
-  const int replicas = plugin->dp_size();
+  const int replicas = plugin->dims().dp();
   r.tokens_s = replicas * a.seq / r.step_s;
   auto report = b.optimizer->model_wrapper().memory_report(*model, *optimizer);
   auto mem = torch::tensor({report.total() / double(1ull << 30), colossal::peak_resident_gib()}, torch::kFloat64);

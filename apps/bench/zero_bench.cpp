@@ -29,12 +29,12 @@
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/optim/fused_adamw.h"
-#include "core/zero/gemini_plugin.h"
+#include "core/booster/registry.h"
+#include "core/nn/deferred_init.h"
 #include "llama/model.h"
 
 namespace dist = colossal::dist;
 namespace booster = colossal::booster;
-namespace zero = colossal::zero;
 using colossal::bench::median;
 using colossal::llama::LlamaConfig;
 
@@ -47,6 +47,7 @@ struct Args {
   std::string precision = "fp32";
   std::string nvme_dir = "/tmp";
   std::string ranks = "2,4";
+  bool lazy = false;  // build the model under nn::DeferredInitGuard (boost materialises it)
   std::string row_file;  // set by the driver for its child jobs
 };
 
@@ -62,17 +63,20 @@ void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 double gib(double bytes) { return bytes / (1LL << 30); }
 
 std::shared_ptr<booster::Plugin> make(const std::string& name, const Args& a) {
-  if (name != "zero3" && name != "zero3_nvme") return booster::make_plugin(name, a.precision);
-  zero::GeminiPlugin::Options o;
-  o.precision = a.precision;
-  o.check_first_step = false;  // models here go through colossal::nn::call by construction
-  if (name == "zero3_nvme") {
-    o.offload_device = "nvme";
-    o.nvme_dir = a.nvme_dir;
-    o.offload_optim_frac = 1.0;
-    o.offload_param_frac = 1.0;
+  booster::PluginConfig c;
+  c.name = name == "zero3_nvme" ? "gemini" : name;
+  c.precision = a.precision;
+  c.device = "cpu";
+  if (c.name == "gemini" || c.name == "zero3") {
+    c.options["check_first_step"] = false;  // models here go through colossal::nn::call by construction
+    if (name == "zero3_nvme") {
+      c.options["offload_device"] = "nvme";
+      c.options["nvme_dir"] = a.nvme_dir;
+      c.options["offload_optim_frac"] = 1.0;
+      c.options["offload_param_frac"] = 1.0;
+    }
   }
-  return std::make_shared<zero::GeminiPlugin>(o);
+  return booster::make_plugin(c);
 }
 
 // Model-state bytes per parameter that ZeRO's arithmetic predicts (fp32 Adam: 16 in all).
@@ -98,7 +102,13 @@ Row run(const std::string& name, const Args& a, const LlamaConfig& cfg) {
   int n = dist::world_size(), r = dist::rank();
   reset_peak();
   torch::manual_seed(0);
-  colossal::llama::LlamaForCausalLM model(cfg);
+  colossal::llama::LlamaForCausalLM model{nullptr};
+  if (a.lazy) {
+    colossal::nn::DeferredInitGuard deferred;  // shapes only: boost makes what this rank keeps
+    model = colossal::llama::LlamaForCausalLM(cfg);
+  } else {
+    model = colossal::llama::LlamaForCausalLM(cfg);
+  }
   int64_t params = cfg.num_parameters();
   auto opt = std::make_shared<colossal::optim::FusedAdamW>(model->parameters(),
                                                             torch::optim::AdamWOptions(1e-4).weight_decay(0.01));
@@ -216,6 +226,7 @@ int main(int argc, char** argv) {
   app.add_option("--precision", a.precision, "fp32 | bf16 | fp16");
   app.add_option("--nvme_dir", a.nvme_dir, "directory for zero3_nvme's offload file");
   app.add_option("--ranks", a.ranks, "comma-separated rank counts (driver mode)");
+  app.add_flag("--lazy", a.lazy, "build the model lazily (no weights until boost materialises this rank's part)");
   app.add_option("--row_file", a.row_file, "(internal) where a child job's rank 0 writes its row");
   CLI11_PARSE(app, argc, argv);
   if (std::getenv("RANK") == nullptr) {
@@ -230,8 +241,8 @@ int main(int argc, char** argv) {
       std::printf("model: LLaMA-shaped, %.1fM parameters (hidden %ld, layers %ld, heads %ld, ffn %ld, vocab %ld)\n",
                   cfg.num_parameters() / 1e6, cfg.hidden_size, cfg.num_hidden_layers,
                   cfg.num_attention_heads, cfg.intermediate_size, cfg.vocab_size);
-      std::printf("ranks: %d, precision: %s, batch %d x seq %d per rank, AdamW (fused), %d threads/rank\n",
-                  n, a.precision.c_str(), a.batch, a.seq, at::get_num_threads());
+      std::printf("ranks: %d, precision: %s, batch %d x seq %d per rank, AdamW (fused), %d threads/rank, %s model\n",
+                  n, a.precision.c_str(), a.batch, a.seq, at::get_num_threads(), a.lazy ? "lazily built" : "eager");
     }
     std::vector<Row> rows;
     std::stringstream list(a.plugins);

@@ -18,12 +18,14 @@
 #include <iostream>
 
 #include "apps/llama/openai_server.h"
-#include "core/booster/hybrid_parallel_plugin.h"
+#include "core/dist/parallel_dims.h"
+#include "core/parallel/context.h"
 #include "core/common/check.h"
 #include "core/dist/runtime.h"
 #include "core/inference/engine.h"
 #include "llama/dataset.h"
 #include "llama/inference.h"
+#include "llama/parallelize.h"
 #include "llama/tokenizer.h"
 
 using namespace colossal;
@@ -42,6 +44,7 @@ struct Args {
   bool stream = false, chat = false;
   int threads = 0;
   int tp = 1;  // tensor-parallel ranks (under colossal run, exactly this many)
+  std::string device = "auto";  // the engine runs on the CPU until the GPU path lands (issue 21)
   std::string dtype = "fp32";
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
   bool serve = false;
@@ -106,6 +109,10 @@ inference::SamplingParams sampling(const Args& a) {
 int run(const Args& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
   COLOSSAL_CHECK(a.dtype == "fp32" || a.dtype == "bf16", "--dtype: expected fp32 or bf16, got '", a.dtype, "'");
+  // Said plainly instead of silently running elsewhere: the engine's kernels are CPU kernels.
+  COLOSSAL_CHECK(a.device == "auto" || a.device == "cpu", "--device ", a.device,
+                 ": the inference engine runs on the CPU in this version (its CUDA kernels come with issue 21); "
+                 "use --device cpu");
   auto t_load = std::chrono::steady_clock::now();
   auto tok = std::make_shared<Tokenizer>(Tokenizer::load(a.model + "/tokenizer.model"));
   // Tensor parallelism: every rank loads its slices and runs the same engine steps in lockstep
@@ -118,9 +125,10 @@ int run(const Args& a) {
     COLOSSAL_CHECK(dist::world_size() == a.tp, "--tp ", a.tp, " needs exactly ", a.tp,
                    " ranks (colossal run --nproc_per_node ", a.tp, " -- infer_llama ...), got ", dist::world_size());
     auto cfg = LlamaConfig::from_json_file(a.model + "/config.json");
-    booster::HybridParallelPlugin plugin({.tp = a.tp});
-    plugin.check_model({cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size, 0});
-    parallel = plugin.parallel_context();
+    // The layout owner, not a training plugin: the tp groups are all the engine needs.
+    dist::ParallelDims dims({.tp = a.tp});
+    check_parallel(cfg, dims);
+    parallel = parallel::ParallelContext::from(dims);
     quiet = dist::rank() != 0;
     if (quiet) std::freopen("/dev/null", "w", stdout);
   }
@@ -223,6 +231,8 @@ int main(int argc, char** argv) {
   app.add_flag("--chat", a.chat, "interactive chat with the LLaMA-2 template");
   app.add_option("--threads", a.threads, "compute threads (0: LibTorch's default)")->capture_default_str();
   app.add_option("--tp", a.tp, "tensor-parallel ranks (run under colossal run with as many)")->capture_default_str();
+  app.add_option("--device", a.device, "auto | cpu (the paged-KV engine runs on the CPU; CUDA comes with issue 21)")
+      ->capture_default_str();
   app.add_option("--dtype", a.dtype, "fp32 | bf16 (weights, activations and KV cache)")->capture_default_str();
   app.add_option("--kv_cache_mib", a.kv_cache_mib, "KV cache memory")->capture_default_str();
   app.add_option("--block_size", a.block_size, "tokens per KV block")->capture_default_str();

@@ -1,9 +1,12 @@
 #include "apps/llama/train_args.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <cstring>
 
 #include "core/common/check.h"
+#include "apps/common/plugin_flags.h"
+#include "core/booster/registry.h"
 #include "core/common/config.h"
 
 namespace colossal::llama_app {
@@ -18,8 +21,6 @@ void TrainArgs::validate() const {
   COLOSSAL_CHECK(warmup_steps >= 0, "--warmup_steps: expected >= 0, got ", warmup_steps);
   COLOSSAL_CHECK(max_steps > 0 || num_epochs >= 1, "--num_epochs: expected >= 1 when --max_steps is 0, got ",
                  num_epochs);
-  COLOSSAL_CHECK(plugin == "hybrid" || (tp == 1 && sp == 1 && zero_stage == 0 && sp_mode == "none"),
-                 "--tp, --sp, --sp_mode and --zero_stage belong to --plugin hybrid (got --plugin ", plugin, ")");
   COLOSSAL_CHECK(mode == "pretrain" || mode == "sft", "--mode: expected pretrain or sft, got '", mode, "'");
   COLOSSAL_CHECK(on_bad_line == "stop" || on_bad_line == "skip", "--on_bad_line: expected stop or skip, got '",
                  on_bad_line, "'");
@@ -53,12 +54,6 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("mode", a.mode);
   c.read("on_bad_line", a.on_bad_line);
   c.read("output", a.output);
-  c.read("plugin", a.plugin);
-  c.read("tp", a.tp);
-  c.read("sp", a.sp);
-  c.read("sp_mode", a.sp_mode);
-  c.read("zero_stage", a.zero_stage);
-  c.read("mixed_precision", a.mixed_precision);
   c.read("grad_checkpoint", a.grad_checkpoint);
   c.read("batch_size", a.batch_size);
   c.read("accumulation_steps", a.accumulation_steps);
@@ -83,7 +78,10 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("keep_checkpoints", a.keep_checkpoints);
   c.read("prompt", a.prompt);
   c.read("sample_tokens", a.sample_tokens);
-  c.check_all_keys_used();  // a misspelt key is an error, not silently ignored
+  // Every other key is the plugin's (layout, precision, device, plugin options): make_plugin
+  // rejects one that no plugin setting has, naming it and the file.
+  a.plugin.read(c);
+  c.check_all_keys_used();
 }
 
 }  // namespace
@@ -108,13 +106,8 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--on_bad_line", a.on_bad_line, "stop | skip a malformed JSONL line")->capture_default_str();
   app.add_option("--output", a.output, "data cache, tokenizer and the final model (OUTPUT/model)")
       ->capture_default_str();
-  app.add_option("--plugin", a.plugin, "ddp | zero1 | zero2 | gemini (= zero3) | hybrid")->capture_default_str();
-  app.add_option("--tp", a.tp, "hybrid: tensor-parallel size")->capture_default_str();
-  app.add_option("--sp", a.sp, "hybrid: sequence-parallel size")->capture_default_str();
-  app.add_option("--sp_mode", a.sp_mode, "hybrid: none | split_gather | all_to_all | ring_attn")->capture_default_str();
-  app.add_option("--zero_stage", a.zero_stage, "hybrid: 0 (DDP), 1 or 2 over the data-parallel ranks")
-      ->capture_default_str();
-  app.add_option("--mixed_precision,--precision", a.mixed_precision, "fp32 | bf16 | fp16")->capture_default_str();
+  apps::PluginFlags plugin_flags;
+  plugin_flags.add_to(app, a.plugin.name);
   app.add_flag("--grad_checkpoint", a.grad_checkpoint, "recompute each decoder layer in backward");
   app.add_option("--batch_size", a.batch_size, "samples per rank per micro-batch")->capture_default_str();
   app.add_option("--accumulation_steps", a.accumulation_steps, "micro-batches per optimizer step")
@@ -143,6 +136,12 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     exit_code = app.exit(e);
+    return false;
+  }
+  plugin_flags.apply(a.plugin);
+  if (a.plugin.name == "help") {
+    std::fputs(booster::plugins_help().c_str(), stdout);
+    exit_code = 0;
     return false;
   }
   a.validate();

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/booster/plugin_config.h"
+
 namespace colossal::llama_app {
 
 struct TrainArgs {
@@ -19,12 +21,8 @@ struct TrainArgs {
   std::string mode = "pretrain";     // pretrain | sft
   std::string on_bad_line = "stop";  // stop | skip
   std::string output = "out/llama";  // data cache, tokenizer, final model (OUTPUT/model)
-  // Parallelism and precision
-  std::string plugin = "ddp";
-  std::string mixed_precision = "fp32";
-  // --plugin hybrid: tensor x sequence x data parallelism
-  int tp = 1, sp = 1, zero_stage = 0;
-  std::string sp_mode = "none";  // none | split_gather | all_to_all | ring_attn
+  // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
+  booster::PluginConfig plugin;
   bool grad_checkpoint = false;
   // Optimisation
   int64_t batch_size = 8;  // samples per rank per micro-batch

@@ -19,17 +19,19 @@
 
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
-#include "core/booster/hybrid_parallel_plugin.h"
 #include "core/common/check.h"
+#include "core/common/fs.h"
 #include "core/common/log.h"
 #include "core/common/progress.h"
 #include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/nn/deferred_init.h"
 #include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
 #include "llama/corpus.h"
 #include "llama/dataset.h"
+#include "llama/parallelize.h"
 #include "llama/pretrained.h"
 #include "llama/shapes.h"
 #include "llama/tokenizer.h"
@@ -65,6 +67,7 @@ double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch
   torch::NoGradGuard no_grad;
   const auto [r, n] = replica;
   model->eval();
+  const auto device = model->parameters().front().device();
   const int64_t per_rank = (data.size() + n - 1) / n;
   double loss_sum = 0, tokens = 0;
   for (int64_t start = 0; start < per_rank; start += batch_size) {
@@ -81,7 +84,7 @@ double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch
       auto labels = b.labels.narrow(0, static_cast<int64_t>(k), 1);
       double count = labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<double>();
       if (count == 0) continue;
-      double l = model->loss(ids, labels).item<double>();
+      double l = model->loss(ids.to(device), labels.to(device)).item<double>();
       loss_sum += weight[k] * l * count;
       tokens += weight[k] * count;
     }
@@ -124,17 +127,11 @@ LlamaConfig default_config(int64_t max_length) {
 int run(TrainArgs& a) {
   dist::init();
   const int r = dist::rank();
-  // The plugin first: a hybrid layout is checked against the world before anything else runs.
-  std::shared_ptr<booster::Plugin> plugin;
-  std::shared_ptr<booster::HybridParallelPlugin> hybrid;
-  if (a.plugin == "hybrid") {
-    hybrid = std::make_shared<booster::HybridParallelPlugin>(booster::HybridParallelPlugin::Options{
-        .tp = a.tp, .sp = a.sp, .sp_mode = a.sp_mode, .zero_stage = a.zero_stage, .precision = a.mixed_precision});
-    plugin = hybrid;
-  } else {
-    plugin = booster::make_plugin(a.plugin, a.mixed_precision);
-  }
-  (void)!std::system(("mkdir -p '" + a.output + "'").c_str());
+  // The plugin first: its layout is checked against the world before anything else runs.
+  auto plugin = booster::make_plugin(a.plugin);
+  const auto& dims = plugin->dims();
+  const c10::Device device = plugin->device();
+  colossal::fs::make_dirs(a.output);
   if (a.save_dir.empty()) a.save_dir = a.output + "/checkpoints";
 
   // ---- data files: the built-in corpus unless --dataset is given
@@ -190,11 +187,11 @@ int run(TrainArgs& a) {
   // ---- model
   LlamaConfig cfg;
   LlamaForCausalLM model{nullptr};
-  // Checks a hybrid layout against the model's shapes, then creates its groups.
-  auto parallel_for = [&](const LlamaConfig& config) -> colossal::parallel::ParallelContext {
-    if (!hybrid) return {};
-    hybrid->check_model({config.num_attention_heads, config.num_key_value_heads, config.intermediate_size, a.max_length});
-    return hybrid->parallel_context();
+  // Checks the layout against the model's shapes (every rank, before any group exists), then
+  // creates the groups the model is built with.
+  auto parallel_for = [&](const LlamaConfig& config) {
+    check_parallel(config, dims, a.max_length);
+    return colossal::parallel::ParallelContext::from(dims);
   };
   if (!a.pretrained.empty()) {
     // Under tensor parallelism each rank reads only its slices of the weights.
@@ -210,6 +207,9 @@ int run(TrainArgs& a) {
     cfg.eos_token_id = tok.eos_id();
     auto parallel = parallel_for(cfg);
     torch::manual_seed(a.seed);
+    // Lazily: no weight exists until boost() makes what this rank keeps (its ZeRO-3 shards, its
+    // tensor-parallel slices), with the values an eager build would have (nn/deferred_init.h).
+    colossal::nn::DeferredInitGuard deferred;
     model = LlamaForCausalLM(cfg, parallel);
   }
   COLOSSAL_CHECK(a.max_length <= cfg.max_position_embeddings || cfg.rope_scaling.type == "dynamic",
@@ -217,8 +217,10 @@ int run(TrainArgs& a) {
                  cfg.max_position_embeddings);
   model->set_gradient_checkpointing(a.grad_checkpoint);
 
+  if (!colossal::nn::has_deferred_parameters(*model)) model->to(device);  // else boost makes them there
+
   // ---- schedule (n: data-parallel replicas; under hybrid parallelism fewer than the ranks)
-  const int n = hybrid ? hybrid->dp_size() : dist::world_size();
+  const int n = dims.dp();
   const int64_t per_step = a.batch_size * a.accumulation_steps;  // samples per rank per step
   const int64_t samples_per_rank = (train.size() + n - 1) / n;
   const int64_t steps_per_epoch = std::max<int64_t>(1, samples_per_rank / per_step);
@@ -259,9 +261,10 @@ int run(TrainArgs& a) {
                 "%ld steps (%.2f epochs)\n",
                 train.size(), a.max_length, a.mode.c_str(), n, a.batch_size, a.accumulation_steps, per_step * n,
                 total_steps, static_cast<double>(total_steps) / steps_per_epoch);
-    std::printf("plugin %s, %s, %d thread(s)/rank, matmul %.0f GFLOP/s over all ranks\n",
-                hybrid ? ("hybrid (" + hybrid->describe() + ")").c_str() : a.plugin.c_str(),
-                a.mixed_precision.c_str(), at::get_num_threads(), rate.item<double>());
+    std::printf("plugin %s, %s on %s, %d thread(s)/rank, matmul %.0f GFLOP/s over all ranks\n",
+                (plugin->name() + " (" + dims.describe() + ")").c_str(), a.plugin.precision.c_str(),
+                device.str().c_str(),
+                at::get_num_threads(), rate.item<double>());
     std::fflush(stdout);
   }
   colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
@@ -291,7 +294,8 @@ int run(TrainArgs& a) {
     for (int64_t micro = 0; micro < a.accumulation_steps; ++micro) {
       auto batch = train.batch(next_indices());
       auto run_micro = [&] {
-        auto loss = model->loss(batch.input_ids, batch.labels) / static_cast<double>(a.accumulation_steps);
+        auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device)) /
+                    static_cast<double>(a.accumulation_steps);
         booster.backward(loss, *b.optimizer);
         loss_sum += loss.item<double>();
       };
@@ -342,7 +346,7 @@ int run(TrainArgs& a) {
   std::string out = a.output + "/model";
   if (r == 0) {
     save_pretrained(cfg, state, out);
-    (void)!std::system(("cp '" + a.tokenizer + "' '" + out + "/tokenizer.model'").c_str());
+    colossal::fs::copy_file(a.tokenizer, out + "/tokenizer.model");
     std::printf("saved: %s (config.json, generation_config.json, model.safetensors, tokenizer.model)\n", out.c_str());
   }
   dist::barrier(dist::world_group());

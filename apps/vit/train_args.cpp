@@ -1,9 +1,11 @@
 #include "apps/vit/train_args.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <cstring>
 
-#include "core/booster/booster.h"
+#include "apps/common/plugin_flags.h"
+#include "core/booster/registry.h"
 #include "core/common/check.h"
 #include "core/common/config.h"
 
@@ -36,13 +38,6 @@ void TrainArgs::validate() const {
                  held_out_fraction);
   COLOSSAL_CHECK(log_interval >= 1, "--log_interval: expected >= 1, got ", log_interval);
   COLOSSAL_CHECK(top_k >= 1, "--top_k: expected >= 1, got ", top_k);
-  auto names = booster::plugin_names();
-  COLOSSAL_CHECK(std::find(names.begin(), names.end(), plugin) != names.end() || plugin == "zero3", "--plugin: '",
-                 plugin, "' is not a plugin (", [&] {
-                   std::string s;
-                   for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-                   return s;
-                 }(), ")");
 }
 
 namespace {
@@ -67,8 +62,6 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("eval_flip", a.eval_flip);
   c.read("randaugment", a.randaugment);
   c.read("randaugment_magnitude", a.randaugment_magnitude);
-  c.read("plugin", a.plugin);
-  c.read("mixed_precision", a.mixed_precision);
   c.read("batch_size", a.batch_size);
   c.read("epochs", a.epochs);
   c.read("max_steps", a.max_steps);
@@ -88,7 +81,10 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("log_interval", a.log_interval);
   c.read("log_file", a.log_file);
   c.read("keep_checkpoints", a.keep_checkpoints);
-  c.check_all_keys_used();  // a misspelt key is an error, not silently ignored
+  // Every other key is the plugin's (layout, precision, device, plugin options): make_plugin
+  // rejects one that no plugin setting has, naming it and the file.
+  a.plugin.read(c);
+  c.check_all_keys_used();
 }
 
 }  // namespace
@@ -128,8 +124,8 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--randaugment", a.randaugment, "RandAugment colour operations per image (0: off)")
       ->capture_default_str();
   app.add_option("--randaugment_magnitude", a.randaugment_magnitude, "their strength, 0..10")->capture_default_str();
-  app.add_option("--plugin", a.plugin, "ddp | zero1 | zero2 | gemini (= zero3)")->capture_default_str();
-  app.add_option("--mixed_precision,--precision", a.mixed_precision, "fp32 | bf16 | fp16")->capture_default_str();
+  apps::PluginFlags plugin_flags;
+  plugin_flags.add_to(app, a.plugin.name);
   app.add_option("--batch_size", a.batch_size, "images per rank per step")->capture_default_str();
   app.add_option("--epochs", a.epochs, "passes over the training images")->capture_default_str();
   app.add_option("--max_steps", a.max_steps, "stop after this many steps (0: --epochs decides)")->capture_default_str();
@@ -153,6 +149,12 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     exit_code = app.exit(e);
+    return false;
+  }
+  plugin_flags.apply(a.plugin);
+  if (a.plugin.name == "help") {
+    std::fputs(booster::plugins_help().c_str(), stdout);
+    exit_code = 0;
     return false;
   }
   a.validate();

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/booster/plugin_config.h"
+
 namespace colossal::vit_app {
 
 struct TrainArgs {
@@ -31,9 +33,8 @@ struct TrainArgs {
   bool eval_flip = false;  // also evaluate (and --predict) averaging each image with its mirror
   int randaugment = 0;  // colour operations per image
   double randaugment_magnitude = 9;
-  // Parallelism and precision
-  std::string plugin = "ddp";
-  std::string mixed_precision = "fp32";
+  // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
+  booster::PluginConfig plugin;
   // Optimisation
   int64_t batch_size = 32;  // images per rank per step
   int64_t epochs = 15;

@@ -19,12 +19,14 @@
 #include "apps/vit/train_args.h"
 #include "core/booster/booster.h"
 #include "core/common/check.h"
+#include "core/common/fs.h"
 #include "core/common/progress.h"
 #include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
+#include "core/parallel/tensor/checkpoint.h"
 #include "vit/confusion_matrix.h"
 #include "vit/data/datasets.h"
 #include "vit/data/image_folder.h"
@@ -76,8 +78,13 @@ struct ModelChoice {
   std::string description;
 };
 
-ModelChoice build_model(const TrainArgs& a, const Datasets& data) {
+ModelChoice build_model(const TrainArgs& a, const Datasets& data, const dist::ParallelDims& dims) {
   ModelChoice out;
+  // The layout against the model's shape rules on every rank, before any group exists.
+  auto parallel_for = [&](const ViTConfig& config) {
+    check_parallel(config, dims);
+    return colossal::parallel::ParallelContext::from(dims);
+  };
   const auto classes = data.train->num_classes();
   if (!a.pretrained.empty()) {
     // The model keeps the checkpoint's position table; another --image_size is served by
@@ -91,8 +98,11 @@ ModelChoice build_model(const TrainArgs& a, const Datasets& data) {
     out.config.num_labels = classes;
     out.config.id2label = data.train->class_names();
     torch::manual_seed(a.seed);
-    out.model = ViTForImageClassification(out.config);
-    auto report = colossal::checkpoint::load_model_state(*out.model, a.pretrained, {.strict = false});
+    const auto parallel = parallel_for(out.config);
+    out.model = ViTForImageClassification(out.config, parallel);
+    auto report = parallel.tensor_parallel()
+                      ? colossal::parallel::load_model_slices(*out.model, a.pretrained, {.strict = false})
+                      : colossal::checkpoint::load_model_state(*out.model, a.pretrained, {.strict = false});
     bool usable = report.missing.empty() && report.unexpected.empty();
     for (const auto& name : report.mismatched) usable = usable && new_head && name.rfind("classifier.", 0) == 0;
     COLOSSAL_CHECK(usable, "--pretrained ", a.pretrained, ": its weights do not fit a ViT of its config.json: ",
@@ -118,7 +128,7 @@ ModelChoice build_model(const TrainArgs& a, const Datasets& data) {
   out.processor.image_mean.assign(static_cast<size_t>(channels), 0.5);
   out.processor.image_std.assign(static_cast<size_t>(channels), 0.5);
   torch::manual_seed(a.seed);
-  out.model = ViTForImageClassification(out.config);
+  out.model = ViTForImageClassification(out.config, parallel_for(out.config));
   // Mimetic attention: on Fashion-MNIST one epoch of the nano ViT reached 83.1% with it and
   // 80.9% without (transformers' ViT, same data and schedule).
   if (a.init == "mimetic") out.model->mimetic_init();
@@ -154,13 +164,24 @@ struct EvalCounts {
   std::optional<ClassificationCounts> mirrored;
 };
 
-// Every rank classifies every n-th image; ranks out of images repeat image 0 with weight 0 so
-// all run the same number of forward passes (ZeRO-3 gathers parameters collectively). Counts
-// are summed over ranks.
+// Where evaluation runs: this rank's data-parallel replica (the ranks of one replica, split by
+// tensor parallelism, classify the same images together), the group that sums the replicas'
+// counts, the device and dtype of the inputs.
+struct EvalPlace {
+  int replica = 0, replicas = 1;
+  dist::Group replica_group;  // one rank of every replica: the dp group
+  c10::Device device = c10::kCPU;
+  c10::ScalarType dtype = c10::kFloat;
+};
+
+// Every replica classifies every n-th image; replicas out of images repeat image 0 with weight 0
+// so all run the same number of forward passes (ZeRO-3 gathers parameters collectively). Counts
+// are summed over the replicas.
 EvalCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, int64_t batch_size,
-                    c10::ScalarType dtype, size_t depth, bool mirror) {
+                    const EvalPlace& place, size_t depth, bool mirror) {
   torch::NoGradGuard no_grad;
-  const int n = dist::world_size(), r = dist::rank();
+  const int n = place.replicas, r = place.replica;
+  const auto dtype = place.dtype;
   const int64_t size = loader.source().size(), per_rank = (size + n - 1) / n;
   EvalCounts out{ClassificationCounts(loader.source().num_classes()), std::nullopt};
   if (mirror) out.mirrored.emplace(loader.source().num_classes());
@@ -188,25 +209,27 @@ EvalCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, in
     for (const auto& s : batch.skipped) std::fprintf(stderr, "[rank %d] skipped: %s\n", r, s.c_str());
     if (batch.labels.size(0) == 0) {  // keep the collective forward in step with other ranks
       const auto& t = loader.options().transform;
-      (void)class_log_probs(model, torch::zeros({1, t.channels, t.image_size, t.image_size}).to(dtype), mirror);
+      (void)class_log_probs(model, torch::zeros({1, t.channels, t.image_size, t.image_size}).to(place.device, dtype),
+                            mirror);
       continue;
     }
-    auto pixels = batch.pixels.to(dtype);
+    auto pixels = batch.pixels.to(place.device, dtype);
+    const auto labels = batch.labels.to(place.device);
     auto nll = [&](const torch::Tensor& log_probs) {
       return torch::nn::functional::nll_loss(
-          log_probs, batch.labels, torch::nn::functional::NLLLossFuncOptions().reduction(torch::kNone));
+          log_probs, labels, torch::nn::functional::NLLLossFuncOptions().reduction(torch::kNone)).cpu();
     };
     auto single = class_log_probs(model, pixels, false);
-    out.single.add(single, batch.labels, nll(single), w);
+    out.single.add(single.cpu(), batch.labels, nll(single), w);
     if (out.mirrored) {
       // Only the mirror pass is new; the single view above is reused for the average.
       auto averaged = mean_log_probs(single, class_log_probs(model, pixels.flip({3}), false));
-      out.mirrored->add(averaged, batch.labels, nll(averaged), w);
+      out.mirrored->add(averaged.cpu(), batch.labels, nll(averaged), w);
     }
   }
   model->train();
   auto packed = out.mirrored ? torch::cat({out.single.pack(), out.mirrored->pack()}) : out.single.pack();
-  dist::all_reduce(packed, dist::world_group());
+  dist::all_reduce(packed, place.replica_group);
   const int64_t part = out.mirrored ? packed.size(0) / 2 : packed.size(0);
   out.single.unpack(packed.narrow(0, 0, part).clone());
   if (out.mirrored) out.mirrored->unpack(packed.narrow(0, part, part).clone());
@@ -259,8 +282,12 @@ int predict(const TrainArgs& a) {
 
 int train(TrainArgs& a) {
   dist::init();
-  const int n = dist::world_size(), r = dist::rank();
-  (void)!std::system(("mkdir -p '" + a.save_dir + "'").c_str());
+  // The plugin first: its layout is checked against the world before anything else runs.
+  auto plugin = booster::make_plugin(a.plugin);
+  const auto& dims = plugin->dims();
+  const c10::Device device = plugin->device();
+  const int n = dims.dp(), r = dist::rank();  // n: data-parallel replicas (the ranks of one share a batch)
+  colossal::fs::make_dirs(a.save_dir);
 
   DatasetOptions dopt;
   dopt.held_out_fraction = a.held_out_fraction;
@@ -269,7 +296,8 @@ int train(TrainArgs& a) {
   COLOSSAL_CHECK(data.train->size() > 0 && data.eval->size() > 0, "[data] ", data.description,
                  ": training and evaluation both need images");
   COLOSSAL_CHECK(data.train->num_classes() >= 2, "[data] ", data.description, ": expected at least 2 classes");
-  auto m = build_model(a, data);
+  auto m = build_model(a, data, dims);
+  m.model->to(device);
   m.model->set_gradient_checkpointing(a.grad_checkpoint);
   m.model->set_patch_keep(a.patch_keep);
   auto& model = m.model;
@@ -285,8 +313,9 @@ int train(TrainArgs& a) {
                                                         .total_steps = total_steps, .min_lr_ratio = 0.0});
   auto sampler = std::make_shared<colossal::data::DistributedSampler>(colossal::data::DistributedSampler::Options{
       .dataset_size = data.train->size(), .seed = a.seed, .drop_last = true});
-  booster::Booster booster(booster::make_plugin(a.plugin == "zero3" ? "gemini" : a.plugin, a.mixed_precision));
+  booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
+  const auto replica_group = dims.group(dist::Axis::kDp);  // sums counts over the replicas
   int64_t first_step = 1;
   if (!a.load_checkpoint.empty()) {
     auto state = booster.load_checkpoint(b, a.load_checkpoint);
@@ -335,12 +364,13 @@ int train(TrainArgs& a) {
     std::printf("training: %d rank(s) x %ld images = %ld per step, %ld steps (%.2f epochs), plugin %s, %s, "
                 "%d decoding thread(s)/rank\n",
                 n, a.batch_size, a.batch_size * n, total_steps, static_cast<double>(total_steps) / steps_per_epoch,
-                a.plugin.c_str(), a.mixed_precision.c_str(), a.workers);
+                (plugin->name() + " (" + dims.describe() + ")").c_str(), a.plugin.precision.c_str(), a.workers);
     std::fflush(stdout);
   }
   colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
   auto report_eval = [&](int64_t step) {
-    auto result = evaluate(model, eval_loader, a.batch_size, b.compute_dtype, depth, a.eval_flip);
+    auto result = evaluate(model, eval_loader, a.batch_size,
+                           {dims.coord(dist::Axis::kDp), n, replica_group, device, b.compute_dtype}, depth, a.eval_flip);
     const auto& counts = result.single;
     std::vector<std::pair<std::string, double>> metrics = {
         {"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()}};
@@ -377,11 +407,12 @@ int train(TrainArgs& a) {
     double correct = 0, images = static_cast<double>(batch.labels.size(0));
     if (batch.labels.size(0) == 0) {  // every image unreadable: take part in the step with no gradient
       auto dummy = torch::zeros({1, m.config.num_channels, lo.transform.image_size, lo.transform.image_size});
-      loss = model->forward(dummy.to(b.compute_dtype)).sum() * 0.0;
+      loss = model->forward(dummy.to(device, b.compute_dtype)).sum() * 0.0;
     } else {
-      auto logits = model->forward(batch.pixels.to(b.compute_dtype)).to(torch::kFloat);
-      loss = torch::nn::functional::cross_entropy(logits, batch.labels, ce);
-      correct = logits.argmax(1).eq(batch.labels).sum().item<double>();
+      auto logits = model->forward(batch.pixels.to(device, b.compute_dtype)).to(torch::kFloat);
+      const auto labels = batch.labels.to(device);
+      loss = torch::nn::functional::cross_entropy(logits, labels, ce);
+      correct = logits.argmax(1).eq(labels).sum().item<double>();
     }
     booster.backward(loss, *b.optimizer);
     double norm = a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
@@ -394,7 +425,7 @@ int train(TrainArgs& a) {
 
     if (step % a.log_interval == 0 || step == total_steps) {
       auto t = torch::tensor({window_loss, window_correct, window_images}, torch::kFloat64);
-      dist::all_reduce(t, dist::world_group());
+      dist::all_reduce(t, replica_group);  // one rank per replica: tensor-parallel peers share images
       const double s = elapsed(window_start), seen = t[2].item<double>();
       train_seconds += s;
       train_images += seen;

@@ -24,6 +24,17 @@ class DynamicLossScaler {
 
     void validate() const;
     void read(const ConfigNode& config);
+    /// fp16's options under the names ColossalAI's plugins take (see core/common/options.h).
+    template <class V>
+    void visit(V& v) {
+      v("initial_scale", initial_scale, "fp16: starting loss scale");
+      v("growth_factor", growth_factor, "fp16: scale multiplier after growth_interval good steps");
+      v("growth_interval", growth_interval, "fp16: overflow-free steps before growing");
+      v("backoff_factor", backoff_factor, "fp16: scale multiplier on overflow");
+      v("hysteresis", hysteresis, "fp16: overflows tolerated before backing off");
+      v("min_scale", min_scale, "fp16: smallest loss scale");
+      v("max_scale", max_scale, "fp16: largest loss scale");
+    }
   };
 
   DynamicLossScaler() : DynamicLossScaler(Options{}) {}

@@ -2,8 +2,10 @@
 
 #include <torch/nn/utils/clip_grad.h>
 
-#include "core/booster/ddp_plugin.h"
 #include "core/common/check.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "core/nn/deferred_init.h"
 
 namespace colossal::booster {
 
@@ -18,6 +20,18 @@ double ModelWrapper::clip_grad_norm(torch::optim::Optimizer& optimizer, double m
   for (const auto& group : optimizer.param_groups())
     for (const auto& p : group.params()) params.push_back(p);
   return torch::nn::utils::clip_grad_norm_(params, max_norm, norm_type);
+}
+
+std::shared_ptr<const dist::ParallelDims> Plugin::shared_dims() const {
+  if (!dims_) {
+    COLOSSAL_CHECK(dist::is_initialized(), "[booster] plugin '", name(), "': call colossal::dist::init() first");
+    dims_ = env_.dims ? env_.dims : std::make_shared<const dist::ParallelDims>();
+  }
+  return dims_;
+}
+
+std::pair<int, int> Plugin::data_parallel_rank_and_size() const {
+  return {dims().coord(dist::Axis::kDp), dims().dp()};
 }
 
 NoSyncGuard::NoSyncGuard(ModelWrapper& model) : model_(model), previous_(model.gradient_sync()) {
@@ -35,6 +49,17 @@ Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
                        std::shared_ptr<data::DistributedSampler> sampler) {
   COLOSSAL_CHECK(model != nullptr && optimizer != nullptr,
                  "[booster] boost() needs a model and an optimizer");
+  // A lazily built model: this rank's tensor-parallel slices are materialised now, unless the
+  // plugin keeps only shards and materialises those itself.
+  if (nn::has_deferred_parameters(*model) && !plugin_->materializes_deferred()) {
+    if (auto* init = dynamic_cast<nn::ParameterInitializer*>(model.get())) {
+      // Every rank materialises from rank 0's seed (as an eager model is broadcast from it).
+      auto seed = torch::tensor({static_cast<int64_t>(init->init_seed())}, torch::kInt64);
+      dist::broadcast(seed, 0, dist::world_group());
+      init->set_init_seed(static_cast<uint64_t>(seed.item<int64_t>()));
+    }
+    nn::materialize(*model, plugin_->device());
+  }
   auto wrapper = plugin_->wrap_model(*model, *optimizer);
   auto boosted_opt = std::make_shared<BoostedOptimizer>(std::move(optimizer), wrapper.get());
   auto dtype = wrapper->compute_dtype();

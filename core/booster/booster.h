@@ -1,7 +1,7 @@
 #pragma once
 // The Booster: train any torch::nn::Module on one process or many with the same loop.
 //
-//   auto plugin = colossal::booster::make_plugin("ddp");
+//   auto plugin = colossal::booster::make_plugin("ddp");  // registry.h: any plugin, any option
 //   colossal::booster::Booster booster(plugin);
 //   auto b = booster.boost(model, optimizer, scheduler);
 //   for (...) {
@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "core/booster/plugin.h"
+#include "core/booster/registry.h"
 #include "core/checkpoint/model_io.h"
 #include "core/data/distributed_sampler.h"
 #include "core/optim/lr_scheduler.h"
@@ -152,11 +153,5 @@ class Booster {
   std::unique_ptr<PendingSave> pending_save_;
   int64_t last_snapshot_bytes_ = 0;
 };
-
-/// Plugins by name: "ddp", "zero1", "zero2", "gemini" (= "zero3"), with default options and the
-/// given precision (fp32 | bf16 | fp16); construct a plugin for other options. Throws listing the
-/// known names.
-std::shared_ptr<Plugin> make_plugin(const std::string& name, const std::string& precision = "fp32");
-std::vector<std::string> plugin_names();
 
 }  // namespace colossal::booster

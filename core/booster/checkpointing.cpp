@@ -14,6 +14,7 @@
 #include "core/checkpoint/atomic_file.h"
 #include "core/checkpoint/optimizer_io.h"
 #include "core/common/check.h"
+#include "core/common/fs.h"
 #include "core/common/log.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -135,7 +136,7 @@ void publish(const Snapshot& s) {
   if (s.options.keep_last > 0) {
     auto all = step_dirs(s.root);
     for (size_t i = 0; i + s.options.keep_last < all.size(); ++i) {
-      (void)!std::system(("rm -rf '" + s.root + "/" + all[i].second + "'").c_str());
+      fs::remove_all(s.root + "/" + all[i].second);
     }
   }
 }
@@ -169,10 +170,8 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
   s->step = state.step;
   s->options = options;
   // Every rank creates the directories it writes into (mkdir of an existing one is harmless).
-  ::mkdir(root.c_str(), 0755);
-  ::mkdir(s->dir.c_str(), 0755);
-  ::mkdir((s->dir + "/rng").c_str(), 0755);
-  if (wrapper.optimizer_sharded()) ::mkdir((s->dir + "/optimizer").c_str(), 0755);
+  fs::make_dirs(s->dir + "/rng");  // the root and the step directory too
+  if (wrapper.optimizer_sharded()) fs::make_dirs(s->dir + "/optimizer");
   auto copy = [&](const checkpoint::NamedTensors& in) {
     if (!options.async) return in;  // written before training goes on: no copy needed
     checkpoint::NamedTensors out;
@@ -251,11 +250,11 @@ void Booster::save_optimizer(BoostedOptimizer& optimizer, const torch::nn::Modul
   auto& wrapper = optimizer.model_wrapper();
   bool sliced = wrapper.optimizer_sharded();
   if (my_rank() == 0) {
-    ::mkdir(dir.c_str(), 0755);
+    fs::make_dirs(dir);
     // Stale state of an earlier save (perhaps by more ranks) would mix into this one.
-    (void)!std::system(("rm -rf '" + dir + "/optimizer' '" + dir + "/optimizer.safetensors' '" + dir +
-                        "/optimizer.safetensors.index.json'").c_str());
-    if (sliced) ::mkdir((dir + "/optimizer").c_str(), 0755);
+    for (const char* stale : {"/optimizer", "/optimizer.safetensors", "/optimizer.safetensors.index.json"})
+      fs::remove_all(dir + stale);
+    if (sliced) fs::make_dirs(dir + "/optimizer");
   }
   barrier();
   write_optimizer_files(collect_optimizer_state(wrapper, optimizer.inner(), model, plugin_->name()), dir,

@@ -4,7 +4,11 @@
 // checkpoints are written. The Booster (booster.h) is the user-facing front; plugins are chosen
 // by name through the registry (registry.cpp: one explicit line per plugin).
 //
-// Adding a plugin: one file pair in core/booster (or a folder), one line in registry.cpp.
+// Adding a plugin: one folder in core/booster/plugins/, one line in registry.cpp.
+//
+// Every plugin is built with the job's layout (dist::ParallelDims: the sizes of every axis and
+// the groups) and a device; make_plugin(PluginConfig) (registry.h) builds both from a config.
+#include <c10/core/Device.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -14,6 +18,8 @@
 
 #include "core/checkpoint/optimizer_io.h"
 #include "core/checkpoint/safetensors.h"
+#include "core/common/options.h"
+#include "core/dist/parallel_dims.h"
 
 namespace colossal::booster {
 
@@ -91,23 +97,44 @@ class ModelWrapper {
   std::string plugin_name_;
 };
 
+/// What every plugin is built with.
+struct PluginEnvironment {
+  std::shared_ptr<const dist::ParallelDims> dims;  // null: pure data parallelism over the world
+  c10::Device device = c10::kCPU;                  // where parameters, gradients and buckets live
+};
+
 class Plugin {
  public:
+  explicit Plugin(PluginEnvironment env = {}) : env_(std::move(env)) {}
   virtual ~Plugin() = default;
   virtual std::string name() const = 0;
 
   // What the plugin controls (the Booster asks before delegating).
   virtual bool supports_no_sync() const { return false; }
   virtual std::string precision() const { return "fp32"; }
-  virtual std::string device() const { return "cpu"; }
   virtual bool controls_checkpoint_io() const { return false; }
+  /// True when the plugin materialises a lazily built model's deferred parameters itself,
+  /// keeping only its shards (Gemini); otherwise boost() materialises each rank's slices first.
+  virtual bool materializes_deferred() const { return false; }
+  const c10::Device& device() const { return env_.device; }
+
+  /// The job's layout. A plugin built without one gets pure data parallelism over the world
+  /// (created on first use, after dist::init()).
+  const dist::ParallelDims& dims() const { return *shared_dims(); }
+  std::shared_ptr<const dist::ParallelDims> shared_dims() const;
 
   /// This process's place among the data-parallel replicas (what a sampler shards by).
-  virtual std::pair<int, int> data_parallel_rank_and_size() const { return {0, 1}; }
+  virtual std::pair<int, int> data_parallel_rank_and_size() const;
+  /// The plugin's own options as it runs with them (names as in a config file).
+  virtual std::vector<OptionInfo> option_values() const { return {}; }
 
   /// Prepares `model` (in place: hooks, broadcasts, casts) and returns its per-step wrapper.
   virtual std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer) = 0;
+
+ private:
+  PluginEnvironment env_;
+  mutable std::shared_ptr<const dist::ParallelDims> dims_;
 };
 
 }  // namespace colossal::booster

@@ -1,6 +1,5 @@
 #include "core/checkpoint/model_io.h"
 
-#include <filesystem>
 
 #include <sys/stat.h>
 #include <torch/torch.h>
@@ -9,6 +8,7 @@
 #include <set>
 
 #include "core/common/check.h"
+#include "core/common/fs.h"
 
 namespace colossal::checkpoint {
 namespace {
@@ -46,8 +46,7 @@ NamedTensors model_state(const torch::nn::Module& model) {
 
 std::vector<std::string> save_model_state(const NamedTensors& tensors, const std::string& dir,
                                           const SaveModelOptions& options) {
-  std::error_code ec;  // parents too, as `mkdir -p` (a missing parent was a confusing error)
-  std::filesystem::create_directories(dir, ec);
+  fs::make_dirs(dir);  // parents too (a missing parent was a confusing error)
   NamedTensors out;
   for (const auto& [name, t] : tensors) {
     auto v = t.detach();

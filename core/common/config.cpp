@@ -147,6 +147,25 @@ void ConfigNode::type_error(const std::string& key, const char* expected,
                 json_type_name(found), " (", found.dump(), ")");
 }
 
+const nlohmann::json& ConfigNode::raw(const std::string& key) const {
+  COLOSSAL_CHECK(has(key), "[config] ", describe(key), ": missing");
+  return json_->at(key);
+}
+
+std::vector<std::string> ConfigNode::keys() const {
+  std::vector<std::string> out;
+  if (json_ == nullptr) return out;
+  for (auto it = json_->begin(); it != json_->end(); ++it) out.push_back(it.key());
+  return out;
+}
+
+std::vector<std::string> ConfigNode::unused_keys() const {
+  std::vector<std::string> out;
+  for (const auto& k : keys())
+    if (!usage_->used.count(full_key(k))) out.push_back(k);
+  return out;
+}
+
 void ConfigNode::check_all_keys_used() const {
   if (json_ == nullptr) return;
   std::vector<std::string> unknown;
@@ -231,4 +250,31 @@ std::vector<std::string> ConfigNode::convert<std::vector<std::string>>(
   return out;
 }
 
+namespace detail {
+
+nlohmann::json option_value_for(const nlohmann::json& value, const char* type, const std::string& where) {
+  if (!value.is_string()) return value;  // typed already (a config file); convert() checks it
+  const std::string t = type;
+  if (t == "string") return value;
+  const std::string text = value.get<std::string>();
+  if (t == "bool") {
+    if (text == "true" || text == "1" || text == "on" || text == "yes") return true;
+    if (text == "false" || text == "0" || text == "off" || text == "no") return false;
+    COLOSSAL_FAIL("[config] ", where, ": expected true or false, got '", text, "'");
+  }
+  size_t pos = 0;
+  try {
+    if (t == "int") {
+      long long i = std::stoll(text, &pos, 10);
+      if (pos == text.size()) return i;
+    } else {
+      double d = std::stod(text, &pos);
+      if (pos == text.size()) return d;
+    }
+  } catch (const std::exception&) {
+  }
+  COLOSSAL_FAIL("[config] ", where, ": expected ", t == "int" ? "an integer" : "a number", ", got '", text, "'");
+}
+
+}  // namespace detail
 }  // namespace colossal

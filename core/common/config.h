@@ -44,6 +44,20 @@ class ConfigNode {
     field = convert<T>(json_->at(key), key);
   }
 
+  /// The value of `key` as parsed (throws when absent).
+  const nlohmann::json& raw(const std::string& key) const;
+  /// Like read(), but converts `value` (e.g. `key`'s raw value after a conversion) into field.
+  template <typename T>
+  void read_value(const std::string& key, const nlohmann::json& value, T& field) const {
+    mark_used(key);
+    field = convert<T>(value, key);
+  }
+  /// This node's keys, and those no read() has consumed yet (this level only).
+  std::vector<std::string> keys() const;
+  std::vector<std::string> unused_keys() const;
+  /// The file or text this node came from ("file 'train.yaml'").
+  const std::string& origin() const { return origin_; }
+
   /// Throws listing every key of this node and its visited children that no read() consumed.
   void check_all_keys_used() const;
 

@@ -9,6 +9,7 @@
 namespace colossal::inference {
 
 void EngineOptions::validate() const {
+  cache.validate();
   COLOSSAL_CHECK(max_num_seqs >= 1, "[inference] max_num_seqs: expected >= 1, got ", max_num_seqs);
   COLOSSAL_CHECK(max_batched_tokens >= 1, "[inference] max_batched_tokens: expected >= 1, got ", max_batched_tokens);
 }

@@ -12,8 +12,16 @@ int64_t PagedKVCache::bytes_per_block(const CacheShape& s, int64_t block_size) {
   return 2 * s.layers * block_size * s.kv_heads * s.head_dim * static_cast<int64_t>(c10::elementSize(s.dtype));
 }
 
+void KVCacheOptions::validate() const {
+  COLOSSAL_CHECK(block_size >= 1, "[inference] KV cache block_size: expected >= 1 token, got ", block_size);
+  COLOSSAL_CHECK(memory_bytes >= 1, "[inference] KV cache memory: expected > 0 bytes, got ", memory_bytes);
+  COLOSSAL_CHECK(num_blocks >= 0, "[inference] KV cache num_blocks: expected >= 0 (0: from the memory budget), got ",
+                 num_blocks);
+}
+
 namespace {
 int64_t pool_blocks(const CacheShape& shape, const KVCacheOptions& o) {
+  o.validate();
   COLOSSAL_CHECK(shape.dtype == at::kFloat || shape.dtype == at::kBFloat16,
                  "[inference] KV cache dtype must be float32 or bfloat16, got ", shape.dtype);
   if (o.num_blocks > 0) return o.num_blocks;

@@ -18,6 +18,8 @@ struct KVCacheOptions {
   int64_t block_size = 16;           // tokens per block
   int64_t memory_bytes = 256 << 20;  // budget for keys and values of all layers
   int64_t num_blocks = 0;            // > 0: exactly this many (overrides memory_bytes)
+  /// Throws naming the field: block_size >= 1, memory_bytes >= 1, num_blocks >= 0.
+  void validate() const;
 };
 
 class PagedKVCache {

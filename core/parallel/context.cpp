@@ -1,25 +1,14 @@
 #include "core/parallel/context.h"
 
-#include "core/common/check.h"
-
 namespace colossal::parallel {
 
-const char* to_string(SequenceParallelMode mode) {
-  switch (mode) {
-    case SequenceParallelMode::kNone: return "none";
-    case SequenceParallelMode::kSplitGather: return "split_gather";
-    case SequenceParallelMode::kAllToAll: return "all_to_all";
-    case SequenceParallelMode::kRingAttn: return "ring_attn";
-  }
-  return "?";
-}
-
-SequenceParallelMode parse_sequence_parallel_mode(const std::string& name) {
-  if (name == "none" || name.empty()) return SequenceParallelMode::kNone;
-  if (name == "split_gather") return SequenceParallelMode::kSplitGather;
-  if (name == "all_to_all") return SequenceParallelMode::kAllToAll;
-  if (name == "ring_attn") return SequenceParallelMode::kRingAttn;
-  COLOSSAL_FAIL("[parallel] sequence-parallel mode '", name, "': expected none, split_gather, all_to_all or ring_attn");
+ParallelContext ParallelContext::from(const dist::ParallelDims& dims) {
+  ParallelContext c;
+  c.sp_mode = dims.sp_mode();
+  // Groups only for axes that split something: an unset group means "not parallel".
+  if (dims.tp() > 1) c.tp = dims.group(dist::Axis::kTp);
+  if (dims.sp() > 1) c.sp = dims.group(dist::Axis::kSp);
+  return c;
 }
 
 const dist::Group& ParallelContext::sequence_group() const {

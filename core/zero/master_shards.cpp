@@ -55,7 +55,7 @@ void MasterShards::prepare_grads() {
   }
 }
 
-double MasterShards::clip_grad_norm(double max_norm, double norm_type, const booster::DataParallelScope* scope) {
+double MasterShards::clip_grad_norm(double max_norm, double norm_type, const parallel::DataParallelScope* scope) {
   torch::NoGradGuard no_grad;
   bool inf_norm = std::isinf(norm_type);
   double local = 0;

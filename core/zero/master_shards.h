@@ -15,7 +15,7 @@
 
 #include "core/amp/loss_scaler.h"
 #include "core/checkpoint/optimizer_io.h"
-#include "core/booster/data_parallel_scope.h"
+#include "core/parallel/data/data_parallel_scope.h"
 #include "core/dist/group.h"
 
 namespace colossal::zero {
@@ -56,7 +56,7 @@ class MasterShards {
   void prepare_grads();
   /// Global norm over every rank's slices; scales the masters' gradients to max_norm. With a
   /// scope (hybrid parallelism) the norm also sums its norm group's tensor-parallel slices.
-  double clip_grad_norm(double max_norm, double norm_type, const booster::DataParallelScope* scope = nullptr);
+  double clip_grad_norm(double max_norm, double norm_type, const parallel::DataParallelScope* scope = nullptr);
   /// Steps the optimizer unless a rank overflowed; returns whether it ran.
   bool step(torch::optim::Optimizer& optimizer);
   int64_t skipped_steps() const { return skipped_steps_; }

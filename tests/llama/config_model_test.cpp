@@ -9,7 +9,7 @@
 #include "core/booster/booster.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
-#include "core/zero/gemini_plugin.h"
+#include "core/booster/plugins/gemini/gemini_plugin.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 
@@ -241,10 +241,10 @@ TEST(LlamaZero, Zero3MatchesOneProcessWithAndWithoutTiedEmbeddings) {
   testing::run_ranks(2, [] {
     for (bool tied : {false, true}) {
       auto want = train(tiny(tied), nullptr, 4);
-      zero::GeminiPlugin::Options o;
+      booster::GeminiPlugin::Options o;
       o.chunk_elements = 4096;
       o.keep_gathered_below = 64;
-      auto got = train(tiny(tied), std::make_shared<zero::GeminiPlugin>(o), 4);
+      auto got = train(tiny(tied), std::make_shared<booster::GeminiPlugin>(o), 4);
       for (size_t s = 0; s < want.size(); ++s)
         EXPECT_NEAR(got[s], want[s], 1e-5 * want[s]) << "step " << s << (tied ? " (tied)" : "");
     }

@@ -9,30 +9,22 @@
 #include <unistd.h>
 
 #include "core/booster/booster.h"
-#include "core/booster/hybrid_parallel_plugin.h"
+#include "core/booster/registry.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/parallel/tensor/shard.h"
 #include "llama/model.h"
+#include "llama/parallelize.h"
+#include "tests/llama/tiny_llama.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::llama {
 namespace {
 
-using booster::HybridParallelPlugin;
+using booster::PluginConfig;
 
-LlamaConfig tiny() {
-  LlamaConfig c;
-  c.vocab_size = 100;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 32;
-  return c;
-}
+LlamaConfig tiny() { return tiny_test_llama(); }
 
 constexpr int64_t kBatch = 4, kSeq = 16, kSteps = 3;
 constexpr double kClip = 0.5;  // below the first steps' norms: clipping takes effect
@@ -66,10 +58,10 @@ Run reference() {
   return run;
 }
 
-Run hybrid(const HybridParallelPlugin::Options& o) {
-  auto plugin = std::make_shared<HybridParallelPlugin>(o);
-  plugin->check_model({4, 2, 64, kSeq});
-  const auto& ctx = plugin->parallel_context();
+Run hybrid(const PluginConfig& o) {
+  auto plugin = booster::make_plugin(o);
+  check_parallel(tiny(), plugin->dims(), kSeq);
+  const auto ctx = parallel::ParallelContext::from(plugin->dims());
   torch::manual_seed(5);
   LlamaForCausalLM model(tiny(), ctx);
   const auto specs = parallel::collect_shard_specs(*model);
@@ -86,7 +78,7 @@ Run hybrid(const HybridParallelPlugin::Options& o) {
     auto loss = model->loss(mine, mine);
     booster.backward(loss, *b.optimizer);
     run.norms.push_back(booster.clip_grad_norm(*b.optimizer, kClip));
-    if (s == 0 && o.zero_stage == 0)  // ZeRO keeps reduced gradients in its shards
+    if (s == 0 && o.options.value("zero_stage", 0) == 0)  // ZeRO keeps reduced gradients in its shards
       for (const auto& p : model->named_parameters()) {
         auto it = specs.find(p.key());
         run.grads[p.key()] = it == specs.end() ? p.value().grad().clone() : parallel::gather_full(p.value().grad(), it->second);
@@ -112,12 +104,15 @@ void expect_same(const Run& want, const Run& got, const std::string& what) {
   }
 }
 
-HybridParallelPlugin::Options opts(int tp, int sp, const char* mode, int zero) {
-  HybridParallelPlugin::Options o;
-  o.tp = tp;
-  o.sp = sp;
-  o.sp_mode = mode;
-  o.zero_stage = zero;
+// The hybrid plugin as an application builds it: through the registry.
+PluginConfig opts(int tp, int sp, const char* mode, int zero) {
+  PluginConfig o;
+  o.name = "hybrid";
+  o.device = "cpu";
+  o.layout.tp = tp;
+  o.layout.sp = sp;
+  o.layout.sp_mode = mode;
+  o.options["zero_stage"] = zero;
   return o;
 }
 
@@ -142,9 +137,9 @@ TEST(HybridParallelPlugin, CheckpointResumesUnderTensorParallelism) {
   const std::string dir = ::testing::TempDir() + "hybrid_ckpt_" + std::to_string(owner);
   testing::run_ranks(4, [dir] {
     auto data = global_batches();
-    auto make = [](HybridParallelPlugin& plugin) {
+    auto make = [](booster::Plugin& plugin) {
       torch::manual_seed(5);
-      return LlamaForCausalLM(tiny(), plugin.parallel_context());
+      return LlamaForCausalLM(tiny(), parallel::ParallelContext::from(plugin.dims()));
     };
     auto step = [&](booster::Booster& booster, booster::Boosted& b, LlamaForCausalLM& model, int s, int dp_rank) {
       b.optimizer->zero_grad();
@@ -155,7 +150,7 @@ TEST(HybridParallelPlugin, CheckpointResumesUnderTensorParallelism) {
       return loss.item<double>();
     };
     // Straight through: steps 0, 1, 2.
-    auto p1 = std::make_shared<HybridParallelPlugin>(opts(2, 1, "none", 2));
+    auto p1 = booster::make_plugin(opts(2, 1, "none", 2));
     auto m1 = make(*p1);
     booster::Booster b1(p1);
     auto s1 = b1.boost(m1.ptr(), std::make_shared<torch::optim::AdamW>(m1->parameters(), torch::optim::AdamWOptions(1e-2)));
@@ -165,9 +160,9 @@ TEST(HybridParallelPlugin, CheckpointResumesUnderTensorParallelism) {
     b1.save_checkpoint(s1, dir, {.step = 2, .epoch = 0});
     double straight = step(b1, s1, m1, 2, dp_rank);
     // A fresh model (other weights) resumed from the checkpoint takes the same third step.
-    auto p2 = std::make_shared<HybridParallelPlugin>(opts(2, 1, "none", 2));
+    auto p2 = booster::make_plugin(opts(2, 1, "none", 2));
     torch::manual_seed(99);
-    LlamaForCausalLM m2(tiny(), p2->parallel_context());
+    LlamaForCausalLM m2(tiny(), parallel::ParallelContext::from(p2->dims()));
     booster::Booster b2(p2);
     auto s2 = b2.boost(m2.ptr(), std::make_shared<torch::optim::AdamW>(m2->parameters(), torch::optim::AdamWOptions(1e-2)));
     auto state = b2.load_checkpoint(s2, dir);
@@ -184,8 +179,8 @@ TEST(HybridParallelPlugin, CheckpointResumesUnderTensorParallelism) {
 
 TEST(HybridParallelPlugin, ModelBuiltWithoutItsGroupsIsRefused) {
   testing::run_ranks(2, [] {
-    auto plugin = std::make_shared<HybridParallelPlugin>(opts(2, 1, "none", 0));
-    LlamaForCausalLM model(tiny());  // not plugin->parallel_context()
+    auto plugin = booster::make_plugin(opts(2, 1, "none", 0));
+    LlamaForCausalLM model(tiny());  // not built with the layout's groups
     booster::Booster booster(plugin);
     auto opt = std::make_shared<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-2));
     auto msg = testing::error_message_of([&] { booster.boost(model.ptr(), opt); });
@@ -193,27 +188,44 @@ TEST(HybridParallelPlugin, ModelBuiltWithoutItsGroupsIsRefused) {
   });
 }
 
+// Every check happens before communication: the layout against the world (ParallelDims), the
+// plugin's own options (the registry), the model's shape rules (check_parallel).
 TEST(HybridParallelPlugin, InvalidCombinationsAreNamed) {
-  auto msg = [](HybridParallelPlugin::Options o, int world, HybridParallelPlugin::ModelLimits m = {4, 2, 64, 16}) {
-    return testing::error_message_of([&] { HybridParallelPlugin(o, world).check_model(m); });
+  struct Shape {
+    int64_t heads = 4, kv = 2, ffn = 64, seq = 16;
   };
-  EXPECT_NE(msg(opts(3, 1, "none", 0), 4).find("the world of 4 ranks does not divide by tp x sp = 3"), std::string::npos);
-  EXPECT_NE(msg(opts(2, 2, "ring_attn", 0), 6).find("does not divide by tp x sp = 4 (tp 2, sp 2)"), std::string::npos);
-  EXPECT_NE(msg(opts(1, 2, "none", 0), 2).find("--sp 2 needs a --sp_mode"), std::string::npos);
-  EXPECT_NE(msg(opts(1, 1, "split_gather", 0), 2).find("needs --tp > 1"), std::string::npos);
-  EXPECT_NE(msg(opts(2, 4, "split_gather", 0), 8).find("--sp 4 must be 1 or equal to --tp 2"), std::string::npos);
-  EXPECT_NE(msg(opts(1, 1, "none", 3), 2).find("--zero_stage: expected 0, 1 or 2, got 3"), std::string::npos);
-  EXPECT_NE(msg(opts(1, 2, "sideways", 0), 2).find("sequence-parallel mode 'sideways'"), std::string::npos);
-  EXPECT_NE(msg(opts(8, 1, "none", 0), 8).find("num_attention_heads 4 does not divide by tp 8"), std::string::npos);
-  EXPECT_NE(msg(opts(4, 1, "none", 0), 4, {4, 3, 64, 16}).find("num_key_value_heads 3 and tp 4"), std::string::npos);
-  EXPECT_NE(msg(opts(2, 4, "all_to_all", 0), 8).find("2 attention heads per tensor-parallel rank (4 / tp 2) do not divide by sp 4"),
-            std::string::npos);
-  EXPECT_NE(msg(opts(1, 4, "ring_attn", 0), 4, {4, 2, 64, 12}).find("ring_attn: sequence length 12 does not divide by 8"),
-            std::string::npos);
-  EXPECT_NE(msg(opts(4, 1, "split_gather", 0), 4, {4, 2, 64, 6}).find("split_gather: sequence length 6 does not divide by 4 (tp)"),
-            std::string::npos);
-  EXPECT_NE(msg(opts(4, 1, "none", 0), 4, {4, 4, 30, 16}).find("intermediate_size 30 does not divide by tp 4"),
-            std::string::npos);
+  auto msg = [](PluginConfig o, int world, Shape m = {}) {
+    return testing::error_message_of([&] {
+      dist::ParallelDims dims(o.layout, world);
+      auto c = tiny();
+      c.num_attention_heads = m.heads;
+      c.num_key_value_heads = m.kv;
+      c.intermediate_size = m.ffn;
+      check_parallel(c, dims, m.seq);
+    });
+  };
+  auto has = [](const std::string& msg, const std::string& part) {
+    EXPECT_NE(msg.find(part), std::string::npos) << "expected '" << part << "' in: " << msg;
+  };
+  has(msg(opts(3, 1, "none", 0), 4), "the world of 4 ranks does not divide by pp(1) * sp(1) * tp(3) = 3");
+  has(msg(opts(2, 2, "ring_attn", 0), 6), "does not divide by pp(1) * sp(2) * tp(2) = 4");
+  has(msg(opts(1, 2, "none", 0), 2), "sp 2 needs an sp_mode");
+  has(msg(opts(1, 1, "split_gather", 0), 2), "needs tp > 1");
+  has(msg(opts(2, 4, "split_gather", 0), 8), "sp 4 must be 1 or equal to tp 2");
+  has(msg(opts(1, 2, "sideways", 0), 2), "sp_mode 'sideways'");
+  has(msg(opts(8, 1, "none", 0), 8), "num_attention_heads 4 does not divide by tp 8");
+  has(msg(opts(4, 1, "none", 0), 4, {.kv = 3}), "num_key_value_heads 3 and tp 4");
+  has(msg(opts(2, 4, "all_to_all", 0), 8), "2 attention heads per tensor-parallel rank (4 / tp 2) do not divide by sp 4");
+  has(msg(opts(1, 4, "ring_attn", 0), 4, {.seq = 12}), "ring_attn: sequence length 12 does not divide by 8");
+  has(msg(opts(4, 1, "split_gather", 0), 4, {.seq = 6}), "split_gather: sequence length 6 does not divide by 4 (tp)");
+  has(msg(opts(4, 1, "none", 0), 4, {.kv = 4, .ffn = 30}), "intermediate_size 30 does not divide by tp 4");
+}
+
+TEST(HybridParallelPlugin, ItsOwnOptionsAreCheckedByTheRegistry) {
+  testing::run_ranks(1, [] {
+    auto msg = testing::error_message_of([] { booster::make_plugin(opts(1, 1, "none", 3)); });
+    EXPECT_NE(msg.find("zero_stage: expected 0, 1 or 2, got 3"), std::string::npos) << msg;
+  });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -118,6 +119,26 @@ TEST(TrainLlama, RanksAccumulationAndResumeFollowTheSingleProcessCurve) {
   EXPECT_EQ(resumed.size(), 2u);
   EXPECT_EQ(resumed.begin()->first, 3);
   expect_same_curve(one, resumed, "resumed on 1 rank from a 2-rank checkpoint");
+}
+
+// Gemini with every chunk's optimizer state streamed from NVMe follows the same run without
+// offload, and the offload files are gone afterwards (unlinked once opened).
+TEST(TrainLlama, GeminiNvmeOffloadFollowsTheRunWithoutOffload) {
+  const auto& w = workspace();
+  const std::string nvme = w.dir + "/nvme";
+  std::filesystem::create_directories(nvme);
+  const std::string flags = "--plugin gemini --batch_size 2 --max_steps 4 --eval_interval 0 ";
+  auto plain = losses(train("gemini", 2, flags));
+  ASSERT_EQ(plain.size(), 4u);
+  auto offloaded = losses(train("gemini_nvme", 2, flags + "--offload_optim_frac 1 --offload_device nvme --nvme_dir " + nvme));
+  expect_same_curve(plain, offloaded, "gemini with optimizer state on NVMe");
+  EXPECT_TRUE(std::filesystem::is_empty(nvme)) << nvme << " still holds files";
+  // The same through a config file: the plugin's options by the same names.
+  std::ofstream(w.dir + "/gemini.yaml") << "plugin: gemini\noffload_optim_frac: 1\noffload_device: nvme\nnvme_dir: "
+                                        << nvme << "\nbatch_size: 2\nmax_steps: 4\neval_interval: 0\n";
+  expect_same_curve(plain, losses(train("gemini_yaml", 2, "--config " + w.dir + "/gemini.yaml")),
+                    "gemini with NVMe offload from a YAML file");
+  EXPECT_TRUE(std::filesystem::is_empty(nvme));
 }
 
 // --plugin hybrid against the same single-process curve: tp 2 x dp 2 (half the batch per

@@ -58,6 +58,7 @@ struct TrainOptions {
   double weight_decay = 0.01;
   bool unused_branch = false;
   bool fused_adamw = false;  // colossal FusedAdamW instead of torch::optim::AdamW (Booster runs)
+  c10::Device device = c10::kCPU;  // where the Booster run's model and data live
 };
 
 inline std::vector<torch::Tensor> snapshot(const ToyNet& m) {
@@ -92,6 +93,9 @@ inline Trace train_boosted(std::shared_ptr<booster::Plugin> plugin, const TrainO
   int n = dist::world_size(), r = dist::rank();
   int64_t local = kGlobalBatch / n;
   auto model = make_model(/*seed=*/r == 0 ? 7 : 1000 + r, o.unused_branch);
+  model->to(o.device);
+  x = x.to(o.device);
+  y = y.to(o.device);
   auto options = torch::optim::AdamWOptions(1e-2).weight_decay(o.weight_decay);
   std::shared_ptr<torch::optim::Optimizer> opt;
   if (o.fused_adamw) opt = std::make_shared<optim::FusedAdamW>(model->parameters(), options);
@@ -125,24 +129,26 @@ inline Trace train_boosted(std::shared_ptr<booster::Plugin> plugin, const TrainO
   // Through the plugin: under ZeRO-3 parameters have no data outside forward and backward.
   auto state = b.optimizer->model_wrapper().full_model_state(*model);
   std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
-  for (const auto& item : model->named_parameters()) t.params.push_back(by_name.at(item.key()).to(torch::kFloat32, false, true));
+  for (const auto& item : model->named_parameters())
+    t.params.push_back(by_name.at(item.key()).to(c10::kCPU, torch::kFloat32, false, true));
   return t;
 }
 
-inline void expect_close(const Trace& got, const Trace& want) {
+/// `rtol`: 1e-5 for the same device (fp32: the math changes order only in reductions).
+inline void expect_close(const Trace& got, const Trace& want, double rtol = 1e-5) {
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t s = 0; s < want.losses.size(); ++s) {
-    EXPECT_NEAR(got.losses[s], want.losses[s], 1e-5 * std::abs(want.losses[s]))
+    EXPECT_NEAR(got.losses[s], want.losses[s], rtol * std::abs(want.losses[s]))
         << "loss at step " << s;
   }
   ASSERT_EQ(got.norms.size(), want.norms.size());
   for (size_t s = 0; s < want.norms.size(); ++s) {
-    EXPECT_NEAR(got.norms[s], want.norms[s], 1e-5 * want.norms[s]) << "grad norm at step " << s;
+    EXPECT_NEAR(got.norms[s], want.norms[s], rtol * want.norms[s]) << "grad norm at step " << s;
   }
   ASSERT_EQ(got.params.size(), want.params.size());
   for (size_t i = 0; i < want.params.size(); ++i) {
     auto diff = (got.params[i] - want.params[i]).abs();
-    auto tol = want.params[i].abs() * 1e-5 + 1e-7;
+    auto tol = want.params[i].abs() * rtol + 1e-7;
     EXPECT_TRUE(torch::all(diff <= tol).item<bool>())
         << "parameter " << i << " max abs diff " << diff.max().item<double>();
   }

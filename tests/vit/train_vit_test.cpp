@@ -157,6 +157,38 @@ TEST(TrainVit, ResumeFollowsTheUninterruptedRun) {
   }
 }
 
+std::map<int64_t, double> step_losses(const Run& r) {
+  std::map<int64_t, double> out;
+  for (const auto& j : r.log)
+    if (!j.contains("event")) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  return out;
+}
+
+// Tensor parallelism through the same plan mechanism as LLaMA: on 2 ranks with tp 2 (one
+// replica, the same batches as one process) the loss curve is the single process's, with DDP
+// and with ZeRO-1 over the (single) data-parallel rank.
+TEST(TrainVit, HybridTensorParallelFollowsTheSingleProcessCurve) {
+  auto data = make_data("hybrid", 24);
+  const std::string flags = "--data " + data + kSmall + "--max_steps 6 --log_interval 1 --init normal ";
+  auto one = train_vit(1, flags + "--save_dir " + data + "_one", data + "_one.jsonl");
+  ASSERT_EQ(one.rc, 0) << one.output;
+  auto ref = step_losses(one);
+  ASSERT_EQ(ref.size(), 6u) << one.output;
+  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::string>>{
+           {"tp2", "--plugin hybrid --tp 2"}, {"tp2_zero1", "--plugin hybrid --tp 2 --zero_stage 1"}}) {
+    auto r = train_vit(2, flags + extra + " --save_dir " + data + "_" + name, data + "_" + name + ".jsonl");
+    ASSERT_EQ(r.rc, 0) << r.output;
+    EXPECT_NE(r.output.find("tp 2"), std::string::npos) << r.output;
+    auto got = step_losses(r);
+    ASSERT_EQ(got.size(), ref.size()) << r.output;
+    for (const auto& [step, loss] : got)
+      EXPECT_NEAR(loss, ref.at(step), 1e-5 * std::abs(ref.at(step))) << name << " step " << step;
+  }
+  // The tensor-parallel run saved whole tensors: a single process predicts with its model.
+  auto p = train_vit(1, "--save_dir " + data + "_tp2 --predict " + data + "/vertical/0.png");
+  EXPECT_EQ(p.rc, 0) << p.output;
+}
+
 TEST(TrainVit, BadImagesStopTheRunOrAreSkippedByFlag) {
   auto data = make_data("bad", 12);
   const std::string bad = data + "/vertical/5.png";
@@ -179,7 +211,16 @@ TEST(TrainVit, SettingsErrorsNameTheProblem) {
   EXPECT_NE(r.output.find("batchsize"), std::string::npos) << r.output;
   r = train_vit(1, "--plugin fsdp");
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.output.find("--plugin: 'fsdp' is not a plugin"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("unknown plugin 'fsdp' (known: ddp, zero, zero1, zero2, gemini, zero3, hybrid"),
+            std::string::npos) << r.output;
+  r = train_vit(1, "--plugin zero2 --offload_optim_frac 0.5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("plugin 'zero2' has no option 'offload_optim_frac' (from flag --offload_optim_frac)"),
+            std::string::npos) << r.output;
+  r = train_vit(1, "--plugin help");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("gemini: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("offload_optim_frac (float, default 0)"), std::string::npos) << r.output;
   r = train_vit(1, "--data " + dir + "/nothing-here");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.output.find("nothing-here' is neither a built-in dataset"), std::string::npos) << r.output;

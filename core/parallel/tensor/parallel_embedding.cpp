@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/nn/deferred_init.h"
 #include "core/parallel/tensor/layers.h"
 #include "core/parallel/tensor/parallel_linear.h"
 
@@ -9,6 +10,12 @@ namespace colossal::parallel {
 
 ParallelEmbeddingImpl::ParallelEmbeddingImpl(int64_t vocab, int64_t dim, const ParallelContext& ctx)
     : ctx_(ctx), vocab_(vocab) {
+  if (nn::deferred_init_enabled()) {  // shapes only: the model initialises it when boosted
+    const int64_t rows = ctx_.tensor_parallel() ? padded_vocab(vocab, ctx_.tp_size()) / ctx_.tp_size() : vocab;
+    start_ = ctx_.tp_rank() * rows;
+    weight = register_parameter("weight", nn::deferred_empty({rows, dim}));
+    return;
+  }
   auto full = torch::empty({vocab, dim}).normal_();  // torch::nn::Embedding's initialisation
   if (ctx_.tensor_parallel()) {
     const int64_t part = padded_vocab(vocab, ctx_.tp_size()) / ctx_.tp_size();

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/common/check.h"
+#include "core/nn/deferred_init.h"
 #include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
@@ -34,6 +35,10 @@ ParallelLinearImpl::ParallelLinearImpl(const ParallelLinearOptions& o, const Par
   const int tp = ctx.tp_size(), r = ctx.tp_rank();
   COLOSSAL_CHECK(o.in_features > 0 && o.out_features > 0, "[tp] linear: features must be positive, got ",
                  o.in_features, " -> ", o.out_features);
+  if (nn::deferred_init_enabled()) {  // shapes only: the model initialises them when boosted
+    build_deferred(tp, r);
+    return;
+  }
   // The full tensors, initialised as torch::nn::Linear does, then this rank's slice.
   auto w = torch::empty({o.out_features, o.in_features});
   torch::nn::init::kaiming_uniform_(w, std::sqrt(5.0));
@@ -86,6 +91,39 @@ ParallelLinearImpl::ParallelLinearImpl(const ParallelLinearOptions& o, const Par
   if (o.bias) bias = register_parameter("bias", b);
 }
 
+void ParallelLinearImpl::build_deferred(int tp, int r) {
+  const auto& o = options_;
+  int64_t out = o.out_features, in = o.in_features;
+  if (tp > 1) {
+    switch (o.style) {
+      case SplitStyle::kColumn:
+        COLOSSAL_CHECK(out % tp == 0, "[tp] column-parallel linear: ", out, " output features do not divide by tp ", tp);
+        out /= tp;
+        out_start_ = r * out;
+        break;
+      case SplitStyle::kVocabHead: {
+        const int64_t part = padded_vocab(o.out_features, tp) / tp;
+        out_start_ = r * part;
+        const int64_t real = std::clamp<int64_t>(o.out_features - out_start_, 0, part);
+        if (real < part) {
+          pad_mask_ = torch::zeros({part}, torch::kBool);
+          pad_mask_.narrow(0, real, part - real).fill_(true);
+        }
+        out = part;
+        break;
+      }
+      case SplitStyle::kRow:
+        COLOSSAL_CHECK(in % tp == 0, "[tp] row-parallel linear: ", in, " input features do not divide by tp ", tp);
+        in /= tp;
+        break;
+      case SplitStyle::kReplicate: break;
+      case SplitStyle::kVocabEmbedding: COLOSSAL_FAIL("[tp] a linear layer cannot be split as an embedding");
+    }
+  }
+  weight = register_parameter("weight", nn::deferred_empty({out, in}));
+  if (o.bias) bias = register_parameter("bias", nn::deferred_empty({o.style == SplitStyle::kRow ? o.out_features : out}));
+}
+
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
   if (!ctx_.tensor_parallel()) return torch::nn::functional::linear(x, weight, bias);
   switch (options_.style) {
@@ -95,7 +133,10 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
     }
     case SplitStyle::kVocabHead: {
       auto y = torch::nn::functional::linear(x, weight, bias);
-      if (pad_mask_.defined()) y = y.masked_fill(pad_mask_, -std::numeric_limits<float>::infinity());
+      if (pad_mask_.defined()) {
+        if (pad_mask_.device() != y.device()) pad_mask_ = pad_mask_.to(y.device());  // follows the model
+        y = y.masked_fill(pad_mask_, -std::numeric_limits<float>::infinity());
+      }
       return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
     }
     case SplitStyle::kColumn: {

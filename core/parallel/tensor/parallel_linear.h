@@ -59,6 +59,9 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   torch::Tensor weight, bias;
 
  private:
+  // Under nn::DeferredInitGuard: this rank's shapes, no memory, no draws.
+  void build_deferred(int tp, int tp_rank);
+
   ParallelLinearOptions options_;
   ParallelContext ctx_;
   int64_t out_start_ = 0;

@@ -8,7 +8,7 @@
 #include "core/amp/loss_scaler.h"
 #include "core/amp/precision.h"
 #include "core/booster/booster.h"
-#include "core/booster/ddp_plugin.h"
+#include "core/booster/plugins/ddp/ddp_plugin.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "tests/support/errors.h"

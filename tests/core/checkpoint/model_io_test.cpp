@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "core/booster/booster.h"
-#include "core/booster/ddp_plugin.h"
+#include "core/booster/plugins/ddp/ddp_plugin.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "tests/support/errors.h"

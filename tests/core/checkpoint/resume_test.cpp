@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "core/booster/booster.h"
-#include "core/zero/low_level_zero_plugin.h"
-#include "core/booster/ddp_plugin.h"
+#include "core/booster/plugins/low_level_zero/low_level_zero_plugin.h"
+#include "core/booster/plugins/ddp/ddp_plugin.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "tests/support/errors.h"
@@ -127,9 +127,9 @@ TEST(Resume, ZeroStagesResumeBitwise) {
   check_resume(false, "zero1", [] { return make_plugin("zero1"); });
   check_resume(true, "zero2", [] { return make_plugin("zero2"); });
   check_resume(false, "zero2_bf16", [] {
-    zero::LowLevelZeroPlugin::Options o;
+    booster::LowLevelZeroPlugin::Options o;
     o.precision = "bf16";
-    return std::make_shared<zero::LowLevelZeroPlugin>(o);
+    return std::make_shared<booster::LowLevelZeroPlugin>(o);
   });
 }
 

@@ -8,10 +8,10 @@
 #include <torch/torch.h>
 
 #include "core/booster/booster.h"
-#include "core/booster/ddp_plugin.h"
+#include "core/booster/plugins/ddp/ddp_plugin.h"
 #include "core/zero/chunk_search.h"
 #include "core/zero/chunk_state.h"
-#include "core/zero/gemini_plugin.h"
+#include "core/booster/plugins/gemini/gemini_plugin.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 #include "tests/support/toy_training.h"
@@ -20,6 +20,7 @@ namespace colossal::zero {
 namespace {
 
 using namespace colossal::testing;
+using booster::GeminiPlugin;
 
 // Chunks of 320 elements: fc1 (288 + 24) fills one, the norm and fc2 share the next, so
 // chunks are gathered and released while the model runs.
@@ -226,6 +227,7 @@ TEST(Gemini, BadOptionsAreNamed) {
 }  // namespace colossal::zero
 
 namespace colossal::zero {
+using booster::GeminiPlugin;
 namespace {
 
 std::string nvme_dir() {

@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 
 #include "core/booster/booster.h"
-#include "core/booster/ddp_plugin.h"
-#include "core/zero/low_level_zero_plugin.h"
+#include "core/booster/plugins/ddp/ddp_plugin.h"
+#include "core/booster/plugins/low_level_zero/low_level_zero_plugin.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 #include "tests/support/toy_training.h"
@@ -15,6 +15,7 @@ namespace colossal::zero {
 namespace {
 
 using namespace colossal::testing;
+using booster::LowLevelZeroPlugin;
 
 Trace train_zero(const TrainOptions& o, LowLevelZeroPlugin::Options z) {
   return train_boosted(std::make_shared<LowLevelZeroPlugin>(z), o);
@@ -23,7 +24,7 @@ Trace train_zero(const TrainOptions& o, LowLevelZeroPlugin::Options z) {
 LowLevelZeroPlugin::Options stage(int s, int64_t bucket_elements = 12'000'000) {
   LowLevelZeroPlugin::Options z;
   z.stage = s;
-  z.bucket_elements = bucket_elements;
+  z.bucket_bytes = bucket_elements * 4;
   return z;
 }
 

@@ -18,9 +18,9 @@
 #include <cstdint>
 
 #include "core/amp/loss_scaler.h"
-#include "core/booster/data_parallel_scope.h"
+#include "core/parallel/data/data_parallel_scope.h"
 #include "core/booster/plugin.h"
-#include "core/common/config.h"
+#include "core/common/options.h"
 
 namespace colossal::booster {
 
@@ -32,14 +32,21 @@ class DDPPlugin : public Plugin {
     bool broadcast_buffers = true;       // broadcast buffers from rank 0 at wrap time
     std::string precision = "fp32";      // fp32 | bf16 | fp16 (core/amp/precision.h)
     amp::DynamicLossScaler::Options loss_scaler;  // fp16 only
-    DataParallelScope scope;             // the world, unless a hybrid plugin sets a group
+    parallel::DataParallelScope scope;   // the layout's dp group, unless a hybrid plugin sets one
 
     void validate() const;
-    void read(const ConfigNode& config);
+    /// The options a config file or a flag can set (precision and scope come from elsewhere).
+    template <class V>
+    void visit(V& v) {
+      v.mib("bucket_mib", bucket_bytes, "gradient bucket size");
+      v("find_unused_parameters", find_unused_parameters, "allow parameters that get no gradient in a step");
+      v("broadcast_buffers", broadcast_buffers, "broadcast buffers from rank 0 when wrapping");
+      loss_scaler.visit(v);
+    }
   };
 
   DDPPlugin() : DDPPlugin(Options{}) {}
-  explicit DDPPlugin(Options options);
+  explicit DDPPlugin(Options options, PluginEnvironment env = {});
 
   std::string name() const override { return "ddp"; }
   bool supports_no_sync() const override { return true; }
@@ -49,6 +56,7 @@ class DDPPlugin : public Plugin {
                                            torch::optim::Optimizer& optimizer) override;
 
   const Options& options() const { return options_; }
+  std::vector<OptionInfo> option_values() const override { return list_options(options_); }
 
  private:
   Options options_;

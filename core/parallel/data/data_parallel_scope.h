@@ -14,7 +14,7 @@
 
 #include "core/dist/collectives.h"
 
-namespace colossal::booster {
+namespace colossal::parallel {
 
 struct DataParallelScope {
   dist::Group group;          // not a member (default): the world
@@ -37,4 +37,4 @@ struct DataParallelScope {
   double combine_over_norm_group(double local, bool inf_norm) const;
 };
 
-}  // namespace colossal::booster
+}  // namespace colossal::parallel

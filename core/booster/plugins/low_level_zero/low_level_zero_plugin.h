@@ -23,47 +23,54 @@
 // rank).
 //
 // Options: precision (fp32|bf16|fp16, core/amp), communication_dtype (reduce in bf16/fp16 while
-// masters stay fp32), bucket_elements, cpu_offload (masters and moments in host memory: on CUDA
+// masters stay fp32), bucket_mib (counted in fp32 elements), cpu_offload (masters and moments in host memory: on CUDA
 // this frees device memory; on a CPU build it still keeps separate fp32 master copies, so the
 // same code path runs and is tested).
 #include <cstdint>
 #include <string>
 
 #include "core/amp/loss_scaler.h"
-#include "core/booster/data_parallel_scope.h"
+#include "core/parallel/data/data_parallel_scope.h"
 #include "core/booster/plugin.h"
-#include "core/common/config.h"
+#include "core/common/options.h"
 
-namespace colossal::zero {
+namespace colossal::booster {
 
-class LowLevelZeroPlugin : public booster::Plugin {
+class LowLevelZeroPlugin : public Plugin {
  public:
   struct Options {
-    int stage = 2;                          // 1 or 2
-    int64_t bucket_elements = 12'000'000;   // gradient and gather bucket size
+    int stage = 2;                          // 1 or 2 (option name: zero_stage)
+    int64_t bucket_bytes = 48 << 20;        // gradient and gather buckets (in fp32 elements: / 4)
     std::string precision = "fp32";         // fp32 | bf16 | fp16
     std::string communication_dtype;        // "" = the working dtype; fp32 | bf16 | fp16
     bool cpu_offload = false;
     amp::DynamicLossScaler::Options loss_scaler;  // fp16 only
-    booster::DataParallelScope scope;       // the world, unless a hybrid plugin sets a group
+    parallel::DataParallelScope scope;      // the layout's dp group, unless a hybrid plugin sets one
 
     void validate() const;
-    void read(const ConfigNode& config);
+    template <class V>
+    void visit(V& v) {
+      v("zero_stage", stage, "1: optimizer state sharded; 2: gradients too");
+      v.mib("bucket_mib", bucket_bytes, "gradient and gather bucket size");
+      v("communication_dtype", communication_dtype, "reduce gradients in fp32|bf16|fp16 (empty: the working dtype)");
+      v("cpu_offload", cpu_offload, "fp32 masters and optimizer state in host memory");
+      loss_scaler.visit(v);
+    }
   };
 
   LowLevelZeroPlugin() : LowLevelZeroPlugin(Options{}) {}
-  explicit LowLevelZeroPlugin(Options options);
+  explicit LowLevelZeroPlugin(Options options, PluginEnvironment env = {});
 
   std::string name() const override { return "zero" + std::to_string(options_.stage); }
   bool supports_no_sync() const override { return true; }
   std::string precision() const override { return options_.precision; }
   std::pair<int, int> data_parallel_rank_and_size() const override;
-  std::unique_ptr<booster::ModelWrapper> wrap_model(torch::nn::Module& model,
-                                                    torch::optim::Optimizer& optimizer) override;
+  std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer) override;
   const Options& options() const { return options_; }
+  std::vector<OptionInfo> option_values() const override { return list_options(options_); }
 
  private:
   Options options_;
 };
 
-}  // namespace colossal::zero
+}  // namespace colossal::booster

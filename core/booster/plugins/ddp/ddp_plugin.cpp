@@ -1,5 +1,5 @@
 #include <cmath>
-#include "core/booster/ddp_plugin.h"
+#include "core/booster/plugins/ddp/ddp_plugin.h"
 
 #include <torch/torch.h>
 
@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/amp/mixed_precision.h"
-#include "core/booster/wrap_helpers.h"
+#include "core/parallel/data/model_sync.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -25,14 +25,14 @@ struct Bucket {
 class DDPModel : public ModelWrapper {
  public:
   DDPModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-           const DDPPlugin::Options& options)
+           const DDPPlugin::Options& options, const c10::Device& device)
       : ModelWrapper("ddp"), options_(options) {
     COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");
     group_ = options_.scope.resolved_group();
     collect_parameters(model, optimizer);
-    broadcast_model_state(model, group_, options_.broadcast_buffers);
+    parallel::broadcast_model_state(model, group_, options_.broadcast_buffers);
     if (options_.precision != "fp32") {
-      mixed_.emplace(amp::parse_precision(options_.precision), c10::Device(c10::kCPU),
+      mixed_.emplace(amp::parse_precision(options_.precision), device,
                      options_.loss_scaler);
       mixed_->wrap(model, optimizer);
     }
@@ -243,7 +243,7 @@ class DDPModel : public ModelWrapper {
   }
 
   void install_hooks() {
-    accumulators_ = add_gradient_ready_hooks(params_, names_, "ddp", [this](size_t i) { on_gradient_ready(i); });
+    accumulators_ = parallel::add_gradient_ready_hooks(params_, names_, "ddp", [this](size_t i) { on_gradient_ready(i); });
   }
 
   void on_gradient_ready(size_t i) {
@@ -289,25 +289,22 @@ void DDPPlugin::Options::validate() const {
   loss_scaler.validate();
 }
 
-void DDPPlugin::Options::read(const ConfigNode& c) {
-  c.read("bucket_bytes", bucket_bytes);
-  c.read("find_unused_parameters", find_unused_parameters);
-  c.read("broadcast_buffers", broadcast_buffers);
-  c.read("precision", precision);
-  loss_scaler.read(c.child("loss_scaler"));
+DDPPlugin::DDPPlugin(Options options, PluginEnvironment env) : Plugin(std::move(env)), options_(std::move(options)) {
+  options_.validate();
 }
-
-DDPPlugin::DDPPlugin(Options options) : options_(options) { options_.validate(); }
 
 std::pair<int, int> DDPPlugin::data_parallel_rank_and_size() const {
   COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() first");
-  auto g = options_.scope.resolved_group();
-  return {g.rank(), g.size()};
+  if (!options_.scope.group.is_member()) return Plugin::data_parallel_rank_and_size();
+  return {options_.scope.group.rank(), options_.scope.group.size()};
 }
 
 std::unique_ptr<ModelWrapper> DDPPlugin::wrap_model(torch::nn::Module& model,
                                                     torch::optim::Optimizer& optimizer) {
-  return std::make_unique<DDPModel>(model, optimizer, options_);
+  COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");
+  auto o = options_;
+  if (!o.scope.group.is_member()) o.scope.group = dims().gradient_group();
+  return std::make_unique<DDPModel>(model, optimizer, o, device());
 }
 
 }  // namespace colossal::booster

@@ -1,4 +1,4 @@
-#include "core/zero/low_level_zero_plugin.h"
+#include "core/booster/plugins/low_level_zero/low_level_zero_plugin.h"
 
 #include <torch/torch.h>
 
@@ -6,14 +6,15 @@
 #include <set>
 
 #include "core/amp/precision.h"
-#include "core/booster/wrap_helpers.h"
+#include "core/parallel/data/model_sync.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/zero/master_shards.h"
 #include "core/zero/shard_math.h"
 
-namespace colossal::zero {
+namespace colossal::booster {
+using namespace colossal::zero;  // the ZeRO mechanism this plugin drives
 namespace {
 
 using booster::ModelWrapper;
@@ -43,7 +44,7 @@ struct Bucket {
 
 class ZeroModel : public ModelWrapper {
  public:
-  ZeroModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+  ZeroModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer, const c10::Device& device,
             const LowLevelZeroPlugin::Options& options)
       : ModelWrapper("zero" + std::to_string(options.stage)),
         options_(options),
@@ -54,12 +55,12 @@ class ZeroModel : public ModelWrapper {
                             ? std::optional<amp::DynamicLossScaler>(options.loss_scaler)
                             : std::nullopt) {
     auto precision = amp::parse_precision(options_.precision);
-    compute_dtype_ = amp::compute_dtype(precision, c10::Device(c10::kCPU));
+    compute_dtype_ = amp::compute_dtype(precision, device);
     comm_dtype_ = options_.communication_dtype.empty()
                       ? compute_dtype_
                       : amp::low_precision_dtype(amp::parse_precision(options_.communication_dtype));
     collect_parameters(model, optimizer);
-    booster::broadcast_model_state(model, group_);
+    parallel::broadcast_model_state(model, group_);
     shard_parameters(model);
     build_buckets();
     shards_.bind(optimizer, [this](const torch::Tensor& p) -> int64_t {
@@ -230,7 +231,7 @@ class ZeroModel : public ModelWrapper {
     size_t i = 0;
     while (i < params_.size()) {
       Bucket b;
-      while (i < params_.size() && (b.params.empty() || b.elements * per_element_() < options_.bucket_elements)) {
+      while (i < params_.size() && (b.params.empty() || b.elements * per_element_() < bucket_elements())) {
         auto& zp = params_[i];
         zp.bucket = buckets_.size();
         zp.bucket_offset = b.elements;
@@ -249,6 +250,8 @@ class ZeroModel : public ModelWrapper {
     if (options_.stage == 1) reattach_gradients();
   }
   // Bucket sizes count all ranks' elements, so stage 2's per-rank segment is scaled.
+  // Buckets are sized in fp32 elements (bucket_bytes / 4), whatever the working dtype.
+  int64_t bucket_elements() const { return std::max<int64_t>(1, options_.bucket_bytes / 4); }
   int64_t per_element_() const { return options_.stage == 1 ? 1 : ranks_; }
 
   torch::Tensor grad_view(const ZeroParam& zp) {
@@ -275,7 +278,7 @@ class ZeroModel : public ModelWrapper {
       params.push_back(zp.param);
       names.push_back(zp.name);
     }
-    accumulators_ = booster::add_gradient_ready_hooks(params, names, "zero", [this](size_t i) {
+    accumulators_ = parallel::add_gradient_ready_hooks(params, names, "zero", [this](size_t i) {
       if (sync_ && in_backward_ && !ready_[i]) gradient_ready(i);
     });
   }
@@ -384,7 +387,7 @@ class ZeroModel : public ModelWrapper {
     size_t i = 0;
     while (i < params_.size()) {
       Gather g;
-      while (i < params_.size() && (g.params.empty() || g.elements * ranks_ < options_.bucket_elements)) {
+      while (i < params_.size() && (g.params.empty() || g.elements * ranks_ < bucket_elements())) {
         g.elements += params_[i].shard;
         g.params.push_back(i++);
       }
@@ -427,37 +430,31 @@ class ZeroModel : public ModelWrapper {
 }  // namespace
 
 void LowLevelZeroPlugin::Options::validate() const {
-  COLOSSAL_CHECK(stage == 1 || stage == 2, "[zero] stage: expected 1 or 2, got ", stage,
+  COLOSSAL_CHECK(stage == 1 || stage == 2, "[zero] zero_stage: expected 1 or 2, got ", stage,
                  " (stage 3 is the gemini plugin)");
-  COLOSSAL_CHECK(bucket_elements > 0, "[zero] bucket_elements: expected > 0, got ", bucket_elements);
+  COLOSSAL_CHECK(bucket_bytes > 0, "[zero] bucket_mib: expected > 0, got ", bucket_bytes, " bytes");
   (void)amp::parse_precision(precision);
   if (!communication_dtype.empty()) (void)amp::parse_precision(communication_dtype);
   loss_scaler.validate();
 }
 
-void LowLevelZeroPlugin::Options::read(const ConfigNode& c) {
-  c.read("stage", stage);
-  c.read("bucket_elements", bucket_elements);
-  c.read("precision", precision);
-  c.read("communication_dtype", communication_dtype);
-  c.read("cpu_offload", cpu_offload);
-  loss_scaler.read(c.child("loss_scaler"));
-}
-
-LowLevelZeroPlugin::LowLevelZeroPlugin(Options options) : options_(std::move(options)) {
+LowLevelZeroPlugin::LowLevelZeroPlugin(Options options, PluginEnvironment env)
+    : Plugin(std::move(env)), options_(std::move(options)) {
   options_.validate();
 }
 
 std::pair<int, int> LowLevelZeroPlugin::data_parallel_rank_and_size() const {
   COLOSSAL_CHECK(dist::is_initialized(), "[zero] call colossal::dist::init() first");
-  auto g = options_.scope.resolved_group();
-  return {g.rank(), g.size()};
+  if (!options_.scope.group.is_member()) return Plugin::data_parallel_rank_and_size();
+  return {options_.scope.group.rank(), options_.scope.group.size()};
 }
 
-std::unique_ptr<booster::ModelWrapper> LowLevelZeroPlugin::wrap_model(torch::nn::Module& model,
-                                                                     torch::optim::Optimizer& optimizer) {
+std::unique_ptr<ModelWrapper> LowLevelZeroPlugin::wrap_model(torch::nn::Module& model,
+                                                             torch::optim::Optimizer& optimizer) {
   COLOSSAL_CHECK(dist::is_initialized(), "[zero] call colossal::dist::init() before boosting");
-  return std::make_unique<ZeroModel>(model, optimizer, options_);
+  auto o = options_;
+  if (!o.scope.group.is_member()) o.scope.group = dims().gradient_group();
+  return std::make_unique<ZeroModel>(model, optimizer, device(), o);
 }
 
-}  // namespace colossal::zero
+}  // namespace colossal::booster

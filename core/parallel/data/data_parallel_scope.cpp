@@ -1,10 +1,10 @@
-#include "core/booster/data_parallel_scope.h"
+#include "core/parallel/data/data_parallel_scope.h"
 
 #include <torch/torch.h>
 
 #include "core/dist/runtime.h"
 
-namespace colossal::booster {
+namespace colossal::parallel {
 
 dist::Group DataParallelScope::resolved_group() const { return group.is_member() ? group : dist::world_group(); }
 
@@ -42,4 +42,4 @@ double DataParallelScope::combine_over_norm_group(double local, bool inf_norm) c
   return t.item<double>();
 }
 
-}  // namespace colossal::booster
+}  // namespace colossal::parallel

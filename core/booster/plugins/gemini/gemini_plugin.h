@@ -33,12 +33,12 @@
 
 #include "core/amp/loss_scaler.h"
 #include "core/booster/plugin.h"
-#include "core/common/config.h"
+#include "core/common/options.h"
 #include "core/zero/chunk_search.h"
 
-namespace colossal::zero {
+namespace colossal::booster {
 
-class GeminiPlugin : public booster::Plugin {
+class GeminiPlugin : public Plugin {
  public:
   struct Options {
     std::string precision = "fp32";      // fp32 | bf16 | fp16
@@ -52,26 +52,40 @@ class GeminiPlugin : public booster::Plugin {
     int prefetch = 2;                    // chunks gathered ahead (after the first step)
     int64_t chunk_elements = 0;          // 0: search (chunk_search below)
     int64_t keep_gathered_below = 4096;  // smaller parameters live in chunks that stay gathered
-    ChunkSearchOptions chunk_search;
+    zero::ChunkSearchOptions chunk_search;
     bool check_first_step = true;
     amp::DynamicLossScaler::Options loss_scaler;  // fp16 only
 
     void validate() const;
-    void read(const ConfigNode& config);
+    template <class V>
+    void visit(V& v) {
+      v("placement", placement, "static | auto (gathered chunks cached within gathered_budget_mib)");
+      v("shard_param_frac", shard_param_frac, "static: fraction of chunks released after use");
+      v("offload_optim_frac", offload_optim_frac, "static: fraction of chunks whose optimizer state is offloaded");
+      v("offload_param_frac", offload_param_frac, "static: fraction of chunks whose parameter shard is offloaded");
+      v("offload_device", offload_device, "cpu | nvme");
+      v("nvme_dir", nvme_dir, "directory for the NVMe offload files (offload_device nvme)");
+      v.mib("gathered_budget_mib", gathered_budget_bytes, "auto: memory for gathered chunks");
+      v("prefetch", prefetch, "chunks gathered ahead after the first step");
+      v("chunk_elements", chunk_elements, "elements per chunk (0: searched)");
+      v("keep_gathered_below", keep_gathered_below, "parameters smaller than this stay gathered");
+      v("check_first_step", check_first_step, "gather everything in the first step and check every use");
+      loss_scaler.visit(v);
+    }
   };
 
   GeminiPlugin() : GeminiPlugin(Options{}) {}
-  explicit GeminiPlugin(Options options);
+  explicit GeminiPlugin(Options options, PluginEnvironment env = {});
 
   std::string name() const override { return "gemini"; }
+  bool materializes_deferred() const override { return true; }  // only this rank's shards
   std::string precision() const override { return options_.precision; }
-  std::pair<int, int> data_parallel_rank_and_size() const override;
-  std::unique_ptr<booster::ModelWrapper> wrap_model(torch::nn::Module& model,
-                                                    torch::optim::Optimizer& optimizer) override;
+  std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer) override;
   const Options& options() const { return options_; }
+  std::vector<OptionInfo> option_values() const override { return list_options(options_); }
 
  private:
   Options options_;
 };
 
-}  // namespace colossal::zero
+}  // namespace colossal::booster

@@ -11,9 +11,10 @@
 
 #include "core/dist/group.h"
 
-namespace colossal::booster {
+namespace colossal::parallel {
 
-/// Broadcasts parameters (and buffers) from group rank 0, in place.
+/// Broadcasts parameters (and buffers) from group rank 0, in place. Deferred parameters (lazy
+/// construction) are skipped; the model's initialisation seed is broadcast instead.
 void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers = true);
 
 /// Calls on_ready(i) after the gradient of params[i] has been accumulated in a backward (a post
@@ -23,4 +24,4 @@ std::vector<std::shared_ptr<torch::autograd::Node>> add_gradient_ready_hooks(
     const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
     const std::string& plugin, std::function<void(size_t)> on_ready);
 
-}  // namespace colossal::booster
+}  // namespace colossal::parallel

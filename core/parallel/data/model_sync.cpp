@@ -1,4 +1,4 @@
-#include "core/booster/wrap_helpers.h"
+#include "core/parallel/data/model_sync.h"
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -6,12 +6,21 @@
 
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
+#include "core/nn/deferred_init.h"
 
-namespace colossal::booster {
+namespace colossal::parallel {
 
 void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers) {
   torch::NoGradGuard no_grad;
+  // A lazily built model: its deferred parameters are made from its seed, so the seed is what
+  // rank 0 shares (every rank then materialises the same values).
+  if (auto* init = dynamic_cast<nn::ParameterInitializer*>(&model)) {
+    auto seed = torch::tensor({static_cast<int64_t>(init->init_seed())}, torch::kInt64);
+    dist::broadcast(seed, 0, group);
+    init->set_init_seed(static_cast<uint64_t>(seed.item<int64_t>()));
+  }
   for (auto& p : model.parameters()) {
+    if (nn::is_deferred(p)) continue;
     auto t = p.detach();
     dist::broadcast(t, 0, group);
   }
@@ -40,4 +49,4 @@ std::vector<std::shared_ptr<torch::autograd::Node>> add_gradient_ready_hooks(
   return out;
 }
 
-}  // namespace colossal::booster
+}  // namespace colossal::parallel

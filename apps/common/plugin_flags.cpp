@@ -1,0 +1,52 @@
+#include "apps/common/plugin_flags.h"
+
+#include "core/common/check.h"
+
+namespace colossal::apps {
+
+void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
+  // key, help. The keys are PluginConfig's and the plugins' option names.
+  const std::vector<std::pair<std::string, std::string>> flags = {
+      {"plugin", "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid; 'help' lists every plugin's options "
+                 "(default " + default_plugin + ")"},
+      {"mixed_precision", "fp32 | bf16 | fp16"},
+      {"device", "auto (cuda when a GPU is visible, rank -> LOCAL_RANK's GPU) | cpu | cuda | cuda:N"},
+      {"tp", "tensor-parallel size (hybrid)"},
+      {"sp", "sequence-parallel size (hybrid)"},
+      {"sp_mode", "none | split_gather | all_to_all | ring_attn (hybrid)"},
+      {"dp", "data-parallel size (default: the rest of the world)"},
+      {"pp", "pipeline-parallel size (1 until pipeline parallelism lands)"},
+      {"ep", "expert-parallel size (1 until expert parallelism lands)"},
+      {"zero_stage", "zero / hybrid: ZeRO stage (hybrid: 0 = DDP)"},
+      {"bucket_mib", "ddp / zero / hybrid: gradient bucket size in MiB"},
+      {"placement", "gemini: static | auto"},
+      {"offload_optim_frac", "gemini: fraction of chunks whose optimizer state is offloaded"},
+      {"offload_param_frac", "gemini: fraction of chunks whose parameters are offloaded"},
+      {"offload_device", "gemini: cpu | nvme"},
+      {"nvme_dir", "gemini: directory for the NVMe offload files"},
+      {"gathered_budget_mib", "gemini (auto placement): memory for gathered chunks in MiB"},
+  };
+  flags_.clear();
+  flags_.reserve(flags.size());
+  for (const auto& [key, help] : flags) {
+    flags_.push_back({key, "", nullptr});
+    auto& f = flags_.back();
+    std::string names = "--" + key;
+    if (key == "mixed_precision") names += ",--precision";
+    f.option = app.add_option(names, f.value, help);
+  }
+  plugin_option_flag_ = app.add_option("--plugin_option", plugin_options_,
+                                       "any other plugin option, KEY=VALUE (repeatable; see --plugin help)");
+}
+
+void PluginFlags::apply(booster::PluginConfig& config) const {
+  for (const auto& f : flags_)
+    if (f.option && f.option->count() > 0) config.set(f.key, f.value, "flag --" + f.key);
+  for (const auto& kv : plugin_options_) {
+    auto eq = kv.find('=');
+    COLOSSAL_CHECK(eq != std::string::npos && eq > 0, "--plugin_option '", kv, "': expected KEY=VALUE");
+    config.set(kv.substr(0, eq), kv.substr(eq + 1), "flag --plugin_option " + kv);
+  }
+}
+
+}  // namespace colossal::apps

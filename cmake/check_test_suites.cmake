@@ -1,0 +1,25 @@
+# Fails when a test binary holds a GoogleTest suite that CTest does not run.
+#   cmake -DBINARY=path/to/tests -DSUITES=A,B,C -P check_test_suites.cmake
+execute_process(COMMAND ${BINARY} --gtest_list_tests OUTPUT_VARIABLE listing RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "colossal: ${BINARY} --gtest_list_tests failed (${rc})")
+endif()
+string(REPLACE "," ";" registered "${SUITES}")
+string(REPLACE "\n" ";" lines "${listing}")
+set(missing)
+foreach(line ${lines})
+  # Suite lines start in column 0 and end with '.'; test names are indented.
+  if(line MATCHES "^([A-Za-z0-9_/]+)\\.$")
+    set(suite ${CMAKE_MATCH_1})
+    list(FIND registered ${suite} found)
+    if(found EQUAL -1)
+      list(APPEND missing ${suite})
+    endif()
+  endif()
+endforeach()
+if(missing)
+  string(REPLACE ";" ", " missing "${missing}")
+  get_filename_component(name ${BINARY} NAME)
+  message(FATAL_ERROR "colossal: ${name} has test suites that CTest never runs: ${missing}. "
+                      "Register them with colossal_add_suites() in tests/CMakeLists.txt.")
+endif()

@@ -1,0 +1,66 @@
+#include "core/booster/plugin_config.h"
+
+#include "core/common/check.h"
+#include "core/common/options.h"
+
+namespace colossal::booster {
+namespace {
+
+int parse_size(const std::string& key, const std::string& text, const std::string& where) {
+  auto v = detail::option_value_for(nlohmann::json(text), "int", where.empty() ? key : where);
+  return static_cast<int>(v.get<long long>());
+}
+
+}  // namespace
+
+bool PluginConfig::is_general_key(const std::string& key) {
+  static const std::set<std::string> keys = {"plugin", "pp", "dp", "sp", "tp", "ep", "sp_mode",
+                                             "mixed_precision", "precision", "device"};
+  return keys.count(key) > 0;
+}
+
+void PluginConfig::set(const std::string& key, const std::string& text, const std::string& where) {
+  const std::string from = where.empty() ? "'" + key + "'" : where;
+  if (key == "plugin") name = text;
+  else if (key == "pp") layout.pp = parse_size(key, text, from);
+  else if (key == "dp") layout.dp = parse_size(key, text, from);
+  else if (key == "sp") layout.sp = parse_size(key, text, from);
+  else if (key == "tp") layout.tp = parse_size(key, text, from);
+  else if (key == "ep") layout.ep = parse_size(key, text, from);
+  else if (key == "sp_mode") layout.sp_mode = text;
+  else if (key == "mixed_precision" || key == "precision") precision = text;
+  else if (key == "device") device = text;
+  else {
+    options[key] = text;
+    origin[key] = from;
+  }
+}
+
+void PluginConfig::read(const ConfigNode& c) {
+  c.read("plugin", name);
+  c.read("pp", layout.pp);
+  c.read("dp", layout.dp);
+  c.read("sp", layout.sp);
+  c.read("tp", layout.tp);
+  c.read("ep", layout.ep);
+  c.read("sp_mode", layout.sp_mode);
+  c.read("mixed_precision", precision);
+  c.read("precision", precision);
+  c.read("device", device);
+  for (const auto& key : c.unused_keys()) {
+    options[key] = c.raw(key);
+    origin[key] = c.describe(key);
+    std::string ignored;  // marks it used: the plugin, not the file's reader, judges it
+    (void)ignored;
+    c.read_value(key, nlohmann::json(""), ignored);
+  }
+}
+
+std::string PluginConfig::describe() const {
+  std::string s = name + ", " + precision + " on " + device + ", " + layout.describe();
+  for (auto it = options.begin(); it != options.end(); ++it)
+    s += " " + it.key() + "=" + (it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+  return s;
+}
+
+}  // namespace colossal::booster

@@ -1,0 +1,46 @@
+#pragma once
+// What a job asks of the booster, in one value: the plugin by name, the parallel layout, the
+// precision, the device, and the plugin's own options. The same names work as keys of a
+// YAML/JSON config file and as flags (train_llama --plugin gemini --offload_optim_frac 0.5 ...),
+// and make_plugin(config) (registry.h) builds every plugin from it.
+//
+//   PluginConfig c;
+//   c.read(ConfigNode::load_file("train.yaml"));  // plugin, tp, sp, ..., and the plugin's options
+//   c.set("bucket_mib", "64", "flag --bucket_mib"); // a flag given on the command line wins
+//   auto plugin = make_plugin(c);
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+
+#include "core/common/config.h"
+#include "core/dist/parallel_dims.h"
+
+namespace colossal::booster {
+
+struct PluginConfig {
+  std::string name = "ddp";
+  dist::ParallelDims::Options layout;  // pp, dp, sp, tp, ep, sp_mode
+  std::string precision = "fp32";      // fp32 | bf16 | fp16
+  std::string device = "auto";         // auto (cuda when a GPU is visible) | cpu | cuda | cuda:N
+  // The plugin's own options by name (JSON values; text from flags is converted by the option's
+  // type when the plugin reads it), and where each came from, for messages.
+  nlohmann::json options = nlohmann::json::object();
+  std::map<std::string, std::string> origin;
+
+  /// The keys PluginConfig itself owns (everything else is a plugin option).
+  static bool is_general_key(const std::string& key);
+
+  /// Sets one setting from text (a flag): a general key, or a plugin option. `where` names the
+  /// source in messages ("flag --tp").
+  void set(const std::string& key, const std::string& text, const std::string& where = "");
+  /// Reads the general keys present in `node` ("plugin", "tp", ..., "mixed_precision" or
+  /// "precision", "device") and takes every key that nothing has read yet as a plugin option.
+  /// Call it after the application has read its own keys.
+  void read(const ConfigNode& node);
+
+  /// "gemini, fp32 on cpu, pp 1 x dp auto x sp 1 x tp 1, placement=auto offload_optim_frac=0.5"
+  std::string describe() const;
+};
+
+}  // namespace colossal::booster

@@ -1,0 +1,60 @@
+#pragma once
+// HybridParallelPlugin: tensor x sequence x data parallelism over the job's layout
+// (dist::ParallelDims; the pipeline and expert axes come with their issues).
+//
+// The model is built with parallel_context() (the layout's tp and sp groups) and applies its own
+// parallel plan; the plugin then runs DDP (zero_stage 0) or ZeRO-1/2 over the data-parallel ranks:
+//   none, split_gather    the dp group (split_gather shards the sequence over the tp group)
+//   all_to_all, ring_attn the dp x sp group, gradients summed over sp and averaged over dp
+// Gradient clipping sums every tensor-parallel slice once; checkpoints hold whole tensors
+// (gathered on save, each rank's slice copied back on load), so they load at any tp size and
+// into a single process. Optimizer state under tp > 1 is saved per rank and resumes with the
+// same layout.
+//
+// The layout is validated when it is built (ParallelDims); whether a model can be split that way
+// is the model's own rule (e.g. llama::check_parallel), checked before any group is created.
+#include <optional>
+
+#include "core/booster/plugin.h"
+#include "core/parallel/context.h"
+
+namespace colossal::booster {
+
+class HybridParallelPlugin : public Plugin {
+ public:
+  struct Options {
+    int zero_stage = 0;              // 0: DDP; 1, 2: ZeRO over the data-parallel ranks
+    std::string precision = "fp32";  // fp32 | bf16 | fp16
+    int64_t bucket_bytes = 25 << 20; // DDP bucket (ZeRO: this many bytes of fp32 elements)
+    void validate() const;
+    template <class V>
+    void visit(V& v) {
+      v("zero_stage", zero_stage, "0: DDP over the data-parallel ranks; 1, 2: ZeRO-1/2");
+      v.mib("bucket_mib", bucket_bytes, "gradient bucket size");
+    }
+  };
+
+  /// `env.dims` is the layout (null: pure data parallelism over the world).
+  explicit HybridParallelPlugin(Options options, PluginEnvironment env = {});
+
+  /// The groups a model is built with (created on the first call: collective, every rank calls it).
+  const parallel::ParallelContext& parallel_context();
+
+  std::string name() const override { return "hybrid"; }
+  bool supports_no_sync() const override { return true; }
+  std::string precision() const override { return options_.precision; }
+  std::pair<int, int> data_parallel_rank_and_size() const override;
+  std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer) override;
+
+  const Options& options() const { return options_; }
+  std::vector<OptionInfo> option_values() const override { return list_options(options_); }
+  int dp_size() const { return dims().dp(); }
+  /// "pp 1 x dp 1 x sp 2 (ring_attn) x tp 2, ZeRO-2"
+  std::string describe() const;
+
+ private:
+  Options options_;
+  std::optional<parallel::ParallelContext> context_;
+};
+
+}  // namespace colossal::booster

@@ -1,0 +1,72 @@
+#include "core/nn/deferred_init.h"
+
+#include <torch/torch.h>
+
+#include "core/common/check.h"
+#include "core/parallel/tensor/shard.h"
+
+namespace colossal::nn {
+namespace {
+thread_local bool deferred = false;
+}  // namespace
+
+DeferredInitGuard::DeferredInitGuard() : previous_(deferred) { deferred = true; }
+DeferredInitGuard::~DeferredInitGuard() { deferred = previous_; }
+
+bool deferred_init_enabled() { return deferred; }
+
+torch::Tensor deferred_empty(at::IntArrayRef shape) {
+  auto t = torch::empty(shape);  // untouched pages: never resident
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
+  s->set_nbytes(0);
+  return t;
+}
+
+torch::Tensor new_parameter(at::IntArrayRef shape) { return deferred ? deferred_empty(shape) : torch::empty(shape); }
+
+bool is_deferred(const torch::Tensor& t) {
+  return t.defined() && t.numel() > 0 && t.has_storage() && t.storage().nbytes() == 0;
+}
+
+uint64_t parameter_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  uint64_t z = seed ^ h;  // splitmix64
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+bool has_deferred_parameters(const torch::nn::Module& model) {
+  for (const auto& p : model.parameters())
+    if (is_deferred(p)) return true;
+  return false;
+}
+
+void materialize(torch::nn::Module& model, const c10::Device& device) {
+  if (!has_deferred_parameters(model)) return;
+  const auto* init = dynamic_cast<const ParameterInitializer*>(&model);
+  COLOSSAL_CHECK(init != nullptr, "[nn] the model (", model.name(), ") was built under deferred init but does not say "
+                 "how to initialise its parameters (it is no colossal::nn::ParameterInitializer); build it eagerly");
+  torch::NoGradGuard no_grad;
+  const auto specs = parallel::collect_shard_specs(model);
+  for (auto& item : model.named_parameters()) {
+    auto& p = item.value();
+    if (!is_deferred(p)) continue;
+    auto it = specs.find(item.key());
+    const bool split = it != specs.end() && it->second.dim >= 0;
+    auto shape = p.sizes().vec();
+    if (split) shape[it->second.dim] = it->second.full_size;
+    auto full = torch::empty(shape, torch::kFloat32);
+    init->init_parameter(item.key(), full);
+    auto local = split ? parallel::slice_of(full, it->second, p.size(it->second.dim)) : full;
+    p.set_data(local.to(device, p.scalar_type()).contiguous());  // in place: handles stay valid
+  }
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,73 @@
+#pragma once
+// Lazy construction: build a model without materialising its weights, then let boost()
+// materialise only what this rank keeps (its ZeRO-3 shards, its tensor-parallel slices).
+//
+//   torch::manual_seed(seed);
+//   LlamaForCausalLM model{nullptr};
+//   {
+//     colossal::nn::DeferredInitGuard deferred;  // parameters with shapes but no memory
+//     model = LlamaForCausalLM(config, parallel);
+//   }
+//   booster.boost(model.ptr(), optimizer);        // materialises what the plugin keeps
+//
+// While a guard lives on this thread, layers that support it (parallel::ParallelLinear,
+// ParallelEmbedding, the models' norms) create their parameters *deferred* and draw no random
+// numbers: CPU tensors with their shapes but no memory (a storage of 0 bytes). Not the meta
+// device: a meta tensor cannot later take CPU or CUDA data in place (set_data refuses the type
+// change), and modules keep handles to their parameters that must stay valid; a deferred
+// tensor takes its data in place, as Gemini's released chunks do. Reading one before it is
+// materialised is a bug (it has no memory). A model built that way says how to initialise any parameter by its name
+// (ParameterInitializer), in its full, unsplit shape, independently of every other parameter; so
+// a rank can produce exactly the values the eager model would hold on its shards and slices, one
+// parameter at a time, and the eager model is initialised through the same function.
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <string>
+
+namespace colossal::nn {
+
+class DeferredInitGuard {
+ public:
+  DeferredInitGuard();
+  ~DeferredInitGuard();
+  DeferredInitGuard(const DeferredInitGuard&) = delete;
+  DeferredInitGuard& operator=(const DeferredInitGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// True while a DeferredInitGuard lives on this thread.
+bool deferred_init_enabled();
+/// A new parameter tensor of `shape` (fp32, CPU): deferred (no memory) under deferred init,
+/// otherwise uninitialised memory the caller fills.
+torch::Tensor new_parameter(at::IntArrayRef shape);
+/// A CPU tensor with the shape but no memory.
+torch::Tensor deferred_empty(at::IntArrayRef shape);
+/// True for a tensor made by deferred_empty that has not been given data yet.
+bool is_deferred(const torch::Tensor& t);
+
+/// A model that initialises any parameter from its name alone.
+class ParameterInitializer {
+ public:
+  virtual ~ParameterInitializer() = default;
+  /// Fills `full` (the parameter's full, unsplit shape, on the CPU, fp32) with its initial values.
+  virtual void init_parameter(const std::string& name, torch::Tensor& full) const = 0;
+  /// The seed every parameter's values derive from (so ranks can agree on it).
+  virtual uint64_t init_seed() const = 0;
+  virtual void set_init_seed(uint64_t seed) = 0;
+};
+
+/// A per-parameter seed: `seed` mixed with the parameter's name (splitmix64 of an FNV-1a hash).
+uint64_t parameter_seed(uint64_t seed, const std::string& name);
+
+/// True when any parameter of `model` is still deferred.
+bool has_deferred_parameters(const torch::nn::Module& model);
+
+/// Materialises every deferred parameter of `model` on `device`, one at a time: its full value
+/// from the model's ParameterInitializer (on the CPU), and this rank's tensor-parallel slice
+/// kept. Throws naming the model when it has deferred parameters but no initializer.
+void materialize(torch::nn::Module& model, const c10::Device& device);
+
+}  // namespace colossal::nn

@@ -1,0 +1,483 @@
+#include "core/zero/chunk_manager.h"
+
+#include <torch/torch.h>
+
+#include <set>
+
+#include "core/common/check.h"
+#include "core/nn/deferred_init.h"
+#include "core/optim/fused_adamw.h"
+
+namespace colossal::zero {
+namespace {
+
+void free_storage(const torch::Tensor& t) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
+  s->set_nbytes(0);
+}
+
+void alloc_storage(const torch::Tensor& t, size_t nbytes) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+void check_streamable(const torch::optim::Optimizer& optimizer) {
+  for (const auto& g : optimizer.param_groups()) {
+    auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&g.options());
+    COLOSSAL_CHECK(o != nullptr, "[gemini] NVMe optimizer offload streams an AdamW step; boost "
+                   "torch::optim::AdamW or colossal FusedAdamW (got another optimizer)");
+    COLOSSAL_CHECK(!o->amsgrad(), "[gemini] NVMe optimizer offload does not support amsgrad");
+  }
+}
+
+}  // namespace
+
+ChunkManager::ChunkManager(Options options, dist::Group group)
+    : options_(std::move(options)), group_(std::move(group)), ranks_(group_.size()), rank_(group_.rank()) {}
+
+torch::TensorOptions ChunkManager::chunk_options() const {
+  return torch::TensorOptions().dtype(options_.compute_dtype).device(options_.device);
+}
+
+void ChunkManager::set_state(ChunkParam& p, TensorState to) {
+  check_transition(p.name, p.state, to);
+  p.state = to;
+}
+
+int64_t ChunkManager::index_of(const std::string& name) const {
+  auto it = index_of_name_.find(name);
+  return it == index_of_name_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+int64_t ChunkManager::slice_of(const torch::Tensor& param) const {
+  auto it = slice_of_.find(param.unsafeGetTensorImpl());
+  return it == slice_of_.end() ? -1 : it->second;
+}
+
+// ---- building -----------------------------------------------------------------------------
+
+void ChunkManager::collect(torch::nn::Module& model, const torch::optim::Optimizer& optimizer) {
+  std::set<const void*> in_optimizer;
+  std::map<const void*, size_t> group_of;
+  for (size_t gi = 0; gi < optimizer.param_groups().size(); ++gi)
+    for (const auto& p : optimizer.param_groups()[gi].params()) {
+      in_optimizer.insert(p.unsafeGetTensorImpl());
+      group_of[p.unsafeGetTensorImpl()] = gi;
+    }
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    COLOSSAL_CHECK(item.value().scalar_type() == c10::kFloat, "[gemini] parameter '", item.key(), "' is ",
+                   item.value().scalar_type(), "; boost an fp32 model (precision is an option)");
+    ChunkParam p;
+    p.param = item.value();
+    p.name = item.key();
+    p.shape = item.value().sizes().vec();
+    p.numel = item.value().numel();
+    auto g = group_of.find(item.value().unsafeGetTensorImpl());
+    if (g != group_of.end()) p.group = g->second;
+    index_of_name_[p.name] = params_.size();
+    params_.push_back(std::move(p));
+    in_optimizer.erase(item.value().unsafeGetTensorImpl());
+  }
+  COLOSSAL_CHECK(in_optimizer.empty(), "[gemini] the optimizer holds ", in_optimizer.size(),
+                 " tensor(s) that are not trainable parameters of the model being boosted");
+  COLOSSAL_CHECK(!params_.empty(), "[gemini] the model has no trainable parameters");
+}
+
+void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, const torch::optim::Optimizer& optimizer,
+                         bool keep_gathered, const nn::ParameterInitializer* init) {
+  torch::NoGradGuard no_grad;
+  // The search packs the parameters that get sharded chunks (all of them if none is large).
+  std::vector<int64_t> sizes;
+  for (const auto& p : params_)
+    if (p.numel >= options_.keep_gathered_below) sizes.push_back(p.numel);
+  if (sizes.empty())
+    for (const auto& p : params_) sizes.push_back(p.numel);
+  int64_t E = options_.chunk_elements;
+  if (E <= 0) {
+    auto search = options_.search;
+    search.ranks = ranks_;
+    E = search_chunk_size(sizes, search).chunk_elements;
+  } else {
+    E = (E + ranks_ - 1) / ranks_ * ranks_;
+  }
+  chunk_elements_ = E;
+  // Pack in registration order (what forward usually follows); parameters smaller than
+  // keep_gathered_below go last, into chunks that stay gathered (not worth a collective each).
+  std::vector<size_t> large, small;
+  for (size_t i = 0; i < params_.size(); ++i)
+    (params_[i].numel < options_.keep_gathered_below ? small : large).push_back(i);
+  auto pack = [&](const std::vector<size_t>& ids, int64_t capacity) {
+    int64_t used = capacity;
+    for (size_t i : ids) {
+      COLOSSAL_CHECK(params_[i].numel <= capacity, "[gemini] parameter '", params_[i].name, "' (", params_[i].numel,
+                     " elements) does not fit chunk_elements = ", capacity);
+      if (used + params_[i].numel > capacity) {
+        chunks_.emplace_back();
+        chunks_.back().elements = capacity;
+        used = 0;
+      }
+      params_[i].chunk = chunks_.size() - 1;
+      params_[i].offset = used;
+      chunks_.back().params.push_back(i);
+      used += params_[i].numel;
+    }
+  };
+  pack(large, E);
+  const int64_t large_chunks = static_cast<int64_t>(chunks_.size());
+  int64_t small_total = 0;
+  for (size_t i : small) small_total += params_[i].numel;
+  // Sized to what they hold (a full-size chunk of biases would be mostly padding).
+  pack(small, std::min(E, (small_total + ranks_ - 1) / ranks_ * ranks_));
+  const int64_t n = static_cast<int64_t>(chunks_.size());
+
+  // Where each chunk lives; the NVMe store is sized for what goes there.
+  const bool nvme = options_.offload_device == "nvme";
+  const int64_t elem = c10::elementSize(options_.compute_dtype);
+  int64_t nvme_bytes = 0, S = E / ranks_;  // S: the largest shard
+  for (int64_t ci = 0; ci < n; ++ci) {
+    auto& c = chunks_[ci];
+    const auto t = policy.tier(ci, n, large_chunks);
+    c.pinned = t.pinned;
+    c.nvme_optim = nvme && t.offload_optim;
+    c.nvme_param = nvme && t.offload_param;
+    const int64_t shard = c.elements / ranks_;
+    if (c.nvme_optim) nvme_bytes += 3 * (shard * 4 + 4096);
+    if (c.nvme_param) nvme_bytes += shard * elem + 4096;
+  }
+  if (nvme_bytes > 0) {
+    check_streamable(optimizer);
+    nvme_ = std::make_unique<offload::NvmeStore>(options_.nvme_dir, nvme_bytes, "rank" + std::to_string(rank_));
+  }
+  torch::Tensor zeros;  // written as the initial moments
+  for (int64_t ci = 0; ci < n; ++ci) {
+    auto& c = chunks_[ci];
+    c.shard_elements = c.elements / ranks_;
+    c.data = torch::zeros({c.elements}, chunk_options());
+    for (size_t pi : c.params) {
+      auto& p = params_[pi];
+      auto region = c.data.narrow(0, p.offset, p.numel);
+      if (nn::is_deferred(p.param)) {
+        // A lazily built model: the values are made here, straight into the chunk.
+        COLOSSAL_CHECK(init != nullptr, "[gemini] parameter '", p.name, "' was never materialised and the model "
+                       "does not say how to initialise it (no colossal::nn::ParameterInitializer)");
+        auto full = torch::empty(p.shape, torch::kFloat32);
+        init->init_parameter(p.name, full);
+        region.copy_(full.reshape({-1}));
+      } else {
+        region.copy_(p.param.detach().reshape({-1}));
+      }
+      p.param.set_data(region.view(p.shape));
+    }
+    c.shard = c.data.narrow(0, rank_ * c.shard_elements, c.shard_elements).clone();
+    // A separate fp32 master: a low-precision working copy, or an offloaded optimizer state
+    // (on a CPU build the offload tier is host memory too, so the same path runs and is tested).
+    const bool separate_master = options_.compute_dtype != c10::kFloat || policy.tier(ci, n, large_chunks).offload_optim;
+    c.master = separate_master ? c.shard.to(torch::kFloat32, false, /*copy=*/true) : c.shard;
+    c.grad_shard = torch::zeros({c.shard_elements}, c.data.options());
+    if (c.nvme_optim) {
+      if (!zeros.defined()) zeros = torch::zeros({S}, torch::kFloat32);
+      auto z = zeros.narrow(0, 0, c.shard_elements);
+      c.off_master = nvme_->allocate(c.shard_elements * 4);
+      c.off_m = nvme_->allocate(c.shard_elements * 4);
+      c.off_v = nvme_->allocate(c.shard_elements * 4);
+      nvme_->write(c.master, c.off_master);
+      nvme_->write(z, c.off_m);
+      nvme_->write(z, c.off_v);
+      c.master = torch::Tensor();
+      shards.streamed_grads().push_back(c.grad_shard);
+    }
+    if (c.nvme_param) {
+      c.off_shard = nvme_->allocate(c.shard_elements * elem);
+      nvme_->write(c.shard, c.off_shard);
+      c.shard = torch::Tensor();
+    }
+    gathered_bytes_ += c.bytes();
+    // Chunks the first step will not keep gathered give their memory back at once, so building
+    // never holds the whole model (what lets a lazily built model boost within its shards).
+    if (!keep_gathered && !c.pinned) release(static_cast<size_t>(ci));
+    // The optimizer's view: each parameter's intersection with this rank's shard.
+    const int64_t lo = rank_ * c.shard_elements, hi = lo + c.shard_elements;
+    c.streamed_begin = streamed_.size();
+    for (size_t pi : c.params) {
+      auto& p = params_[pi];
+      const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+      if (a >= b) continue;
+      if (c.nvme_optim) {
+        streamed_.push_back({pi, static_cast<size_t>(ci), a - p.offset, a - lo, b - a});
+        continue;
+      }
+      MasterSlice s;
+      s.name = p.name;
+      s.shape = p.shape;
+      s.offset = a - p.offset;
+      s.master = c.master.narrow(0, a - lo, b - a);
+      p.slice = static_cast<int64_t>(shards.slices().size());
+      p.slice_offset = a - lo;
+      slice_of_[p.param.unsafeGetTensorImpl()] = p.slice;
+      shards.slices().push_back(std::move(s));
+    }
+    c.streamed_end = streamed_.size();
+  }
+}
+
+// ---- moving chunks ------------------------------------------------------------------------
+
+// The shard to all-gather from: in memory, or read from NVMe into a staging buffer.
+torch::Tensor ChunkManager::gather_source(Chunk& c) {
+  if (!c.nvme_param) return c.shard;
+  c.staging = torch::empty({c.shard_elements}, chunk_options());
+  nvme_->read(c.staging, c.off_shard);
+  return c.staging;
+}
+
+void ChunkManager::gather(size_t ci) {
+  auto& c = chunks_[ci];
+  c.last_use = ++clock;
+  if (c.gathered) return;
+  if (c.gathering) {
+    c.gather_handle.wait();
+    c.gathering = false;
+  } else {
+    alloc_storage(c.data, c.bytes());
+    dist::all_gather(c.data, gather_source(c), group_);
+    gathered_bytes_ += c.bytes();
+    ++gathers;
+  }
+  c.staging = torch::Tensor();
+  peak_gathered_bytes = std::max(peak_gathered_bytes, gathered_bytes_);
+  c.gathered = true;
+  for (size_t pi : c.params) set_state(params_[pi], TensorState::kHold);
+}
+
+void ChunkManager::start_gather(size_t ci) {
+  auto& c = chunks_[ci];
+  if (c.gathered || c.gathering) return;
+  alloc_storage(c.data, c.bytes());
+  c.gather_handle = dist::all_gather_async(c.data, gather_source(c), group_);
+  c.gathering = true;
+  ++prefetches;
+  gathered_bytes_ += c.bytes();
+}
+
+void ChunkManager::finish_gathers() {
+  for (auto& c : chunks_) {
+    if (!c.gathering) continue;
+    c.gather_handle.wait();
+    c.gathering = false;
+    c.gathered = true;
+    for (size_t pi : c.params) set_state(params_[pi], TensorState::kHold);
+  }
+}
+
+bool ChunkManager::releasable(size_t ci) const {
+  const auto& c = chunks_[ci];
+  if (!c.gathered || c.gathering) return false;
+  for (size_t pi : c.params) {
+    auto s = params_[pi].state;
+    if (s == TensorState::kCompute || s == TensorState::kReadyForReduce) return false;
+  }
+  return true;
+}
+
+void ChunkManager::release(size_t ci) {
+  auto& c = chunks_[ci];
+  for (size_t pi : c.params)
+    if (params_[pi].state != TensorState::kFree) set_state(params_[pi], TensorState::kFree);
+  free_storage(c.data);
+  c.gathered = false;
+  gathered_bytes_ -= c.bytes();
+}
+
+void ChunkManager::after_step(bool stepped) {
+  torch::NoGradGuard no_grad;
+  finish_gathers();  // a prefetch still in flight is finished, then released by the caller
+  for (auto& c : chunks_) {
+    c.staging = torch::Tensor();
+    if (stepped && !c.nvme_optim && !c.master.is_same(c.shard)) c.shard.copy_(c.master);
+    if (!c.gathered || !c.pinned) continue;
+    dist::all_gather(c.data, gather_source(c), group_);  // refresh the kept copy
+    c.staging = torch::Tensor();
+    for (size_t pi : c.params)
+      if (params_[pi].state != TensorState::kHold) set_state(params_[pi], TensorState::kHold);
+  }
+}
+
+// ---- gradients ----------------------------------------------------------------------------
+
+bool ChunkManager::accumulate_gradient(size_t pi) {
+  auto& p = params_[pi];
+  auto& c = chunks_[p.chunk];
+  set_state(p, TensorState::kReadyForReduce);
+  torch::NoGradGuard no_grad;
+  if (!c.grad.defined()) c.grad = torch::zeros({c.elements}, c.data.options());
+  const auto& g = p.param.grad();
+  if (g.defined()) {
+    c.grad.narrow(0, p.offset, p.numel).copy_(g.reshape({-1}));
+    p.param.mutable_grad() = torch::Tensor();
+  }
+  return ++c.ready == static_cast<int64_t>(c.params.size());
+}
+
+void ChunkManager::reduce(size_t ci) {
+  auto& c = chunks_[ci];
+  if (!c.grad.defined()) c.grad = torch::zeros({c.elements}, c.data.options());
+  c.reduce_out = torch::empty({c.shard_elements}, c.grad.options());
+  c.reduce_handle = dist::reduce_scatter_async(c.reduce_out, c.grad, group_, dist::ReduceOp::kAvg);
+  reducing_.push_back(ci);
+  for (size_t pi : c.params)
+    if (params_[pi].state == TensorState::kReadyForReduce) set_state(params_[pi], TensorState::kHoldAfterBwd);
+}
+
+void ChunkManager::drain_reductions(size_t in_flight) {
+  while (reducing_.size() > in_flight) {
+    size_t ci = reducing_.front();
+    reducing_.pop_front();
+    auto& c = chunks_[ci];
+    c.reduce_handle.wait();
+    torch::NoGradGuard no_grad;
+    c.grad_shard.add_(c.reduce_out);
+    c.grad = torch::Tensor();
+    c.reduce_out = torch::Tensor();
+  }
+}
+
+void ChunkManager::bind_master_grads(MasterShards& shards) {
+  for (auto& c : chunks_)
+    for (size_t pi : c.params) {
+      const auto& p = params_[pi];
+      if (p.slice >= 0)
+        shards.slices()[p.slice].grad = c.grad_shard.narrow(0, p.slice_offset, shards.slices()[p.slice].master.numel());
+    }
+}
+
+// ---- NVMe offload -------------------------------------------------------------------------
+
+std::vector<const StreamedSlice*> ChunkManager::streamed_of_chunk(size_t ci) const {
+  std::vector<const StreamedSlice*> out;
+  for (size_t k = chunks_[ci].streamed_begin; k < chunks_[ci].streamed_end; ++k) out.push_back(&streamed_[k]);
+  return out;
+}
+
+void ChunkManager::stream_optimizer_step(const torch::optim::Optimizer& optimizer, double multiplier) {
+  struct Buffers {
+    size_t chunk = 0;
+    torch::Tensor master, m, v, shard;
+    std::vector<uint64_t> tickets;
+  };
+  std::vector<size_t> order;
+  for (size_t ci = 0; ci < chunks_.size(); ++ci)
+    if (chunks_[ci].nvme_optim) order.push_back(ci);
+  auto start_read = [&](size_t ci) {
+    Buffers b;
+    b.chunk = ci;
+    auto& c = chunks_[ci];
+    for (auto* t : {&b.master, &b.m, &b.v}) *t = torch::empty({c.shard_elements}, torch::kFloat32);
+    b.tickets = {nvme_->read_async(b.master, c.off_master), nvme_->read_async(b.m, c.off_m),
+                 nvme_->read_async(b.v, c.off_v)};
+    return b;
+  };
+  std::deque<Buffers> writing;
+  Buffers next;
+  if (!order.empty()) next = start_read(order[0]);
+  for (size_t k = 0; k < order.size(); ++k) {
+    Buffers b = std::move(next);
+    if (k + 1 < order.size()) next = start_read(order[k + 1]);  // read-ahead
+    for (auto t : b.tickets) nvme_->wait(t);
+    auto& c = chunks_[b.chunk];
+    ++c.optim_step;
+    for (const StreamedSlice* s : streamed_of_chunk(b.chunk)) {
+      auto g = c.grad_shard.narrow(0, s->shard_offset, s->len).to(torch::kFloat32, false, /*copy=*/true);
+      if (multiplier != 1.0) g.mul_(multiplier);
+      auto pm = b.master.narrow(0, s->shard_offset, s->len);
+      auto m = b.m.narrow(0, s->shard_offset, s->len);
+      auto v = b.v.narrow(0, s->shard_offset, s->len);
+      const auto& opts =
+          static_cast<const torch::optim::AdamWOptions&>(optimizer.param_groups()[params_[s->param].group].options());
+      optim::fused_adamw_update(pm, m, v, g, torch::Tensor(), opts, c.optim_step);
+    }
+    b.tickets = {nvme_->write_async(b.master, c.off_master), nvme_->write_async(b.m, c.off_m),
+                 nvme_->write_async(b.v, c.off_v)};  // write-behind
+    if (c.nvme_param) {
+      b.shard = options_.compute_dtype == c10::kFloat ? b.master : b.master.to(options_.compute_dtype);
+      b.tickets.push_back(nvme_->write_async(b.shard, c.off_shard));
+    } else {
+      c.shard.copy_(b.master);
+    }
+    writing.push_back(std::move(b));
+    while (writing.size() > 2) {
+      for (auto t : writing.front().tickets) nvme_->wait(t);
+      writing.pop_front();
+    }
+  }
+  for (auto& w : writing)
+    for (auto t : w.tickets) nvme_->wait(t);
+}
+
+torch::Tensor ChunkManager::read_master(size_t ci) const {
+  const auto& c = chunks_[ci];
+  if (c.nvme_optim) {
+    auto mine = torch::empty({c.shard_elements}, torch::kFloat32);
+    nvme_->read(mine, c.off_master);
+    return mine;
+  }
+  return c.master.scalar_type() == torch::kFloat32 ? c.master : c.master.to(torch::kFloat32);
+}
+
+void ChunkManager::write_full(size_t ci, const torch::Tensor& full) {
+  torch::NoGradGuard no_grad;
+  auto& c = chunks_[ci];
+  auto piece = full.narrow(0, rank_ * c.shard_elements, c.shard_elements).contiguous();
+  if (c.nvme_optim) nvme_->write(piece, c.off_master);
+  else c.master.copy_(piece);
+  if (c.nvme_param) nvme_->write(piece.to(options_.compute_dtype), c.off_shard);
+  else if (c.nvme_optim || !c.master.is_same(c.shard)) c.shard.copy_(piece);
+  if (c.gathered) c.data.copy_(full);
+}
+
+checkpoint::NamedTensors ChunkManager::streamed_state(std::map<std::string, std::string>* metadata) const {
+  checkpoint::NamedTensors out;
+  if (!nvme_) return out;
+  for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+    const auto& c = chunks_[ci];
+    if (!c.nvme_optim || c.optim_step == 0) continue;
+    auto m = torch::empty({c.shard_elements}, torch::kFloat32), v = torch::empty_like(m);
+    nvme_->read(m, c.off_m);
+    nvme_->read(v, c.off_v);
+    for (const StreamedSlice* s : streamed_of_chunk(ci)) {
+      const auto& name = params_[s->param].name;
+      out.emplace_back(name + ".exp_avg", m.narrow(0, s->shard_offset, s->len).clone());
+      out.emplace_back(name + ".exp_avg_sq", v.narrow(0, s->shard_offset, s->len).clone());
+      out.emplace_back(name + ".step", torch::tensor({c.optim_step}, torch::kInt64));
+      if (metadata) (*metadata)["offset." + name] = std::to_string(s->param_offset);
+    }
+  }
+  return out;
+}
+
+void ChunkManager::load_streamed_state(const checkpoint::OptimizerStateSource& source) {
+  if (!nvme_) return;
+  for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+    auto& c = chunks_[ci];
+    if (!c.nvme_optim) continue;
+    auto m = torch::zeros({c.shard_elements}, torch::kFloat32), v = torch::zeros_like(m);
+    int64_t step = 0;
+    for (const StreamedSlice* s : streamed_of_chunk(ci)) {
+      const auto& name = params_[s->param].name;
+      if (!source.contains(name + ".exp_avg")) continue;
+      COLOSSAL_CHECK(source.saved_numel(name + ".exp_avg") == params_[s->param].numel, "[checkpoint] optimizer state '",
+                     name, ".exp_avg' was saved for ", source.saved_numel(name + ".exp_avg"),
+                     " elements; the parameter has ", params_[s->param].numel);
+      m.narrow(0, s->shard_offset, s->len).copy_(source.read_range(name + ".exp_avg", s->param_offset, s->len));
+      v.narrow(0, s->shard_offset, s->len).copy_(source.read_range(name + ".exp_avg_sq", s->param_offset, s->len));
+      step = std::max(step, source.read_scalar(name + ".step").item<int64_t>());
+    }
+    nvme_->write(m, c.off_m);
+    nvme_->write(v, c.off_v);
+    c.optim_step = step;
+  }
+}
+
+}  // namespace colossal::zero

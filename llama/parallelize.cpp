@@ -1,0 +1,33 @@
+#include "llama/parallelize.h"
+
+#include "core/common/check.h"
+
+namespace colossal::llama {
+
+void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_len) {
+  using Mode = dist::SequenceParallelMode;
+  const int tp = s.tp;
+  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  COLOSSAL_CHECK(heads % tp == 0, "[llama] num_attention_heads ", heads, " does not divide by tp ", tp);
+  COLOSSAL_CHECK(kv % tp == 0 || tp % kv == 0, "[llama] num_key_value_heads ", kv, " and tp ", tp,
+                 ": one must divide the other (kv heads are split by tp, or whole on every rank)");
+  COLOSSAL_CHECK(c.intermediate_size % tp == 0, "[llama] intermediate_size ", c.intermediate_size,
+                 " does not divide by tp ", tp);
+  if (s.sp_mode == Mode::kAllToAll)
+    COLOSSAL_CHECK((heads / tp) % s.sp == 0, "[llama] all_to_all: ", heads / tp,
+                   " attention heads per tensor-parallel rank (", heads, " / tp ", tp, ") do not divide by sp ", s.sp);
+  if (seq_len > 0 && s.sp > 1 && s.sp_mode != Mode::kNone) {
+    const int parts = s.sp_mode == Mode::kRingAttn ? 2 * s.sp : s.sp;
+    COLOSSAL_CHECK(seq_len % parts == 0, "[llama] ", dist::to_string(s.sp_mode), ": sequence length ", seq_len,
+                   " does not divide by ", parts,
+                   s.sp_mode == Mode::kRingAttn     ? " (2 x sp, the zigzag split)"
+                   : s.sp_mode == Mode::kSplitGather ? " (tp)"
+                                                     : " (sp)");
+  }
+}
+
+void check_parallel(const LlamaConfig& config, const dist::ParallelDims& dims, int64_t seq_len) {
+  check_parallel(config, {dims.tp(), dims.sequence_parallel_size(), dims.sp_mode()}, seq_len);
+}
+
+}  // namespace colossal::llama

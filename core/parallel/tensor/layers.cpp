@@ -15,43 +15,6 @@ int64_t padded_vocab(int64_t vocab, int tp) {
   return (vocab + m - 1) / m * m;
 }
 
-namespace {
-int64_t split(int64_t n, const dist::Group& g, const char* what) {
-  COLOSSAL_CHECK(n % g.size() == 0, "[tp] ", what, " ", n, " does not divide by the tensor-parallel size ", g.size());
-  return n / g.size();
-}
-}  // namespace
-
-ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, dist::Group group, bool with_bias,
-                                                   bool gather_output)
-    : group_(std::move(group)), gather_output_(gather_output) {
-  weight = register_parameter("weight", torch::randn({split(out, group_, "output features"), in}) * 0.02);
-  if (with_bias) bias = register_parameter("bias", torch::zeros({out / group_.size()}));
-}
-
-torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  auto y = torch::nn::functional::linear(copy_to_group(x, group_), weight, bias);
-  return gather_output_ ? gather_last_dim(y, group_) : y;
-}
-
-RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, dist::Group group, bool with_bias)
-    : group_(std::move(group)) {
-  weight = register_parameter("weight", torch::randn({out, split(in, group_, "input features")}) * 0.02);
-  if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
-}
-
-torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  auto y = reduce_from_group(torch::nn::functional::linear(x, weight), group_);
-  return bias.defined() ? y + bias : y;
-}
-
-VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t dim, dist::Group group)
-    : group_(std::move(group)) {
-  per_rank_ = padded_vocab(vocab, group_.size()) / group_.size();
-  start_ = group_.rank() * per_rank_;
-  weight = register_parameter("weight", torch::randn({per_rank_, dim}) * 0.02);
-}
-
 torch::Tensor vocab_parallel_partial_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start) {
   auto mine = ids.ge(start).logical_and(ids.lt(start + weight.size(0)));
   auto local = torch::where(mine, ids - start, torch::zeros_like(ids));
@@ -61,10 +24,6 @@ torch::Tensor vocab_parallel_partial_lookup(const torch::Tensor& weight, const t
 torch::Tensor vocab_parallel_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start,
                                     const dist::Group& group) {
   return reduce_from_group(vocab_parallel_partial_lookup(weight, ids, start), group);
-}
-
-torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
-  return vocab_parallel_lookup(weight, ids, start_, group_);
 }
 
 namespace {

@@ -1,11 +1,14 @@
-// Tensor-parallel layers against their dense versions on 2 and 4 real ranks: forward outputs,
-// and each rank's gradients against the matching slice of the dense gradients.
+// The tensor-parallel layer family (ParallelLinear, ParallelEmbedding and the vocab-parallel
+// cross entropy) against the dense versions on 1, 2 and 4 real ranks: forward outputs, and each
+// rank's gradients against the matching slice of the dense gradients.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "core/dist/runtime.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
+#include "core/parallel/tensor/parallel_embedding.h"
+#include "core/parallel/tensor/parallel_linear.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::parallel {
@@ -15,9 +18,18 @@ void expect_close(const torch::Tensor& a, const torch::Tensor& b, const char* wh
   EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-6)) << what << ": max diff " << (a - b).abs().max().item<float>();
 }
 
+ParallelLinear linear(int64_t in, int64_t out, SplitStyle style, const ParallelContext& ctx, bool bias = false,
+                      bool gather_output = false) {
+  return ParallelLinear(ParallelLinearOptions{.in_features = in, .out_features = out, .bias = bias, .style = style,
+                                              .gather_output = gather_output},
+                        ctx);
+}
+
 void check_layers() {
   auto g = dist::world_group();
   const int tp = g.size(), r = g.rank();
+  ParallelContext ctx;
+  ctx.tp = g;
   torch::manual_seed(7);  // the same dense tensors on every rank
   const int64_t in = 8, out = 12, B = 3;
   auto W = torch::randn({out, in}), bias = torch::randn({out}), X = torch::randn({B, 5, in});
@@ -29,7 +41,7 @@ void check_layers() {
     auto w = W.clone().requires_grad_(true), b = bias.clone().requires_grad_(true);
     auto dense = torch::nn::functional::linear(x, w, b);
     (dense * R).sum().backward();
-    ColumnParallelLinear col(in, out, g, /*bias=*/true, /*gather_output=*/true);
+    auto col = linear(in, out, SplitStyle::kColumn, ctx, /*bias=*/true, /*gather_output=*/true);
     const int64_t part = out / tp;
     {
       torch::NoGradGuard ng;
@@ -37,7 +49,7 @@ void check_layers() {
       col->bias.copy_(bias.narrow(0, r * part, part));
     }
     auto xt = X.clone().requires_grad_(true);
-    auto y = col->forward(xt);
+    auto y = col->forward(enter_tensor_parallel(xt, ctx));  // column input: gradient all-reduced
     expect_close(y, dense.detach(), "column output");
     (y * R).sum().backward();
     expect_close(xt.grad(), x.grad(), "column input gradient");
@@ -52,8 +64,8 @@ void check_layers() {
     auto dense = torch::nn::functional::linear(torch::gelu(torch::nn::functional::linear(x, w1)), w2);
     auto R2 = torch::randn_like(dense);
     (dense * R2).sum().backward();
-    ColumnParallelLinear col(in, out, g);
-    RowParallelLinear row(out, in, g);
+    auto col = linear(in, out, SplitStyle::kColumn, ctx);
+    auto row = linear(out, in, SplitStyle::kRow, ctx);
     const int64_t part = out / tp;
     {
       torch::NoGradGuard ng;
@@ -61,7 +73,7 @@ void check_layers() {
       row->weight.copy_(W2.narrow(1, r * part, part));
     }
     auto xt = X.clone().requires_grad_(true);
-    auto y = row->forward(torch::gelu(col->forward(xt)));
+    auto y = row->forward(torch::gelu(col->forward(enter_tensor_parallel(xt, ctx))));
     expect_close(y, dense.detach(), "column+row output");
     (y * R2).sum().backward();
     expect_close(xt.grad(), x.grad(), "column+row input gradient");
@@ -79,11 +91,11 @@ void check_layers() {
     auto dense = torch::embedding(e, ids);
     auto R3 = torch::randn_like(dense);
     (dense * R3).sum().backward();
-    VocabParallelEmbedding emb(vocab, dim, g);
-    const int64_t part = emb->vocab_per_rank();
+    ParallelEmbedding emb(vocab, dim, ctx);
+    const int64_t part = emb->weight.size(0);
     {
       torch::NoGradGuard ng;
-      emb->weight.copy_(E.narrow(0, r * part, part));
+      emb->weight.copy_(E.narrow(0, r * part, part));  // one rank: the unpadded table
     }
     auto y = emb->forward(ids);
     expect_close(y, dense.detach(), "embedding output");

@@ -79,12 +79,16 @@ TokenDataset::~TokenDataset() = default;
 TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
 TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
 
+void DatasetOptions::validate() const {
+  COLOSSAL_CHECK(!files.empty(), "[data] no input files");
+  COLOSSAL_CHECK(mode == "pretrain" || mode == "sft", "[data] mode: expected pretrain or sft, got '", mode, "'");
+  COLOSSAL_CHECK(on_bad_line == "stop" || on_bad_line == "skip", "[data] on_bad_line: expected stop or skip, got '",
+                 on_bad_line, "'");
+  COLOSSAL_CHECK(max_length >= 2, "[data] max_length must be >= 2, got ", max_length);
+}
+
 TokenDataset TokenDataset::open(const DatasetOptions& o, const Tokenizer& tok) {
-  COLOSSAL_CHECK(o.mode == "pretrain" || o.mode == "sft", "[data] mode: expected pretrain or sft, got '", o.mode, "'");
-  COLOSSAL_CHECK(o.on_bad_line == "stop" || o.on_bad_line == "skip",
-                 "[data] on_bad_line: expected stop or skip, got '", o.on_bad_line, "'");
-  COLOSSAL_CHECK(!o.files.empty(), "[data] no input files");
-  COLOSSAL_CHECK(o.max_length >= 2, "[data] max_length must be >= 2, got ", o.max_length);
+  o.validate();
   // The cache key: inputs (path, size, mtime), the tokenizer's bytes, the options that change
   // the tokens.
   uint64_t h = 1469598103934665603ull;

@@ -33,6 +33,7 @@ struct DatasetOptions {
   std::string chat_template = "llama2";
   std::string on_bad_line = "stop";    // stop | skip
   int64_t max_length = 512;
+  void validate() const;  // files given, mode, on_bad_line, max_length >= 2
 };
 
 struct Batch {

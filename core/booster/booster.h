@@ -72,6 +72,7 @@ struct CheckpointOptions {
   // memory (one checkpoint's worth of extra memory, reported by last_snapshot_bytes()); the next
   // save, wait_for_checkpoint() or the Booster's destruction waits for the writing to finish.
   bool async = false;
+  void validate() const;  // keep_last >= 0, and the model options'
 };
 
 /// Disables gradient synchronisation until destroyed.

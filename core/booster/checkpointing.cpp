@@ -158,8 +158,14 @@ void Booster::wait_for_checkpoint() {
   if (pending->error) std::rethrow_exception(pending->error);
 }
 
+void CheckpointOptions::validate() const {
+  COLOSSAL_CHECK(keep_last >= 0, "[checkpoint] keep_last: expected >= 0 (0 keeps every checkpoint), got ", keep_last);
+  model.validate();
+}
+
 void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const TrainingState& state,
                               const CheckpointOptions& options) {
+  options.validate();
   wait_for_checkpoint();  // at most one snapshot in memory
   auto& wrapper = boosted.optimizer->model_wrapper();
   auto s = std::make_shared<Snapshot>();

@@ -44,8 +44,14 @@ NamedTensors model_state(const torch::nn::Module& model) {
   return out;
 }
 
+void SaveModelOptions::validate() const {
+  COLOSSAL_CHECK(!shard || size_per_shard > 0, "[checkpoint] size_per_shard: expected > 0 bytes, got ",
+                 size_per_shard);
+}
+
 std::vector<std::string> save_model_state(const NamedTensors& tensors, const std::string& dir,
                                           const SaveModelOptions& options) {
+  options.validate();
   fs::make_dirs(dir);  // parents too (a missing parent was a confusing error)
   NamedTensors out;
   for (const auto& [name, t] : tensors) {

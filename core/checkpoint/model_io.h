@@ -15,6 +15,7 @@ struct SaveModelOptions {
   bool shard = false;                          // numbered shards + index (else one file)
   int64_t size_per_shard = int64_t{5} << 30;   // bytes, when sharding
   std::optional<c10::ScalarType> dtype;        // convert floating tensors (default: as they are)
+  void validate() const;                       // size_per_shard > 0 when sharding
 };
 
 struct LoadModelOptions {

@@ -278,7 +278,21 @@ Handle all_reduce_async(at::Tensor& tensor, const Group& group, ReduceOp op) {
   }
   return HandleAccess::make(std::move(s));
 }
+namespace {
+// NCCL moves only device memory: host tensors (flags, counts, losses, seeds) given to a
+// synchronous collective on an NCCL group ride through the current GPU and back.
+bool staged_through_device(const at::Tensor& t, const Group& group) {
+  return !t.is_cuda() && group.is_member() && group.backend()->getBackendName() == "nccl";
+}
+}  // namespace
+
 void all_reduce(at::Tensor& tensor, const Group& group, ReduceOp op) {
+  if (staged_through_device(tensor, group)) {
+    auto d = tensor.to(at::kCUDA);
+    all_reduce_async(d, group, op).wait();
+    tensor.copy_(d);
+    return;
+  }
   all_reduce_async(tensor, group, op).wait();
 }
 
@@ -338,6 +352,12 @@ void all_gather(at::Tensor& output, const at::Tensor& input, const Group& group)
 
 void broadcast(at::Tensor& tensor, int src, const Group& group) {
   check_dense(tensor, "broadcast", "the");
+  if (staged_through_device(tensor, group)) {
+    auto d = tensor.to(at::kCUDA);
+    broadcast(d, src, group);
+    tensor.copy_(d);
+    return;
+  }
   COLOSSAL_CHECK(src >= 0 && src < group.size(), "[dist] broadcast: source ", src,
                  " is not a rank of ", group.describe());
   auto s = launch(group, "broadcast", [&](c10d::Backend& b) {

@@ -40,6 +40,8 @@ class Handle {
   std::unique_ptr<State> state_;
 };
 
+/// (Synchronous all_reduce and broadcast take host tensors on an NCCL group too: they are staged
+/// through the current GPU, so scalars such as losses and flags need no device of their own.)
 void all_reduce(at::Tensor& tensor, const Group& group, ReduceOp op = ReduceOp::kSum);
 Handle all_reduce_async(at::Tensor& tensor, const Group& group, ReduceOp op = ReduceOp::kSum);
 

@@ -15,8 +15,8 @@ DeferredInitGuard::~DeferredInitGuard() { deferred = previous_; }
 
 bool deferred_init_enabled() { return deferred; }
 
-torch::Tensor deferred_empty(at::IntArrayRef shape) {
-  auto t = torch::empty(shape);  // untouched pages: never resident
+torch::Tensor deferred_empty(at::IntArrayRef shape, const torch::TensorOptions& options) {
+  auto t = torch::empty(shape, options);  // untouched pages: never resident
   auto* s = t.storage().unsafeGetStorageImpl();
   s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
   s->set_nbytes(0);
@@ -24,6 +24,16 @@ torch::Tensor deferred_empty(at::IntArrayRef shape) {
 }
 
 torch::Tensor new_parameter(at::IntArrayRef shape) { return deferred ? deferred_empty(shape) : torch::empty(shape); }
+
+void allocate_zeros(const torch::Tensor& t) {
+  if (!is_deferred(t)) return;
+  auto* s = t.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+  torch::NoGradGuard no_grad;
+  const_cast<torch::Tensor&>(t).zero_();
+}
 
 bool is_deferred(const torch::Tensor& t) {
   return t.defined() && t.numel() > 0 && t.has_storage() && t.storage().nbytes() == 0;

@@ -43,8 +43,11 @@ bool deferred_init_enabled();
 /// A new parameter tensor of `shape` (fp32, CPU): deferred (no memory) under deferred init,
 /// otherwise uninitialised memory the caller fills.
 torch::Tensor new_parameter(at::IntArrayRef shape);
-/// A CPU tensor with the shape but no memory.
-torch::Tensor deferred_empty(at::IntArrayRef shape);
+/// A tensor with the shape (and device and dtype of `options`) but no memory.
+torch::Tensor deferred_empty(at::IntArrayRef shape, const torch::TensorOptions& options = {});
+/// Gives a deferred tensor zero-filled memory in place (handles to it stay valid); a no-op for
+/// a tensor that has memory.
+void allocate_zeros(const torch::Tensor& t);
 /// True for a tensor made by deferred_empty that has not been given data yet.
 bool is_deferred(const torch::Tensor& t);
 

@@ -176,7 +176,9 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
     // (on a CPU build the offload tier is host memory too, so the same path runs and is tested).
     const bool separate_master = options_.compute_dtype != c10::kFloat || policy.tier(ci, n, large_chunks).offload_optim;
     c.master = separate_master ? c.shard.to(torch::kFloat32, false, /*copy=*/true) : c.shard;
-    c.grad_shard = torch::zeros({c.shard_elements}, c.data.options());
+    // The reduced gradients get memory at the first reduction, not here: building a lazily
+    // constructed model then holds no more than a chunk at a time.
+    c.grad_shard = nn::deferred_empty({c.shard_elements}, c.data.options());
     if (c.nvme_optim) {
       if (!zeros.defined()) zeros = torch::zeros({S}, torch::kFloat32);
       auto z = zeros.narrow(0, 0, c.shard_elements);
@@ -338,6 +340,7 @@ void ChunkManager::drain_reductions(size_t in_flight) {
     auto& c = chunks_[ci];
     c.reduce_handle.wait();
     torch::NoGradGuard no_grad;
+    nn::allocate_zeros(c.grad_shard);  // in place: the masters' and streamed views stay valid
     c.grad_shard.add_(c.reduce_out);
     c.grad = torch::Tensor();
     c.reduce_out = torch::Tensor();

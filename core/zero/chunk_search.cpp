@@ -25,7 +25,15 @@ ChunkSearchResult pack(const std::vector<int64_t>& sizes, int64_t chunk_elements
   return r;
 }
 
+void ChunkSearchOptions::validate() const {
+  COLOSSAL_CHECK(min_elements >= 1 && min_elements <= max_elements, "[gemini] chunk search: expected 1 <= min_elements (",
+                 min_elements, ") <= max_elements (", max_elements, ")");
+  COLOSSAL_CHECK(interval >= 1, "[gemini] chunk search interval: expected >= 1, got ", interval);
+  COLOSSAL_CHECK(ranks >= 1, "[gemini] chunk search ranks: expected >= 1, got ", ranks);
+}
+
 ChunkSearchResult search_chunk_size(const std::vector<int64_t>& sizes, const ChunkSearchOptions& o) {
+  o.validate();
   COLOSSAL_CHECK(!sizes.empty(), "[gemini] no parameters to place in chunks");
   COLOSSAL_CHECK(o.ranks >= 1 && o.interval >= 1, "[gemini] chunk search: ranks and interval must be >= 1");
   auto round_up = [&](int64_t v) { return (v + o.ranks - 1) / o.ranks * o.ranks; };

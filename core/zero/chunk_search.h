@@ -14,6 +14,7 @@ struct ChunkSearchOptions {
   int64_t max_elements = 64 << 20;    // upper bound
   int64_t interval = 1 << 16;         // step between candidates
   int64_t ranks = 1;                  // chunk sizes are multiples of this
+  void validate() const;              // 1 <= min <= max, interval >= 1, ranks >= 1
 };
 
 struct ChunkSearchResult {

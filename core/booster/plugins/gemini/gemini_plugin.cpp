@@ -114,7 +114,8 @@ class GeminiModel : public ModelWrapper {
 
   void zero_grad(torch::optim::Optimizer&) override {
     torch::NoGradGuard no_grad;
-    for (auto& c : chunks_.chunks()) c.grad_shard.zero_();
+    for (auto& c : chunks_.chunks())
+      if (!nn::is_deferred(c.grad_shard)) c.grad_shard.zero_();
     for (auto& p : chunks_.params()) p.param.mutable_grad() = torch::Tensor();
     for (auto& s : shards_.slices()) s.master.mutable_grad() = torch::Tensor();
   }
@@ -141,8 +142,9 @@ class GeminiModel : public ModelWrapper {
     const auto& chunks = chunks_.chunks();
     gathered_.assign(chunks.size(), torch::Tensor());
     for (size_t ci = 0; ci < chunks.size(); ++ci) {
-      auto full = torch::empty({chunks[ci].elements}, torch::kFloat32);
-      dist::all_gather(full, chunks_.read_master(ci).contiguous(), chunks_.group());
+      auto mine = chunks_.read_master(ci).contiguous();
+      auto full = torch::empty({chunks[ci].elements}, mine.options());  // where the masters live (NCCL: the GPU)
+      dist::all_gather(full, mine, chunks_.group());
       gathered_[ci] = full;
       for (size_t pi : chunks[ci].params) {
         const auto& p = chunks_.params()[pi];
@@ -177,7 +179,8 @@ class GeminiModel : public ModelWrapper {
     for (const auto& c : chunks_.chunks()) {
       const int64_t shard_bytes = c.shard_elements * elem, master_bytes = c.shard_elements * 4;
       r.add("parameters", c.nvme_param ? "nvme" : "host", shard_bytes);
-      r.add("gradients", "host", c.grad_shard.numel() * static_cast<int64_t>(c.grad_shard.element_size()));
+      if (!nn::is_deferred(c.grad_shard))  // memory only after the first backward
+        r.add("gradients", "host", c.grad_shard.numel() * static_cast<int64_t>(c.grad_shard.element_size()));
       if (c.nvme_optim) {
         r.add("master weights", "nvme", master_bytes);
         r.add("optimizer state", "nvme", 2 * master_bytes);

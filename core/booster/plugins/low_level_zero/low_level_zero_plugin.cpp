@@ -56,6 +56,7 @@ class ZeroModel : public ModelWrapper {
                             : std::nullopt) {
     auto precision = amp::parse_precision(options_.precision);
     compute_dtype_ = amp::compute_dtype(precision, device);
+    device_ = device;
     comm_dtype_ = options_.communication_dtype.empty()
                       ? compute_dtype_
                       : amp::low_precision_dtype(amp::parse_precision(options_.communication_dtype));
@@ -137,9 +138,11 @@ class ZeroModel : public ModelWrapper {
     gathered_.clear();
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& zp = params_[i];
-      auto mine = torch::zeros({zp.shard}, torch::kFloat32);
+      // On the working parameters' device (NCCL collectives need GPU memory); fp32.
+      const auto opts = zp.param.options().dtype(torch::kFloat32);
+      auto mine = torch::zeros({zp.shard}, opts);
       if (zp.slice >= 0) mine.narrow(0, 0, slice_len(zp)).copy_(shards_.slices()[zp.slice].master);
-      auto all = torch::empty({zp.shard * ranks_}, torch::kFloat32);
+      auto all = torch::empty({zp.shard * ranks_}, opts);
       dist::all_gather(all, mine, group_);
       auto full = all.narrow(0, 0, zp.numel).view(zp.param.sizes());
       gathered_.emplace_back(i, full);
@@ -358,7 +361,7 @@ class ZeroModel : public ModelWrapper {
         return t.zero_();
       }
     }
-    return torch::zeros({elements}, torch::TensorOptions().dtype(comm_dtype_));
+    return torch::zeros({elements}, torch::TensorOptions().dtype(comm_dtype_).device(device_));
   }
   void release_buffer(torch::Tensor t) {
     if (pool_.size() < 3) pool_.push_back(std::move(t));
@@ -413,6 +416,7 @@ class ZeroModel : public ModelWrapper {
   int ranks_, rank_;
   MasterShards shards_;
   c10::ScalarType compute_dtype_ = c10::kFloat, comm_dtype_ = c10::kFloat;
+  c10::Device device_ = c10::kCPU;  // where buckets and buffers live (the plugin's device)
   bool masters_are_views_ = false;
   std::vector<ZeroParam> params_;
   std::map<const void*, size_t> index_of_;

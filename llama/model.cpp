@@ -184,6 +184,10 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const para
 
 void LlamaForCausalLMImpl::init_parameter(const std::string& name, torch::Tensor& full) const {
   torch::NoGradGuard no_grad;
+  if (weights_) {  // checked against the model's full shapes when the source was attached
+    full.copy_(weights_->view(name));
+    return;
+  }
   if (full.dim() == 1) {
     if (name.find("norm") != std::string::npos) full.fill_(1.0);
     else full.zero_();

@@ -11,6 +11,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
+#include "core/checkpoint/safetensors.h"
 #include "core/nn/deferred_init.h"
 #include "core/parallel/apply_plan.h"
 #include "core/parallel/context.h"
@@ -114,6 +115,11 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   /// building fixes it).
   uint64_t init_seed() const override { return init_seed_; }
   void set_init_seed(uint64_t seed) override { init_seed_ = seed; }
+  /// Initial values read from a checkpoint instead of drawn (load_pretrained's lazy mode): each
+  /// deferred parameter is read when boost() materialises it, straight into the rank's shard or
+  /// slice. Dropped once every parameter has its values.
+  void set_weights_source(std::shared_ptr<const checkpoint::CheckpointReader> reader) { weights_ = std::move(reader); }
+  void parameters_materialized() override { weights_.reset(); }
   const parallel::ParallelContext& parallel_context() const { return parallel_; }
   const LlamaConfig& config() const { return config_; }
   /// Per-layer activation checkpointing: each decoder layer keeps only its input in forward and
@@ -135,6 +141,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   LlamaConfig config_;
   parallel::ParallelContext parallel_;
   uint64_t init_seed_ = 0;
+  std::shared_ptr<const checkpoint::CheckpointReader> weights_;  // lazy load_pretrained
   RotaryTables rope_;       // positions [0, max_position_embeddings)
   RotaryTables long_rope_;  // dynamic scaling: the last longer length seen
   bool gradient_checkpointing_ = false;

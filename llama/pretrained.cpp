@@ -2,9 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
+
 #include "core/checkpoint/atomic_file.h"
 #include "core/common/check.h"
 #include "core/common/log.h"
+#include "core/nn/deferred_init.h"
+#include "core/parallel/tensor/shard.h"
 #include "core/parallel/tensor/checkpoint.h"
 
 namespace colossal::llama {
@@ -32,6 +36,39 @@ LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelO
   out.model = LlamaForCausalLM(out.config, parallel);
   out.report = parallel.tensor_parallel() ? parallel::load_model_slices(*out.model, dir, options)
                                           : checkpoint::load_model_state(*out.model, dir, options);
+  return out;
+}
+
+LoadedModel load_pretrained_lazily(const std::string& dir, const parallel::ParallelContext& parallel) {
+  LoadedModel out;
+  out.config = LlamaConfig::from_json_file(dir + "/config.json", &out.unknown_config_fields);
+  {
+    nn::DeferredInitGuard deferred;
+    out.model = LlamaForCausalLM(out.config, parallel);
+  }
+  auto reader = std::make_shared<const checkpoint::CheckpointReader>(dir);
+  // Strict, against the full (unsplit) shapes: nothing is read until boost.
+  const auto specs = parallel::collect_shard_specs(*out.model);
+  auto names = reader->names();
+  std::set<std::string> unexpected(names.begin(), names.end());
+  for (const auto& item : out.model->named_parameters()) {
+    const auto& name = item.key();
+    if (!unexpected.erase(name)) {
+      out.report.missing.push_back(name);
+      continue;
+    }
+    auto shape = item.value().sizes().vec();
+    auto it = specs.find(name);
+    if (it != specs.end() && it->second.dim >= 0) shape[it->second.dim] = it->second.full_size;
+    const auto& info = reader->info(name);
+    if (at::IntArrayRef(info.shape) != at::IntArrayRef(shape) || !c10::isFloatingType(info.dtype))
+      out.report.mismatched.push_back(name + ": checkpoint " + c10::str(at::IntArrayRef(info.shape), " ", info.dtype) +
+                                      ", model " + c10::str(at::IntArrayRef(shape)));
+  }
+  out.report.unexpected.assign(unexpected.begin(), unexpected.end());
+  COLOSSAL_CHECK(out.report.clean(), "[llama] '", dir, "' does not match the model of its config.json: ",
+                 out.report.describe());
+  out.model->set_weights_source(std::move(reader));
   return out;
 }
 

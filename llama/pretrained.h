@@ -28,4 +28,10 @@ struct LoadedModel {
 LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options = {},
                             const parallel::ParallelContext& parallel = {});
 
+/// The same, lazily: the model is built without weights and every parameter is read from the
+/// (memory-mapped) checkpoint only when boost() materialises it, straight into what the rank
+/// keeps (its ZeRO-3 shards, its tensor-parallel slices). Names and full shapes are checked
+/// now, strictly: every difference is an error listing all of them.
+LoadedModel load_pretrained_lazily(const std::string& dir, const parallel::ParallelContext& parallel = {});
+
 }  // namespace colossal::llama

@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "core/booster/booster.h"
-#include "core/booster/plugins/ddp/ddp_plugin.h"
+#include "core/booster/registry.h"
 #include "apps/bench/bench_util.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
@@ -95,9 +95,7 @@ int main(int argc, char** argv) {
       x.model = make_model(c);
       auto opt = std::make_shared<torch::optim::AdamW>(x.model->parameters(),
                                                        torch::optim::AdamWOptions(1e-4));
-      booster::DDPPlugin::Options o;
-      o.precision = precision;
-      x.booster = std::make_unique<booster::Booster>(std::make_shared<booster::DDPPlugin>(o));
+      x.booster = std::make_unique<booster::Booster>(booster::make_plugin("ddp", precision));
       x.b = x.booster->boost(x.model.ptr(), opt);
       return x;
     };

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   app.add_option("--clip", clip, "gradient clipping norm (0 = off)")->capture_default_str();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   std::string plugin = "ddp";
-  app.add_option("--plugin", plugin, "ddp | zero1 | zero2 | zero3")->capture_default_str();
+  app.add_option("--plugin", plugin, "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {

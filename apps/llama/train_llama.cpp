@@ -194,8 +194,9 @@ int run(TrainArgs& a) {
     return colossal::parallel::ParallelContext::from(dims);
   };
   if (!a.pretrained.empty()) {
-    // Under tensor parallelism each rank reads only its slices of the weights.
-    auto loaded = load_pretrained(a.pretrained, {}, parallel_for(LlamaConfig::from_json_file(a.pretrained + "/config.json")));
+    // Lazily: each weight is read from the mapped files when boost() places it, straight into
+    // what this rank keeps (its ZeRO-3 shards, its tensor-parallel slices).
+    auto loaded = load_pretrained_lazily(a.pretrained, parallel_for(LlamaConfig::from_json_file(a.pretrained + "/config.json")));
     cfg = loaded.config;
     model = loaded.model;
     COLOSSAL_CHECK(tok.vocab_size() <= cfg.vocab_size, "tokenizer ", a.tokenizer, " has ", tok.vocab_size(),

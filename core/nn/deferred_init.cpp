@@ -60,7 +60,7 @@ bool has_deferred_parameters(const torch::nn::Module& model) {
 
 void materialize(torch::nn::Module& model, const c10::Device& device) {
   if (!has_deferred_parameters(model)) return;
-  const auto* init = dynamic_cast<const ParameterInitializer*>(&model);
+  auto* init = dynamic_cast<ParameterInitializer*>(&model);
   COLOSSAL_CHECK(init != nullptr, "[nn] the model (", model.name(), ") was built under deferred init but does not say "
                  "how to initialise its parameters (it is no colossal::nn::ParameterInitializer); build it eagerly");
   torch::NoGradGuard no_grad;
@@ -77,6 +77,7 @@ void materialize(torch::nn::Module& model, const c10::Device& device) {
     auto local = split ? parallel::slice_of(full, it->second, p.size(it->second.dim)) : full;
     p.set_data(local.to(device, p.scalar_type()).contiguous());  // in place: handles stay valid
   }
+  init->parameters_materialized();
 }
 
 }  // namespace colossal::nn

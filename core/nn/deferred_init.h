@@ -60,6 +60,9 @@ class ParameterInitializer {
   /// The seed every parameter's values derive from (so ranks can agree on it).
   virtual uint64_t init_seed() const = 0;
   virtual void set_init_seed(uint64_t seed) = 0;
+  /// Called once every deferred parameter has its values (a checkpoint-backed initializer can
+  /// drop its mapped files).
+  virtual void parameters_materialized() {}
 };
 
 /// A per-parameter seed: `seed` mixed with the parameter's name (splitmix64 of an FNV-1a hash).

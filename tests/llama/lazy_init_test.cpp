@@ -3,14 +3,17 @@
 // holds there — ZeRO-3 shards, tensor-parallel slices, DDP replicas — and trains the same.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include "core/booster/booster.h"
 #include "core/booster/registry.h"
+#include "core/checkpoint/model_io.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/nn/deferred_init.h"
 #include "core/parallel/tensor/shard.h"
 #include "llama/model.h"
+#include "llama/pretrained.h"
 #include "tests/llama/tiny_llama.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
@@ -100,6 +103,50 @@ TEST(LazyInit, TensorParallelSlicesAndReplicasHoldTheEagerModelsValues) {
     expect_same_holdings(config("ddp"));
     expect_same_holdings(config("zero2"));
   });
+}
+
+// A Hugging Face directory loaded lazily: each parameter read from the mapped files only when
+// boost() places it, straight into the rank's ZeRO-3 shard or tensor-parallel slice.
+TEST(LazyInit, PretrainedWeightsLoadStraightIntoShardsAndSlices) {
+  const int owner = testing::is_rank_process() ? ::getppid() : ::getpid();
+  const std::string dir = ::testing::TempDir() + "lazy_pretrained_" + std::to_string(owner);
+  testing::run_ranks(2, [dir] {
+    if (dist::rank() == 0) {
+      torch::manual_seed(11);
+      LlamaForCausalLM source(tiny());
+      save_pretrained(tiny(), checkpoint::model_state(*source), dir);
+    }
+    dist::barrier(dist::world_group());
+    for (auto c : {config("gemini"), config("hybrid", 2), config("ddp")}) {
+      auto plugin_eager = booster::make_plugin(c);
+      const auto ctx = parallel::ParallelContext::from(plugin_eager->dims());
+      auto eager = load_pretrained(dir, {}, ctx).model;
+      auto lazy = load_pretrained_lazily(dir, ctx).model;
+      EXPECT_TRUE(nn::has_deferred_parameters(*lazy));
+      auto boost_one = [&](LlamaForCausalLM& m, std::shared_ptr<booster::Plugin> p) {
+        auto opt = std::make_shared<torch::optim::AdamW>(m->parameters(), torch::optim::AdamWOptions(1e-2));
+        Boosted r;
+        r.model = m;
+        r.booster = std::make_unique<booster::Booster>(p);
+        r.b = r.booster->boost(m.ptr(), opt);
+        return r;
+      };
+      auto a = boost_one(eager, plugin_eager), b = boost_one(lazy, booster::make_plugin(c));
+      auto ha = held(a), hb = held(b);
+      ASSERT_EQ(ha.size(), hb.size());
+      for (size_t i = 0; i < ha.size(); ++i) EXPECT_TRUE(torch::equal(ha[i], hb[i])) << c.describe() << " " << i;
+      EXPECT_EQ(step(a), step(b)) << c.describe();
+    }
+  });
+  // A checkpoint that does not fit is refused before anything is read, listing what differs.
+  auto other = tiny();
+  other.intermediate_size = 96;
+  const std::string bad = dir + "_bad";
+  torch::manual_seed(1);
+  save_pretrained(tiny(), checkpoint::model_state(*LlamaForCausalLM(other)), bad);
+  auto msg = testing::error_message_of([&] { load_pretrained_lazily(bad); });
+  EXPECT_NE(msg.find("does not match the model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mlp.up_proj.weight"), std::string::npos) << msg;
 }
 
 TEST(LazyInit, AModelThatCannotInitialiseItselfIsNamed) {

@@ -67,8 +67,10 @@ std::vector<nlohmann::json> train(const std::string& name, int ranks, const std:
   (void)!std::system(("rm -rf '" + out + "' '" + log + "'").c_str());
   std::string bin = testing::binary_dir();
   std::string prefix = ranks > 1 ? bin + "/colossal run --nproc_per_node " + std::to_string(ranks) + " -- " : "";
+  // A run from --pretrained takes its shape from there.
+  const bool pretrained = flags.find("--pretrained") != std::string::npos;
   std::string cmd = prefix + bin + "/train_llama --dataset " + w.train + " --eval_dataset " + w.valid +
-                    " --tokenizer " + w.tokenizer + " --model_config " + w.model_config +
+                    " --tokenizer " + w.tokenizer + (pretrained ? "" : " --model_config " + w.model_config) +
                     " --max_length 64 --lr 3e-3 --warmup_steps 2 --sample_tokens 0 --log_interval 1 --output " + out +
                     " --log_file " + log + " " + flags + " > " + out + ".out 2>&1";
   int rc = std::system(cmd.c_str());
@@ -139,6 +141,20 @@ TEST(TrainLlama, GeminiNvmeOffloadFollowsTheRunWithoutOffload) {
   expect_same_curve(plain, losses(train("gemini_yaml", 2, "--config " + w.dir + "/gemini.yaml")),
                     "gemini with NVMe offload from a YAML file");
   EXPECT_TRUE(std::filesystem::is_empty(nvme));
+}
+
+// --pretrained loads lazily: under Gemini on 2 ranks each weight goes from the saved files
+// straight into its shard, and the first evaluation sees exactly the saved model.
+TEST(TrainLlama, PretrainedLoadsStraightIntoGeminiShards) {
+  const auto& w = workspace();
+  auto first = train("pre_a", 1, "--batch_size 4 --max_steps 3 --eval_interval 0");
+  auto saved = eval_losses(first);
+  ASSERT_FALSE(saved.empty());
+  auto second = train("pre_b", 2, "--plugin gemini --batch_size 2 --max_steps 1 --eval_interval 0 --pretrained " +
+                                      w.dir + "/pre_a/model");
+  auto evals = eval_losses(second);
+  ASSERT_FALSE(evals.empty());
+  EXPECT_NEAR(evals.front(), saved.back(), 1e-5 * saved.back()) << "the loaded model's first evaluation";
 }
 
 // --plugin hybrid against the same single-process curve: tp 2 x dp 2 (half the batch per

@@ -52,8 +52,9 @@ class GeminiModel : public ModelWrapper {
         ranks_(group.size()) {
     chunks_.collect(model, optimizer);
     parallel::broadcast_model_state(model, group);  // a lazily built model: its seed
-    chunks_.build(policy_, shards_, optimizer, /*keep_gathered=*/options.check_first_step,
-                  dynamic_cast<const nn::ParameterInitializer*>(&model));
+    auto* init = dynamic_cast<nn::ParameterInitializer*>(&model);
+    chunks_.build(policy_, shards_, optimizer, /*keep_gathered=*/options.check_first_step, init);
+    if (init) init->parameters_materialized();
     {
       torch::NoGradGuard no_grad;
       for (auto& b : model.buffers())

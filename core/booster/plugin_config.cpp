@@ -50,9 +50,8 @@ void PluginConfig::read(const ConfigNode& c) {
   for (const auto& key : c.unused_keys()) {
     options[key] = c.raw(key);
     origin[key] = c.describe(key);
-    std::string ignored;  // marks it used: the plugin, not the file's reader, judges it
-    (void)ignored;
-    c.read_value(key, nlohmann::json(""), ignored);
+    std::string unused;  // marks the key consumed: the plugin, not the file's reader, judges it
+    c.read_value(key, nlohmann::json(""), unused);
   }
 }
 

@@ -202,14 +202,10 @@ void LlamaForCausalLMImpl::reset_parameters() {
   const auto specs = parallel::collect_shard_specs(*this);
   for (auto& item : named_parameters()) {
     auto& p = item.value();
-    auto it = specs.find(item.key());
-    const bool split = it != specs.end() && it->second.dim >= 0;
-    auto shape = p.sizes().vec();
-    if (split) shape[it->second.dim] = it->second.full_size;
-    auto full = torch::empty(shape, torch::kFloat32);
+    const auto* split = parallel::split_spec(specs, item.key());
+    auto full = torch::empty(parallel::full_shape(p, split), torch::kFloat32);
     init_parameter(item.key(), full);
-    // This rank's slice of the full tensor (padded vocabulary rows stay zero).
-    p.copy_(split ? parallel::slice_of(full, it->second, p.size(it->second.dim)) : full);
+    p.copy_(parallel::local_part(full, split, p));  // padded vocabulary rows stay zero
   }
 }
 

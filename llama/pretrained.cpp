@@ -57,9 +57,7 @@ LoadedModel load_pretrained_lazily(const std::string& dir, const parallel::Paral
       out.report.missing.push_back(name);
       continue;
     }
-    auto shape = item.value().sizes().vec();
-    auto it = specs.find(name);
-    if (it != specs.end() && it->second.dim >= 0) shape[it->second.dim] = it->second.full_size;
+    const auto shape = parallel::full_shape(item.value(), parallel::split_spec(specs, name));
     const auto& info = reader->info(name);
     if (at::IntArrayRef(info.shape) != at::IntArrayRef(shape) || !c10::isFloatingType(info.dtype))
       out.report.mismatched.push_back(name + ": checkpoint " + c10::str(at::IntArrayRef(info.shape), " ", info.dtype) +

@@ -109,17 +109,7 @@ namespace {
 // Sets a parameter from its full-size value: the whole tensor, or this rank's slice of it.
 void assign_full(torch::Tensor& p, const torch::Tensor& full, const std::map<std::string, parallel::ShardSpec>& specs,
                  const std::string& name) {
-  auto it = specs.find(name);
-  if (it == specs.end() || it->second.dim < 0) p.copy_(full);
-  else p.copy_(parallel::slice_of(full, it->second, p.size(it->second.dim)));
-}
-// The full shape of a parameter that may be a tensor-parallel slice.
-std::vector<int64_t> full_shape(const torch::Tensor& p, const std::map<std::string, parallel::ShardSpec>& specs,
-                                const std::string& name) {
-  auto shape = p.sizes().vec();
-  auto it = specs.find(name);
-  if (it != specs.end() && it->second.dim >= 0) shape[it->second.dim] = it->second.full_size;
-  return shape;
+  p.copy_(parallel::local_part(full, parallel::split_spec(specs, name), p));
 }
 }  // namespace
 
@@ -146,7 +136,8 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
     } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
       p.zero_();
     } else {
-      assign_full(p, torch::empty(full_shape(p, specs, name)).normal_(0.0, s).clamp_(-2 * s, 2 * s), specs, name);
+      const auto shape = parallel::full_shape(p, parallel::split_spec(specs, name));
+      assign_full(p, torch::empty(shape).normal_(0.0, s).clamp_(-2 * s, 2 * s), specs, name);
     }
   }
 }

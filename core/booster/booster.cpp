@@ -3,9 +3,9 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include "core/common/check.h"
-#include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/nn/deferred_init.h"
+#include "core/parallel/data/model_sync.h"
 
 namespace colossal::booster {
 
@@ -52,12 +52,8 @@ Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
   // A lazily built model: this rank's tensor-parallel slices are materialised now, unless the
   // plugin keeps only shards and materialises those itself.
   if (nn::has_deferred_parameters(*model) && !plugin_->materializes_deferred()) {
-    if (auto* init = dynamic_cast<nn::ParameterInitializer*>(model.get())) {
-      // Every rank materialises from rank 0's seed (as an eager model is broadcast from it).
-      auto seed = torch::tensor({static_cast<int64_t>(init->init_seed())}, torch::kInt64);
-      dist::broadcast(seed, 0, dist::world_group());
-      init->set_init_seed(static_cast<uint64_t>(seed.item<int64_t>()));
-    }
+    // Every rank materialises from rank 0's seed (as an eager model is broadcast from it).
+    parallel::broadcast_init_seed(*model, dist::world_group());
     nn::materialize(*model, plugin_->device());
   }
   auto wrapper = plugin_->wrap_model(*model, *optimizer);

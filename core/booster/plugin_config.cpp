@@ -6,27 +6,21 @@
 namespace colossal::booster {
 namespace {
 
-int parse_size(const std::string& key, const std::string& text, const std::string& where) {
-  auto v = detail::option_value_for(nlohmann::json(text), "int", where.empty() ? key : where);
+int parse_size(const std::string& text, const std::string& where) {
+  auto v = detail::option_value_for(nlohmann::json(text), "int", where);
   return static_cast<int>(v.get<long long>());
 }
 
 }  // namespace
 
-bool PluginConfig::is_general_key(const std::string& key) {
-  static const std::set<std::string> keys = {"plugin", "pp", "dp", "sp", "tp", "ep", "sp_mode",
-                                             "mixed_precision", "precision", "device"};
-  return keys.count(key) > 0;
-}
-
 void PluginConfig::set(const std::string& key, const std::string& text, const std::string& where) {
   const std::string from = where.empty() ? "'" + key + "'" : where;
   if (key == "plugin") name = text;
-  else if (key == "pp") layout.pp = parse_size(key, text, from);
-  else if (key == "dp") layout.dp = parse_size(key, text, from);
-  else if (key == "sp") layout.sp = parse_size(key, text, from);
-  else if (key == "tp") layout.tp = parse_size(key, text, from);
-  else if (key == "ep") layout.ep = parse_size(key, text, from);
+  else if (key == "pp") layout.pp = parse_size(text, from);
+  else if (key == "dp") layout.dp = parse_size(text, from);
+  else if (key == "sp") layout.sp = parse_size(text, from);
+  else if (key == "tp") layout.tp = parse_size(text, from);
+  else if (key == "ep") layout.ep = parse_size(text, from);
   else if (key == "sp_mode") layout.sp_mode = text;
   else if (key == "mixed_precision" || key == "precision") precision = text;
   else if (key == "device") device = text;

@@ -28,9 +28,6 @@ struct PluginConfig {
   nlohmann::json options = nlohmann::json::object();
   std::map<std::string, std::string> origin;
 
-  /// The keys PluginConfig itself owns (everything else is a plugin option).
-  static bool is_general_key(const std::string& key);
-
   /// Sets one setting from text (a flag): a general key, or a plugin option. `where` names the
   /// source in messages ("flag --tp").
   void set(const std::string& key, const std::string& text, const std::string& where = "");

@@ -81,9 +81,4 @@ void copy_file(const std::string& from, const std::string& to) {
   COLOSSAL_CHECK(error.empty(), "[fs] copying '", from, "' to '", to, "' failed ", error);
 }
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 }  // namespace colossal::fs

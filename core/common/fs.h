@@ -16,6 +16,5 @@ void make_dirs(const std::string& path);
 void remove_all(const std::string& path);
 /// Copies a regular file (replacing `to`); throws naming both paths and the reason.
 void copy_file(const std::string& from, const std::string& to);
-bool exists(const std::string& path);
 
 }  // namespace colossal::fs

@@ -23,8 +23,6 @@ torch::Tensor deferred_empty(at::IntArrayRef shape, const torch::TensorOptions& 
   return t;
 }
 
-torch::Tensor new_parameter(at::IntArrayRef shape) { return deferred ? deferred_empty(shape) : torch::empty(shape); }
-
 void allocate_zeros(const torch::Tensor& t) {
   if (!is_deferred(t)) return;
   auto* s = t.storage().unsafeGetStorageImpl();
@@ -68,14 +66,10 @@ void materialize(torch::nn::Module& model, const c10::Device& device) {
   for (auto& item : model.named_parameters()) {
     auto& p = item.value();
     if (!is_deferred(p)) continue;
-    auto it = specs.find(item.key());
-    const bool split = it != specs.end() && it->second.dim >= 0;
-    auto shape = p.sizes().vec();
-    if (split) shape[it->second.dim] = it->second.full_size;
-    auto full = torch::empty(shape, torch::kFloat32);
+    const auto* split = parallel::split_spec(specs, item.key());
+    auto full = torch::empty(parallel::full_shape(p, split), torch::kFloat32);
     init->init_parameter(item.key(), full);
-    auto local = split ? parallel::slice_of(full, it->second, p.size(it->second.dim)) : full;
-    p.set_data(local.to(device, p.scalar_type()).contiguous());  // in place: handles stay valid
+    p.set_data(parallel::local_part(full, split, p).to(device, p.scalar_type()));  // in place: handles stay valid
   }
   init->parameters_materialized();
 }

@@ -40,9 +40,6 @@ class DeferredInitGuard {
 
 /// True while a DeferredInitGuard lives on this thread.
 bool deferred_init_enabled();
-/// A new parameter tensor of `shape` (fp32, CPU): deferred (no memory) under deferred init,
-/// otherwise uninitialised memory the caller fills.
-torch::Tensor new_parameter(at::IntArrayRef shape);
 /// A tensor with the shape (and device and dtype of `options`) but no memory.
 torch::Tensor deferred_empty(at::IntArrayRef shape, const torch::TensorOptions& options = {});
 /// Gives a deferred tensor zero-filled memory in place (handles to it stay valid); a no-op for

@@ -137,9 +137,10 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
   const bool nvme = options_.offload_device == "nvme";
   const int64_t elem = c10::elementSize(options_.compute_dtype);
   int64_t nvme_bytes = 0, S = E / ranks_;  // S: the largest shard
+  std::vector<ChunkTier> tiers;
   for (int64_t ci = 0; ci < n; ++ci) {
     auto& c = chunks_[ci];
-    const auto t = policy.tier(ci, n, large_chunks);
+    const auto& t = tiers.emplace_back(policy.tier(ci, n, large_chunks));
     c.pinned = t.pinned;
     c.nvme_optim = nvme && t.offload_optim;
     c.nvme_param = nvme && t.offload_param;
@@ -174,7 +175,7 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
     c.shard = c.data.narrow(0, rank_ * c.shard_elements, c.shard_elements).clone();
     // A separate fp32 master: a low-precision working copy, or an offloaded optimizer state
     // (on a CPU build the offload tier is host memory too, so the same path runs and is tested).
-    const bool separate_master = options_.compute_dtype != c10::kFloat || policy.tier(ci, n, large_chunks).offload_optim;
+    const bool separate_master = options_.compute_dtype != c10::kFloat || tiers[ci].offload_optim;
     c.master = separate_master ? c.shard.to(torch::kFloat32, false, /*copy=*/true) : c.shard;
     // The reduced gradients get memory at the first reduction, not here: building a lazily
     // constructed model then holds no more than a chunk at a time.

@@ -16,20 +16,14 @@
 #include "core/parallel/tensor/shard.h"
 #include "llama/model.h"
 #include "tests/support/errors.h"
+#include "tests/llama/tiny_llama.h"
 #include "tests/support/multirank.h"
 
 namespace colossal::llama {
 namespace {
 
 LlamaConfig config(bool tied) {
-  LlamaConfig c;
-  c.vocab_size = 100;  // not a multiple of 64 x tp: the last ranks hold padding
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 32;
+  LlamaConfig c = tiny_test_llama();  // vocabulary 100, not a multiple of 64 x tp: the last ranks hold padding
   c.tie_word_embeddings = tied;
   return c;
 }

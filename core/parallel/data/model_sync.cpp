@@ -10,15 +10,18 @@
 
 namespace colossal::parallel {
 
+void broadcast_init_seed(torch::nn::Module& model, const dist::Group& group) {
+  auto* init = dynamic_cast<nn::ParameterInitializer*>(&model);
+  if (init == nullptr) return;
+  auto seed = torch::tensor({static_cast<int64_t>(init->init_seed())}, torch::kInt64);
+  dist::broadcast(seed, 0, group);
+  init->set_init_seed(static_cast<uint64_t>(seed.item<int64_t>()));
+}
+
 void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers) {
   torch::NoGradGuard no_grad;
-  // A lazily built model: its deferred parameters are made from its seed, so the seed is what
-  // rank 0 shares (every rank then materialises the same values).
-  if (auto* init = dynamic_cast<nn::ParameterInitializer*>(&model)) {
-    auto seed = torch::tensor({static_cast<int64_t>(init->init_seed())}, torch::kInt64);
-    dist::broadcast(seed, 0, group);
-    init->set_init_seed(static_cast<uint64_t>(seed.item<int64_t>()));
-  }
+  // A lazily built model's deferred parameters are made from its seed: that is what is shared.
+  broadcast_init_seed(model, group);
   for (auto& p : model.parameters()) {
     if (nn::is_deferred(p)) continue;
     auto t = p.detach();

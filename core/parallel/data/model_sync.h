@@ -13,6 +13,10 @@
 
 namespace colossal::parallel {
 
+/// A lazily built model (nn::ParameterInitializer): every member takes group rank 0's
+/// initialisation seed, so all materialise the same values. No-op for other models.
+void broadcast_init_seed(torch::nn::Module& model, const dist::Group& group);
+
 /// Broadcasts parameters (and buffers) from group rank 0, in place. Deferred parameters (lazy
 /// construction) are skipped; the model's initialisation seed is broadcast instead.
 void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers = true);

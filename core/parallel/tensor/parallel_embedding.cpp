@@ -10,22 +10,14 @@ namespace colossal::parallel {
 
 ParallelEmbeddingImpl::ParallelEmbeddingImpl(int64_t vocab, int64_t dim, const ParallelContext& ctx)
     : ctx_(ctx), vocab_(vocab) {
-  if (nn::deferred_init_enabled()) {  // shapes only: the model initialises it when boosted
-    const int64_t rows = ctx_.tensor_parallel() ? padded_vocab(vocab, ctx_.tp_size()) / ctx_.tp_size() : vocab;
-    start_ = ctx_.tp_rank() * rows;
-    weight = register_parameter("weight", nn::deferred_empty({rows, dim}));
-    return;
-  }
+  // This rank's rows of the table padded to a multiple of 64 x tp, without memory yet.
+  const int64_t rows = ctx_.tensor_parallel() ? padded_vocab(vocab, ctx_.tp_size()) / ctx_.tp_size() : vocab;
+  start_ = ctx_.tp_rank() * rows;
+  weight = register_parameter("weight", nn::deferred_empty({rows, dim}));
+  if (nn::deferred_init_enabled()) return;  // the model initialises it when boosted
+  torch::NoGradGuard no_grad;
   auto full = torch::empty({vocab, dim}).normal_();  // torch::nn::Embedding's initialisation
-  if (ctx_.tensor_parallel()) {
-    const int64_t part = padded_vocab(vocab, ctx_.tp_size()) / ctx_.tp_size();
-    start_ = ctx_.tp_rank() * part;
-    const int64_t real = std::clamp<int64_t>(vocab - start_, 0, part);
-    auto local = torch::zeros({part, dim});
-    if (real > 0) local.narrow(0, 0, real).copy_(full.narrow(0, start_, real));
-    full = local;
-  }
-  weight = register_parameter("weight", full);
+  weight.set_data(local_part(full, split_spec(shard_specs(), "weight"), weight));
 }
 
 torch::Tensor ParallelEmbeddingImpl::forward(const torch::Tensor& ids) {

@@ -35,63 +35,22 @@ ParallelLinearImpl::ParallelLinearImpl(const ParallelLinearOptions& o, const Par
   const int tp = ctx.tp_size(), r = ctx.tp_rank();
   COLOSSAL_CHECK(o.in_features > 0 && o.out_features > 0, "[tp] linear: features must be positive, got ",
                  o.in_features, " -> ", o.out_features);
-  if (nn::deferred_init_enabled()) {  // shapes only: the model initialises them when boosted
-    build_deferred(tp, r);
-    return;
-  }
+  lay_out(tp, r);  // this rank's shapes (no memory yet)
+  if (nn::deferred_init_enabled()) return;  // the model initialises them when boosted
   // The full tensors, initialised as torch::nn::Linear does, then this rank's slice.
+  torch::NoGradGuard no_grad;
   auto w = torch::empty({o.out_features, o.in_features});
   torch::nn::init::kaiming_uniform_(w, std::sqrt(5.0));
-  torch::Tensor b;
+  const auto specs = shard_specs();
+  weight.set_data(local_part(w, split_spec(specs, "weight"), weight));
   if (o.bias) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(o.in_features));
-    b = torch::empty({o.out_features}).uniform_(-bound, bound);
+    auto b = torch::empty({o.out_features}).uniform_(-bound, bound);
+    bias.set_data(local_part(b, split_spec(specs, "bias"), bias));
   }
-  if (tp > 1) {
-    switch (o.style) {
-      case SplitStyle::kColumn: {
-        COLOSSAL_CHECK(o.out_features % tp == 0, "[tp] column-parallel linear: ", o.out_features,
-                       " output features do not divide by tp ", tp);
-        const int64_t part = o.out_features / tp;
-        out_start_ = r * part;
-        w = w.narrow(0, out_start_, part).clone();
-        if (o.bias) b = b.narrow(0, out_start_, part).clone();
-        break;
-      }
-      case SplitStyle::kVocabHead: {
-        const int64_t part = padded_vocab(o.out_features, tp) / tp;
-        out_start_ = r * part;
-        const int64_t real = std::clamp<int64_t>(o.out_features - out_start_, 0, part);
-        auto local = torch::zeros({part, o.in_features});
-        if (real > 0) local.narrow(0, 0, real).copy_(w.narrow(0, out_start_, real));
-        w = local;
-        if (o.bias) {
-          auto lb = torch::zeros({part});
-          if (real > 0) lb.narrow(0, 0, real).copy_(b.narrow(0, out_start_, real));
-          b = lb;
-        }
-        if (real < part) {
-          pad_mask_ = torch::zeros({part}, torch::kBool);
-          pad_mask_.narrow(0, real, part - real).fill_(true);
-        }
-        break;
-      }
-      case SplitStyle::kRow: {
-        COLOSSAL_CHECK(o.in_features % tp == 0, "[tp] row-parallel linear: ", o.in_features,
-                       " input features do not divide by tp ", tp);
-        const int64_t part = o.in_features / tp;
-        w = w.narrow(1, r * part, part).clone();
-        break;
-      }
-      case SplitStyle::kReplicate: break;
-      case SplitStyle::kVocabEmbedding: COLOSSAL_FAIL("[tp] a linear layer cannot be split as an embedding");
-    }
-  }
-  weight = register_parameter("weight", w);
-  if (o.bias) bias = register_parameter("bias", b);
 }
 
-void ParallelLinearImpl::build_deferred(int tp, int r) {
+void ParallelLinearImpl::lay_out(int tp, int r) {
   const auto& o = options_;
   int64_t out = o.out_features, in = o.in_features;
   if (tp > 1) {

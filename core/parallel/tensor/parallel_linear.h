@@ -59,8 +59,9 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   torch::Tensor weight, bias;
 
  private:
-  // Under nn::DeferredInitGuard: this rank's shapes, no memory, no draws.
-  void build_deferred(int tp, int tp_rank);
+  // This rank's slice bounds and parameter shapes, registered without memory (what deferred
+  // init keeps; the eager constructor then fills them from the full tensors).
+  void lay_out(int tp, int tp_rank);
 
   ParallelLinearOptions options_;
   ParallelContext ctx_;

@@ -35,6 +35,21 @@ torch::Tensor slice_of(const torch::Tensor& full, const ShardSpec& spec, int64_t
   return out;
 }
 
+const ShardSpec* split_spec(const std::map<std::string, ShardSpec>& specs, const std::string& name) {
+  auto it = specs.find(name);
+  return it != specs.end() && it->second.dim >= 0 ? &it->second : nullptr;
+}
+
+std::vector<int64_t> full_shape(const torch::Tensor& local, const ShardSpec* split) {
+  auto shape = local.sizes().vec();
+  if (split) shape[split->dim] = split->full_size;
+  return shape;
+}
+
+torch::Tensor local_part(const torch::Tensor& full, const ShardSpec* split, const torch::Tensor& local) {
+  return split ? slice_of(full, *split, local.size(split->dim)).clone() : full;
+}
+
 torch::Tensor gather_full(const torch::Tensor& local, const ShardSpec& spec) {
   if (spec.dim < 0 || !spec.group.is_member() || spec.group.size() == 1) return local;
   // Padding sits only at the end of the last ranks' slices, so the first full_size rows are the

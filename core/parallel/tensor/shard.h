@@ -37,6 +37,14 @@ std::map<std::string, ShardSpec> collect_shard_specs(const torch::nn::Module& mo
 /// This rank's slice of a full tensor (padded with zeros past full_size).
 torch::Tensor slice_of(const torch::Tensor& full, const ShardSpec& spec, int64_t padded_local_size);
 
+/// The spec of parameter `name` when it is split over its group (dim >= 0), else nullptr.
+const ShardSpec* split_spec(const std::map<std::string, ShardSpec>& specs, const std::string& name);
+/// The full (unsplit) shape of a parameter whose local tensor is `local`.
+std::vector<int64_t> full_shape(const torch::Tensor& local, const ShardSpec* split);
+/// This rank's part of `full`, shaped like `local`: a copy of its slice, or `full` itself when
+/// the parameter is not split.
+torch::Tensor local_part(const torch::Tensor& full, const ShardSpec* split, const torch::Tensor& local);
+
 /// The full tensor from every rank's slice (all-gathered over spec.group, padding dropped); the
 /// tensor itself when it is replicated.
 torch::Tensor gather_full(const torch::Tensor& local, const ShardSpec& spec);

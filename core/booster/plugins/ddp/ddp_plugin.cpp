@@ -293,12 +293,6 @@ DDPPlugin::DDPPlugin(Options options, PluginEnvironment env) : Plugin(std::move(
   options_.validate();
 }
 
-std::pair<int, int> DDPPlugin::data_parallel_rank_and_size() const {
-  COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() first");
-  if (!options_.scope.group.is_member()) return Plugin::data_parallel_rank_and_size();
-  return {options_.scope.group.rank(), options_.scope.group.size()};
-}
-
 std::unique_ptr<ModelWrapper> DDPPlugin::wrap_model(torch::nn::Module& model,
                                                     torch::optim::Optimizer& optimizer) {
   COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");

@@ -51,7 +51,6 @@ class DDPPlugin : public Plugin {
   std::string name() const override { return "ddp"; }
   bool supports_no_sync() const override { return true; }
   std::string precision() const override { return options_.precision; }
-  std::pair<int, int> data_parallel_rank_and_size() const override;
   std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model,
                                            torch::optim::Optimizer& optimizer) override;
 

@@ -48,8 +48,7 @@ class GeminiModel : public ModelWrapper {
                 group),
         shards_(group, amp::parse_precision(options.precision) == amp::Precision::kFp16
                            ? std::optional<amp::DynamicLossScaler>(options.loss_scaler)
-                           : std::nullopt),
-        ranks_(group.size()) {
+                           : std::nullopt) {
     chunks_.collect(model, optimizer);
     parallel::broadcast_model_state(model, group);  // a lazily built model: its seed
     auto* init = dynamic_cast<nn::ParameterInitializer*>(&model);
@@ -165,7 +164,7 @@ class GeminiModel : public ModelWrapper {
   std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module&) const override {
     return shards_.checkpoint_slices();
   }
-  bool optimizer_sharded() const override { return ranks_ > 1; }
+  bool optimizer_sharded() const override { return chunks_.group().size() > 1; }
 
   checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>* metadata) const override {
     return chunks_.streamed_state(metadata);
@@ -345,7 +344,6 @@ class GeminiModel : public ModelWrapper {
   PlacementPolicy policy_;
   ChunkManager chunks_;
   MasterShards shards_;
-  int ranks_;
   std::vector<int64_t> hook_ids_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   bool first_step_ = true;

@@ -100,10 +100,6 @@ const parallel::ParallelContext& HybridParallelPlugin::parallel_context() {
   return *context_;
 }
 
-std::pair<int, int> HybridParallelPlugin::data_parallel_rank_and_size() const {
-  return {dims().coord(dist::Axis::kDp), dims().dp()};
-}
-
 std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module& model,
                                                                torch::optim::Optimizer& optimizer) {
   const auto& context = parallel_context();
@@ -141,10 +137,6 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
   // before the data-parallel reduction sees them.
   parallel::register_partial_gradient_hooks(model);
   return std::make_unique<HybridModel>(std::move(inner), specs, tp, context.tp_rank());
-}
-
-std::string HybridParallelPlugin::describe() const {
-  return dims().describe() + (options_.zero_stage ? ", ZeRO-" + std::to_string(options_.zero_stage) : ", DDP");
 }
 
 }  // namespace colossal::booster

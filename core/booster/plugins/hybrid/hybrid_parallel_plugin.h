@@ -43,14 +43,10 @@ class HybridParallelPlugin : public Plugin {
   std::string name() const override { return "hybrid"; }
   bool supports_no_sync() const override { return true; }
   std::string precision() const override { return options_.precision; }
-  std::pair<int, int> data_parallel_rank_and_size() const override;
   std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer) override;
 
   const Options& options() const { return options_; }
   std::vector<OptionInfo> option_values() const override { return list_options(options_); }
-  int dp_size() const { return dims().dp(); }
-  /// "pp 1 x dp 1 x sp 2 (ring_attn) x tp 2, ZeRO-2"
-  std::string describe() const;
 
  private:
   Options options_;

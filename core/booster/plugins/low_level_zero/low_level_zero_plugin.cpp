@@ -447,12 +447,6 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(Options options, PluginEnvironment env)
   options_.validate();
 }
 
-std::pair<int, int> LowLevelZeroPlugin::data_parallel_rank_and_size() const {
-  COLOSSAL_CHECK(dist::is_initialized(), "[zero] call colossal::dist::init() first");
-  if (!options_.scope.group.is_member()) return Plugin::data_parallel_rank_and_size();
-  return {options_.scope.group.rank(), options_.scope.group.size()};
-}
-
 std::unique_ptr<ModelWrapper> LowLevelZeroPlugin::wrap_model(torch::nn::Module& model,
                                                              torch::optim::Optimizer& optimizer) {
   COLOSSAL_CHECK(dist::is_initialized(), "[zero] call colossal::dist::init() before boosting");

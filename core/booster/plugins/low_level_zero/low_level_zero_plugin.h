@@ -64,7 +64,6 @@ class LowLevelZeroPlugin : public Plugin {
   std::string name() const override { return "zero" + std::to_string(options_.stage); }
   bool supports_no_sync() const override { return true; }
   std::string precision() const override { return options_.precision; }
-  std::pair<int, int> data_parallel_rank_and_size() const override;
   std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer) override;
   const Options& options() const { return options_; }
   std::vector<OptionInfo> option_values() const override { return list_options(options_); }

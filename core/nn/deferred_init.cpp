@@ -37,6 +37,12 @@ bool is_deferred(const torch::Tensor& t) {
   return t.defined() && t.numel() > 0 && t.has_storage() && t.storage().nbytes() == 0;
 }
 
+void defer_parameters(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters())
+    if (p.numel() > 0 && !is_deferred(p)) p.set_data(deferred_empty(p.sizes(), p.options()));
+}
+
 uint64_t parameter_seed(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : name) {

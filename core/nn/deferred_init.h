@@ -65,6 +65,11 @@ class ParameterInitializer {
 /// A per-parameter seed: `seed` mixed with the parameter's name (splitmix64 of an FNV-1a hash).
 uint64_t parameter_seed(uint64_t seed, const std::string& name);
 
+/// Makes every parameter of `module` that has memory deferred again, in place. For layers that
+/// cannot create deferred parameters themselves (LibTorch's Conv2d, LayerNorm): the model's
+/// initializer then makes their values at boost like every other parameter's.
+void defer_parameters(torch::nn::Module& module);
+
 /// True when any parameter of `model` is still deferred.
 bool has_deferred_parameters(const torch::nn::Module& model);
 

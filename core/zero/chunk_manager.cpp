@@ -35,10 +35,37 @@ void check_streamable(const torch::optim::Optimizer& optimizer) {
 }  // namespace
 
 ChunkManager::ChunkManager(Options options, dist::Group group)
-    : options_(std::move(options)), group_(std::move(group)), ranks_(group_.size()), rank_(group_.rank()) {}
+    : options_(std::move(options)),
+      group_(std::move(group)),
+      ranks_(group_.size()),
+      rank_(group_.rank()),
+      transfer_(options_.device) {}
 
 torch::TensorOptions ChunkManager::chunk_options() const {
   return torch::TensorOptions().dtype(options_.compute_dtype).device(options_.device);
+}
+
+torch::TensorOptions ChunkManager::host_options(c10::ScalarType dtype) const {
+  return offload::host_options(options_.device, dtype);
+}
+
+std::string ChunkManager::tier_label(Tier tier) const {
+  switch (tier) {
+    case Tier::kDevice: return options_.device.is_cpu() ? "host" : "device";
+    case Tier::kHost: return "host";
+    case Tier::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+void ChunkManager::copy_between(const torch::Tensor& dst, const torch::Tensor& src) {
+  if (dst.device() == src.device()) {
+    dst.copy_(src);
+    return;
+  }
+  auto fence = transfer_.copy(dst, src);
+  if (dst.is_cpu()) transfer_.wait_on_host(fence);
+  else transfer_.wait_on_device(fence);
 }
 
 void ChunkManager::set_state(ChunkParam& p, TensorState to) {
@@ -87,7 +114,7 @@ void ChunkManager::collect(torch::nn::Module& model, const torch::optim::Optimiz
 }
 
 void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, const torch::optim::Optimizer& optimizer,
-                         bool keep_gathered, const nn::ParameterInitializer* init) {
+                         bool keep_all_gathered, const nn::ParameterInitializer* init) {
   torch::NoGradGuard no_grad;
   // The search packs the parameters that get sharded chunks (all of them if none is large).
   std::vector<int64_t> sizes;
@@ -134,19 +161,19 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
   const int64_t n = static_cast<int64_t>(chunks_.size());
 
   // Where each chunk lives; the NVMe store is sized for what goes there.
-  const bool nvme = options_.offload_device == "nvme";
+  const Tier offload_tier = options_.offload_device == "nvme" ? Tier::kNvme : Tier::kHost;
   const int64_t elem = c10::elementSize(options_.compute_dtype);
   int64_t nvme_bytes = 0, S = E / ranks_;  // S: the largest shard
   std::vector<ChunkTier> tiers;
   for (int64_t ci = 0; ci < n; ++ci) {
     auto& c = chunks_[ci];
     const auto& t = tiers.emplace_back(policy.tier(ci, n, large_chunks));
-    c.pinned = t.pinned;
-    c.nvme_optim = nvme && t.offload_optim;
-    c.nvme_param = nvme && t.offload_param;
+    c.keep_gathered = t.keep_gathered;
+    c.optim_tier = t.offload_optim ? offload_tier : Tier::kDevice;
+    c.param_tier = t.offload_param ? offload_tier : Tier::kDevice;
     const int64_t shard = c.elements / ranks_;
-    if (c.nvme_optim) nvme_bytes += 3 * (shard * 4 + 4096);
-    if (c.nvme_param) nvme_bytes += shard * elem + 4096;
+    if (c.nvme_optim()) nvme_bytes += 3 * (shard * 4 + 4096);
+    if (c.nvme_param()) nvme_bytes += shard * elem + 4096;
   }
   if (nvme_bytes > 0) {
     check_streamable(optimizer);
@@ -172,15 +199,29 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
       }
       p.param.set_data(region.view(p.shape));
     }
-    c.shard = c.data.narrow(0, rank_ * c.shard_elements, c.shard_elements).clone();
-    // A separate fp32 master: a low-precision working copy, or an offloaded optimizer state
-    // (on a CPU build the offload tier is host memory too, so the same path runs and is tested).
-    const bool separate_master = options_.compute_dtype != c10::kFloat || tiers[ci].offload_optim;
-    c.master = separate_master ? c.shard.to(torch::kFloat32, false, /*copy=*/true) : c.shard;
+    auto mine = c.data.narrow(0, rank_ * c.shard_elements, c.shard_elements);
+    c.shard = c.param_tier == Tier::kDevice ? mine.clone()
+                                            : torch::empty({c.shard_elements}, host_options(options_.compute_dtype));
+    if (c.param_tier != Tier::kDevice) c.shard.copy_(mine);
+    // A separate fp32 master: a low-precision working copy, or an optimizer state on another
+    // tier than the parameter shard (on a CPU build that tier is host memory too, so the same
+    // path runs and is tested).
+    const bool separate_master = options_.compute_dtype != c10::kFloat || c.optim_tier != c.param_tier;
+    if (separate_master) {
+      const auto where = c.optim_tier == Tier::kDevice ? chunk_options().dtype(torch::kFloat32)
+                                                       : host_options(torch::kFloat32);
+      c.master = torch::empty({c.shard_elements}, where);
+      c.master.copy_(c.shard);
+    } else {
+      c.master = c.shard;
+    }
     // The reduced gradients get memory at the first reduction, not here: building a lazily
-    // constructed model then holds no more than a chunk at a time.
-    c.grad_shard = nn::deferred_empty({c.shard_elements}, c.data.options());
-    if (c.nvme_optim) {
+    // constructed model then holds no more than a chunk at a time. They live where the
+    // optimizer reads them.
+    c.grad_shard = nn::deferred_empty({c.shard_elements}, c.optim_tier == Tier::kDevice
+                                                             ? chunk_options()
+                                                             : host_options(options_.compute_dtype));
+    if (c.nvme_optim()) {
       if (!zeros.defined()) zeros = torch::zeros({S}, torch::kFloat32);
       auto z = zeros.narrow(0, 0, c.shard_elements);
       c.off_master = nvme_->allocate(c.shard_elements * 4);
@@ -192,15 +233,15 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
       c.master = torch::Tensor();
       shards.streamed_grads().push_back(c.grad_shard);
     }
-    if (c.nvme_param) {
+    if (c.nvme_param()) {
       c.off_shard = nvme_->allocate(c.shard_elements * elem);
-      nvme_->write(c.shard, c.off_shard);
+      nvme_->write(c.shard, c.off_shard);  // the shard is on the host (offload tier)
       c.shard = torch::Tensor();
     }
     gathered_bytes_ += c.bytes();
     // Chunks the first step will not keep gathered give their memory back at once, so building
     // never holds the whole model (what lets a lazily built model boost within its shards).
-    if (!keep_gathered && !c.pinned) release(static_cast<size_t>(ci));
+    if (!keep_all_gathered && !c.keep_gathered) release(static_cast<size_t>(ci));
     // The optimizer's view: each parameter's intersection with this rank's shard.
     const int64_t lo = rank_ * c.shard_elements, hi = lo + c.shard_elements;
     c.streamed_begin = streamed_.size();
@@ -208,7 +249,7 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
       auto& p = params_[pi];
       const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
       if (a >= b) continue;
-      if (c.nvme_optim) {
+      if (c.nvme_optim()) {
         streamed_.push_back({pi, static_cast<size_t>(ci), a - p.offset, a - lo, b - a});
         continue;
       }
@@ -228,18 +269,38 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
 
 // ---- moving chunks ------------------------------------------------------------------------
 
-// The shard to all-gather from: in memory, or read from NVMe into a staging buffer.
+// The shard to all-gather from, on the device: in place, copied up from the host (the compute
+// stream waits for the copy, the host does not), or read from NVMe (unless a prefetch did).
 torch::Tensor ChunkManager::gather_source(Chunk& c) {
-  if (!c.nvme_param) return c.shard;
+  if (c.param_tier == Tier::kDevice) return c.shard;
+  torch::Tensor host = c.shard;
+  if (c.nvme_param()) {
+    if (!c.host_staging.defined()) {
+      c.host_staging = torch::empty({c.shard_elements}, host_options(options_.compute_dtype));
+      nvme_->read(c.host_staging, c.off_shard);
+    }
+    host = c.host_staging;
+  }
+  if (options_.device.is_cpu()) {
+    c.staging = host;
+    return host;
+  }
   c.staging = torch::empty({c.shard_elements}, chunk_options());
-  nvme_->read(c.staging, c.off_shard);
+  auto fence = transfer_.copy(c.staging, host);
+  transfer_.wait_on_device(fence);
   return c.staging;
+}
+
+void ChunkManager::launch_gather(Chunk& c) {
+  c.gather_handle = dist::all_gather_async(c.data, gather_source(c), group_);
+  c.gathering = true;
 }
 
 void ChunkManager::gather(size_t ci) {
   auto& c = chunks_[ci];
   c.last_use = ++clock;
   if (c.gathered) return;
+  if (c.loading) launch_loaded();
   if (c.gathering) {
     c.gather_handle.wait();
     c.gathering = false;
@@ -249,7 +310,7 @@ void ChunkManager::gather(size_t ci) {
     gathered_bytes_ += c.bytes();
     ++gathers;
   }
-  c.staging = torch::Tensor();
+  c.staging = c.host_staging = torch::Tensor();
   peak_gathered_bytes = std::max(peak_gathered_bytes, gathered_bytes_);
   c.gathered = true;
   for (size_t pi : c.params) set_state(params_[pi], TensorState::kHold);
@@ -257,27 +318,47 @@ void ChunkManager::gather(size_t ci) {
 
 void ChunkManager::start_gather(size_t ci) {
   auto& c = chunks_[ci];
-  if (c.gathered || c.gathering) return;
+  if (c.gathered || c.gathering || c.loading) return;
   alloc_storage(c.data, c.bytes());
-  c.gather_handle = dist::all_gather_async(c.data, gather_source(c), group_);
-  c.gathering = true;
   ++prefetches;
   gathered_bytes_ += c.bytes();
+  if (c.nvme_param()) {
+    // Read now, all-gather later: the read runs while the modules before this chunk compute.
+    c.host_staging = torch::empty({c.shard_elements}, host_options(options_.compute_dtype));
+    c.load_ticket = nvme_->read_async(c.host_staging, c.off_shard);
+    c.loading = true;
+    loading_.push_back(ci);
+    ++nvme_prefetch_reads;
+    return;
+  }
+  launch_gather(c);
+}
+
+void ChunkManager::launch_loaded() {
+  for (size_t ci : loading_) {
+    auto& c = chunks_[ci];
+    nvme_->wait(c.load_ticket);
+    c.loading = false;
+    launch_gather(c);
+  }
+  loading_.clear();
 }
 
 void ChunkManager::finish_gathers() {
+  launch_loaded();
   for (auto& c : chunks_) {
     if (!c.gathering) continue;
     c.gather_handle.wait();
     c.gathering = false;
     c.gathered = true;
+    c.staging = c.host_staging = torch::Tensor();
     for (size_t pi : c.params) set_state(params_[pi], TensorState::kHold);
   }
 }
 
 bool ChunkManager::releasable(size_t ci) const {
   const auto& c = chunks_[ci];
-  if (!c.gathered || c.gathering) return false;
+  if (!c.gathered || c.gathering || c.loading) return false;
   for (size_t pi : c.params) {
     auto s = params_[pi].state;
     if (s == TensorState::kCompute || s == TensorState::kReadyForReduce) return false;
@@ -298,11 +379,12 @@ void ChunkManager::after_step(bool stepped) {
   torch::NoGradGuard no_grad;
   finish_gathers();  // a prefetch still in flight is finished, then released by the caller
   for (auto& c : chunks_) {
-    c.staging = torch::Tensor();
-    if (stepped && !c.nvme_optim && !c.master.is_same(c.shard)) c.shard.copy_(c.master);
-    if (!c.gathered || !c.pinned) continue;
+    c.staging = c.host_staging = torch::Tensor();
+    // Updated masters to the shards (a CPU step's result goes up without blocking the host).
+    if (stepped && !c.nvme_optim() && !c.master.is_same(c.shard)) copy_between(c.shard, c.master);
+    if (!c.gathered || !c.keep_gathered) continue;
     dist::all_gather(c.data, gather_source(c), group_);  // refresh the kept copy
-    c.staging = torch::Tensor();
+    c.staging = c.host_staging = torch::Tensor();
     for (size_t pi : c.params)
       if (params_[pi].state != TensorState::kHold) set_state(params_[pi], TensorState::kHold);
   }
@@ -334,17 +416,37 @@ void ChunkManager::reduce(size_t ci) {
     if (params_[pi].state == TensorState::kReadyForReduce) set_state(params_[pi], TensorState::kHoldAfterBwd);
 }
 
+void ChunkManager::accumulate_reduced(Chunk& c, const torch::Tensor& reduced) {
+  torch::NoGradGuard no_grad;
+  nn::allocate_zeros(c.grad_shard);  // in place: the masters' and streamed views stay valid
+  c.grad_shard.add_(reduced);
+}
+
+void ChunkManager::finish_gradient_down(GradientDown& g) {
+  transfer_.wait_on_host(g.fence);
+  accumulate_reduced(chunks_[g.chunk], g.host);
+}
+
 void ChunkManager::drain_reductions(size_t in_flight) {
   while (reducing_.size() > in_flight) {
     size_t ci = reducing_.front();
     reducing_.pop_front();
     auto& c = chunks_[ci];
     c.reduce_handle.wait();
-    torch::NoGradGuard no_grad;
-    nn::allocate_zeros(c.grad_shard);  // in place: the masters' and streamed views stay valid
-    c.grad_shard.add_(c.reduce_out);
+    if (c.grad_shard.device() == c.reduce_out.device()) {
+      accumulate_reduced(c, c.reduce_out);
+    } else {
+      // Down to the host while backward goes on; added in when it has arrived.
+      GradientDown g{ci, torch::empty({c.shard_elements}, host_options(c.reduce_out.scalar_type())), {}};
+      g.fence = transfer_.copy(g.host, c.reduce_out);
+      coming_down_.push_back(std::move(g));
+    }
     c.grad = torch::Tensor();
     c.reduce_out = torch::Tensor();
+  }
+  while (coming_down_.size() > in_flight) {
+    finish_gradient_down(coming_down_.front());
+    coming_down_.pop_front();
   }
 }
 
@@ -373,7 +475,7 @@ void ChunkManager::stream_optimizer_step(const torch::optim::Optimizer& optimize
   };
   std::vector<size_t> order;
   for (size_t ci = 0; ci < chunks_.size(); ++ci)
-    if (chunks_[ci].nvme_optim) order.push_back(ci);
+    if (chunks_[ci].nvme_optim()) order.push_back(ci);
   auto start_read = [&](size_t ci) {
     Buffers b;
     b.chunk = ci;
@@ -404,11 +506,11 @@ void ChunkManager::stream_optimizer_step(const torch::optim::Optimizer& optimize
     }
     b.tickets = {nvme_->write_async(b.master, c.off_master), nvme_->write_async(b.m, c.off_m),
                  nvme_->write_async(b.v, c.off_v)};  // write-behind
-    if (c.nvme_param) {
+    if (c.nvme_param()) {
       b.shard = options_.compute_dtype == c10::kFloat ? b.master : b.master.to(options_.compute_dtype);
       b.tickets.push_back(nvme_->write_async(b.shard, c.off_shard));
     } else {
-      c.shard.copy_(b.master);
+      copy_between(c.shard, b.master);
     }
     writing.push_back(std::move(b));
     while (writing.size() > 2) {
@@ -422,7 +524,7 @@ void ChunkManager::stream_optimizer_step(const torch::optim::Optimizer& optimize
 
 torch::Tensor ChunkManager::read_master(size_t ci) const {
   const auto& c = chunks_[ci];
-  if (c.nvme_optim) {
+  if (c.nvme_optim()) {
     auto mine = torch::empty({c.shard_elements}, torch::kFloat32);
     nvme_->read(mine, c.off_master);
     return mine;
@@ -434,10 +536,10 @@ void ChunkManager::write_full(size_t ci, const torch::Tensor& full) {
   torch::NoGradGuard no_grad;
   auto& c = chunks_[ci];
   auto piece = full.narrow(0, rank_ * c.shard_elements, c.shard_elements).contiguous();
-  if (c.nvme_optim) nvme_->write(piece, c.off_master);
+  if (c.nvme_optim()) nvme_->write(piece.to(torch::kCPU), c.off_master);
   else c.master.copy_(piece);
-  if (c.nvme_param) nvme_->write(piece.to(options_.compute_dtype), c.off_shard);
-  else if (c.nvme_optim || !c.master.is_same(c.shard)) c.shard.copy_(piece);
+  if (c.nvme_param()) nvme_->write(piece.to(torch::kCPU, options_.compute_dtype), c.off_shard);
+  else if (c.nvme_optim() || !c.master.is_same(c.shard)) c.shard.copy_(piece);
   if (c.gathered) c.data.copy_(full);
 }
 
@@ -446,7 +548,7 @@ checkpoint::NamedTensors ChunkManager::streamed_state(std::map<std::string, std:
   if (!nvme_) return out;
   for (size_t ci = 0; ci < chunks_.size(); ++ci) {
     const auto& c = chunks_[ci];
-    if (!c.nvme_optim || c.optim_step == 0) continue;
+    if (!c.nvme_optim() || c.optim_step == 0) continue;
     auto m = torch::empty({c.shard_elements}, torch::kFloat32), v = torch::empty_like(m);
     nvme_->read(m, c.off_m);
     nvme_->read(v, c.off_v);
@@ -465,7 +567,7 @@ void ChunkManager::load_streamed_state(const checkpoint::OptimizerStateSource& s
   if (!nvme_) return;
   for (size_t ci = 0; ci < chunks_.size(); ++ci) {
     auto& c = chunks_[ci];
-    if (!c.nvme_optim) continue;
+    if (!c.nvme_optim()) continue;
     auto m = torch::zeros({c.shard_elements}, torch::kFloat32), v = torch::zeros_like(m);
     int64_t step = 0;
     for (const StreamedSlice* s : streamed_of_chunk(ci)) {

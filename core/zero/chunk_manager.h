@@ -1,10 +1,21 @@
 #pragma once
 // ZeRO-3's chunks: trainable parameters packed into equal contiguous chunks, each rank holding
 // its shard of every chunk, and the moves of their bytes — gather (all-gather into the chunk's
-// storage), release (the storage given back), gradient reduce-scatter, and the offload tier
-// (master, moments and parameter shards on NVMe through io_uring, with a streamed AdamW step).
-// What to move when is the placement policy's decision (placement_policy.h); the plugin glue
-// (core/booster/plugins/gemini) drives both from its hooks.
+// storage), release (the storage given back), gradient reduce-scatter, and the tiers below the
+// device. What to move when is the placement policy's decision (placement_policy.h); the plugin
+// glue (core/booster/plugins/gemini) drives both from its hooks.
+//
+// Tiers (ColossalAI's heterogeneous memory). Gathered chunks and the gradients being reduced
+// live on the compute device. A chunk's persistent pieces — its parameter shard, and its fp32
+// master with the optimizer's moments — each live on one tier:
+//   device  beside the computation (GPU memory on CUDA);
+//   host    pinned host memory on CUDA, so the moves are asynchronous copies on a side stream
+//           (offload/transfer_stream.h): shards go up before their all-gather, reduced gradients
+//           come down while backward goes on, updated masters go up after the CPU step;
+//   nvme    the NVMe store through io_uring: a prefetched shard is read while the modules
+//           before it run and all-gathered at the next access; master and moments stream
+//           through an AdamW step with read-ahead and write-behind.
+// On the CPU the device and host tiers are the same memory; the same code runs, copies inline.
 //
 // A chunk's full buffer is gathered and released by giving its storage memory and taking it
 // back; parameters stay views of it throughout (and so do tensors autograd saved from them,
@@ -22,12 +33,16 @@
 #include "core/dist/collectives.h"
 #include "core/nn/deferred_init.h"
 #include "core/offload/nvme_store.h"
+#include "core/offload/transfer_stream.h"
 #include "core/zero/chunk_search.h"
 #include "core/zero/chunk_state.h"
 #include "core/zero/master_shards.h"
 #include "core/zero/placement_policy.h"
 
 namespace colossal::zero {
+
+/// Where a persistent piece of a chunk lives (see the top of this file).
+enum class Tier { kDevice, kHost, kNvme };
 
 /// A trainable parameter's place in the chunks.
 struct ChunkParam {
@@ -55,21 +70,26 @@ struct StreamedSlice {
 struct Chunk {
   std::vector<size_t> params;
   int64_t elements = 0, shard_elements = 0;
-  bool pinned = false;       // kept gathered
-  bool nvme_optim = false;   // master and moments live in the NVMe store (streamed step)
-  bool nvme_param = false;   // the parameter shard lives there too
-  torch::Tensor data;        // the full chunk (compute dtype); no memory while released
+  bool keep_gathered = false;       // never released
+  Tier param_tier = Tier::kDevice;  // where `shard` lives
+  Tier optim_tier = Tier::kDevice;  // where `master`, the moments and `grad_shard` live
+  bool nvme_optim() const { return optim_tier == Tier::kNvme; }  // the step is streamed
+  bool nvme_param() const { return param_tier == Tier::kNvme; }
+  torch::Tensor data;        // the full chunk (compute dtype, device); no memory while released
   torch::Tensor shard;       // this rank's piece, persistent (undefined when on NVMe)
-  torch::Tensor master;      // fp32 piece the optimizer updates (== shard for fp32 in place)
-  torch::Tensor grad;        // full gradients during backward
-  torch::Tensor grad_shard;  // this rank's reduced gradients (accumulates)
+  torch::Tensor master;      // fp32 piece the optimizer updates (== shard when dtype and tier agree)
+  torch::Tensor grad;        // full gradients during backward (device)
+  torch::Tensor grad_shard;  // this rank's reduced gradients, accumulated on the optimizer's tier
   torch::Tensor reduce_out;
   dist::Handle gather_handle, reduce_handle;
   bool gathered = true, gathering = false;
+  bool loading = false;      // a prefetched shard is being read from NVMe
+  uint64_t load_ticket = 0;
   int64_t off_master = -1, off_m = -1, off_v = -1, off_shard = -1;  // NVMe offsets
   int64_t optim_step = 0;    // streamed AdamW steps taken
   size_t streamed_begin = 0, streamed_end = 0;  // its slices in ChunkManager::streamed()
-  torch::Tensor staging;     // shard read from NVMe for a gather in flight
+  torch::Tensor staging;       // the shard on the device for a gather in flight
+  torch::Tensor host_staging;  // the shard read from NVMe
   int64_t ready = 0;         // parameters whose gradient arrived in this backward
   int64_t used = 0;          // parameters whose module finished a forward in this pass
   int64_t last_use = 0;
@@ -96,10 +116,10 @@ class ChunkManager {
   /// Packs the parameters into chunks and gives each its storage, shard, master and gradient
   /// shard, at the tier the policy chooses; registers this rank's master slices with `shards`.
   /// Deferred parameters (a lazily built model) are initialised by `init` straight into their
-  /// chunk. Unless `keep_gathered`, a chunk that is not pinned is released once its shard is
+  /// chunk. Unless `keep_all_gathered`, a chunk that is not kept gathered is released once its shard is
   /// taken, so building holds one full chunk at a time.
   void build(const PlacementPolicy& policy, MasterShards& shards, const torch::optim::Optimizer& optimizer,
-             bool keep_gathered, const nn::ParameterInitializer* init);
+             bool keep_all_gathered, const nn::ParameterInitializer* init);
 
   std::vector<ChunkParam>& params() { return params_; }
   const std::vector<ChunkParam>& params() const { return params_; }
@@ -116,7 +136,12 @@ class ChunkManager {
 
   // ---- moving chunks ----
   void gather(size_t ci);        // blocking (waits an in-flight prefetch)
-  void start_gather(size_t ci);  // asynchronous (a prefetch)
+  /// Asynchronous (a prefetch). A shard on NVMe is read first; its all-gather starts at the
+  /// next launch_loaded() or gather().
+  void start_gather(size_t ci);
+  /// Starts the all-gathers of prefetched shards read from NVMe, in the order they were
+  /// prefetched (every rank calls this at the same points, so the collectives match).
+  void launch_loaded();
   /// Waits every prefetch still in flight.
   void finish_gathers();
   bool releasable(size_t ci) const;
@@ -131,7 +156,8 @@ class ChunkManager {
   bool accumulate_gradient(size_t pi);
   /// Launches the chunk's reduce-scatter (every parameter then counts as reduced).
   void reduce(size_t ci);
-  /// Waits reductions until at most `in_flight` remain, adding each into its gradient shard.
+  /// Waits reductions until at most `in_flight` remain, adding each into its gradient shard
+  /// (on another tier: once its copy down has arrived; all of them when `in_flight` is 0).
   void drain_reductions(size_t in_flight);
   /// Points each master slice's gradient at its place in the chunks' gradient shards.
   void bind_master_grads(MasterShards& shards);
@@ -150,13 +176,30 @@ class ChunkManager {
   checkpoint::NamedTensors streamed_state(std::map<std::string, std::string>* metadata) const;
   void load_streamed_state(const checkpoint::OptimizerStateSource& source);
   const offload::NvmeStore* nvme() const { return nvme_.get(); }
+  const offload::TransferStream& transfers() const { return transfer_; }
+  /// The tier's name in memory reports (as MemoryReport names devices): device, host or nvme.
+  std::string tier_label(Tier tier) const;
 
   // ---- counters ----
   int64_t gathers = 0, prefetches = 0, evictions = 0, peak_gathered_bytes = 0, clock = 0;
+  int64_t nvme_prefetch_reads = 0;  // shards read from NVMe ahead of their gather
 
  private:
+  // A gradient shard reduced on the device, on its way to the optimizer's tier.
+  struct GradientDown {
+    size_t chunk = 0;
+    torch::Tensor host;
+    offload::Fence fence;
+  };
   torch::Tensor gather_source(Chunk& c);
+  void launch_gather(Chunk& c);
+  void accumulate_reduced(Chunk& c, const torch::Tensor& reduced);
+  void finish_gradient_down(GradientDown& g);
+  /// Copies between tiers: up to the device without blocking the host; down to the host, the
+  /// host waits.
+  void copy_between(const torch::Tensor& dst, const torch::Tensor& src);
   torch::TensorOptions chunk_options() const;
+  torch::TensorOptions host_options(c10::ScalarType dtype) const;
 
   Options options_;
   dist::Group group_;
@@ -167,6 +210,9 @@ class ChunkManager {
   std::map<const void*, int64_t> slice_of_;
   std::vector<Chunk> chunks_;
   std::deque<size_t> reducing_;
+  std::deque<GradientDown> coming_down_;
+  std::vector<size_t> loading_;  // prefetched NVMe reads, in order
+  offload::TransferStream transfer_;
   std::unique_ptr<offload::NvmeStore> nvme_;
   std::vector<StreamedSlice> streamed_;
   int64_t gathered_bytes_ = 0;

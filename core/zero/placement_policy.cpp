@@ -12,7 +12,7 @@ ChunkTier PlacementPolicy::tier(int64_t ci, int64_t n, int64_t large) const {
   auto count = [](double frac, int64_t of) { return static_cast<int64_t>(std::ceil(frac * of - 1e-9)); };
   ChunkTier t;
   // Chunks beyond shard_param_frac of the large ones, and every small one, stay gathered.
-  t.pinned = ci >= count(options_.shard_param_frac, large);
+  t.keep_gathered = ci >= count(options_.shard_param_frac, large);
   t.offload_optim = ci < count(options_.offload_optim_frac, n);
   t.offload_param = ci < count(options_.offload_param_frac, n);
   return t;

@@ -22,7 +22,7 @@ namespace colossal::zero {
 
 /// Where a chunk's pieces live, fixed when the chunks are built.
 struct ChunkTier {
-  bool pinned = false;      // stays gathered (never released)
+  bool keep_gathered = false;  // never released
   bool offload_optim = false;  // master and moments on the offload tier
   bool offload_param = false;  // the parameter shard too
 };

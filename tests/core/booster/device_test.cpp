@@ -33,6 +33,38 @@ TEST(CudaDevice, PluginsTrainOnTheGpuAsOnTheCpu) {
   });
 }
 
+TEST(CudaDevice, GeminiTiersBelowTheGpuFollowTheCpu) {
+  // Gemini's device tier: shards and optimizer state in pinned host memory (copies on a side
+  // stream) or on NVMe, gathered chunks on the GPU. Each placement follows the CPU reference.
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "needs a CUDA GPU and none is visible (scripts/gpu_check.sh runs this where one is lent)";
+  testing::run_ranks(1, [] {
+    at::globalContext().setAllowTF32CuBLAS(false);
+    const auto want = testing::train_single({});
+    const std::string dir = ::testing::TempDir();
+    struct Placement {
+      const char* device;
+      const char* optim_frac;
+      const char* param_frac;
+    };
+    for (const auto& p : {Placement{"cpu", "1", "0"}, Placement{"cpu", "1", "1"}, Placement{"nvme", "1", "1"}}) {
+      SCOPED_TRACE(std::string(p.device) + " optim " + p.optim_frac + " param " + p.param_frac);
+      PluginConfig c;
+      c.name = "gemini";
+      c.device = "cuda";
+      c.set("offload_device", p.device, "test");
+      c.set("offload_optim_frac", p.optim_frac, "test");
+      c.set("offload_param_frac", p.param_frac, "test");
+      c.set("chunk_elements", "320", "test");
+      c.set("keep_gathered_below", "0", "test");
+      if (std::string(p.device) == "nvme") c.set("nvme_dir", dir, "test");
+      auto plugin = make_plugin(c);
+      auto got = testing::train_boosted(plugin, {.device = plugin->device()});
+      testing::expect_close(got, want, 1e-4);
+    }
+  });
+}
+
 TEST(PluginRegistry, AskingForCudaWithoutAGpuIsAClearError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible: nothing to refuse";
   testing::run_ranks(1, [] {

@@ -31,6 +31,7 @@ class GeminiModel : public ModelWrapper {
   GeminiModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer, const GeminiPlugin::Options& options,
               dist::Group group, const c10::Device& device)
       : ModelWrapper("gemini"),
+        device_(device),
         compute_dtype_(amp::compute_dtype(amp::parse_precision(options.precision), device)),
         policy_({.placement = options.placement,
                  .shard_param_frac = options.shard_param_frac,
@@ -52,7 +53,7 @@ class GeminiModel : public ModelWrapper {
     chunks_.collect(model, optimizer);
     parallel::broadcast_model_state(model, group);  // a lazily built model: its seed
     auto* init = dynamic_cast<nn::ParameterInitializer*>(&model);
-    chunks_.build(policy_, shards_, optimizer, /*keep_gathered=*/options.check_first_step, init);
+    chunks_.build(policy_, shards_, optimizer, /*keep_all_gathered=*/options.check_first_step, init);
     if (init) init->parameters_materialized();
     {
       torch::NoGradGuard no_grad;
@@ -142,8 +143,9 @@ class GeminiModel : public ModelWrapper {
     const auto& chunks = chunks_.chunks();
     gathered_.assign(chunks.size(), torch::Tensor());
     for (size_t ci = 0; ci < chunks.size(); ++ci) {
-      auto mine = chunks_.read_master(ci).contiguous();
-      auto full = torch::empty({chunks[ci].elements}, mine.options());  // where the masters live (NCCL: the GPU)
+      // Gathered on the device (NCCL moves device memory), wherever the masters live.
+      auto mine = chunks_.read_master(ci).to(device_).contiguous();
+      auto full = torch::empty({chunks[ci].elements}, mine.options());
       dist::all_gather(full, mine, chunks_.group());
       gathered_[ci] = full;
       for (size_t pi : chunks[ci].params) {
@@ -178,17 +180,19 @@ class GeminiModel : public ModelWrapper {
     const int64_t elem = c10::elementSize(compute_dtype_);
     for (const auto& c : chunks_.chunks()) {
       const int64_t shard_bytes = c.shard_elements * elem, master_bytes = c.shard_elements * 4;
-      r.add("parameters", c.nvme_param ? "nvme" : "host", shard_bytes);
+      const std::string param_tier = chunks_.tier_label(c.param_tier), optim_tier = chunks_.tier_label(c.optim_tier);
+      r.add("parameters", param_tier, shard_bytes);
       if (!nn::is_deferred(c.grad_shard))  // memory only after the first backward
-        r.add("gradients", "host", c.grad_shard.numel() * static_cast<int64_t>(c.grad_shard.element_size()));
-      if (c.nvme_optim) {
+        r.add("gradients", c.nvme_optim() ? "host" : optim_tier,
+              c.grad_shard.numel() * static_cast<int64_t>(c.grad_shard.element_size()));
+      if (c.nvme_optim()) {
         r.add("master weights", "nvme", master_bytes);
         r.add("optimizer state", "nvme", 2 * master_bytes);
       } else if (!c.master.is_same(c.shard)) {
-        r.add("master weights", "host", master_bytes);
+        r.add("master weights", optim_tier, master_bytes);
       }
     }
-    r.add("gathered chunks", "host", chunks_.gathered_bytes());
+    r.add("gathered chunks", chunks_.tier_label(Tier::kDevice), chunks_.gathered_bytes());
     auto generic = ModelWrapper::memory_report(model, optimizer);
     for (const auto& [tier, n] : generic.bytes["optimizer state"]) r.add("optimizer state", tier, n);
     r.counters["chunks"] = static_cast<double>(chunks_.chunks().size());
@@ -197,9 +201,12 @@ class GeminiModel : public ModelWrapper {
     r.counters["prefetches"] = static_cast<double>(chunks_.prefetches);
     r.counters["evictions"] = static_cast<double>(chunks_.evictions);
     r.counters["peak_gathered_bytes"] = static_cast<double>(chunks_.peak_gathered_bytes);
+    r.counters["tier_copies"] = static_cast<double>(chunks_.transfers().copies());
+    r.counters["tier_copy_bytes"] = static_cast<double>(chunks_.transfers().bytes());
     if (const auto* nvme = chunks_.nvme()) {
       r.counters["nvme_bytes_read"] = static_cast<double>(nvme->bytes_read());
       r.counters["nvme_bytes_written"] = static_cast<double>(nvme->bytes_written());
+      r.counters["nvme_prefetch_reads"] = static_cast<double>(chunks_.nvme_prefetch_reads);
     }
     return r;
   }
@@ -249,6 +256,7 @@ class GeminiModel : public ModelWrapper {
 
   // ---- gather / release -----------------------------------------------------------------
   void access(const HookedModule& unit) {
+    chunks_.launch_loaded();  // shards prefetched from NVMe: their all-gathers start now
     for (size_t ci : unit.chunks) {
       policy_.note_access(ci);
       if (!chunks_.chunks()[ci].gathered && !chunks_.chunks()[ci].gathering) make_room(ci);
@@ -277,7 +285,7 @@ class GeminiModel : public ModelWrapper {
       for (size_t ci : unit->chunks) {
         const auto& c = chunks_.chunks()[ci];
         const bool all_used = c.used == static_cast<int64_t>(c.params.size());
-        if (!c.pinned && all_used && !policy_.next_access_is(ci) && chunks_.releasable(ci)) chunks_.release(ci);
+        if (!c.keep_gathered && all_used && !policy_.next_access_is(ci) && chunks_.releasable(ci)) chunks_.release(ci);
       }
     }
     if (!torch::GradMode::is_enabled()) return;
@@ -297,7 +305,7 @@ class GeminiModel : public ModelWrapper {
 
   void release_unpinned() {
     for (size_t ci = 0; ci < chunks_.chunks().size(); ++ci)
-      if (!chunks_.chunks()[ci].pinned && chunks_.releasable(ci)) chunks_.release(ci);
+      if (!chunks_.chunks()[ci].keep_gathered && chunks_.releasable(ci)) chunks_.release(ci);
   }
 
   // auto placement: release cached chunks, furthest next use first, until chunk `wanted` fits.
@@ -306,7 +314,7 @@ class GeminiModel : public ModelWrapper {
     while (!policy_.fits(chunks_.gathered_bytes(), bytes)) {
       std::vector<size_t> candidates;
       for (size_t ci = 0; ci < chunks_.chunks().size(); ++ci)
-        if (ci != wanted && !chunks_.chunks()[ci].pinned && chunks_.releasable(ci)) candidates.push_back(ci);
+        if (ci != wanted && !chunks_.chunks()[ci].keep_gathered && chunks_.releasable(ci)) candidates.push_back(ci);
       auto v = policy_.victim(candidates, [this](size_t ci) { return chunks_.chunks()[ci].last_use; });
       if (!v) return;  // everything gathered is in use: go over budget
       chunks_.release(*v);
@@ -336,10 +344,11 @@ class GeminiModel : public ModelWrapper {
   void reduce(size_t ci) {
     chunks_.reduce(ci);
     const auto& c = chunks_.chunks()[ci];
-    if (!first_step_ && policy_.releases_after_use() && !c.pinned && chunks_.releasable(ci)) chunks_.release(ci);
+    if (!first_step_ && policy_.releases_after_use() && !c.keep_gathered && chunks_.releasable(ci)) chunks_.release(ci);
     chunks_.drain_reductions(2);
   }
 
+  c10::Device device_;
   c10::ScalarType compute_dtype_;
   PlacementPolicy policy_;
   ChunkManager chunks_;

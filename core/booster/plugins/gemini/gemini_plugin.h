@@ -21,7 +21,8 @@
 //   static (default): shard_param_frac of the chunks (by order) are released after use, the rest
 //                     stay gathered (no re-gather, more memory); offload_optim_frac of the chunks
 //                     keep master and moments on the offload device, offload_param_frac keep
-//                     their parameter shard there (offload_device: cpu | nvme, see core/offload).
+//                     their parameter shard there (offload_device: cpu — pinned host memory
+//                     with asynchronous copies on a GPU — or nvme; see core/zero/chunk_manager.h).
 //   auto:             gathered chunks are kept as a cache within gathered_budget_bytes; when a
 //                     gather would exceed it, the chunk whose next recorded use is furthest away
 //                     is released (Belady).
@@ -63,7 +64,7 @@ class GeminiPlugin : public Plugin {
       v("shard_param_frac", shard_param_frac, "static: fraction of chunks released after use");
       v("offload_optim_frac", offload_optim_frac, "static: fraction of chunks whose optimizer state is offloaded");
       v("offload_param_frac", offload_param_frac, "static: fraction of chunks whose parameter shard is offloaded");
-      v("offload_device", offload_device, "cpu | nvme");
+      v("offload_device", offload_device, "cpu (pinned host memory on a GPU) | nvme");
       v("nvme_dir", nvme_dir, "directory for the NVMe offload files (offload_device nvme)");
       v.mib("gathered_budget_mib", gathered_budget_bytes, "auto: memory for gathered chunks");
       v("prefetch", prefetch, "chunks gathered ahead after the first step");

@@ -1,8 +1,10 @@
 #include "vit/model.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <mutex>
 
 #include "core/common/check.h"
 #include "core/nn/activation_checkpoint.h"
@@ -106,40 +108,89 @@ ViTModelImpl::ViTModelImpl(const ViTConfig& c, const BuildContext& where) {
 }
 
 namespace {
-// Sets a parameter from its full-size value: the whole tensor, or this rank's slice of it.
-void assign_full(torch::Tensor& p, const torch::Tensor& full, const std::map<std::string, parallel::ShardSpec>& specs,
-                 const std::string& name) {
-  p.copy_(parallel::local_part(full, parallel::split_spec(specs, name), p));
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+// "vit.encoder.layer.N.<rest>" -> N (and `rest`), else -1.
+int64_t encoder_layer(const std::string& name, std::string* rest) {
+  static const std::string prefix = "vit.encoder.layer.";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos) return -1;
+  *rest = name.substr(dot + 1);
+  return std::stoll(name.substr(prefix.size(), dot - prefix.size()));
+}
+
 }  // namespace
 
 ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
                                                              const parallel::ParallelContext& parallel)
     : config_(c), parallel_(parallel) {
+  // First, before any layer draws: eager and deferred construction take the same seed.
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    init_seed_ = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
+  }
   config_.validate();
   check_parallel(config_, parallel_.tp_size(), parallel_.sp_mode);
   const auto plan = parallel_plan(config_);
   const BuildContext root{plan, parallel_, ""};
   vit = register_module("vit", ViTModel(config_, root.at("vit")));
   classifier = register_module("classifier", root.at("classifier").linear(c.hidden_size, c.num_labels, true));
-  // Training from scratch: truncated normal(0, initializer_range) weights, zero biases, unit
-  // norms; split weights are drawn whole and sliced, so every tp size starts alike.
+  // LibTorch's convolution and norms make their weights at once: deferred again, so boost()
+  // initialises every parameter the same way.
+  if (nn::deferred_init_enabled()) nn::defer_parameters(*this);
+  else reset_parameters();
+}
+
+void ViTForImageClassificationImpl::reset_parameters(const std::function<bool(const std::string&)>& which) {
   torch::NoGradGuard no_grad;
-  const double s = c.initializer_range;
   const auto specs = parallel::collect_shard_specs(*this);
   for (auto& item : named_parameters()) {
     auto& p = item.value();
-    const auto& name = item.key();
-    if (name.find("layernorm") != std::string::npos) {
-      if (name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0) p.fill_(1.0);
-      else p.zero_();
-    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
-      p.zero_();
-    } else {
-      const auto shape = parallel::full_shape(p, parallel::split_spec(specs, name));
-      assign_full(p, torch::empty(shape).normal_(0.0, s).clamp_(-2 * s, 2 * s), specs, name);
-    }
+    if (nn::is_deferred(p) || (which && !which(item.key()))) continue;
+    const auto* split = parallel::split_spec(specs, item.key());
+    auto full = torch::empty(parallel::full_shape(p, split), torch::kFloat32);
+    init_parameter(item.key(), full);
+    p.copy_(parallel::local_part(full, split, p));
   }
+}
+
+void ViTForImageClassificationImpl::init_parameter(const std::string& name, torch::Tensor& full) const {
+  torch::NoGradGuard no_grad;
+  if (ends_with(name, "bias")) {
+    full.zero_();
+    return;
+  }
+  if (name.find("layernorm") != std::string::npos) {
+    full.fill_(1.0);
+    return;
+  }
+  if (sincos_ && name == "vit.embeddings.position_embeddings") {
+    const int64_t D = config_.hidden_size, grid = config_.image_size / config_.patch_size, q = D / 4;
+    auto omega = 1.0 / torch::pow(10000.0, torch::arange(q, torch::kFloat64) / static_cast<double>(q));
+    auto coords = torch::arange(grid, torch::kFloat64);
+    auto rows = coords.repeat_interleave(grid).unsqueeze(1) * omega;  // patch p sits at row p / grid
+    auto cols = coords.repeat({grid}).unsqueeze(1) * omega;           // and column p % grid
+    auto table = torch::cat({rows.sin(), rows.cos(), cols.sin(), cols.cos()}, 1).to(torch::kFloat);
+    full.zero_();
+    full.narrow(1, 1, grid * grid).narrow(2, 0, 4 * q).copy_(table.unsqueeze(0));
+    return;
+  }
+  std::string rest;
+  const int64_t layer = mimetic_ ? encoder_layer(name, &rest) : -1;
+  if (layer >= 0) {
+    if (rest == "attention.attention.query.weight") return void(full.copy_(mimetic_pair(layer, true).first));
+    if (rest == "attention.attention.key.weight") return void(full.copy_(mimetic_pair(layer, true).second));
+    if (rest == "attention.output.dense.weight") return void(full.copy_(mimetic_pair(layer, false).first));
+    if (rest == "attention.attention.value.weight") return void(full.copy_(mimetic_pair(layer, false).second));
+  }
+  const double s = config_.initializer_range;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(nn::parameter_seed(init_seed_, name));
+  full.normal_(0.0, s, gen).clamp_(-2 * s, 2 * s);
 }
 
 void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode sp_mode) {
@@ -155,49 +206,48 @@ void check_parallel(const ViTConfig& c, const dist::ParallelDims& dims) {
   check_parallel(c, dims.tp(), dims.sp_mode());
 }
 
-void ViTForImageClassificationImpl::mimetic_init() {
-  torch::NoGradGuard no_grad;
+const std::pair<torch::Tensor, torch::Tensor>& ViTForImageClassificationImpl::mimetic_pair(int64_t layer,
+                                                                                         bool query_key) const {
+  const std::string key = "vit.encoder.layer." + std::to_string(layer) + (query_key ? ".mimetic.qk" : ".mimetic.ov");
+  if (key == mimetic_key_) return mimetic_cache_;
   const int64_t D = config_.hidden_size, H = config_.num_attention_heads, dh = D / H;
-  const auto eye = torch::eye(D);
-  const auto specs = parallel::collect_shard_specs(*this);
-  auto random = [&](double alpha, double beta) {  // alpha Z + beta I, factored by SVD
-    auto m = alpha * torch::randn({D, D}) / std::sqrt(static_cast<double>(D)) + beta * eye;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(nn::parameter_seed(init_seed_, key));
+  auto factored = [&](double alpha, double beta) {  // alpha Z + beta I, factored by SVD
+    auto m = alpha * at::randn({D, D}, gen) / std::sqrt(static_cast<double>(D)) + beta * torch::eye(D);
     return at::linalg_svd(m, /*full_matrices=*/false);
   };
-  // The full matrices, drawn the same on every rank; each rank keeps its slices.
-  for (size_t i = 0; i < vit->encoder->layers.size(); ++i) {
-    auto& layer = vit->encoder->layers[i];
-    auto& a = layer->attention->attention;
-    const std::string at = "vit.encoder.layer." + std::to_string(i) + ".attention.";
+  if (query_key) {
     auto wq = torch::empty({D, D}), wk = torch::empty({D, D});
     for (int64_t h = 0; h < H; ++h) {
-      auto [u, s, vh] = random(0.7, 0.7);
+      auto [u, s, vh] = factored(0.7, 0.7);
       auto root = s.narrow(0, 0, dh).sqrt();
       // scores = x W_q^T W_k x^T with W_q^T = U sqrt(S), W_k = sqrt(S) V^T (top dh directions)
       wq.narrow(0, h * dh, dh).copy_((u.narrow(1, 0, dh) * root).t());
       wk.narrow(0, h * dh, dh).copy_(vh.narrow(0, 0, dh) * root.unsqueeze(1));
     }
-    auto [u, s, vh] = random(0.4, -0.4);
+    mimetic_cache_ = {wq, wk};
+  } else {
+    auto [u, s, vh] = factored(0.4, -0.4);
     auto root = s.sqrt();
-    assign_full(a->query->weight, wq, specs, at + "attention.query.weight");
-    assign_full(a->key->weight, wk, specs, at + "attention.key.weight");
-    assign_full(layer->attention->output->dense->weight, u * root, specs, at + "output.dense.weight");  // W_o W_v = U S V^T
-    assign_full(a->value->weight, vh * root.unsqueeze(1), specs, at + "attention.value.weight");
+    mimetic_cache_ = {u * root, vh * root.unsqueeze(1)};  // W_o W_v = U S V^T
   }
+  mimetic_key_ = key;
+  return mimetic_cache_;
+}
+
+void ViTForImageClassificationImpl::mimetic_init() {
+  mimetic_ = true;
+  reset_parameters([](const std::string& name) {
+    std::string rest;
+    return encoder_layer(name, &rest) >= 0 && ends_with(rest, "weight") && rest.rfind("attention.", 0) == 0;
+  });
 }
 
 void ViTForImageClassificationImpl::sincos_position_init() {
-  torch::NoGradGuard no_grad;
-  const int64_t D = config_.hidden_size, grid = config_.image_size / config_.patch_size, q = D / 4;
-  COLOSSAL_CHECK(D % 4 == 0, "[vit] sine-cosine positions need hidden_size divisible by 4, got ", D);
-  auto omega = 1.0 / torch::pow(10000.0, torch::arange(q, torch::kFloat64) / static_cast<double>(q));
-  auto coords = torch::arange(grid, torch::kFloat64);
-  auto rows = coords.repeat_interleave(grid).unsqueeze(1) * omega;  // patch p sits at row p / grid
-  auto cols = coords.repeat({grid}).unsqueeze(1) * omega;           // and column p % grid
-  auto table = torch::cat({rows.sin(), rows.cos(), cols.sin(), cols.cos()}, 1).to(torch::kFloat);
-  auto& pos = vit->embeddings->position_embeddings;
-  pos.zero_();
-  pos.narrow(1, 1, grid * grid).narrow(2, 0, 4 * q).copy_(table.unsqueeze(0));
+  COLOSSAL_CHECK(config_.hidden_size % 4 == 0, "[vit] sine-cosine positions need hidden_size divisible by 4, got ",
+                 config_.hidden_size);
+  sincos_ = true;
+  reset_parameters([](const std::string& name) { return name == "vit.embeddings.position_embeddings"; });
 }
 
 void ViTForImageClassificationImpl::set_patch_keep(double keep) {

@@ -14,6 +14,11 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "core/nn/deferred_init.h"
 #include "core/parallel/apply_plan.h"
 #include "core/parallel/context.h"
 #include "core/parallel/plan.h"
@@ -100,11 +105,17 @@ class ViTModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ViTModel);
 
-class ViTForImageClassificationImpl : public torch::nn::Module {
+class ViTForImageClassificationImpl : public torch::nn::Module, public nn::ParameterInitializer {
  public:
   /// With a ParallelContext whose tp group has more than one rank, the encoder is split by
   /// parallel_plan() (each rank its heads and MLP slice); initialisation draws every full tensor
   /// and keeps the slice, so every tp size starts from the weights of one process.
+  ///
+  /// Each parameter's initial value comes from its own generator, seeded by init_seed() (drawn
+  /// from torch's generator when the model is built) and its name (init_parameter): truncated
+  /// normal(0, initializer_range) weights, zero biases, unit norms. Built under an
+  /// nn::DeferredInitGuard the model holds no weights until boost() makes what the rank keeps,
+  /// with exactly these values.
   explicit ViTForImageClassificationImpl(const ViTConfig& c, const parallel::ParallelContext& parallel = {});
   /// Logits [B, num_labels] for pixels [B, channels, H, W] (normalised floats).
   torch::Tensor forward(const torch::Tensor& pixels);
@@ -112,12 +123,14 @@ class ViTForImageClassificationImpl : public torch::nn::Module {
   /// Mimetic initialisation of attention (Trockman & Kolter, 2023) for training from scratch:
   /// each head's W_q^T W_k is the best rank-(head dim) approximation of 0.7 Z + 0.7 I and each
   /// layer's W_o W_v is 0.4 Z - 0.4 I (Z Gaussian, variance 1/hidden), so attention starts out
-  /// looking at nearby, similar tokens the way trained ViTs do. Draws from torch's generator.
+  /// looking at nearby, similar tokens the way trained ViTs do. Each layer's draws come from
+  /// generators seeded by init_seed() and the layer. Sets the parameters now, or (a lazily built
+  /// model) says how boost() will.
   void mimetic_init();
   /// Position embeddings set to the 2-D sine-cosine table of the patch grid (a quarter of the
   /// channels each for sin and cos of the row and of the column, frequencies 1/10000^(i/(D/4)));
   /// the class token's entry zero. Still learned; neighbouring patches start out similar,
-  /// which is what mimetic attention turns into local attention.
+  /// which is what mimetic attention turns into local attention. Now, or at boost (lazily built).
   void sincos_position_init();
   /// Patch dropout in training: each image keeps this share of its patch tokens (drawn at
   /// random, the class token always kept), so a step costs about that share of the compute.
@@ -128,9 +141,24 @@ class ViTForImageClassificationImpl : public torch::nn::Module {
   ViTModel vit{nullptr};
   parallel::ParallelLinear classifier{nullptr};
 
+  // nn::ParameterInitializer
+  void init_parameter(const std::string& name, torch::Tensor& full) const override;
+  uint64_t init_seed() const override { return init_seed_; }
+  void set_init_seed(uint64_t seed) override { init_seed_ = seed; }
+
  private:
+  /// Sets the parameters `which` selects (all when empty) from init_parameter, each rank its
+  /// slice; deferred ones are left to boost().
+  void reset_parameters(const std::function<bool(const std::string&)>& which = {});
+  /// Mimetic weights of one layer: {query, key} or {output, value}, computed once per pair.
+  const std::pair<torch::Tensor, torch::Tensor>& mimetic_pair(int64_t layer, bool query_key) const;
+
   ViTConfig config_;
   parallel::ParallelContext parallel_;
+  uint64_t init_seed_ = 0;
+  bool mimetic_ = false, sincos_ = false;
+  mutable std::string mimetic_key_;  // the pair cached below (query and key are asked for in turn)
+  mutable std::pair<torch::Tensor, torch::Tensor> mimetic_cache_;
   double patch_keep_ = 1.0;
   bool gradient_checkpointing_ = false;
 };

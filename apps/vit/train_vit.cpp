@@ -24,6 +24,7 @@
 #include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/nn/deferred_init.h"
 #include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
 #include "core/parallel/tensor/checkpoint.h"
@@ -128,7 +129,12 @@ ModelChoice build_model(const TrainArgs& a, const Datasets& data, const dist::Pa
   out.processor.image_mean.assign(static_cast<size_t>(channels), 0.5);
   out.processor.image_std.assign(static_cast<size_t>(channels), 0.5);
   torch::manual_seed(a.seed);
-  out.model = ViTForImageClassification(out.config, parallel_for(out.config));
+  {
+    // Lazily: no weight exists until boost() makes what this rank keeps (its ZeRO-3 shards, its
+    // tensor-parallel slices), with the values an eager build would have (nn/deferred_init.h).
+    colossal::nn::DeferredInitGuard deferred;
+    out.model = ViTForImageClassification(out.config, parallel_for(out.config));
+  }
   // Mimetic attention: on Fashion-MNIST one epoch of the nano ViT reached 83.1% with it and
   // 80.9% without (transformers' ViT, same data and schedule).
   if (a.init == "mimetic") out.model->mimetic_init();
@@ -297,7 +303,7 @@ int train(TrainArgs& a) {
                  ": training and evaluation both need images");
   COLOSSAL_CHECK(data.train->num_classes() >= 2, "[data] ", data.description, ": expected at least 2 classes");
   auto m = build_model(a, data, dims);
-  m.model->to(device);
+  if (!colossal::nn::has_deferred_parameters(*m.model)) m.model->to(device);  // else boost makes them there
   m.model->set_gradient_checkpointing(a.grad_checkpoint);
   m.model->set_patch_keep(a.patch_keep);
   auto& model = m.model;

@@ -404,7 +404,7 @@ void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,
   HandleAccess::make(std::move(s)).wait();
 }
 
-void send(const at::Tensor& tensor, int peer, const Group& group, int tag) {
+Handle send_async(const at::Tensor& tensor, int peer, const Group& group, int tag) {
   check_dense(tensor, "send", "the");
   COLOSSAL_CHECK(peer >= 0 && peer < group.size() && peer != group.rank(), "[dist] send: peer ",
                  peer, " is not another rank of ", group.describe());
@@ -412,7 +412,11 @@ void send(const at::Tensor& tensor, int peer, const Group& group, int tag) {
     std::vector<at::Tensor> ts{tensor};
     return b.send(ts, peer, tag);
   }, /*point_to_point=*/true);
-  HandleAccess::make(std::move(s)).wait();
+  return HandleAccess::make(std::move(s));
+}
+
+void send(const at::Tensor& tensor, int peer, const Group& group, int tag) {
+  send_async(tensor, peer, group, tag).wait();
 }
 
 void recv(at::Tensor& tensor, int peer, const Group& group, int tag) {

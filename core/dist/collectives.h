@@ -61,8 +61,10 @@ void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,
                 const std::vector<int64_t>& output_splits = {},
                 const std::vector<int64_t>& input_splits = {});
 
-/// Point to point; `peer` is a group rank.
+/// Point to point; `peer` is a group rank. send_async's tensor must stay unchanged until the
+/// handle is waited.
 void send(const at::Tensor& tensor, int peer, const Group& group, int tag = 0);
+Handle send_async(const at::Tensor& tensor, int peer, const Group& group, int tag = 0);
 void recv(at::Tensor& tensor, int peer, const Group& group, int tag = 0);
 
 void barrier(const Group& group);

@@ -1,0 +1,65 @@
+#pragma once
+// PipelineRunner: runs one training step of a Schedule on this pipeline rank — for each step in
+// the rank's order it receives what the step needs, runs the model chunk's forward or backward,
+// and sends what it produced — and accumulates the chunk parameters' gradients as one backward
+// over the whole batch would (each microbatch's loss divided by the microbatch count).
+//
+// The model is given as functions, so any model that can run a range of its layers plugs in:
+// `forward(chunk, input)` runs this rank's model chunk `chunk` (on virtual stage 0 the input is
+// the microbatch's own input, elsewhere the previous stage's output), `loss(output, target)`
+// turns the last virtual stage's output into the microbatch's loss, `parameters(chunk)` lists the
+// chunk's trainable parameters (the split schedules' W step computes their gradients).
+//
+// Split backward (zbh1, zbv): B computes the chunk input's gradient only and sends it upstream;
+// W then computes the parameters' gradients from the same graph. Autograd runs the shared part
+// of the graph twice in that case; a weight-gradient store in the linear layers removes that
+// (follow-up in issue 19).
+#include <torch/types.h>
+
+#include <functional>
+#include <vector>
+
+#include "core/dist/group.h"
+#include "core/parallel/pipeline/p2p.h"
+#include "core/parallel/pipeline/schedule.h"
+
+namespace colossal::parallel::pipeline {
+
+struct StageFunctions {
+  std::function<torch::Tensor(int chunk, const torch::Tensor& input)> forward;
+  std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
+  std::function<std::vector<torch::Tensor>(int chunk)> parameters;
+};
+
+/// What a rank did during one step, for timelines and tests.
+struct StepRecord {
+  Step step;
+  double start_s = 0, end_s = 0;  // since the step began
+};
+
+class PipelineRunner {
+ public:
+  /// `group`: the pipeline group, its ranks in stage order (group rank r runs stage r).
+  PipelineRunner(Schedule schedule, dist::Group group);
+
+  /// One step. `inputs` (the microbatches' inputs) are read on the rank holding virtual stage 0,
+  /// `targets` on the rank holding the last; other ranks may pass empty vectors. Returns the
+  /// step's loss (the mean over microbatches) on every rank of the group.
+  double run(const StageFunctions& model, const std::vector<torch::Tensor>& inputs,
+             const std::vector<torch::Tensor>& targets);
+
+  const Schedule& schedule() const { return schedule_; }
+  /// This rank's steps of the last run, with their times.
+  const std::vector<StepRecord>& timeline() const { return timeline_; }
+  /// Most microbatch-chunks whose activations were held at once in the last run.
+  int peak_live() const { return peak_live_; }
+
+ private:
+  Schedule schedule_;
+  StageLink link_;
+  int rank_;
+  std::vector<StepRecord> timeline_;
+  int peak_live_ = 0;
+};
+
+}  // namespace colossal::parallel::pipeline

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "core/nn/activation_checkpoint.h"
 #include "core/nn/fused_losses.h"
 #include "core/nn/module_hooks.h"
@@ -152,13 +154,23 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTabl
 }
 
 DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
-  embed_tokens = register_module("embed_tokens", where.at("embed_tokens").embedding(c.vocab_size, c.hidden_size));
-  auto list = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+  // A pipeline stage builds only its own layers, under their global names (layers.N.*), so its
+  // checkpoints are pieces of the one Hugging Face layout.
+  const auto& pipe = where.parallel.pipeline;
+  if (!pipe.enabled() || pipe.holds_first())
+    embed_tokens = register_module("embed_tokens", where.at("embed_tokens").embedding(c.vocab_size, c.hidden_size));
+  auto stack = register_module("layers", std::make_shared<torch::nn::Module>("LayerStack"));
+  std::vector<int64_t> held;
+  for (const auto& [begin, end] : pipe.layer_ranges(c.num_hidden_layers))
+    for (int64_t i = begin; i < end; ++i) held.push_back(i);
+  std::sort(held.begin(), held.end());
+  for (int64_t i : held) {
     layers.push_back(DecoderLayer(c, where.at("layers." + std::to_string(i))));
-    list->push_back(layers.back());
+    layer_ids.push_back(i);
+    stack->register_module(std::to_string(i), layers.back());
   }
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
+  if (!pipe.enabled() || pipe.holds_last())
+    norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel)
@@ -176,8 +188,13 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const para
   model = register_module("model", Decoder(config_, root.at("model")));
   // Tied: no lm_head module; the output layer multiplies by the embedding matrix (saved once,
   // as Hugging Face does for tied weights).
-  if (!config_.tie_word_embeddings)
+  const auto& pipe = parallel_.pipeline;
+  COLOSSAL_CHECK(!config_.tie_word_embeddings || !pipe.enabled() || pipe.holds_first() == pipe.holds_last(),
+                 "[llama] tie_word_embeddings with pp ", pipe.schedule.stages, ": the tied head reads the embedding, "
+                 "so the first and last virtual stages must share a rank (--pp_schedule zbv does), or untie them");
+  if (!config_.tie_word_embeddings && (!pipe.enabled() || pipe.holds_last()))
     lm_head = register_module("lm_head", linear(root.at("lm_head"), config_.hidden_size, config_.vocab_size, false));
+  chunk_layers_ = pipe.layer_ranges(config_.num_hidden_layers);
   rope_ = RotaryTables::make(config_, config_.max_position_embeddings);
   if (!nn::deferred_init_enabled()) reset_parameters();
 }
@@ -225,7 +242,20 @@ bool LlamaForCausalLMImpl::holds_sequence_shard() const {
 }
 
 torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids) {
-  const int64_t T = input_ids.size(1);
+  COLOSSAL_CHECK(!parallel_.pipeline.enabled(), "[llama] this rank holds one pipeline stage: run it through the "
+                 "pipeline (forward_chunk), not as a whole model");
+  return forward_chunk(0, input_ids);
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor& input) {
+  const auto& pipe = parallel_.pipeline;
+  COLOSSAL_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_layers_.size()), "[llama] model chunk ", chunk,
+                 ": this rank holds ", chunk_layers_.size());
+  const bool first = !pipe.enabled() || pipe.chunk_of_first() == chunk;
+  const bool last = !pipe.enabled() || pipe.chunk_of_last() == chunk;
+  // The sequence this chunk sees: token ids on the first stage, hidden states [B, T, D] after
+  // (each rank's share of the tokens under all_to_all and ring_attn).
+  const int64_t T = first || !holds_sequence_shard() ? input.size(1) : input.size(1) * parallel_.sp_size();
   if (parallel_.sp_mode == parallel::SequenceParallelMode::kSplitGather) {
     COLOSSAL_CHECK(T % parallel_.tp_size() == 0, "[llama] split_gather: sequence length ", T,
                    " does not divide by tp ", parallel_.tp_size());
@@ -233,10 +263,18 @@ torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids)
   const RotaryTables rope = rope_for(T);  // tensor handles: cheap to copy
   // Attention sees the whole sequence (gathered under split_gather) or this rank's share.
   auto positions = holds_sequence_shard() ? parallel::local_positions(T, parallel_) : torch::arange(T);
-  auto ids = holds_sequence_shard() ? parallel::take_local(input_ids, parallel_) : input_ids;
-  positions = positions.to(input_ids.device());
-  auto h = call(model->embed_tokens, ids);
-  for (auto& layer : model->layers) {
+  positions = positions.to(input.device());
+  torch::Tensor h;
+  if (first) {
+    auto ids = holds_sequence_shard() ? parallel::take_local(input, parallel_) : input;
+    h = call(model->embed_tokens, ids);
+  } else {
+    h = input;
+  }
+  const auto [begin, end] = chunk_layers_[chunk];
+  for (size_t k = 0; k < model->layers.size(); ++k) {
+    if (model->layer_ids[k] < begin || model->layer_ids[k] >= end) continue;
+    auto& layer = model->layers[k];
     if (gradient_checkpointing_ && is_training()) {
       // Captured by value: the closure runs again in backward, after this loop.
       h = nn::checkpoint(
@@ -245,6 +283,7 @@ torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids)
       h = layer->forward(h, rope, positions);
     }
   }
+  if (!last) return h;
   h = call(model->norm, h);
   auto entered = parallel::enter_tensor_parallel(h, parallel_);
   if (lm_head) return call(lm_head, entered);
@@ -258,6 +297,25 @@ torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids)
   return logits;
 }
 
+std::vector<torch::Tensor> LlamaForCausalLMImpl::chunk_parameters(int chunk) {
+  const auto& pipe = parallel_.pipeline;
+  std::vector<torch::Tensor> out;
+  auto add = [&](torch::nn::Module& m) {
+    for (auto& p : m.parameters()) out.push_back(p);
+  };
+  const bool first = !pipe.enabled() || pipe.chunk_of_first() == chunk;
+  const bool last = !pipe.enabled() || pipe.chunk_of_last() == chunk;
+  if (first) add(*model->embed_tokens);
+  const auto [begin, end] = chunk_layers_.at(chunk);
+  for (size_t k = 0; k < model->layers.size(); ++k)
+    if (model->layer_ids[k] >= begin && model->layer_ids[k] < end) add(*model->layers[k]);
+  if (last) {
+    add(*model->norm);
+    if (lm_head) add(*lm_head);
+  }
+  return out;
+}
+
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
   auto logits = local_logits(input_ids);
   if (parallel_.tensor_parallel())
@@ -267,7 +325,10 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
-  auto logits = local_logits(input_ids);
+  return loss_from_logits(local_logits(input_ids), labels);
+}
+
+torch::Tensor LlamaForCausalLMImpl::loss_from_logits(const torch::Tensor& logits, const torch::Tensor& labels) {
   // Position t predicts labels[t + 1]; the last position has nothing to predict (-100). Shifting
   // the labels rather than slicing the logits keeps backward from building a zero-filled copy of
   // the whole logits tensor.

@@ -86,8 +86,10 @@ class DecoderImpl : public torch::nn::Module {
  public:
   DecoderImpl(const LlamaConfig& config, const BuildContext& where);
   parallel::ParallelEmbedding embed_tokens{nullptr};
-  std::vector<DecoderLayer> layers;  // registered as "layers" (a ModuleList: layers.N.*)
-  RMSNorm norm{nullptr};
+  std::vector<DecoderLayer> layers;  // the layers this rank holds, registered as layers.N.*
+  std::vector<int64_t> layer_ids;    // their indices in the whole model (N)
+  RMSNorm norm{nullptr};             // null on a pipeline stage without the head
+                                     // (embed_tokens: null on one without the embedding)
 };
 TORCH_MODULE(Decoder);
 
@@ -104,6 +106,16 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   /// all_to_all and ring_attn each rank's gradients cover its own tokens: summed over the
   /// sequence-parallel group they are the gradient of the mean (the hybrid plugin sums them).
   torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels);
+
+  // ---- pipeline stages (ParallelContext::pipeline): a rank builds only its model chunks ----
+  /// Runs this rank's model chunk `chunk`: token ids in on the chunk holding the embedding,
+  /// hidden states otherwise; this rank's logits out of the chunk holding the head, hidden states
+  /// otherwise. Without a pipeline, chunk 0 is the whole model.
+  torch::Tensor forward_chunk(int chunk, const torch::Tensor& input);
+  /// loss() from forward_chunk's logits (the last stage's part of the loss).
+  torch::Tensor loss_from_logits(const torch::Tensor& logits, const torch::Tensor& labels);
+  /// The trainable parameters of chunk `chunk` (for the zero-bubble schedules' W step).
+  std::vector<torch::Tensor> chunk_parameters(int chunk);
   /// Normal(0, initializer_range) weights, unit norms (training from scratch), each parameter
   /// drawn from its own generator (seeded by init_seed() and its name: init_parameter). Split
   /// parameters are drawn whole and sliced, so every tensor-parallel size, every ZeRO-3 shard
@@ -145,6 +157,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   RotaryTables rope_;       // positions [0, max_position_embeddings)
   RotaryTables long_rope_;  // dynamic scaling: the last longer length seen
   bool gradient_checkpointing_ = false;
+  std::vector<std::pair<int64_t, int64_t>> chunk_layers_;  // [begin, end) layers of each chunk
 };
 TORCH_MODULE(LlamaForCausalLM);
 

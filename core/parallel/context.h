@@ -7,6 +7,7 @@
 
 #include "core/dist/group.h"
 #include "core/dist/parallel_dims.h"
+#include "core/parallel/pipeline/layout.h"
 
 namespace colossal::parallel {
 
@@ -18,6 +19,9 @@ struct ParallelContext {
   dist::Group tp;  // not a member (default): no tensor parallelism
   dist::Group sp;  // all_to_all and ring_attn: the sequence-parallel group
   SequenceParallelMode sp_mode = SequenceParallelMode::kNone;
+  /// Which stage of a pipeline the model builds (default: none, the whole model). Set by the
+  /// plugin that runs the pipeline (it knows the schedule); from(dims) fills only the group.
+  pipeline::PipelineLayout pipeline;
 
   /// The model-facing groups of a layout (creates them: collective, every rank calls it).
   static ParallelContext from(const dist::ParallelDims& dims);

@@ -85,11 +85,13 @@ Schedule::Schedule(ScheduleOptions options, std::vector<std::vector<Step>> steps
                  " stages was given steps for ", steps_.size(), " ranks");
 }
 
-int Schedule::virtual_stage(int rank, int chunk) const {
-  const int p = stages();
-  if (kind_ == ScheduleKind::kZBV) return chunk == 0 ? rank : 2 * p - 1 - rank;
+int virtual_stage_of(const ScheduleOptions& options, int rank, int chunk) {
+  const int p = options.stages;
+  if (parse_schedule(options.kind) == ScheduleKind::kZBV) return chunk == 0 ? rank : 2 * p - 1 - rank;
   return chunk * p + rank;
 }
+
+int Schedule::virtual_stage(int rank, int chunk) const { return virtual_stage_of(options_, rank, chunk); }
 
 int Schedule::rank_of(int v) const {
   const int p = stages();

@@ -61,6 +61,10 @@ struct ScheduleOptions {
   void validate() const;
 };
 
+/// Where model chunk `chunk` of pipeline rank `rank` sits in the model (0: holds the embedding;
+/// stages*chunks-1: the loss): c*p + r, or for zbv's V r and 2p-1-r.
+int virtual_stage_of(const ScheduleOptions& options, int rank, int chunk);
+
 class Schedule {
  public:
   explicit Schedule(ScheduleOptions options);

@@ -105,6 +105,13 @@ class Booster {
   /// loss.backward() with the plugin's gradient synchronisation around it.
   void backward(const torch::Tensor& loss, BoostedOptimizer& optimizer);
 
+  /// One pipeline-parallel training step (hybrid plugin, pp > 1): the microbatches' `inputs`
+  /// (read on the first stage) and `targets` (read on the last) run through the plugin's
+  /// schedule, gradients accumulate and are synchronised over the data-parallel ranks; returns
+  /// the step's mean loss on every rank. Then clip and step as usual.
+  double execute_pipeline(BoostedOptimizer& optimizer, const parallel::pipeline::StageFunctions& model,
+                          const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
+
   /// Runs `fn` (forward + backward of a micro-batch) without gradient synchronisation.
   void no_sync(BoostedOptimizer& optimizer, const std::function<void()>& fn);
   NoSyncGuard no_sync_guard(BoostedOptimizer& optimizer);

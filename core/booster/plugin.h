@@ -20,6 +20,8 @@
 #include "core/checkpoint/safetensors.h"
 #include "core/common/options.h"
 #include "core/dist/parallel_dims.h"
+#include "core/parallel/context.h"
+#include "core/parallel/pipeline/runner.h"
 
 namespace colossal::booster {
 
@@ -88,6 +90,11 @@ class ModelWrapper {
   /// total norm before clipping.
   virtual double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm,
                                 double norm_type);
+  /// One training step of a pipeline-parallel model (its forward, backward and gradient
+  /// synchronisation over the microbatches); returns the loss on every rank. Plugins without a
+  /// pipeline axis refuse.
+  virtual double execute_pipeline(const parallel::pipeline::StageFunctions& model,
+                                  const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
   const std::string& plugin_name() const { return plugin_name_; }
 
  protected:
@@ -122,6 +129,10 @@ class Plugin {
   /// (created on first use, after dist::init()).
   const dist::ParallelDims& dims() const { return *shared_dims(); }
   std::shared_ptr<const dist::ParallelDims> shared_dims() const;
+
+  /// The groups (and, under pipeline parallelism, the stage) a model is built with for this
+  /// plugin's layout. Collective the first time: every rank calls it.
+  virtual parallel::ParallelContext parallel_context() { return parallel::ParallelContext::from(dims()); }
 
   /// This process's place among the data-parallel replicas (what a sampler shards by).
   virtual std::pair<int, int> data_parallel_rank_and_size() const;

@@ -176,7 +176,8 @@ std::string plugins_help() {
   }
   s += "\nEvery plugin: --mixed_precision fp32|bf16|fp16, --device auto|cpu|cuda|cuda:N.\n"
        "Layout (hybrid): --tp N, --sp N, --sp_mode none|split_gather|all_to_all|ring_attn, --dp N (default: the rest\n"
-       "of the world); --pp and --ep are accepted at 1 until pipeline and expert parallelism land.\n";
+       "of the world), --pp N (pipeline stages: --pp_schedule, --num_model_chunks, --num_microbatches); --ep is\n"
+       "accepted at 1 until expert parallelism lands.\n";
   return s;
 }
 

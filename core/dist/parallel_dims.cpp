@@ -40,8 +40,6 @@ void ParallelDims::Options::validate() const {
     COLOSSAL_CHECK(v >= 1, "[layout] ", name, ": expected >= 1, got ", v);
   COLOSSAL_CHECK(dp >= 0, "[layout] dp: expected >= 1 (or 0: what the world leaves), got ", dp);
   // Axes whose mechanism is not built yet: accepted at 1, named above it.
-  COLOSSAL_CHECK(pp == 1, "[layout] pp ", pp,
-                 ": pipeline parallelism is not built yet (issue 19 brings it); use pp 1");
   COLOSSAL_CHECK(ep == 1, "[layout] ep ", ep,
                  ": expert parallelism is not built yet (issue 20 brings it); use ep 1");
   const auto mode = parse_sequence_parallel_mode(sp_mode);

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "core/booster/booster.h"
+#include "core/booster/registry.h"
+#include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/parallel/pipeline/runner.h"
+#include "core/parallel/tensor/shard.h"
 #include "llama/model.h"
 #include "tests/llama/tiny_llama.h"
 #include "tests/support/errors.h"
@@ -80,6 +84,133 @@ TEST(LlamaPipeline, FourStagesWithUnevenLayersMatchOneProcess) {
   testing::run_ranks(4, [] {
     expect_pipeline_matches_one_process("1f1b", 1, /*layers=*/6);
     expect_pipeline_matches_one_process("zbv", 2, /*layers=*/9);
+  });
+}
+
+// ---- through the Booster: the hybrid plugin with pp, against one process ------------------
+
+struct Run {
+  std::vector<double> losses, norms;
+  std::map<std::string, torch::Tensor> state, first_grads;  // after two steps; the first step's gradients
+};
+
+constexpr double kClip = 0.5;
+
+// One process, the global batch of every step, clipping as the Booster does.
+Run reference_run(const LlamaConfig& c, const std::vector<torch::Tensor>& batches) {
+  torch::manual_seed(5);
+  LlamaForCausalLM m(c);
+  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2));
+  Run r;
+  for (const auto& ids : batches) {
+    opt.zero_grad();
+    auto loss = m->loss(ids, ids);
+    loss.backward();
+    if (r.first_grads.empty())
+      for (const auto& p : m->named_parameters()) r.first_grads[p.key()] = p.value().grad().clone();
+    r.norms.push_back(torch::nn::utils::clip_grad_norm_(m->parameters(), kClip));
+    opt.step();
+    r.losses.push_back(loss.item<double>());
+  }
+  for (const auto& p : m->named_parameters()) r.state[p.key()] = p.value().detach().clone();
+  return r;
+}
+
+void expect_hybrid_matches_one_process(const booster::PluginConfig& c, int layers) {
+  SCOPED_TRACE(c.describe());
+  const auto cfg = config(layers);
+  auto plugin = booster::make_plugin(c);
+  const auto& dims = plugin->dims();
+  const int dp = dims.dp(), dp_rank = dims.coord(dist::Axis::kDp);
+  std::vector<torch::Tensor> batches;
+  for (int step = 0; step < 2; ++step) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(40 + step);
+    batches.push_back(torch::randint(cfg.vocab_size, {dp * kMicro * kRows, kSeq}, gen, torch::kInt64));
+  }
+  const auto want = reference_run(cfg, batches);
+
+  const auto ctx = plugin->parallel_context();
+  torch::manual_seed(5);
+  LlamaForCausalLM model(cfg, ctx);
+  auto opt = std::make_shared<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-2));
+  booster::Booster booster(plugin);
+  auto b = booster.boost(model.ptr(), opt);
+  parallel::pipeline::StageFunctions fns;
+  fns.forward = [&](int chunk, const torch::Tensor& x) { return model->forward_chunk(chunk, x); };
+  fns.loss = [&](const torch::Tensor& logits, const torch::Tensor& y) { return model->loss_from_logits(logits, y); };
+  fns.parameters = [&](int chunk) { return model->chunk_parameters(chunk); };
+  const auto specs = parallel::collect_shard_specs(*model);
+  auto mine_of = [&](const std::map<std::string, torch::Tensor>& full, const std::string& name, const torch::Tensor& p) {
+    return parallel::local_part(full.at(name), parallel::split_spec(specs, name), p);
+  };
+  for (int step = 0; step < 2; ++step) {
+    auto mine = batches[step].narrow(0, dp_rank * kMicro * kRows, kMicro * kRows).split(kRows);
+    b.optimizer->zero_grad();
+    double loss = booster.execute_pipeline(*b.optimizer, fns, mine, mine);
+    if (step == 0)  // reduced over dp, this rank's stage and slice
+      for (const auto& p : model->named_parameters()) {
+        auto w = mine_of(want.first_grads, p.key(), p.value());
+        ASSERT_TRUE(p.value().grad().defined()) << p.key();
+        EXPECT_LE((p.value().grad() - w).abs().max().item<double>(), 1e-5 * w.abs().max().item<double>() + 1e-7)
+            << "gradient of " << p.key();
+      }
+    const double norm = booster.clip_grad_norm(*b.optimizer, kClip);  // over every stage and slice
+    EXPECT_NEAR(norm, want.norms[step], 1e-5 * want.norms[step]) << "norm, step " << step;
+    b.optimizer->step();
+    // Each data-parallel replica returns its own share's mean; their mean is the batch's.
+    auto t = torch::tensor({loss}, torch::kFloat64);
+    dist::all_reduce(t, dims.group(dist::Axis::kDp));
+    EXPECT_NEAR(t.item<double>() / dp, want.losses[step], 1e-5 * want.losses[step]) << "step " << step;
+  }
+  // Parameters after two steps: each rank's own (its stage, its tensor-parallel slice). Adam
+  // divides by sqrt(v): on elements whose gradient is near zero it turns the summation-order
+  // rounding (microbatches, tp slices; gradients agree to 1e-5 above) into a visible update
+  // difference, so absolute 5e-5 (lr / 200) besides relative 1e-5.
+  for (const auto& p : model->named_parameters()) {
+    auto expected = mine_of(want.state, p.key(), p.value());
+    EXPECT_TRUE(torch::allclose(p.value(), expected, 1e-5, 5e-5))
+        << p.key() << ": max difference " << (p.value() - expected).abs().max().item<double>();
+  }
+}
+
+booster::PluginConfig hybrid(int pp, int tp, const std::string& schedule, int chunks, int zero_stage) {
+  booster::PluginConfig c;
+  c.name = "hybrid";
+  c.device = "cpu";
+  c.layout.pp = pp;
+  c.layout.tp = tp;
+  c.options["pp_schedule"] = schedule;
+  c.options["num_model_chunks"] = chunks;
+  c.options["num_microbatches"] = kMicro;
+  c.options["zero_stage"] = zero_stage;
+  return c;
+}
+
+TEST(LlamaPipeline, BoosterPpTimesDpMatchesOneProcess) {
+  testing::run_ranks(4, [] {
+    expect_hybrid_matches_one_process(hybrid(2, 1, "1f1b", 1, 0), 5);
+    expect_hybrid_matches_one_process(hybrid(2, 1, "interleaved", 2, 1), 5);
+    expect_hybrid_matches_one_process(hybrid(2, 1, "zbv", 2, 0), 5);
+  });
+}
+
+TEST(LlamaPipeline, BoosterPpTimesTpTimesDpOnEightRanksMatchesOneProcess) {
+  testing::run_ranks(8, [] { expect_hybrid_matches_one_process(hybrid(2, 2, "zbh1", 1, 1), 5); });
+}
+
+TEST(LlamaPipeline, BadPipelineSettingsAreNamedBeforeAnyGroupExists) {
+  testing::run_ranks(2, [] {
+    auto few = hybrid(2, 1, "1f1b", 1, 0);
+    few.options["num_microbatches"] = 1;
+    auto msg = testing::error_message_of([&] { booster::make_plugin(few); });
+    EXPECT_NE(msg.find("num_microbatches 1 < pp 2"), std::string::npos) << msg;
+    msg = testing::error_message_of([] { booster::make_plugin(hybrid(2, 1, "zbv", 1, 0)); });
+    EXPECT_NE(msg.find("zbv runs exactly 2 model chunks"), std::string::npos) << msg;
+    booster::PluginConfig ddp;
+    ddp.name = "ddp";
+    ddp.layout.pp = 2;
+    msg = testing::error_message_of([&] { booster::make_plugin(ddp); });
+    EXPECT_NE(msg.find("use --plugin hybrid"), std::string::npos) << msg;
   });
 }
 

@@ -35,10 +35,14 @@ bool DataParallelScope::counts_in_norm(const std::string& name) const {
   return norm_group.rank() == 0 || split_over_norm_group.count(name) > 0;
 }
 
+bool DataParallelScope::norm_spans_ranks() const {
+  return (norm_group.is_member() && norm_group.size() > 1) || (pipeline_group.is_member() && pipeline_group.size() > 1);
+}
+
 double DataParallelScope::combine_over_norm_group(double local, bool inf_norm) const {
-  if (!norm_group.is_member() || norm_group.size() == 1) return local;
   auto t = torch::tensor({local}, torch::kFloat64);
-  dist::all_reduce(t, norm_group, inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum);
+  for (const auto* g : {&norm_group, &pipeline_group})
+    if (g->is_member() && g->size() > 1) dist::all_reduce(t, *g, inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum);
   return t.item<double>();
 }
 

@@ -23,6 +23,8 @@ struct DataParallelScope {
   // Parameters whose ranks of norm_group hold different slices; every other parameter is the
   // same on all of them and counted once, by its rank 0.
   std::set<std::string> split_over_norm_group;
+  dist::Group pipeline_group;  // pipeline parallelism: each stage holds other parameters, so
+                               // gradient norms are summed over the stages too
 
   dist::Group resolved_group() const;
   /// Starts the reduction of a flat gradient buffer over `resolved_group()`: an average, or a sum
@@ -33,7 +35,9 @@ struct DataParallelScope {
   /// Whether this rank adds `name`'s gradient to the norm (false for a replicated parameter on
   /// ranks other than norm_group's first).
   bool counts_in_norm(const std::string& name) const;
-  /// The local sum of |g|^p (or the max, for p = inf) combined over norm_group.
+  /// Whether a gradient norm needs other ranks' parts (tensor or pipeline parallelism).
+  bool norm_spans_ranks() const;
+  /// The local sum of |g|^p (or the max, for p = inf) combined over norm_group and the pipeline.
   double combine_over_norm_group(double local, bool inf_norm) const;
 };
 

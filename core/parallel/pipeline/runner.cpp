@@ -50,10 +50,19 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
   int live = 0;
   peak_live_ = 0;
   timeline_.clear();
+  // The step after which each chunk's parameters have their whole gradient.
+  const auto& steps = schedule_.steps(rank_);
+  std::vector<int> last_gradient(schedule_.chunks(), -1);
+  for (int i = 0; i < static_cast<int>(steps.size()); ++i)
+    if (steps[i].work == Work::kBackward || steps[i].work == Work::kBackwardWeight) last_gradient[steps[i].chunk] = i;
+  int index = -1;
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  for (const Step& st : schedule_.steps(rank_)) {
+  for (const Step& st : steps) {
+    ++index;
     const int v = schedule_.virtual_stage(rank_, st.chunk), mb = st.microbatch;
+    const bool final_gradient = index == last_gradient[st.chunk];
+    if (final_gradient && model.gradient_sync) model.gradient_sync(true);
     const Key key{mb, st.chunk};
     StepRecord rec{st, seconds(), 0};
     switch (st.work) {
@@ -74,6 +83,7 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
                          " microbatch targets; the schedule runs ", m);
           out = model.loss(out, targets[mb]) / static_cast<double>(m);
           loss_sum += out.item<double>();
+          if (model.loss_scale != 1.0) out = out * model.loss_scale;
         } else {
           const int to = schedule_.rank_of(v + 1);
           if (to == rank_) local_fwd[{mb, v + 1}] = out.detach();
@@ -122,6 +132,7 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
         break;
       }
     }
+    if (final_gradient && model.gradient_sync) model.gradient_sync(false);
     rec.end_s = seconds();
     timeline_.push_back(rec);
   }

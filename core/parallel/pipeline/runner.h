@@ -29,6 +29,12 @@ struct StageFunctions {
   std::function<torch::Tensor(int chunk, const torch::Tensor& input)> forward;
   std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
   std::function<std::vector<torch::Tensor>(int chunk)> parameters;
+  /// Optional: called with true just before the step that gives a chunk's parameters their last
+  /// gradient of this run, and with false right after (a data-parallel wrapper reduces the
+  /// accumulated gradients then, once per parameter, overlapping the rest of the schedule).
+  std::function<void(bool)> gradient_sync;
+  /// The loss is multiplied by this before backward (fp16 loss scaling).
+  double loss_scale = 1.0;
 };
 
 /// What a rank did during one step, for timelines and tests.

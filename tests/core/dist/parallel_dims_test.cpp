@@ -24,7 +24,6 @@ TEST(ParallelDims, EveryInvalidCombinationIsNamed) {
   expect_error({.sp = -1}, 4, {"sp: expected >= 1, got -1"});
   expect_error({.dp = -2}, 4, {"dp: expected >= 1", "got -2"});
   // Axes not built yet: named with the issue that brings them.
-  expect_error({.pp = 2}, 4, {"pp 2", "pipeline parallelism is not built yet", "issue 19"});
   expect_error({.ep = 2}, 4, {"ep 2", "expert parallelism is not built yet", "issue 20"});
   // Sequence parallelism needs a mode, and split_gather lives on the tp ranks.
   expect_error({.sp = 2}, 4, {"sp 2 needs an sp_mode"});
@@ -34,6 +33,7 @@ TEST(ParallelDims, EveryInvalidCombinationIsNamed) {
   // Against the world: the arithmetic is shown.
   expect_error({.tp = 4}, 6, {"the world of 6 ranks does not divide by pp(1) * sp(1) * tp(4) = 4"});
   expect_error({.dp = 3, .tp = 2}, 4, {"pp(1) * dp(3) * sp(1) * tp(2) = 6 != world size 4"});
+  expect_error({.pp = 3}, 4, {"the world of 4 ranks does not divide by pp(3)"});
   expect_error({.dp = 2, .sp = 2, .tp = 2, .sp_mode = "ring_attn"}, 4, {"dp(2) * sp(2) * tp(2) = 8 != world size 4"});
 }
 

@@ -119,11 +119,11 @@ class DDPModel : public ModelWrapper {
     return mixed_->step(optimizer);
   }
 
-  // Under tensor parallelism the norm also sums the slices other tp ranks hold (scope.h).
+  // Under tensor parallelism the norm also sums the slices other tp ranks hold, under pipeline
+  // parallelism the other stages' parameters (scope.h).
   double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) override {
     const auto& scope = options_.scope;
-    if (!scope.norm_group.is_member() || scope.norm_group.size() == 1)
-      return ModelWrapper::clip_grad_norm(optimizer, max_norm, norm_type);
+    if (!scope.norm_spans_ranks()) return ModelWrapper::clip_grad_norm(optimizer, max_norm, norm_type);
     torch::NoGradGuard no_grad;
     const bool inf_norm = std::isinf(norm_type);
     std::vector<torch::Tensor> grads;

@@ -17,8 +17,42 @@ namespace {
 // tensors, optimizer state is named per tensor-parallel slice.
 class HybridModel : public ModelWrapper {
  public:
-  HybridModel(std::unique_ptr<ModelWrapper> inner, std::map<std::string, parallel::ShardSpec> specs, int tp, int tp_rank)
-      : ModelWrapper("hybrid"), inner_(std::move(inner)), specs_(std::move(specs)), tp_(tp), tp_rank_(tp_rank) {}
+  HybridModel(std::unique_ptr<ModelWrapper> inner, std::map<std::string, parallel::ShardSpec> specs, int tp, int tp_rank,
+              parallel::pipeline::PipelineLayout pipeline)
+      : ModelWrapper("hybrid"),
+        inner_(std::move(inner)),
+        specs_(std::move(specs)),
+        tp_(tp),
+        tp_rank_(tp_rank),
+        pipeline_(std::move(pipeline)) {}
+
+  // One step of the schedule. Gradients accumulate locally and each chunk's are reduced over
+  // the data-parallel ranks during its last backward step (the runner switches sync on there).
+  double execute_pipeline(const parallel::pipeline::StageFunctions& model, const std::vector<torch::Tensor>& inputs,
+                          const std::vector<torch::Tensor>& targets) override {
+    COLOSSAL_CHECK(pipeline_.enabled(), "[hybrid] execute_pipeline needs pp > 1 (this layout has one stage); "
+                   "run forward and Booster::backward instead");
+    const int m = static_cast<int>(pipeline_.holds_first() ? inputs.size() : targets.size());
+    auto options = pipeline_.schedule;
+    options.microbatches = m;
+    if (!runner_ || runner_->schedule().microbatches() != m)
+      runner_.emplace(parallel::pipeline::Schedule(options), pipeline_.group);
+    auto fns = model;
+    fns.loss_scale = inner_->loss_scale();
+    fns.gradient_sync = [this](bool on) { inner_->set_gradient_sync(on); };
+    inner_->before_backward();
+    inner_->set_gradient_sync(false);
+    double loss = 0;
+    try {
+      loss = runner_->run(fns, inputs, targets);
+    } catch (...) {
+      inner_->set_gradient_sync(true);
+      throw;
+    }
+    inner_->set_gradient_sync(true);
+    inner_->after_backward();
+    return loss;
+  }
 
   void before_backward() override { inner_->before_backward(); }
   void after_backward() override { inner_->after_backward(); }
@@ -40,6 +74,8 @@ class HybridModel : public ModelWrapper {
   // Whole tensors: split ones gathered over tp (and kept, so a load can write into them and
   // after_model_load copy each rank's slice back).
   checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const override {
+    COLOSSAL_CHECK(!pipeline_.enabled(), "[hybrid] saving or loading a model under pp > 1 is not built yet "
+                   "(issue 19: checkpoints across pipeline layouts); nothing was written");
     auto state = inner_->full_model_state(model);
     gathered_.clear();
     for (auto& [name, t] : state) {
@@ -78,6 +114,8 @@ class HybridModel : public ModelWrapper {
   std::unique_ptr<ModelWrapper> inner_;
   std::map<std::string, parallel::ShardSpec> specs_;
   int tp_, tp_rank_;
+  parallel::pipeline::PipelineLayout pipeline_;
+  std::optional<parallel::pipeline::PipelineRunner> runner_;
   mutable std::vector<Gathered> gathered_;
 };
 
@@ -87,22 +125,37 @@ void HybridParallelPlugin::Options::validate() const {
   COLOSSAL_CHECK(zero_stage >= 0 && zero_stage <= 2, "[hybrid] zero_stage: expected 0, 1 or 2, got ", zero_stage,
                  " (ZeRO-3 is the gemini plugin)");
   COLOSSAL_CHECK(bucket_bytes > 0, "[hybrid] bucket_mib: expected > 0");
+  COLOSSAL_CHECK(num_microbatches >= 0, "[hybrid] num_microbatches: expected >= 0 (0: pp x num_model_chunks), got ",
+                 num_microbatches);
+  (void)parallel::pipeline::parse_schedule(pp_schedule);
   (void)amp::parse_precision(precision);
+}
+
+parallel::pipeline::ScheduleOptions HybridParallelPlugin::Options::schedule(int pp) const {
+  return {.kind = pp_schedule,
+          .stages = pp,
+          .microbatches = num_microbatches > 0 ? num_microbatches : pp * num_model_chunks,
+          .chunks = num_model_chunks};
 }
 
 HybridParallelPlugin::HybridParallelPlugin(Options options, PluginEnvironment env)
     : Plugin(std::move(env)), options_(std::move(options)) {
   options_.validate();
+  // The schedule is checked against the layout now, before any group or model exists.
+  if (dims().pp() > 1) options_.schedule(dims().pp()).validate();
 }
 
-const parallel::ParallelContext& HybridParallelPlugin::parallel_context() {
-  if (!context_) context_ = parallel::ParallelContext::from(dims());
+parallel::ParallelContext HybridParallelPlugin::parallel_context() {
+  if (!context_) {
+    context_ = parallel::ParallelContext::from(dims());
+    if (dims().pp() > 1) context_->pipeline.schedule = options_.schedule(dims().pp());
+  }
   return *context_;
 }
 
 std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module& model,
                                                                torch::optim::Optimizer& optimizer) {
-  const auto& context = parallel_context();
+  const auto context = parallel_context();
   const int tp = dims().tp();
   const auto specs = parallel::collect_shard_specs(model);
   // A model built without the layout's groups would silently train as tp copies of itself.
@@ -111,6 +164,7 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
   parallel::DataParallelScope scope;
   scope.group = dims().gradient_group();
   scope.gradient_divisor = dims().dp();
+  if (dims().pp() > 1) scope.pipeline_group = context.pipeline.group;
   if (tp > 1) {
     scope.norm_group = context.tp;
     for (const auto& [name, spec] : specs)
@@ -136,7 +190,7 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
   // computes only in part (kv heads kept whole, norms on sequence shards) are summed over tp
   // before the data-parallel reduction sees them.
   parallel::register_partial_gradient_hooks(model);
-  return std::make_unique<HybridModel>(std::move(inner), specs, tp, context.tp_rank());
+  return std::make_unique<HybridModel>(std::move(inner), specs, tp, context.tp_rank(), context.pipeline);
 }
 
 }  // namespace colossal::booster

@@ -1,6 +1,12 @@
 #pragma once
-// HybridParallelPlugin: tensor x sequence x data parallelism over the job's layout
-// (dist::ParallelDims; the pipeline and expert axes come with their issues).
+// HybridParallelPlugin: pipeline x tensor x sequence x data parallelism over the job's layout
+// (dist::ParallelDims; the expert axis comes with its issue).
+//
+// Pipeline (pp > 1): the model is built with parallel_context(), whose pipeline layout says
+// which layers this rank's stage holds (pp_schedule, num_model_chunks); each training step is
+// Booster::execute_pipeline, which runs the schedule over the microbatches and reduces every
+// parameter's gradient over the data-parallel ranks once its last microbatch is through.
+// Gradient norms are summed over the stages.
 //
 // The model is built with parallel_context() (the layout's tp and sp groups) and applies its own
 // parallel plan; the plugin then runs DDP (zero_stage 0) or ZeRO-1/2 over the data-parallel ranks:
@@ -26,19 +32,28 @@ class HybridParallelPlugin : public Plugin {
     int zero_stage = 0;              // 0: DDP; 1, 2: ZeRO over the data-parallel ranks
     std::string precision = "fp32";  // fp32 | bf16 | fp16
     int64_t bucket_bytes = 25 << 20; // DDP bucket (ZeRO: this many bytes of fp32 elements)
+    std::string pp_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zbh1 | zbv
+    int num_model_chunks = 1;          // interleaved: >= 2; zbv: 2
+    int num_microbatches = 0;          // per step and data-parallel rank (0: pp x num_model_chunks)
     void validate() const;
     template <class V>
     void visit(V& v) {
       v("zero_stage", zero_stage, "0: DDP over the data-parallel ranks; 1, 2: ZeRO-1/2");
       v.mib("bucket_mib", bucket_bytes, "gradient bucket size");
+      v("pp_schedule", pp_schedule, "pp > 1: gpipe | 1f1b | interleaved | zbh1 | zbv");
+      v("num_model_chunks", num_model_chunks, "pp > 1: model chunks per stage (interleaved >= 2, zbv 2)");
+      v("num_microbatches", num_microbatches, "pp > 1: microbatches per step (0: pp x num_model_chunks)");
     }
+    /// The schedule's options for `pp` stages (num_microbatches resolved).
+    parallel::pipeline::ScheduleOptions schedule(int pp) const;
   };
 
   /// `env.dims` is the layout (null: pure data parallelism over the world).
   explicit HybridParallelPlugin(Options options, PluginEnvironment env = {});
 
-  /// The groups a model is built with (created on the first call: collective, every rank calls it).
-  const parallel::ParallelContext& parallel_context();
+  /// The groups a model is built with, and its pipeline stage (created on the first call:
+  /// collective, every rank calls it).
+  parallel::ParallelContext parallel_context() override;
 
   std::string name() const override { return "hybrid"; }
   bool supports_no_sync() const override { return true; }

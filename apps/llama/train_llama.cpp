@@ -343,7 +343,7 @@ int run(TrainArgs& a) {
   }
 
   // ---- the Hugging Face directory: weights gathered whole whatever the plugin, config, tokenizer
-  auto state = b.optimizer->model_wrapper().full_model_state(*model);
+  auto state = b.optimizer->model_wrapper().model_state_to_save(*model);
   std::string out = a.output + "/model";
   if (r == 0) {
     save_pretrained(cfg, state, out);

@@ -455,7 +455,7 @@ int train(TrainArgs& a) {
   if (first_step <= total_steps) save(total_steps);
   auto result = report_eval(total_steps);
   const auto& counts = result.single;
-  auto state = b.optimizer->model_wrapper().full_model_state(*model);
+  auto state = b.optimizer->model_wrapper().model_state_to_save(*model);
   if (r == 0) {
     save_pretrained(m.config, state, a.save_dir + "/model", m.processor);
     write_confusion_csv(counts.confusion, data.eval->class_names(), a.save_dir + "/confusion_matrix.csv");

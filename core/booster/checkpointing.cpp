@@ -81,7 +81,7 @@ OptimizerFiles collect_optimizer_state(const ModelWrapper& wrapper, const torch:
                 {"world_size", std::to_string(world())},
                 {"rank", std::to_string(my_rank())},
                 {"layout", f.sliced ? "sliced" : "replicated"}};
-  if (!f.writes) return f;
+  if (!f.writes || (f.sliced && !wrapper.writes_optimizer_slices())) return f;  // (an empty file)
   auto* located = f.sliced ? &f.metadata : nullptr;  // slice offsets matter only when sliced
   f.tensors = checkpoint::optimizer_state(optimizer, wrapper.optimizer_slices(model), located);
   for (auto& e : wrapper.external_optimizer_state(located)) f.tensors.push_back(std::move(e));
@@ -185,7 +185,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
     return out;
   };
   // Collective under some plugins (sharded parameters are gathered): every rank calls it.
-  auto params = wrapper.full_model_state(*boosted.model);
+  auto params = wrapper.model_state_to_save(*boosted.model);
   s->optimizer = collect_optimizer_state(wrapper, boosted.optimizer->inner(), *boosted.model, plugin_->name());
   s->optimizer.tensors = copy(s->optimizer.tensors);
   if (s->rank == 0) {
@@ -245,7 +245,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
 
 void Booster::save_model(BoostedOptimizer& optimizer, const torch::nn::Module& model,
                          const std::string& dir, const checkpoint::SaveModelOptions& options) {
-  auto state = optimizer.model_wrapper().full_model_state(model);
+  auto state = optimizer.model_wrapper().model_state_to_save(model);
   // Every rank takes part (sharded plugins gather the parameters); rank 0 writes.
   if (my_rank() == 0) checkpoint::save_model_state(state, dir, options);
   barrier();
@@ -277,7 +277,8 @@ checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::n
                                            const std::string& dir,
                                            const checkpoint::LoadModelOptions& options) {
   auto& wrapper = optimizer.model_wrapper();
-  auto report = checkpoint::load_state_into(wrapper.full_model_state(model), dir, options);
+  auto report =
+      checkpoint::load_state_into(wrapper.full_model_state(model), dir, options, wrapper.state_held_elsewhere());
   wrapper.after_model_load();
   return report;
 }
@@ -296,7 +297,7 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   }
   auto& wrapper = boosted.optimizer->model_wrapper();
   auto params = wrapper.full_model_state(*boosted.model);
-  auto report = checkpoint::load_state_into(params, dir + "/model");
+  auto report = checkpoint::load_state_into(params, dir + "/model", {}, wrapper.state_held_elsewhere());
   wrapper.after_model_load();
   restore_optimizer_state(wrapper, boosted.optimizer->inner(), *boosted.model, dir);
 

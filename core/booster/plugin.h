@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/checkpoint/optimizer_io.h"
@@ -62,6 +63,14 @@ class ModelWrapper {
   /// The full, unsplit model state: what is saved, and what a load writes into (in place).
   /// Mixed precision returns the fp32 masters in place of the working parameters.
   virtual checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const;
+  /// What a save writes: full_model_state(), plus (pipeline parallelism, on the rank that
+  /// writes) the other stages' tensors, so the files hold the whole model. Collective.
+  virtual checkpoint::NamedTensors model_state_to_save(const torch::nn::Module& model) const {
+    return full_model_state(model);
+  }
+  /// Names of the whole model's state that other ranks hold (pipeline stages): a load skips
+  /// them instead of calling them unexpected.
+  virtual std::set<std::string> state_held_elsewhere() const { return {}; }
   /// Called after a load wrote into full_model_state() (mixed precision: masters -> working).
   virtual void after_model_load() {}
   /// The tensors the optimizer updates, as slices of named parameters (what optimizer state is
@@ -70,6 +79,10 @@ class ModelWrapper {
   /// True when each rank's optimizer holds a different part of the state (every rank then
   /// writes its own slice file); false when it is replicated (rank 0 writes it).
   virtual bool optimizer_sharded() const { return false; }
+  /// With sharded state: whether this rank's slices are its own to write. A replica of another
+  /// rank's (a data-parallel copy of a pipeline stage) writes an empty file, so a load does not
+  /// find the same piece twice.
+  virtual bool writes_optimizer_slices() const { return true; }
   /// Optimizer state the plugin keeps outside the optimizer (streamed from NVMe), as
   /// optimizer_state() would write it; `metadata` gets the slices' offsets.
   virtual checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>*) const {

@@ -70,7 +70,7 @@ LoadReport load_model_state(torch::nn::Module& model, const std::string& dir,
 }
 
 LoadReport load_state_into(const NamedTensors& targets, const std::string& dir,
-                           const LoadModelOptions& options) {
+                           const LoadModelOptions& options, const std::set<std::string>& held_elsewhere) {
   CheckpointReader reader(dir);
   LoadReport report;
   auto names = reader.names();
@@ -99,6 +99,7 @@ LoadReport load_state_into(const NamedTensors& targets, const std::string& dir,
     }
     plan.emplace_back(target, name);
   }
+  for (const auto& name : held_elsewhere) in_checkpoint.erase(name);
   report.unexpected.assign(in_checkpoint.begin(), in_checkpoint.end());
   COLOSSAL_CHECK(!options.strict || report.clean(), "[checkpoint] '", dir,
                  "' does not match the model (nothing was loaded): ", report.describe(),

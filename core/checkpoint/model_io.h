@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,9 @@ std::vector<std::string> save_model_state(const NamedTensors& tensors, const std
 LoadReport load_model_state(torch::nn::Module& model, const std::string& dir,
                             const LoadModelOptions& options = {});
 /// The same into explicit targets (tensors that are written in place, e.g. fp32 masters).
+/// `held_elsewhere`: checkpoint names another rank loads (pipeline stages), neither loaded here
+/// nor reported unexpected.
 LoadReport load_state_into(const NamedTensors& targets, const std::string& dir,
-                           const LoadModelOptions& options = {});
+                           const LoadModelOptions& options = {}, const std::set<std::string>& held_elsewhere = {});
 
 }  // namespace colossal::checkpoint

@@ -3,6 +3,7 @@
 // 1e-5, fp32) on the same global batch.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include "core/booster/booster.h"
 #include "core/booster/registry.h"
@@ -89,7 +90,7 @@ TEST(LlamaPipeline, FourStagesWithUnevenLayersMatchOneProcess) {
 
 // ---- through the Booster: the hybrid plugin with pp, against one process ------------------
 
-struct Run {
+struct RunTrace {
   std::vector<double> losses, norms;
   std::map<std::string, torch::Tensor> state, first_grads;  // after two steps; the first step's gradients
 };
@@ -97,11 +98,11 @@ struct Run {
 constexpr double kClip = 0.5;
 
 // One process, the global batch of every step, clipping as the Booster does.
-Run reference_run(const LlamaConfig& c, const std::vector<torch::Tensor>& batches) {
+RunTrace reference_run(const LlamaConfig& c, const std::vector<torch::Tensor>& batches, double eps = 1e-8) {
   torch::manual_seed(5);
   LlamaForCausalLM m(c);
-  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2));
-  Run r;
+  torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(1e-2).eps(eps));
+  RunTrace r;
   for (const auto& ids : batches) {
     opt.zero_grad();
     auto loss = m->loss(ids, ids);
@@ -196,6 +197,88 @@ TEST(LlamaPipeline, BoosterPpTimesDpMatchesOneProcess) {
 
 TEST(LlamaPipeline, BoosterPpTimesTpTimesDpOnEightRanksMatchesOneProcess) {
   testing::run_ranks(8, [] { expect_hybrid_matches_one_process(hybrid(2, 2, "zbh1", 1, 1), 5); });
+}
+
+// Checkpoints stay whole-tensor Hugging Face files: saved at pp 2 x dp 2 after one step, the run
+// resumes on one process and at pp 4, and the second step lands where two straight steps do.
+TEST(LlamaPipeline, CheckpointsResumeAcrossPipelineLayouts) {
+  const int owner = testing::is_rank_process() ? ::getppid() : ::getpid();
+  const std::string dir = ::testing::TempDir() + "pp_checkpoint_" + std::to_string(owner);
+  const auto cfg = config(5);
+  constexpr int kGlobalRows = 2 * kMicro * kRows;  // dp 2 at save time
+  auto batch = [&](int step) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(60 + step);
+    return torch::randint(cfg.vocab_size, {kGlobalRows, kSeq}, gen, torch::kInt64);
+  };
+  struct Trained {
+    LlamaForCausalLM model{nullptr};
+    std::unique_ptr<booster::Booster> booster;
+    booster::Boosted b;
+    double step(const torch::Tensor& rows, int microbatches) {
+      b.optimizer->zero_grad();
+      double loss = 0;
+      if (model->parallel_context().pipeline.enabled()) {
+        parallel::pipeline::StageFunctions fns;
+        fns.forward = [this](int c, const torch::Tensor& x) { return model->forward_chunk(c, x); };
+        fns.loss = [this](const torch::Tensor& l, const torch::Tensor& y) { return model->loss_from_logits(l, y); };
+        fns.parameters = [this](int c) { return model->chunk_parameters(c); };
+        auto micro = rows.split(rows.size(0) / microbatches);
+        loss = booster->execute_pipeline(*b.optimizer, fns, micro, micro);
+      } else {
+        auto l = model->loss(rows, rows);
+        booster->backward(l, *b.optimizer);
+        loss = l.item<double>();
+      }
+      booster->clip_grad_norm(*b.optimizer, kClip);
+      b.optimizer->step();
+      return loss;
+    }
+  };
+  // Adam's eps at 1e-6: the resumed step's parameters then agree as tightly as the gradients
+  // (absolute 5e-6 = lr / 2000; with 1e-8 a near-zero gradient element turned rounding into an
+  // 8e-5 update difference, 1.8e-6 with 1e-6: the amplification, not the checkpoint).
+  constexpr double kEps = 1e-6;
+  // Seed 5 is the reference's; another seed's weights must be replaced by the checkpoint's.
+  auto build = [&](const booster::PluginConfig& c, int seed) {
+    Trained t;
+    auto plugin = booster::make_plugin(c);
+    torch::manual_seed(seed);
+    t.model = LlamaForCausalLM(cfg, plugin->parallel_context());
+    auto opt = std::make_shared<torch::optim::AdamW>(t.model->parameters(), torch::optim::AdamWOptions(1e-2).eps(kEps));
+    t.booster = std::make_unique<booster::Booster>(plugin);
+    t.b = t.booster->boost(t.model.ptr(), opt);
+    return t;
+  };
+  // The resumed second step against two straight steps on one process.
+  auto expect_second_step = [&](Trained& t, double loss, const RunTrace& want) {
+    EXPECT_NEAR(loss, want.losses[1], 1e-5 * want.losses[1]);
+    for (const auto& p : t.model->named_parameters())
+      EXPECT_TRUE(torch::allclose(p.value(), want.state.at(p.key()), 1e-5, 5e-6))
+          << p.key() << ": max difference " << (p.value() - want.state.at(p.key())).abs().max().item<double>();
+  };
+  testing::run_ranks(4, [&] {
+    auto c = hybrid(2, 1, "1f1b", 1, 0);
+    Trained t = build(c, 5);
+    const int dp_rank = t.booster->plugin().dims().coord(dist::Axis::kDp);
+    t.step(batch(0).narrow(0, dp_rank * kMicro * kRows, kMicro * kRows), kMicro);
+    t.booster->save_checkpoint(t.b, dir, {.step = 1});
+  });
+  const auto want = reference_run(cfg, {batch(0), batch(1)}, kEps);
+  testing::run_ranks(1, [&] {  // one process
+    booster::PluginConfig c;
+    c.name = "ddp";
+    c.device = "cpu";
+    Trained t = build(c, 99);
+    EXPECT_EQ(t.booster->load_checkpoint(t.b, dir).step, 1);
+    expect_second_step(t, t.step(batch(1), 1), want);
+  });
+  testing::run_ranks(4, [&] {  // pp 4 (dp 1): the same global batch in 8 microbatches
+    auto c = hybrid(4, 1, "1f1b", 1, 0);
+    c.options["num_microbatches"] = 2 * kMicro;
+    Trained t = build(c, 99);
+    t.booster->load_checkpoint(t.b, dir);
+    expect_second_step(t, t.step(batch(1), 2 * kMicro), want);
+  });
 }
 
 TEST(LlamaPipeline, BadPipelineSettingsAreNamedBeforeAnyGroupExists) {

@@ -6,6 +6,8 @@
 #include "core/booster/plugins/ddp/ddp_plugin.h"
 #include "core/common/check.h"
 #include "core/dist/runtime.h"
+#include "core/checkpoint/model_io.h"
+#include "core/parallel/pipeline/state_exchange.h"
 #include "core/parallel/tensor/shard.h"
 #include "core/booster/plugins/low_level_zero/low_level_zero_plugin.h"
 
@@ -18,13 +20,24 @@ namespace {
 class HybridModel : public ModelWrapper {
  public:
   HybridModel(std::unique_ptr<ModelWrapper> inner, std::map<std::string, parallel::ShardSpec> specs, int tp, int tp_rank,
-              parallel::pipeline::PipelineLayout pipeline)
+              int dp_rank, parallel::pipeline::PipelineLayout pipeline)
       : ModelWrapper("hybrid"),
         inner_(std::move(inner)),
         specs_(std::move(specs)),
+        dp_rank_(dp_rank),
         tp_(tp),
         tp_rank_(tp_rank),
         pipeline_(std::move(pipeline)) {}
+
+  // Under pipeline parallelism: the names the other stages hold (exchanged once, collective).
+  void learn_other_stages(const torch::nn::Module& model) {
+    if (!pipeline_.enabled()) return;
+    std::vector<std::string> mine;
+    for (const auto& [name, t] : checkpoint::model_state(model)) mine.push_back(name);
+    const std::set<std::string> own(mine.begin(), mine.end());
+    for (auto& name : parallel::pipeline::all_names(pipeline_.group, mine))
+      if (!own.count(name)) elsewhere_.insert(std::move(name));
+  }
 
   // One step of the schedule. Gradients accumulate locally and each chunk's are reduced over
   // the data-parallel ranks during its last backward step (the runner switches sync on there).
@@ -74,8 +87,6 @@ class HybridModel : public ModelWrapper {
   // Whole tensors: split ones gathered over tp (and kept, so a load can write into them and
   // after_model_load copy each rank's slice back).
   checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const override {
-    COLOSSAL_CHECK(!pipeline_.enabled(), "[hybrid] saving or loading a model under pp > 1 is not built yet "
-                   "(issue 19: checkpoints across pipeline layouts); nothing was written");
     auto state = inner_->full_model_state(model);
     gathered_.clear();
     for (auto& [name, t] : state) {
@@ -87,6 +98,14 @@ class HybridModel : public ModelWrapper {
     }
     return state;
   }
+
+  // The whole model on the pipeline's first rank (the one that writes): every stage's tensors.
+  checkpoint::NamedTensors model_state_to_save(const torch::nn::Module& model) const override {
+    auto state = full_model_state(model);
+    if (!pipeline_.enabled()) return state;
+    return parallel::pipeline::gather_to_first(pipeline_.group, std::move(state));
+  }
+  std::set<std::string> state_held_elsewhere() const override { return elsewhere_; }
 
   void after_model_load() override {
     torch::NoGradGuard no_grad;
@@ -104,7 +123,11 @@ class HybridModel : public ModelWrapper {
     for (auto& s : slices) s.name += "@tp" + std::to_string(tp_rank_) + "of" + std::to_string(tp_);
     return slices;
   }
-  bool optimizer_sharded() const override { return tp_ > 1 || inner_->optimizer_sharded(); }
+  // Pipeline stages hold different parameters: each writes its own optimizer file, and a
+  // resume at another pp size (or none) finds every parameter's state by name.
+  bool optimizer_sharded() const override { return tp_ > 1 || pipeline_.enabled() || inner_->optimizer_sharded(); }
+  // DDP replicas of a stage hold the same state: the first data-parallel rank writes it.
+  bool writes_optimizer_slices() const override { return inner_->optimizer_sharded() || dp_rank_ == 0; }
 
  private:
   struct Gathered {
@@ -113,8 +136,10 @@ class HybridModel : public ModelWrapper {
   };
   std::unique_ptr<ModelWrapper> inner_;
   std::map<std::string, parallel::ShardSpec> specs_;
+  int dp_rank_;
   int tp_, tp_rank_;
   parallel::pipeline::PipelineLayout pipeline_;
+  std::set<std::string> elsewhere_;  // names of the whole model held by other stages
   std::optional<parallel::pipeline::PipelineRunner> runner_;
   mutable std::vector<Gathered> gathered_;
 };
@@ -190,7 +215,10 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
   // computes only in part (kv heads kept whole, norms on sequence shards) are summed over tp
   // before the data-parallel reduction sees them.
   parallel::register_partial_gradient_hooks(model);
-  return std::make_unique<HybridModel>(std::move(inner), specs, tp, context.tp_rank(), context.pipeline);
+  auto wrapped = std::make_unique<HybridModel>(std::move(inner), specs, tp, context.tp_rank(),
+                                               dims().coord(dist::Axis::kDp), context.pipeline);
+  wrapped->learn_other_stages(model);
+  return wrapped;
 }
 
 }  // namespace colossal::booster

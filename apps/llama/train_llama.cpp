@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
@@ -32,6 +33,7 @@
 #include "llama/corpus.h"
 #include "llama/dataset.h"
 #include "llama/parallelize.h"
+#include "llama/pipeline.h"
 #include "llama/pretrained.h"
 #include "llama/shapes.h"
 #include "llama/tokenizer.h"
@@ -63,7 +65,12 @@ void on_rank0_then_all(Fn&& fn) {
 // (the ranks of one replica run the same samples together). Every rank runs the same number of
 // batches (ZeRO-3 gathers parameters collectively); ranks out of samples repeat sample 0 with
 // weight 0. The world sum counts each replica's ranks alike, so the ratio is the mean.
-double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch_size, std::pair<int, int> replica) {
+// Under pipeline parallelism `pipeline` runs the samples of a batch (one microbatch each) through
+// the stages and returns the sum of their token-weighted losses.
+using PipelineEval = std::function<double(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&)>;
+
+double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch_size, std::pair<int, int> replica,
+                const PipelineEval& pipeline) {
   torch::NoGradGuard no_grad;
   const auto [r, n] = replica;
   model->eval();
@@ -79,6 +86,19 @@ double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch
       weight.push_back(i < data.size() ? 1.0 : 0.0);
     }
     auto b = data.batch(idx);
+    if (pipeline) {  // every rank of the pipeline holds the same samples: the same ones are skipped
+      std::vector<torch::Tensor> ids, labels;
+      for (size_t k = 0; k < idx.size(); ++k) {
+        auto l = b.labels.narrow(0, static_cast<int64_t>(k), 1);
+        double count = l.narrow(1, 1, l.size(1) - 1).ne(-100).sum().item<double>();
+        if (count == 0 || weight[k] == 0) continue;
+        ids.push_back(b.input_ids.narrow(0, static_cast<int64_t>(k), 1).to(device));
+        labels.push_back(l.to(device));
+        tokens += count;
+      }
+      if (!ids.empty()) loss_sum += pipeline(ids, labels);
+      continue;
+    }
     for (size_t k = 0; k < idx.size(); ++k) {
       auto ids = b.input_ids.narrow(0, static_cast<int64_t>(k), 1);
       auto labels = b.labels.narrow(0, static_cast<int64_t>(k), 1);
@@ -191,7 +211,7 @@ int run(TrainArgs& a) {
   // creates the groups the model is built with.
   auto parallel_for = [&](const LlamaConfig& config) {
     check_parallel(config, dims, a.max_length);
-    return colossal::parallel::ParallelContext::from(dims);
+    return plugin->parallel_context();  // the groups, and under pp this rank's stage
   };
   if (!a.pretrained.empty()) {
     // Lazily: each weight is read from the mapped files when boost() places it, straight into
@@ -242,6 +262,17 @@ int run(TrainArgs& a) {
   booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
   const auto dp_replica = plugin->data_parallel_rank_and_size();
+  // Pipeline parallelism: each step's batch runs through the stages in microbatches.
+  const auto& pipeline = model->parallel_context().pipeline;
+  const bool pipelined = pipeline.enabled();
+  const int64_t microbatches = pipeline.schedule.microbatches;
+  const auto stage = colossal::llama::stage_functions(model);
+  if (pipelined) {
+    COLOSSAL_CHECK(a.accumulation_steps == 1, "--accumulation_steps ", a.accumulation_steps,
+                   " with --pp ", dims.pp(), ": a pipeline accumulates over its microbatches; use --num_microbatches");
+    COLOSSAL_CHECK(a.batch_size % microbatches == 0, "--batch_size ", a.batch_size, " does not divide into ",
+                   microbatches, " microbatches (--num_microbatches; default pp x num_model_chunks)");
+  }
 
   int64_t first_step = 1;
   if (!a.load_checkpoint.empty()) {
@@ -269,9 +300,19 @@ int run(TrainArgs& a) {
     std::fflush(stdout);
   }
   colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
+  PipelineEval pipeline_eval;
+  if (pipelined) {
+    pipeline_eval = [&](const std::vector<torch::Tensor>& ids, const std::vector<torch::Tensor>& labels) {
+      auto fns = stage;
+      fns.loss = [&](const torch::Tensor& logits, const torch::Tensor& y) {  // token-weighted
+        return model->loss_from_logits(logits, y) * y.narrow(1, 1, y.size(1) - 1).ne(-100).sum().to(torch::kDouble);
+      };
+      return booster.evaluate_pipeline(*b.optimizer, fns, ids, labels) * static_cast<double>(ids.size());
+    };
+  }
   auto report_eval = [&](int64_t step) {
     if (!eval) return;
-    double l = evaluate(model, *eval, a.batch_size, dp_replica);
+    double l = evaluate(model, *eval, a.batch_size, dp_replica, pipeline_eval);
     progress.event("eval", step, {{"loss", l}, {"perplexity", std::exp(l)}});
   };
   if (first_step == 1) report_eval(0);
@@ -292,7 +333,13 @@ int run(TrainArgs& a) {
   for (int64_t step = first_step; step <= total_steps; ++step) {
     b.optimizer->zero_grad();
     double loss_sum = 0;
-    for (int64_t micro = 0; micro < a.accumulation_steps; ++micro) {
+    if (pipelined) {  // the rank's batch in microbatches through the stages
+      auto batch = train.batch(next_indices());
+      auto ids = batch.input_ids.to(device).split(a.batch_size / microbatches);
+      auto labels = batch.labels.to(device).split(a.batch_size / microbatches);
+      loss_sum = booster.execute_pipeline(*b.optimizer, stage, ids, labels);
+    }
+    for (int64_t micro = 0; micro < (pipelined ? 0 : a.accumulation_steps); ++micro) {
       auto batch = train.batch(next_indices());
       auto run_micro = [&] {
         auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device)) /

@@ -19,6 +19,11 @@ double ModelWrapper::execute_pipeline(const parallel::pipeline::StageFunctions&,
   COLOSSAL_FAIL("[booster] plugin '", plugin_name_, "' runs no pipeline: use --plugin hybrid with --pp > 1");
 }
 
+double ModelWrapper::evaluate_pipeline(const parallel::pipeline::StageFunctions&, const std::vector<torch::Tensor>&,
+                                       const std::vector<torch::Tensor>&) {
+  COLOSSAL_FAIL("[booster] plugin '", plugin_name_, "' runs no pipeline: use --plugin hybrid with --pp > 1");
+}
+
 double ModelWrapper::clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm,
                                     double norm_type) {
   std::vector<torch::Tensor> params;
@@ -87,6 +92,11 @@ void Booster::backward(const torch::Tensor& loss, BoostedOptimizer& optimizer) {
 double Booster::execute_pipeline(BoostedOptimizer& optimizer, const parallel::pipeline::StageFunctions& model,
                                  const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
   return optimizer.model_wrapper().execute_pipeline(model, inputs, targets);
+}
+
+double Booster::evaluate_pipeline(BoostedOptimizer& optimizer, const parallel::pipeline::StageFunctions& model,
+                                  const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
+  return optimizer.model_wrapper().evaluate_pipeline(model, inputs, targets);
 }
 
 void Booster::no_sync(BoostedOptimizer& optimizer, const std::function<void()>& fn) {

@@ -112,6 +112,11 @@ class Booster {
   double execute_pipeline(BoostedOptimizer& optimizer, const parallel::pipeline::StageFunctions& model,
                           const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
 
+  /// The pipeline's forward only, for evaluation: the mean loss over the microbatches (any
+  /// count), on every rank. Parameters and gradients are untouched.
+  double evaluate_pipeline(BoostedOptimizer& optimizer, const parallel::pipeline::StageFunctions& model,
+                           const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
+
   /// Runs `fn` (forward + backward of a micro-batch) without gradient synchronisation.
   void no_sync(BoostedOptimizer& optimizer, const std::function<void()>& fn);
   NoSyncGuard no_sync_guard(BoostedOptimizer& optimizer);

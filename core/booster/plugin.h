@@ -108,6 +108,9 @@ class ModelWrapper {
   /// pipeline axis refuse.
   virtual double execute_pipeline(const parallel::pipeline::StageFunctions& model,
                                   const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
+  /// The pipeline's forward only (evaluation): the mean loss over the microbatches, every rank.
+  virtual double evaluate_pipeline(const parallel::pipeline::StageFunctions& model,
+                                   const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
   const std::string& plugin_name() const { return plugin_name_; }
 
  protected:

@@ -176,6 +176,25 @@ TEST(TrainLlama, HybridPluginFollowsTheSingleProcessCurve) {
   expect_same_curve(one, resumed, "tp 2 x dp 2 resumed at step 2");
 }
 
+// Pipeline parallelism from the command line: pp 2 x dp 2 (1f1b, with evaluation and a
+// checkpoint under the pipeline) and zbh1 follow one process; the pp 2 x dp 2 checkpoint resumes
+// on one process. (The test model has 2 layers: 2 stages of one layer.)
+TEST(TrainLlama, PipelineFollowsTheSingleProcessCurve) {
+  auto one = losses(train("ref_hybrid", 1, "--batch_size 4 --max_steps 4 --eval_interval 0"));
+  ASSERT_EQ(one.size(), 4u);
+  expect_same_curve(one, losses(train("pp_dp", 4, "--plugin hybrid --pp 2 --num_microbatches 2 --batch_size 2 "
+                                                  "--max_steps 4 --eval_interval 2 --save_interval 2")),
+                    "pp 2 x dp 2, 1f1b");
+  expect_same_curve(one, losses(train("pp_zbh1", 2, "--plugin hybrid --pp 2 --pp_schedule zbh1 --num_microbatches 4 "
+                                                    "--batch_size 4 --max_steps 4 --eval_interval 0")),
+                    "pp 2, zbh1");
+  const auto& w = workspace();
+  auto resumed = losses(train("pp_resumed", 1, "--batch_size 4 --max_steps 4 --eval_interval 0 --load_checkpoint " +
+                                                   w.dir + "/pp_dp/checkpoints/step-2"));
+  EXPECT_EQ(resumed.size(), 2u);
+  expect_same_curve(one, resumed, "pp 2 x dp 2 resumed at step 2 on one process");
+}
+
 // Greedy generation through the inference engine with the weights split over 2 and 4 ranks
 // (4: fewer kv heads than ranks) prints what one process prints. The model is untrained with
 // wide weights, so its logits are far apart and its output varied.

@@ -5,8 +5,9 @@
 // was awaited.
 //
 // Each channel (one virtual stage's input, forward or backward) sends its tensor's shape and
-// dtype once, with the first message; later messages carry data only and must have that shape
-// (microbatches are equal: a different one is an error naming both shapes).
+// dtype once per step, with the first message; later messages carry data only and must have that
+// shape (a step's microbatches are equal: a different one is an error naming both shapes).
+// new_step() forgets the shapes, so the next step (or an evaluation) may use others.
 #include <ATen/core/Tensor.h>
 
 #include <map>
@@ -36,6 +37,11 @@ class StageLink {
   void send(const at::Tensor& tensor, int peer, const Channel& channel);
   at::Tensor recv(int peer, const Channel& channel);
   void wait_sends();
+  /// Both ends call it at the same point (the start of a step).
+  void new_step() {
+    sent_.clear();
+    received_.clear();
+  }
   const dist::Group& group() const { return group_; }
 
  private:

@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -48,6 +49,7 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
   std::map<Key, torch::Tensor> local_fwd, local_bwd;  // hand-offs within this rank, by (microbatch, stage)
   double loss_sum = 0;
   int live = 0;
+  link_.new_step();
   peak_live_ = 0;
   timeline_.clear();
   // The step after which each chunk's parameters have their whole gradient.
@@ -138,6 +140,46 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
   }
   link_.wait_sends();
   // The loss lives on the last virtual stage's rank; every rank returns it.
+  auto loss = torch::tensor({loss_sum}, torch::kFloat64);
+  dist::broadcast(loss, schedule_.rank_of(V - 1), link_.group());
+  return loss.item<double>();
+}
+
+double PipelineRunner::evaluate(const StageFunctions& model, const std::vector<torch::Tensor>& inputs,
+                                const std::vector<torch::Tensor>& targets) {
+  torch::NoGradGuard no_grad;
+  const int V = schedule_.virtual_stages();
+  const int m = static_cast<int>(schedule_.rank_of(0) == rank_ ? inputs.size() : targets.size());
+  // Every rank walks the same global order, (microbatch, virtual stage): each receive's send comes
+  // earlier in it, so blocking receives cannot wait on each other.
+  std::vector<int> chunks(schedule_.chunks());
+  for (int c = 0; c < schedule_.chunks(); ++c) chunks[c] = c;
+  std::sort(chunks.begin(), chunks.end(),
+            [&](int a, int b) { return schedule_.virtual_stage(rank_, a) < schedule_.virtual_stage(rank_, b); });
+  // The microbatch count travels with the data: only the ends know it.
+  auto count = torch::tensor({static_cast<int64_t>(m)}, torch::kLong);
+  dist::broadcast(count, schedule_.rank_of(0), link_.group());
+  const int microbatches = static_cast<int>(count.item<int64_t>());
+  std::map<Key, torch::Tensor> local;
+  double loss_sum = 0;
+  link_.new_step();
+  for (int mb = 0; mb < microbatches; ++mb)
+    for (int c : chunks) {
+      const int v = schedule_.virtual_stage(rank_, c);
+      torch::Tensor in;
+      if (v == 0) in = inputs.at(mb);
+      else if (schedule_.rank_of(v - 1) == rank_) in = take(local, {mb, v});
+      else in = link_.recv(schedule_.rank_of(v - 1), {v, Direction::kForward, mb});
+      auto out = model.forward(c, in);
+      if (v == V - 1) {
+        loss_sum += model.loss(out, targets.at(mb)).item<double>() / microbatches;
+      } else if (schedule_.rank_of(v + 1) == rank_) {
+        local[{mb, v + 1}] = out;
+      } else {
+        link_.send(out, schedule_.rank_of(v + 1), {v + 1, Direction::kForward, mb});
+      }
+    }
+  link_.wait_sends();
   auto loss = torch::tensor({loss_sum}, torch::kFloat64);
   dist::broadcast(loss, schedule_.rank_of(V - 1), link_.group());
   return loss.item<double>();

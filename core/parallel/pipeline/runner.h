@@ -54,6 +54,11 @@ class PipelineRunner {
   double run(const StageFunctions& model, const std::vector<torch::Tensor>& inputs,
              const std::vector<torch::Tensor>& targets);
 
+  /// Forward only (evaluation, no gradients): every microbatch through every virtual stage, in
+  /// (microbatch, stage) order; returns the mean loss on every rank. Any microbatch count.
+  double evaluate(const StageFunctions& model, const std::vector<torch::Tensor>& inputs,
+                  const std::vector<torch::Tensor>& targets);
+
   const Schedule& schedule() const { return schedule_; }
   /// This rank's steps of the last run, with their times.
   const std::vector<StepRecord>& timeline() const { return timeline_; }

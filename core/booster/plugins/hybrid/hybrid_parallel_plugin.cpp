@@ -29,6 +29,13 @@ class HybridModel : public ModelWrapper {
         tp_rank_(tp_rank),
         pipeline_(std::move(pipeline)) {}
 
+  double evaluate_pipeline(const parallel::pipeline::StageFunctions& model, const std::vector<torch::Tensor>& inputs,
+                           const std::vector<torch::Tensor>& targets) override {
+    COLOSSAL_CHECK(pipeline_.enabled(), "[hybrid] evaluate_pipeline needs pp > 1 (this layout has one stage)");
+    if (!runner_) runner_.emplace(parallel::pipeline::Schedule(pipeline_.schedule), pipeline_.group);
+    return runner_->evaluate(model, inputs, targets);
+  }
+
   // Under pipeline parallelism: the names the other stages hold (exchanged once, collective).
   void learn_other_stages(const torch::nn::Module& model) {
     if (!pipeline_.enabled()) return;

@@ -203,6 +203,8 @@ void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode s
 }
 
 void check_parallel(const ViTConfig& c, const dist::ParallelDims& dims) {
+  COLOSSAL_CHECK(dims.pp() == 1, "[vit] pp ", dims.pp(), ": ViT has no pipeline stages yet (issue 19 brings them "
+                 "after LLaMA's); use tp and dp");
   check_parallel(c, dims.tp(), dims.sp_mode());
 }
 

@@ -281,6 +281,17 @@ TEST(LlamaPipeline, CheckpointsResumeAcrossPipelineLayouts) {
   });
 }
 
+TEST(LlamaPipeline, BoosterPpTimesSequenceParallelMatchesOneProcess) {
+  testing::run_ranks(4, [] {
+    for (const char* mode : {"ring_attn", "all_to_all"}) {
+      auto c = hybrid(2, 1, "1f1b", 1, 0);
+      c.layout.sp = 2;
+      c.layout.sp_mode = mode;
+      expect_hybrid_matches_one_process(c, 5);
+    }
+  });
+}
+
 TEST(LlamaPipeline, BadPipelineSettingsAreNamedBeforeAnyGroupExists) {
   testing::run_ranks(2, [] {
     auto few = hybrid(2, 1, "1f1b", 1, 0);

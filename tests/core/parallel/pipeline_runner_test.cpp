@@ -3,7 +3,12 @@
 // global batch: the loss on every rank, every parameter's gradient and the parameters after two
 // AdamW steps within 1e-5 relative (fp32). Also: the layer split rules, and a dead stage named.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include "core/dist/runtime.h"
 #include "core/parallel/pipeline/runner.h"
@@ -120,6 +125,48 @@ void every_schedule() {
 
 TEST(PipelineRunner, EverySchedule2StagesMatchesOneProcess) { testing::run_ranks(2, every_schedule); }
 TEST(PipelineRunner, EverySchedule4StagesMatchesOneProcess) { testing::run_ranks(4, every_schedule); }
+
+// A stage that dies mid-step: the other stage's receive fails within the timeout, naming what it
+// waited for (virtual stage, microbatch, peer) and the dead rank.
+TEST(PipelineRunner, AKilledStageEndsTheStepWithItsName) {
+  constexpr double kTimeout = 20;
+  constexpr int kCaught = 3;
+  if (testing::is_rank_process()) {
+    dist::init();
+    auto warm = torch::ones({4});
+    dist::all_reduce(warm, dist::world_group());  // both connected before the failure
+    if (dist::rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::raise(SIGKILL);
+    }
+    Mlp net;
+    StageFunctions fns;
+    fns.forward = [&](int, const torch::Tensor& x) { return net.run(x, 0, 4); };
+    fns.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); };
+    fns.parameters = [&](int) { return net.params(0, 4); };
+    PipelineRunner runner(Schedule({.kind = "1f1b", .stages = 2, .microbatches = 2}), dist::world_group());
+    auto [x, y] = batch(0);
+    try {
+      runner.run(fns, x.split(kRows), y.split(kRows));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "CAUGHT: %s\n", e.what());  // (the test reads it from the output)
+      std::fflush(stderr);
+      ::_exit(kCaught);
+    }
+    ::_exit(0);
+  }
+  testing::RankLaunchOptions o;
+  o.world_size = 2;
+  o.env["COLOSSAL_DIST_TIMEOUT"] = std::to_string(kTimeout);
+  auto results = testing::launch_ranks(o);
+  EXPECT_TRUE(results[1].killed_by(SIGKILL)) << results[1].describe();
+  EXPECT_TRUE(results[0].exited_with(kCaught)) << results[0].describe();
+  EXPECT_LT(results[0].seconds, kTimeout) << "must end within the timeout";
+  for (const char* text : {"waiting for the gradient out of virtual stage 0, microbatch 0 from pipeline rank 1",
+                           "rank 1"})
+    EXPECT_NE(results[0].output.find(text), std::string::npos) << "expected '" << text << "' in\n"
+                                                               << results[0].describe();
+}
 
 TEST(PipelineSchedule, LayersSplitEvenlyWithTheRestInTheMiddle) {
   using R = std::vector<std::pair<int64_t, int64_t>>;

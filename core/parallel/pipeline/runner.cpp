@@ -79,6 +79,7 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
           in = from == rank_ ? take(local_fwd, {mb, v}) : link_.recv(from, {v, Direction::kForward, mb});
           in = in.detach().requires_grad_(true);
         }
+        rec.start_s = seconds();  // waiting for the input is idle time, not the step's
         auto out = model.forward(st.chunk, in);
         if (v == V - 1) {
           COLOSSAL_CHECK(mb < static_cast<int>(targets.size()), "[pipeline] the last stage has ", targets.size(),
@@ -104,6 +105,7 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
           const int from = schedule_.rank_of(v + 1);
           h.grad_output = from == rank_ ? take(local_bwd, {mb, v}) : link_.recv(from, {v, Direction::kBackward, mb});
         }
+        rec.start_s = seconds();
         torch::Tensor grad_input;
         if (st.work == Work::kBackward) {
           torch::autograd::backward({h.output}, grad_outputs(h));

@@ -40,7 +40,7 @@ struct StageFunctions {
 /// What a rank did during one step, for timelines and tests.
 struct StepRecord {
   Step step;
-  double start_s = 0, end_s = 0;  // since the step began
+  double start_s = 0, end_s = 0;  // since the run began; start is after the step's input arrived
 };
 
 class PipelineRunner {

@@ -1,0 +1,145 @@
+// bench_pipeline: every pipeline schedule on the same LLaMA work, side by side in one job.
+//
+//   colossal run --nproc_per_node P -- build/apps/bench_pipeline [--shape S|M] [--microbatches 8]
+//       [--micro_rows 1] [--steps 3]
+//
+// One stage per rank (pp = P, dp 1). Per schedule: the median step time (forward and backward of
+// every microbatch, then AdamW), tokens/s, and each stage's idle fraction measured from its own
+// timeline (1 - the time its steps computed / the step's wall time; waiting for an input counts
+// as idle), beside the schedule's theory (bubble b as an idle fraction b / (1 + b)) and the
+// simulated unit-cost timeline, and each stage's peak resident memory.
+//
+// Ranks sharing cores compete for them: measured idle time then hides other ranks' compute.
+// Quote figures from runs with a core (or more) per rank.
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "apps/bench/bench_util.h"
+#include "core/booster/registry.h"
+#include "core/common/progress.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "core/parallel/pipeline/runner.h"
+#include "llama/model.h"
+#include "llama/pipeline.h"
+#include "llama/shapes.h"
+
+namespace dist = colossal::dist;
+namespace pipeline = colossal::parallel::pipeline;
+using colossal::bench::median;
+
+namespace {
+
+struct Args {
+  std::string shape = "S";
+  int microbatches = 8;
+  int64_t micro_rows = 1;
+  int steps = 3;
+};
+
+struct Row {
+  std::string name;
+  double step_s = 0, tokens_s = 0, theory = 0, simulated = 0;
+  std::vector<double> idle, peak_gib;  // per stage
+};
+
+Row run_schedule(const Args& a, const std::string& kind, int chunks) {
+  const int p = dist::world_size();
+  auto shape = colossal::llama::benchmark_shape(a.shape);
+  colossal::booster::PluginConfig c;
+  c.name = "hybrid";
+  c.device = "cpu";
+  c.layout.pp = p;
+  c.options["pp_schedule"] = kind;
+  c.options["num_model_chunks"] = chunks;
+  c.options["num_microbatches"] = a.microbatches;
+  auto plugin = colossal::booster::make_plugin(c);
+  auto ctx = plugin->parallel_context();
+  torch::manual_seed(1);
+  colossal::llama::LlamaForCausalLM model(shape.config, ctx);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  pipeline::Schedule schedule(ctx.pipeline.schedule);
+  pipeline::PipelineRunner runner(schedule, ctx.pipeline.group);
+  const auto fns = colossal::llama::stage_functions(model);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  auto ids = torch::randint(shape.config.vocab_size, {a.microbatches * a.micro_rows, shape.sequence}, gen, torch::kInt64);
+  const auto micro = ids.split(a.micro_rows);
+  std::vector<double> times, idle;
+  for (int step = 0; step <= a.steps; ++step) {  // step 0 warms up
+    dist::barrier(dist::world_group());
+    const double s = colossal::bench::seconds([&] {
+      opt.zero_grad();
+      runner.run(fns, micro, micro);
+      opt.step();
+    });
+    if (step == 0) continue;
+    double busy = 0;
+    for (const auto& r : runner.timeline()) busy += r.end_s - r.start_s;
+    times.push_back(s);
+    idle.push_back(1.0 - busy / s);
+  }
+  Row row;
+  row.name = kind + (chunks > 1 ? " (" + std::to_string(chunks) + " chunks)" : "");
+  row.step_s = median(times);
+  // Every stage's figures on every rank.
+  auto mine = torch::tensor({median(idle), colossal::peak_resident_gib(), row.step_s}, torch::kFloat64);
+  auto all = torch::empty({p * 3}, torch::kFloat64);
+  dist::all_gather(all, mine, dist::world_group());
+  double slowest = 0;
+  for (int r = 0; r < p; ++r) {
+    row.idle.push_back(all[r * 3].item<double>());
+    row.peak_gib.push_back(all[r * 3 + 1].item<double>());
+    slowest = std::max(slowest, all[r * 3 + 2].item<double>());
+  }
+  row.step_s = slowest;
+  row.tokens_s = static_cast<double>(a.microbatches * a.micro_rows * shape.sequence) / row.step_s;
+  const double b = schedule.theoretical_bubble();
+  row.theory = b / (1 + b);
+  row.simulated = pipeline::simulate(schedule).mean_idle();
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"bench_pipeline: every pipeline schedule on the same LLaMA work"};
+  app.add_option("--shape", a.shape, "S | M (llama/shapes.h)");
+  app.add_option("--microbatches", a.microbatches, "microbatches per step");
+  app.add_option("--micro_rows", a.micro_rows, "sequences per microbatch");
+  app.add_option("--steps", a.steps, "timed steps per schedule (after one warm-up)");
+  CLI11_PARSE(app, argc, argv);
+  dist::init();
+  const int p = dist::world_size();
+  COLOSSAL_CHECK(p >= 2, "bench_pipeline: run it under colossal run with 2 or more ranks (one per stage)");
+  at::set_num_threads(1);
+  std::vector<Row> rows;
+  for (auto [kind, chunks] : {std::pair{"gpipe", 1}, std::pair{"1f1b", 1}, std::pair{"interleaved", 2},
+                              std::pair{"zbh1", 1}, std::pair{"zbv", 2}})
+    rows.push_back(run_schedule(a, kind, chunks));
+  if (dist::rank() == 0) {
+    auto shape = colossal::llama::benchmark_shape(a.shape);
+    std::printf("bench_pipeline: shape %s (%ld layers, dim %ld, sequence %ld), pp %d, %d microbatches x %ld sequences, "
+                "1 thread per rank\n",
+                a.shape.c_str(), shape.config.num_hidden_layers, shape.config.hidden_size, shape.sequence, p,
+                a.microbatches, a.micro_rows);
+    std::printf("%-22s %9s %9s %7s %7s %7s  %s\n", "schedule", "step ms", "tokens/s", "theory", "sim", "idle",
+                "idle per stage / peak GiB per stage");
+    for (const auto& r : rows) {
+      double mean = 0;
+      for (double x : r.idle) mean += x / r.idle.size();
+      std::string stages;
+      for (size_t s = 0; s < r.idle.size(); ++s) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s%.3f/%.2f", s ? "  " : "", r.idle[s], r.peak_gib[s]);
+        stages += buf;
+      }
+      std::printf("%-22s %9.1f %9.0f %7.3f %7.3f %7.3f  %s\n", r.name.c_str(), r.step_s * 1e3, r.tokens_s, r.theory,
+                  r.simulated, mean, stages.c_str());
+    }
+  }
+  dist::shutdown();
+  return 0;
+}

@@ -248,11 +248,9 @@ torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids)
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor& input) {
-  const auto& pipe = parallel_.pipeline;
   COLOSSAL_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_layers_.size()), "[llama] model chunk ", chunk,
                  ": this rank holds ", chunk_layers_.size());
-  const bool first = !pipe.enabled() || pipe.chunk_of_first() == chunk;
-  const bool last = !pipe.enabled() || pipe.chunk_of_last() == chunk;
+  const auto [first, last] = chunk_ends(chunk);
   // The sequence this chunk sees: token ids on the first stage, hidden states [B, T, D] after
   // (each rank's share of the tokens under all_to_all and ring_attn).
   const int64_t T = first || !holds_sequence_shard() ? input.size(1) : input.size(1) * parallel_.sp_size();
@@ -297,14 +295,17 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
   return logits;
 }
 
-std::vector<torch::Tensor> LlamaForCausalLMImpl::chunk_parameters(int chunk) {
+std::pair<bool, bool> LlamaForCausalLMImpl::chunk_ends(int chunk) const {
   const auto& pipe = parallel_.pipeline;
+  return {!pipe.enabled() || pipe.chunk_of_first() == chunk, !pipe.enabled() || pipe.chunk_of_last() == chunk};
+}
+
+std::vector<torch::Tensor> LlamaForCausalLMImpl::chunk_parameters(int chunk) {
   std::vector<torch::Tensor> out;
   auto add = [&](torch::nn::Module& m) {
     for (auto& p : m.parameters()) out.push_back(p);
   };
-  const bool first = !pipe.enabled() || pipe.chunk_of_first() == chunk;
-  const bool last = !pipe.enabled() || pipe.chunk_of_last() == chunk;
+  const auto [first, last] = chunk_ends(chunk);
   if (first) add(*model->embed_tokens);
   const auto [begin, end] = chunk_layers_.at(chunk);
   for (size_t k = 0; k < model->layers.size(); ++k)

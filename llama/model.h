@@ -147,6 +147,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   /// This rank's logits (its vocabulary slice under tensor parallelism, padded columns -inf;
   /// its tokens under all_to_all and ring_attn).
   torch::Tensor local_logits(const torch::Tensor& input_ids);
+  /// Whether model chunk `chunk` holds the embedding (first) and the head (last).
+  std::pair<bool, bool> chunk_ends(int chunk) const;
   /// all_to_all and ring_attn: each rank embeds, normalises and predicts only its own tokens.
   bool holds_sequence_shard() const;
 

@@ -12,6 +12,7 @@
 #include "core/parallel/pipeline/runner.h"
 #include "core/parallel/tensor/shard.h"
 #include "llama/model.h"
+#include "llama/pipeline.h"
 #include "tests/llama/tiny_llama.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
@@ -59,10 +60,7 @@ void expect_pipeline_matches_one_process(const std::string& kind, int chunks, in
     EXPECT_TRUE(torch::equal(p.value(), whole->named_parameters()[p.key()])) << p.key() << " initialised differently";
   }
 
-  parallel::pipeline::StageFunctions fns;
-  fns.forward = [&](int chunk, const torch::Tensor& x) { return stage->forward_chunk(chunk, x); };
-  fns.loss = [&](const torch::Tensor& logits, const torch::Tensor& labels) { return stage->loss_from_logits(logits, labels); };
-  fns.parameters = [&](int chunk) { return stage->chunk_parameters(chunk); };
+  const auto fns = stage_functions(stage);
   parallel::pipeline::PipelineRunner runner(parallel::pipeline::Schedule(ctx.pipeline.schedule), ctx.pipeline.group);
   const auto micro = ids.split(kRows);
   const double got = runner.run(fns, micro, micro);
@@ -136,10 +134,7 @@ void expect_hybrid_matches_one_process(const booster::PluginConfig& c, int layer
   auto opt = std::make_shared<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-2));
   booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), opt);
-  parallel::pipeline::StageFunctions fns;
-  fns.forward = [&](int chunk, const torch::Tensor& x) { return model->forward_chunk(chunk, x); };
-  fns.loss = [&](const torch::Tensor& logits, const torch::Tensor& y) { return model->loss_from_logits(logits, y); };
-  fns.parameters = [&](int chunk) { return model->chunk_parameters(chunk); };
+  const auto fns = stage_functions(model);
   const auto specs = parallel::collect_shard_specs(*model);
   auto mine_of = [&](const std::map<std::string, torch::Tensor>& full, const std::string& name, const torch::Tensor& p) {
     return parallel::local_part(full.at(name), parallel::split_spec(specs, name), p);
@@ -218,10 +213,7 @@ TEST(LlamaPipeline, CheckpointsResumeAcrossPipelineLayouts) {
       b.optimizer->zero_grad();
       double loss = 0;
       if (model->parallel_context().pipeline.enabled()) {
-        parallel::pipeline::StageFunctions fns;
-        fns.forward = [this](int c, const torch::Tensor& x) { return model->forward_chunk(c, x); };
-        fns.loss = [this](const torch::Tensor& l, const torch::Tensor& y) { return model->loss_from_logits(l, y); };
-        fns.parameters = [this](int c) { return model->chunk_parameters(c); };
+        const auto fns = stage_functions(model);
         auto micro = rows.split(rows.size(0) / microbatches);
         loss = booster->execute_pipeline(*b.optimizer, fns, micro, micro);
       } else {

@@ -29,6 +29,25 @@ torch::Tensor take(std::map<Key, torch::Tensor>& from, const Key& key) {
   return t;
 }
 
+// Activations moving forward to the next virtual stage: over the link, or handed over within this
+// rank (zbv's turn of the V).
+struct ForwardPath {
+  const Schedule& schedule;
+  StageLink& link;
+  int rank;
+  std::map<Key, torch::Tensor> local;  // by (microbatch, receiving stage)
+
+  torch::Tensor receive(int mb, int v) {
+    const int from = schedule.rank_of(v - 1);
+    return from == rank ? take(local, {mb, v}) : link.recv(from, {v, Direction::kForward, mb});
+  }
+  void pass(const torch::Tensor& out, int mb, int v) {  // `v` produced it
+    const int to = schedule.rank_of(v + 1);
+    if (to == rank) local[{mb, v + 1}] = out.detach();
+    else link.send(out, to, {v + 1, Direction::kForward, mb});
+  }
+};
+
 std::vector<torch::Tensor> grad_outputs(const Held& h) {
   if (!h.grad_output.defined()) return {};
   return {h.grad_output};
@@ -46,7 +65,8 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
                            const std::vector<torch::Tensor>& targets) {
   const int V = schedule_.virtual_stages(), m = schedule_.microbatches();
   std::map<Key, Held> held;                          // by (microbatch, chunk)
-  std::map<Key, torch::Tensor> local_fwd, local_bwd;  // hand-offs within this rank, by (microbatch, stage)
+  ForwardPath forward{schedule_, link_, rank_, {}};
+  std::map<Key, torch::Tensor> local_bwd;  // gradients handed over within this rank, by (microbatch, stage)
   double loss_sum = 0;
   int live = 0;
   link_.new_step();
@@ -75,9 +95,7 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
                          " microbatch inputs; the schedule runs ", m);
           in = inputs[mb];
         } else {
-          const int from = schedule_.rank_of(v - 1);
-          in = from == rank_ ? take(local_fwd, {mb, v}) : link_.recv(from, {v, Direction::kForward, mb});
-          in = in.detach().requires_grad_(true);
+          in = forward.receive(mb, v).detach().requires_grad_(true);
         }
         rec.start_s = seconds();  // waiting for the input is idle time, not the step's
         auto out = model.forward(st.chunk, in);
@@ -88,9 +106,7 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
           loss_sum += out.item<double>();
           if (model.loss_scale != 1.0) out = out * model.loss_scale;
         } else {
-          const int to = schedule_.rank_of(v + 1);
-          if (to == rank_) local_fwd[{mb, v + 1}] = out.detach();
-          else link_.send(out, to, {v + 1, Direction::kForward, mb});
+          forward.pass(out, mb, v);
         }
         held[key] = {in, out, {}};
         peak_live_ = std::max(peak_live_, ++live);
@@ -162,24 +178,15 @@ double PipelineRunner::evaluate(const StageFunctions& model, const std::vector<t
   auto count = torch::tensor({static_cast<int64_t>(m)}, torch::kLong);
   dist::broadcast(count, schedule_.rank_of(0), link_.group());
   const int microbatches = static_cast<int>(count.item<int64_t>());
-  std::map<Key, torch::Tensor> local;
+  ForwardPath forward{schedule_, link_, rank_, {}};
   double loss_sum = 0;
   link_.new_step();
   for (int mb = 0; mb < microbatches; ++mb)
     for (int c : chunks) {
       const int v = schedule_.virtual_stage(rank_, c);
-      torch::Tensor in;
-      if (v == 0) in = inputs.at(mb);
-      else if (schedule_.rank_of(v - 1) == rank_) in = take(local, {mb, v});
-      else in = link_.recv(schedule_.rank_of(v - 1), {v, Direction::kForward, mb});
-      auto out = model.forward(c, in);
-      if (v == V - 1) {
-        loss_sum += model.loss(out, targets.at(mb)).item<double>() / microbatches;
-      } else if (schedule_.rank_of(v + 1) == rank_) {
-        local[{mb, v + 1}] = out;
-      } else {
-        link_.send(out, schedule_.rank_of(v + 1), {v + 1, Direction::kForward, mb});
-      }
+      auto out = model.forward(c, v == 0 ? inputs.at(mb) : forward.receive(mb, v));
+      if (v == V - 1) loss_sum += model.loss(out, targets.at(mb)).item<double>() / microbatches;
+      else forward.pass(out, mb, v);
     }
   link_.wait_sends();
   auto loss = torch::tensor({loss_sum}, torch::kFloat64);

@@ -16,6 +16,7 @@
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
 #include "llama/parallelize.h"
+#include "llama/shapes.h"
 
 namespace colossal::llama {
 
@@ -161,7 +162,7 @@ DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
     embed_tokens = register_module("embed_tokens", where.at("embed_tokens").embedding(c.vocab_size, c.hidden_size));
   auto stack = register_module("layers", std::make_shared<torch::nn::Module>("LayerStack"));
   std::vector<int64_t> held;
-  for (const auto& [begin, end] : pipe.layer_ranges(c.num_hidden_layers))
+  for (const auto& [begin, end] : pipe.layer_ranges(c.num_hidden_layers, stage_costs(c, c.max_position_embeddings)))
     for (int64_t i = begin; i < end; ++i) held.push_back(i);
   std::sort(held.begin(), held.end());
   for (int64_t i : held) {
@@ -194,7 +195,7 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const para
                  "so the first and last virtual stages must share a rank (--pp_schedule zbv does), or untie them");
   if (!config_.tie_word_embeddings && (!pipe.enabled() || pipe.holds_last()))
     lm_head = register_module("lm_head", linear(root.at("lm_head"), config_.hidden_size, config_.vocab_size, false));
-  chunk_layers_ = pipe.layer_ranges(config_.num_hidden_layers);
+  chunk_layers_ = pipe.layer_ranges(config_.num_hidden_layers, stage_costs(config_, config_.max_position_embeddings));
   rope_ = RotaryTables::make(config_, config_.max_position_embeddings);
   if (!nn::deferred_init_enabled()) reset_parameters();
 }

@@ -30,6 +30,14 @@ int64_t matmul_parameters(const LlamaConfig& c) {
   return c.num_hidden_layers * (attention + mlp) + c.vocab_size * c.hidden_size;
 }
 
+parallel::pipeline::StageCosts stage_costs(const LlamaConfig& c, int64_t sequence) {
+  LlamaConfig one_layer = c;
+  one_layer.num_hidden_layers = 1;
+  const double head = 3.0 * 2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
+  const double layer = training_flops_per_token(one_layer, sequence) - head;
+  return {std::vector<double>(c.num_hidden_layers, layer), 0.0, head};
+}
+
 double training_flops_per_token(const LlamaConfig& c, int64_t sequence) {
   double forward = 2.0 * static_cast<double>(matmul_parameters(c)) +
                    4.0 * static_cast<double>(c.num_hidden_layers * c.hidden_size * sequence);

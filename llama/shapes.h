@@ -2,6 +2,7 @@
 // Named benchmark shapes and the model-FLOPs arithmetic behind MFU figures.
 #include <string>
 
+#include "core/parallel/pipeline/stage_split.h"
 #include "llama/config.h"
 
 namespace colossal::llama {
@@ -24,5 +25,10 @@ int64_t matmul_parameters(const LlamaConfig& config);
 /// forward = 2 x matmul_parameters + 4 x layers x hidden x sequence (attention scores and
 /// values, full causal square as commonly counted). Recomputation is not counted.
 double training_flops_per_token(const LlamaConfig& config, int64_t sequence);
+
+/// What pipeline stages balance (PipelineLayout::Balance::kCost): each decoder layer's and the
+/// head's training FLOPs per token, counted as above. The embedding lookup and the fused cross
+/// entropy are a few operations per element against the head's 2 x hidden per logit: not counted.
+parallel::pipeline::StageCosts stage_costs(const LlamaConfig& config, int64_t sequence);
 
 }  // namespace colossal::llama

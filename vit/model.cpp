@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
@@ -93,18 +94,27 @@ torch::Tensor LayerImpl::forward(const torch::Tensor& x) {
 }
 
 EncoderImpl::EncoderImpl(const ViTConfig& c, const BuildContext& where) {
-  auto list = register_module("layer", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+  // A container whose children are named by global index: a stage's checkpoint pieces are
+  // pieces of the one Hugging Face layout (layer.N.*), whichever layers it holds.
+  auto stack = register_module("layer", std::make_shared<torch::nn::Module>("LayerStack"));
+  std::vector<int64_t> held;
+  for (const auto& [begin, end] : where.parallel.pipeline.layer_ranges(c.num_hidden_layers, stage_costs(c)))
+    for (int64_t i = begin; i < end; ++i) held.push_back(i);
+  std::sort(held.begin(), held.end());
+  for (int64_t i : held) {
     layers.push_back(Layer(c, where.at("layer." + std::to_string(i))));
-    list->push_back(layers.back());
+    layer_ids.push_back(i);
+    stack->register_module(std::to_string(i), layers.back());
   }
 }
 
 ViTModelImpl::ViTModelImpl(const ViTConfig& c, const BuildContext& where) {
-  embeddings = register_module("embeddings", Embeddings(c));
+  const auto& pipe = where.parallel.pipeline;
+  if (!pipe.enabled() || pipe.holds_first()) embeddings = register_module("embeddings", Embeddings(c));
   encoder = register_module("encoder", Encoder(c, where.at("encoder")));
-  layernorm = register_module("layernorm",
-                              torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
+  if (!pipe.enabled() || pipe.holds_last())
+    layernorm = register_module(
+        "layernorm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
 }
 
 namespace {
@@ -139,7 +149,10 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
   const auto plan = parallel_plan(config_);
   const BuildContext root{plan, parallel_, ""};
   vit = register_module("vit", ViTModel(config_, root.at("vit")));
-  classifier = register_module("classifier", root.at("classifier").linear(c.hidden_size, c.num_labels, true));
+  const auto& pipe = parallel_.pipeline;
+  if (!pipe.enabled() || pipe.holds_last())
+    classifier = register_module("classifier", root.at("classifier").linear(c.hidden_size, c.num_labels, true));
+  chunk_layers_ = pipe.layer_ranges(config_.num_hidden_layers, stage_costs(config_));
   // LibTorch's convolution and norms make their weights at once: deferred again, so boost()
   // initialises every parameter the same way.
   if (nn::deferred_init_enabled()) nn::defer_parameters(*this);
@@ -203,9 +216,21 @@ void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode s
 }
 
 void check_parallel(const ViTConfig& c, const dist::ParallelDims& dims) {
-  COLOSSAL_CHECK(dims.pp() == 1, "[vit] pp ", dims.pp(), ": ViT has no pipeline stages yet (issue 19 brings them "
-                 "after LLaMA's); use tp and dp");
+  COLOSSAL_CHECK(c.num_hidden_layers >= dims.pp(), "[vit] pp ", dims.pp(), ": the model has ", c.num_hidden_layers,
+                 " layers and every pipeline stage needs at least one");
   check_parallel(c, dims.tp(), dims.sp_mode());
+}
+
+parallel::pipeline::StageCosts stage_costs(const ViTConfig& c) {
+  const double D = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
+  const double tokens = static_cast<double>(c.num_patches() + 1);
+  // Training = 3 x forward; forward = 2 FLOPs per weight per token, plus attention's scores and
+  // values (2 x 2 x tokens x D per token).
+  const double layer = 3.0 * tokens * (2.0 * (4.0 * D * D + 2.0 * D * F) + 4.0 * tokens * D);
+  const double patch = 3.0 * static_cast<double>(c.num_patches()) * 2.0 *
+                       static_cast<double>(c.num_channels * c.patch_size * c.patch_size) * D;
+  const double head = 3.0 * 2.0 * D * static_cast<double>(c.num_labels);
+  return {std::vector<double>(c.num_hidden_layers, layer), patch, head};
 }
 
 const std::pair<torch::Tensor, torch::Tensor>& ViTForImageClassificationImpl::mimetic_pair(int64_t layer,
@@ -258,6 +283,56 @@ void ViTForImageClassificationImpl::set_patch_keep(double keep) {
 }
 
 torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels) {
+  COLOSSAL_CHECK(!parallel_.pipeline.enabled(), "[vit] this model is one stage of a pipeline: run it through the "
+                 "pipeline (forward_chunk), not as a whole model");
+  return forward_chunk(0, pixels);
+}
+
+std::pair<bool, bool> ViTForImageClassificationImpl::chunk_ends(int chunk) const {
+  const auto& pipe = parallel_.pipeline;
+  if (!pipe.enabled()) return {true, true};
+  return {chunk == pipe.chunk_of_first(), chunk == pipe.chunk_of_last()};
+}
+
+std::vector<torch::Tensor> ViTForImageClassificationImpl::chunk_parameters(int chunk) {
+  const auto [first, last] = chunk_ends(chunk);
+  const auto [begin, end] = chunk_layers_.at(chunk);
+  std::vector<torch::Tensor> out;
+  auto add = [&](const torch::nn::Module& m) {
+    for (const auto& p : m.parameters())
+      if (p.requires_grad()) out.push_back(p);
+  };
+  if (first) add(*vit->embeddings);
+  for (size_t k = 0; k < vit->encoder->layers.size(); ++k)
+    if (vit->encoder->layer_ids[k] >= begin && vit->encoder->layer_ids[k] < end) add(*vit->encoder->layers[k]);
+  if (last) {
+    add(*vit->layernorm);
+    add(*classifier);
+  }
+  return out;
+}
+
+torch::Tensor ViTForImageClassificationImpl::forward_chunk(int chunk, const torch::Tensor& input) {
+  COLOSSAL_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_layers_.size()), "[vit] model chunk ", chunk,
+                 ": this rank holds ", chunk_layers_.size());
+  const auto [first, last] = chunk_ends(chunk);
+  torch::Tensor h = first ? embed(input) : input;
+  const auto [begin, end] = chunk_layers_[chunk];
+  for (size_t k = 0; k < vit->encoder->layers.size(); ++k) {
+    if (vit->encoder->layer_ids[k] < begin || vit->encoder->layer_ids[k] >= end) continue;
+    auto& layer = vit->encoder->layers[k];
+    if (gradient_checkpointing_ && is_training()) {
+      h = nn::checkpoint([l = layer.ptr()](const torch::Tensor& x) { return l->forward(x); }, h);
+    } else {
+      h = layer->forward(h);
+    }
+  }
+  if (!last) return h;
+  h = call(vit->layernorm, h);
+  return call(classifier, h.select(1, 0));
+}
+
+torch::Tensor ViTForImageClassificationImpl::embed(const torch::Tensor& pixels) {
   auto h = vit->embeddings->forward(pixels);
   if (patch_keep_ < 1.0 && is_training()) {
     const int64_t B = h.size(0), patches = h.size(1) - 1;
@@ -267,15 +342,7 @@ torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels
     auto idx = torch::cat({torch::zeros({B, 1}, torch::kLong), order}, 1).to(h.device());
     h = h.gather(1, idx.unsqueeze(-1).expand({B, kept + 1, h.size(2)}));
   }
-  for (auto& layer : vit->encoder->layers) {
-    if (gradient_checkpointing_ && is_training()) {
-      h = nn::checkpoint([l = layer.ptr()](const torch::Tensor& x) { return l->forward(x); }, h);
-    } else {
-      h = layer->forward(h);
-    }
-  }
-  h = call(vit->layernorm, h);
-  return call(classifier, h.select(1, 0));
+  return h;
 }
 
 torch::Tensor class_log_probs(ViTForImageClassification& model, const torch::Tensor& pixels, bool mirror) {

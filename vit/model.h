@@ -91,13 +91,17 @@ TORCH_MODULE(Layer);
 
 class EncoderImpl : public torch::nn::Module {
  public:
+  /// Every layer, or under a pipeline layout only this rank's (built lazily, nothing else).
   EncoderImpl(const ViTConfig& c, const BuildContext& where);
-  std::vector<Layer> layers;  // registered as "layer" (layer.N.*)
+  std::vector<Layer> layers;       // registered under their global index (layer.N.*)
+  std::vector<int64_t> layer_ids;  // that index, in order
 };
 TORCH_MODULE(Encoder);
 
 class ViTModelImpl : public torch::nn::Module {
  public:
+  /// Under a pipeline layout the embeddings live with the first virtual stage and the final
+  /// norm with the last; a stage without them holds empty handles.
   ViTModelImpl(const ViTConfig& c, const BuildContext& where);
   Embeddings embeddings{nullptr};
   Encoder encoder{nullptr};
@@ -119,6 +123,14 @@ class ViTForImageClassificationImpl : public torch::nn::Module, public nn::Param
   explicit ViTForImageClassificationImpl(const ViTConfig& c, const parallel::ParallelContext& parallel = {});
   /// Logits [B, num_labels] for pixels [B, channels, H, W] (normalised floats).
   torch::Tensor forward(const torch::Tensor& pixels);
+
+  /// Pipeline stages (the ParallelContext's pipeline layout): the rank builds only its chunks'
+  /// layers, the embeddings if it holds virtual stage 0, the norm and classifier if it holds the
+  /// last. forward_chunk runs chunk `chunk`: pixels or the previous stage's tokens [B, N, D] in,
+  /// tokens or (last stage) logits out.
+  torch::Tensor forward_chunk(int chunk, const torch::Tensor& input);
+  /// The trainable parameters chunk `chunk` uses.
+  std::vector<torch::Tensor> chunk_parameters(int chunk);
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   /// Mimetic initialisation of attention (Trockman & Kolter, 2023) for training from scratch:
   /// each head's W_q^T W_k is the best rank-(head dim) approximation of 0.7 Z + 0.7 I and each
@@ -161,6 +173,9 @@ class ViTForImageClassificationImpl : public torch::nn::Module, public nn::Param
   mutable std::pair<torch::Tensor, torch::Tensor> mimetic_cache_;
   double patch_keep_ = 1.0;
   bool gradient_checkpointing_ = false;
+  std::vector<std::pair<int64_t, int64_t>> chunk_layers_;  // [begin, end) per chunk of this rank
+  std::pair<bool, bool> chunk_ends(int chunk) const;      // holds (embeddings, norm and classifier)
+  torch::Tensor embed(const torch::Tensor& pixels);        // patches, class token, positions, patch dropout
 };
 TORCH_MODULE(ViTForImageClassification);
 
@@ -172,7 +187,12 @@ torch::Tensor class_log_probs(ViTForImageClassification& model, const torch::Ten
 /// log((exp(a) + exp(b)) / 2): the log of two predictions' mean probabilities.
 torch::Tensor mean_log_probs(const torch::Tensor& a, const torch::Tensor& b);
 
-/// ViT's rules for being split: heads and the MLP width by tp; no sequence parallelism. Throws
+/// What pipeline stages balance: each encoder layer's training FLOPs per image, the patch
+/// embedding's (first stage) and the classifier's (last).
+parallel::pipeline::StageCosts stage_costs(const ViTConfig& config);
+
+/// ViT's rules for being split: heads and the MLP width by tp, layers by pp (at least one per
+/// virtual stage); no sequence parallelism. Throws
 /// naming what does not divide (the model checks it when built; apps check the job's layout
 /// before creating any group).
 void check_parallel(const ViTConfig& config, int tp, parallel::SequenceParallelMode sp_mode);

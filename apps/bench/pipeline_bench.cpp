@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <cstdio>
 
 #include "apps/bench/bench_util.h"
@@ -43,6 +44,7 @@ struct Row {
   std::string name;
   double step_s = 0, tokens_s = 0, theory = 0, simulated = 0;
   std::vector<double> idle, peak_gib;  // per stage
+  std::vector<std::array<double, 3>> work_ms;  // per stage: mean F, B (or Bi), W step
 };
 
 Row run_schedule(const Args& a, const std::string& kind, int chunks) {
@@ -67,6 +69,7 @@ Row run_schedule(const Args& a, const std::string& kind, int chunks) {
   auto ids = torch::randint(shape.config.vocab_size, {a.microbatches * a.micro_rows, shape.sequence}, gen, torch::kInt64);
   const auto micro = ids.split(a.micro_rows);
   std::vector<double> times, idle;
+  std::array<double, 3> work_sum{}, work_count{};
   for (int step = 0; step <= a.steps; ++step) {  // step 0 warms up
     dist::barrier(dist::world_group());
     const double s = colossal::bench::seconds([&] {
@@ -76,7 +79,12 @@ Row run_schedule(const Args& a, const std::string& kind, int chunks) {
     });
     if (step == 0) continue;
     double busy = 0;
-    for (const auto& r : runner.timeline()) busy += r.end_s - r.start_s;
+    for (const auto& r : runner.timeline()) {
+      busy += r.end_s - r.start_s;
+      const int k = r.step.work == pipeline::Work::kForward ? 0 : r.step.work == pipeline::Work::kBackwardWeight ? 2 : 1;
+      work_sum[k] += (r.end_s - r.start_s) * 1e3;
+      work_count[k] += 1;
+    }
     times.push_back(s);
     idle.push_back(1.0 - busy / s);
   }
@@ -84,14 +92,19 @@ Row run_schedule(const Args& a, const std::string& kind, int chunks) {
   row.name = kind + (chunks > 1 ? " (" + std::to_string(chunks) + " chunks)" : "");
   row.step_s = median(times);
   // Every stage's figures on every rank.
-  auto mine = torch::tensor({median(idle), colossal::peak_resident_gib(), row.step_s}, torch::kFloat64);
-  auto all = torch::empty({p * 3}, torch::kFloat64);
+  auto mean_ms = [&](int k) { return work_count[k] > 0 ? work_sum[k] / work_count[k] : 0.0; };
+  constexpr int kFields = 6;
+  auto mine = torch::tensor({median(idle), colossal::peak_resident_gib(), row.step_s, mean_ms(0), mean_ms(1), mean_ms(2)},
+                            torch::kFloat64);
+  auto all = torch::empty({p * kFields}, torch::kFloat64);
   dist::all_gather(all, mine, dist::world_group());
   double slowest = 0;
   for (int r = 0; r < p; ++r) {
-    row.idle.push_back(all[r * 3].item<double>());
-    row.peak_gib.push_back(all[r * 3 + 1].item<double>());
-    slowest = std::max(slowest, all[r * 3 + 2].item<double>());
+    auto f = [&](int i) { return all[r * kFields + i].item<double>(); };
+    row.idle.push_back(f(0));
+    row.peak_gib.push_back(f(1));
+    slowest = std::max(slowest, f(2));
+    row.work_ms.push_back({f(3), f(4), f(5)});
   }
   row.step_s = slowest;
   row.tokens_s = static_cast<double>(a.microbatches * a.micro_rows * shape.sequence) / row.step_s;
@@ -138,6 +151,18 @@ int main(int argc, char** argv) {
       }
       std::printf("%-22s %9.1f %9.0f %7.3f %7.3f %7.3f  %s\n", r.name.c_str(), r.step_s * 1e3, r.tokens_s, r.theory,
                   r.simulated, mean, stages.c_str());
+    }
+    // Where the time goes: a stage's mean step of each kind (for chunked schedules, over its
+    // chunks). Unequal stages are the bubble theory leaves out.
+    std::printf("\n%-22s  %s\n", "schedule", "mean F / B / W ms per stage");
+    for (const auto& r : rows) {
+      std::string stages;
+      for (size_t s = 0; s < r.work_ms.size(); ++s) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s%.1f/%.1f/%.1f", s ? "  " : "", r.work_ms[s][0], r.work_ms[s][1], r.work_ms[s][2]);
+        stages += buf;
+      }
+      std::printf("%-22s  %s\n", r.name.c_str(), stages.c_str());
     }
   }
   dist::shutdown();

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <optional>
 
 #include "apps/vit/train_args.h"
@@ -32,6 +33,7 @@
 #include "vit/data/datasets.h"
 #include "vit/data/image_folder.h"
 #include "vit/data/loader.h"
+#include "vit/pipeline.h"
 #include "vit/pretrained.h"
 
 namespace dist = colossal::dist;
@@ -79,12 +81,13 @@ struct ModelChoice {
   std::string description;
 };
 
-ModelChoice build_model(const TrainArgs& a, const Datasets& data, const dist::ParallelDims& dims) {
+ModelChoice build_model(const TrainArgs& a, const Datasets& data, booster::Plugin& plugin) {
   ModelChoice out;
-  // The layout against the model's shape rules on every rank, before any group exists.
+  // The layout against the model's shape rules on every rank, before any group exists; then the
+  // plugin's context (groups, and the pipeline's schedule and stage).
   auto parallel_for = [&](const ViTConfig& config) {
-    check_parallel(config, dims);
-    return colossal::parallel::ParallelContext::from(dims);
+    check_parallel(config, plugin.dims());
+    return plugin.parallel_context();
   };
   const auto classes = data.train->num_classes();
   if (!a.pretrained.empty()) {
@@ -104,7 +107,8 @@ ModelChoice build_model(const TrainArgs& a, const Datasets& data, const dist::Pa
     auto report = parallel.tensor_parallel()
                       ? colossal::parallel::load_model_slices(*out.model, a.pretrained, {.strict = false})
                       : colossal::checkpoint::load_model_state(*out.model, a.pretrained, {.strict = false});
-    bool usable = report.missing.empty() && report.unexpected.empty();
+    // A pipeline stage holds some layers: the checkpoint's others belong to other stages.
+    bool usable = report.missing.empty() && (parallel.pipeline.enabled() || report.unexpected.empty());
     for (const auto& name : report.mismatched) usable = usable && new_head && name.rfind("classifier.", 0) == 0;
     COLOSSAL_CHECK(usable, "--pretrained ", a.pretrained, ": its weights do not fit a ViT of its config.json: ",
                    report.describe());
@@ -178,6 +182,10 @@ struct EvalPlace {
   dist::Group replica_group;  // one rank of every replica: the dp group
   c10::Device device = c10::kCPU;
   c10::ScalarType dtype = c10::kFloat;
+  // Pipeline parallelism: class log-probabilities of a batch through the stages (defined on the
+  // last stage's ranks only), and the group whose counts are summed first (the pipeline's).
+  std::function<torch::Tensor(const torch::Tensor& pixels)> pipeline_log_probs;
+  dist::Group pipeline_group;
 };
 
 // Every replica classifies every n-th image; replicas out of images repeat image 0 with weight 0
@@ -206,6 +214,9 @@ EvalCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, in
       weights.push_back(w);
     }
   };
+  auto log_probs_of = [&](const torch::Tensor& pixels) {
+    return place.pipeline_log_probs ? place.pipeline_log_probs(pixels) : class_log_probs(model, pixels, false);
+  };
   model->eval();
   for (top_up(); !weights.empty(); top_up()) {
     auto batch = loader.take();
@@ -214,6 +225,7 @@ EvalCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, in
     weights.pop_front();
     for (const auto& s : batch.skipped) std::fprintf(stderr, "[rank %d] skipped: %s\n", r, s.c_str());
     if (batch.labels.size(0) == 0) {  // keep the collective forward in step with other ranks
+      if (place.pipeline_log_probs) continue;  // the pipeline's ranks all read this batch: all skip it
       const auto& t = loader.options().transform;
       (void)class_log_probs(model, torch::zeros({1, t.channels, t.image_size, t.image_size}).to(place.device, dtype),
                             mirror);
@@ -225,16 +237,21 @@ EvalCounts evaluate(ViTForImageClassification& model, PrefetchLoader& loader, in
       return torch::nn::functional::nll_loss(
           log_probs, labels, torch::nn::functional::NLLLossFuncOptions().reduction(torch::kNone)).cpu();
     };
-    auto single = class_log_probs(model, pixels, false);
-    out.single.add(single.cpu(), batch.labels, nll(single), w);
+    auto single = log_probs_of(pixels);
+    if (single.defined()) out.single.add(single.cpu(), batch.labels, nll(single), w);
     if (out.mirrored) {
       // Only the mirror pass is new; the single view above is reused for the average.
-      auto averaged = mean_log_probs(single, class_log_probs(model, pixels.flip({3}), false));
-      out.mirrored->add(averaged.cpu(), batch.labels, nll(averaged), w);
+      auto mirrored = log_probs_of(pixels.flip({3}));
+      if (single.defined()) {
+        auto averaged = mean_log_probs(single, mirrored);
+        out.mirrored->add(averaged.cpu(), batch.labels, nll(averaged), w);
+      }
     }
   }
   model->train();
   auto packed = out.mirrored ? torch::cat({out.single.pack(), out.mirrored->pack()}) : out.single.pack();
+  if (place.pipeline_group.is_member() && place.pipeline_group.size() > 1)
+    dist::all_reduce(packed, place.pipeline_group);  // the last stage counted; every stage learns
   dist::all_reduce(packed, place.replica_group);
   const int64_t part = out.mirrored ? packed.size(0) / 2 : packed.size(0);
   out.single.unpack(packed.narrow(0, 0, part).clone());
@@ -302,7 +319,7 @@ int train(TrainArgs& a) {
   COLOSSAL_CHECK(data.train->size() > 0 && data.eval->size() > 0, "[data] ", data.description,
                  ": training and evaluation both need images");
   COLOSSAL_CHECK(data.train->num_classes() >= 2, "[data] ", data.description, ": expected at least 2 classes");
-  auto m = build_model(a, data, dims);
+  auto m = build_model(a, data, *plugin);
   if (!colossal::nn::has_deferred_parameters(*m.model)) m.model->to(device);  // else boost makes them there
   m.model->set_gradient_checkpointing(a.grad_checkpoint);
   m.model->set_patch_keep(a.patch_keep);
@@ -322,6 +339,15 @@ int train(TrainArgs& a) {
   booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
   const auto replica_group = dims.group(dist::Axis::kDp);  // sums counts over the replicas
+  // Pipeline parallelism: each step's batch runs through the stages in microbatches; every rank
+  // of a pipeline reads the same images (the first stage needs the pixels, the last the labels).
+  const auto& pipeline = model->parallel_context().pipeline;
+  const bool pipelined = pipeline.enabled();
+  const int64_t microbatches = pipeline.schedule.microbatches;
+  const auto stage = stage_functions(model, a.label_smoothing);
+  if (pipelined)
+    COLOSSAL_CHECK(a.batch_size % microbatches == 0, "--batch_size ", a.batch_size, " does not divide into ",
+                   microbatches, " microbatches (--num_microbatches; default pp x num_model_chunks)");
   int64_t first_step = 1;
   if (!a.load_checkpoint.empty()) {
     auto state = booster.load_checkpoint(b, a.load_checkpoint);
@@ -374,9 +400,27 @@ int train(TrainArgs& a) {
     std::fflush(stdout);
   }
   colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
+  EvalPlace eval_place{dims.coord(dist::Axis::kDp), n, replica_group, device, b.compute_dtype, {}, {}};
+  if (pipelined) {
+    eval_place.pipeline_group = pipeline.group;
+    eval_place.pipeline_log_probs = [&](const torch::Tensor& pixels) {
+      std::vector<torch::Tensor> logits;
+      auto fns = stage;
+      fns.loss = [&](const torch::Tensor& out, const torch::Tensor&) {  // keeps the logits; no loss needed
+        logits.push_back(out.to(torch::kFloat));
+        return torch::zeros({}, torch::kFloat64);
+      };
+      // Equal microbatches (a stage link fixes each channel's shape for the step): the most, up
+      // to the training count, that divide this batch.
+      int64_t parts = std::min<int64_t>(microbatches, pixels.size(0));
+      while (pixels.size(0) % parts != 0) --parts;
+      const std::vector<torch::Tensor> targets(parts, torch::zeros({0}));  // the labels stay with evaluate()
+      (void)booster.evaluate_pipeline(*b.optimizer, fns, pixels.split(pixels.size(0) / parts), targets);
+      return logits.empty() ? torch::Tensor() : torch::log_softmax(torch::cat(logits), 1);
+    };
+  }
   auto report_eval = [&](int64_t step) {
-    auto result = evaluate(model, eval_loader, a.batch_size,
-                           {dims.coord(dist::Axis::kDp), n, replica_group, device, b.compute_dtype}, depth, a.eval_flip);
+    auto result = evaluate(model, eval_loader, a.batch_size, eval_place, depth, a.eval_flip);
     const auto& counts = result.single;
     std::vector<std::pair<std::string, double>> metrics = {
         {"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()}};
@@ -409,28 +453,46 @@ int train(TrainArgs& a) {
     }
     for (const auto& s : batch.skipped) std::fprintf(stderr, "[rank %d] skipped: %s\n", r, s.c_str());
     b.optimizer->zero_grad();
-    torch::Tensor loss;
-    double correct = 0, images = static_cast<double>(batch.labels.size(0));
-    if (batch.labels.size(0) == 0) {  // every image unreadable: take part in the step with no gradient
+    double loss = 0, correct = 0, images = static_cast<double>(batch.labels.size(0));
+    if (pipelined) {
+      // Every rank of the pipeline read the same batch, so all of them stop here alike.
+      COLOSSAL_CHECK(batch.labels.size(0) == a.batch_size, "step ", step, ": ", batch.labels.size(0), " of ",
+                     a.batch_size, " images were readable; pipeline stages need whole microbatches, so with --pp "
+                     "fix or remove the unreadable images instead of skipping them");
+      auto fns = stage;
+      fns.loss = [&, base = stage.loss](const torch::Tensor& logits, const torch::Tensor& labels) {
+        correct += logits.argmax(1).eq(labels).sum().item<double>();  // on the last stage
+        return base(logits, labels);
+      };
+      const int64_t rows = a.batch_size / microbatches;
+      loss = booster.execute_pipeline(*b.optimizer, fns, batch.pixels.to(device, b.compute_dtype).split(rows),
+                                      batch.labels.to(device).split(rows));
+    } else if (batch.labels.size(0) == 0) {  // every image unreadable: take part in the step with no gradient
       auto dummy = torch::zeros({1, m.config.num_channels, lo.transform.image_size, lo.transform.image_size});
-      loss = model->forward(dummy.to(device, b.compute_dtype)).sum() * 0.0;
+      booster.backward(model->forward(dummy.to(device, b.compute_dtype)).sum() * 0.0, *b.optimizer);
     } else {
       auto logits = model->forward(batch.pixels.to(device, b.compute_dtype)).to(torch::kFloat);
       const auto labels = batch.labels.to(device);
-      loss = torch::nn::functional::cross_entropy(logits, labels, ce);
+      auto l = torch::nn::functional::cross_entropy(logits, labels, ce);
       correct = logits.argmax(1).eq(labels).sum().item<double>();
+      booster.backward(l, *b.optimizer);
+      loss = l.item<double>();
     }
-    booster.backward(loss, *b.optimizer);
     double norm = a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
     double lr = b.lr_scheduler->lr();
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();
-    window_loss += loss.item<double>() * images;
+    window_loss += loss * images;
     window_correct += correct;
     window_images += images;
 
     if (step % a.log_interval == 0 || step == total_steps) {
       auto t = torch::tensor({window_loss, window_correct, window_images}, torch::kFloat64);
+      if (pipelined) {  // correct predictions were counted on the last stage
+        auto c = t.narrow(0, 1, 1).clone();
+        dist::all_reduce(c, pipeline.group);
+        t.narrow(0, 1, 1).copy_(c);
+      }
       dist::all_reduce(t, replica_group);  // one rank per replica: tensor-parallel peers share images
       const double s = elapsed(window_start), seen = t[2].item<double>();
       train_seconds += s;

@@ -3,13 +3,17 @@
 #include <torch/autograd.h>
 #include <torch/custom_class.h>
 
+#include "core/nn/weight_gradient_store.h"
+
 namespace colossal::nn {
 namespace {
 
 // The block travels to backward inside the context's saved data (a capsule).
+// Also the weight-gradient store in force at forward (split backward, weight_gradient_store.h).
 struct BlockHolder : torch::CustomClassHolder {
-  explicit BlockHolder(Block b) : block(std::move(b)) {}
+  BlockHolder(Block b, WeightGradientStore* s) : block(std::move(b)), store(s) {}
   Block block;
+  WeightGradientStore* store;
 };
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
@@ -30,11 +34,27 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
+      DeferWeightGradients defer(block->store);
       y = block->block(x);
     }
-    // Accumulates into the block's parameters (their hooks fire as usual) and into x.
-    torch::autograd::backward({y}, {grads[0]});
-    return {x.requires_grad() ? x.grad() : torch::Tensor(), torch::Tensor()};
+    if (!block->store) {
+      // Accumulates into the block's parameters (their hooks fire as usual) and into x.
+      torch::autograd::backward({y}, {grads[0]});
+      return {x.requires_grad() ? x.grad() : torch::Tensor(), torch::Tensor()};
+    }
+    // Split backward: x's gradient now; the parameters' gradients (those the recomputed linears
+    // did not defer themselves) go to the store for W, so none is accumulated during B.
+    std::vector<torch::Tensor> wrt;
+    if (x.requires_grad()) wrt.push_back(x);
+    const auto leaves = graph_leaves(y);
+    for (const auto& leaf : leaves)
+      if (!leaf.is_same(x)) wrt.push_back(leaf);
+    auto got = torch::autograd::grad({y}, wrt, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+                                     /*allow_unused=*/true);
+    const size_t first_leaf = x.requires_grad() ? 1 : 0;
+    for (size_t i = first_leaf; i < wrt.size(); ++i)
+      if (got[i].defined()) block->store->add(wrt[i], [g = got[i]] { return g; });
+    return {first_leaf ? got[0] : torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -44,7 +64,7 @@ torch::Tensor checkpoint(Block block, const torch::Tensor& input) {
   if (!torch::GradMode::is_enabled()) return block(input);
   // The input must carry a gradient edge for the Function to be recorded at all; the first
   // block sees embeddings, which do (through the embedding weight).
-  return CheckpointFunction::apply(input, c10::make_intrusive<BlockHolder>(std::move(block)));
+  return CheckpointFunction::apply(input, c10::make_intrusive<BlockHolder>(std::move(block), deferring_store()));
 }
 
 }  // namespace colossal::nn

@@ -13,6 +13,7 @@
 #include "core/parallel/tensor/shard.h"
 #include "llama/model.h"
 #include "llama/pipeline.h"
+#include "llama/shapes.h"
 #include "tests/llama/tiny_llama.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
@@ -33,7 +34,7 @@ torch::Tensor tokens(const LlamaConfig& c) {
   return torch::randint(c.vocab_size, {kMicro * kRows, kSeq}, gen, torch::kInt64);
 }
 
-void expect_pipeline_matches_one_process(const std::string& kind, int chunks, int layers) {
+void expect_pipeline_matches_one_process(const std::string& kind, int chunks, int layers, bool checkpointing = false) {
   const auto c = config(layers);
   const auto ids = tokens(c);
   torch::manual_seed(5);
@@ -48,8 +49,9 @@ void expect_pipeline_matches_one_process(const std::string& kind, int chunks, in
   ctx.pipeline.schedule = {.kind = kind, .stages = dist::world_size(), .microbatches = kMicro, .chunks = chunks};
   torch::manual_seed(5);
   LlamaForCausalLM stage(c, ctx);
+  stage->set_gradient_checkpointing(checkpointing);
   // Only this rank's layers exist, under their names in the whole model.
-  const auto ranges = ctx.pipeline.layer_ranges(layers);
+  const auto ranges = ctx.pipeline.layer_ranges(layers, stage_costs(c, c.max_position_embeddings));
   int64_t held_layers = 0;
   for (auto [b, e] : ranges) held_layers += e - b;
   EXPECT_EQ(static_cast<int64_t>(stage->model->layers.size()), held_layers);
@@ -76,6 +78,15 @@ TEST(LlamaPipeline, EveryScheduleOnTwoStagesMatchesOneProcess) {
     for (auto [kind, chunks] : {std::pair{"gpipe", 1}, std::pair{"1f1b", 1}, std::pair{"interleaved", 2},
                                 std::pair{"zbh1", 1}, std::pair{"zbv", 2}})
       expect_pipeline_matches_one_process(kind, chunks, /*layers=*/5);
+  });
+}
+
+// Recomputed layers under split backward: their parameters' gradients wait for W like the
+// linear layers' (weight_gradient_store.h), so none is counted twice or early.
+TEST(LlamaPipeline, ActivationCheckpointingPerStageMatchesOneProcess) {
+  testing::run_ranks(2, [] {
+    for (auto [kind, chunks] : {std::pair{"1f1b", 1}, std::pair{"zbh1", 1}, std::pair{"zbv", 2}})
+      expect_pipeline_matches_one_process(kind, chunks, /*layers=*/4, /*checkpointing=*/true);
   });
 }
 

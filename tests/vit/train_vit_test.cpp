@@ -189,6 +189,44 @@ TEST(TrainVit, HybridTensorParallelFollowsTheSingleProcessCurve) {
   EXPECT_EQ(p.rc, 0) << p.output;
 }
 
+// Pipeline stages (2 ranks, one replica: the single process's batches in 4 microbatches): the
+// loss curve and the evaluation (run through the stages, counted on the last) are the single
+// process's, for 1F1B and zero-bubble; the stages' saved whole model predicts on one process.
+TEST(TrainVit, PipelineFollowsTheSingleProcessCurve) {
+  auto data = make_data("pipeline", 24);
+  const std::string flags = "--data " + data + kSmall + "--max_steps 6 --log_interval 1 --init normal ";
+  auto one = train_vit(1, flags + "--save_dir " + data + "_one", data + "_one.jsonl");
+  ASSERT_EQ(one.rc, 0) << one.output;
+  auto ref = step_losses(one);
+  ASSERT_EQ(ref.size(), 6u) << one.output;
+  auto last_eval = [](const std::vector<nlohmann::json>& log) {
+    nlohmann::json e;
+    for (const auto& j : log)
+      if (j.value("event", "") == "eval") e = j;
+    return e;
+  };
+  const auto ref_eval = last_eval(one.log);
+  ASSERT_TRUE(ref_eval.contains("top1")) << one.output;
+  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::string>>{
+           {"pp2", "--plugin hybrid --pp 2 --num_microbatches 4"},
+           {"pp2_zbh1", "--plugin hybrid --pp 2 --pp_schedule zbh1 --num_microbatches 4"}}) {
+    auto r = train_vit(2, flags + extra + " --save_dir " + data + "_" + name, data + "_" + name + ".jsonl");
+    ASSERT_EQ(r.rc, 0) << r.output;
+    EXPECT_NE(r.output.find("pp 2"), std::string::npos) << r.output;
+    auto got = step_losses(r);
+    ASSERT_EQ(got.size(), ref.size()) << r.output;
+    for (const auto& [step, loss] : got)
+      EXPECT_NEAR(loss, ref.at(step), 1e-5 * std::abs(ref.at(step))) << name << " step " << step;
+    const auto e = last_eval(r.log);
+    ASSERT_TRUE(e.contains("top1")) << r.output;
+    EXPECT_EQ(e["images"].get<double>(), ref_eval["images"].get<double>()) << name;
+    EXPECT_EQ(e["top1"].get<double>(), ref_eval["top1"].get<double>()) << name;
+    EXPECT_NEAR(e["loss"].get<double>(), ref_eval["loss"].get<double>(), 1e-5 * ref_eval["loss"].get<double>()) << name;
+  }
+  auto p = train_vit(1, "--save_dir " + data + "_pp2 --predict " + data + "/vertical/0.png");
+  EXPECT_EQ(p.rc, 0) << p.output;
+}
+
 TEST(TrainVit, BadImagesStopTheRunOrAreSkippedByFlag) {
   auto data = make_data("bad", 12);
   const std::string bad = data + "/vertical/5.png";

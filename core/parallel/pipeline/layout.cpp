@@ -5,12 +5,18 @@
 
 namespace colossal::parallel::pipeline {
 
-std::vector<std::pair<int64_t, int64_t>> PipelineLayout::layer_ranges(int64_t layers) const {
+Balance parse_balance(const std::string& name) {
+  if (name == "count") return Balance::kCount;
+  if (name == "cost") return Balance::kCost;
+  COLOSSAL_FAIL("[pipeline] pp_balance: expected count or cost, got '", name, "'");
+}
+
+std::vector<std::pair<int64_t, int64_t>> PipelineLayout::layer_ranges(int64_t layers, const StageCosts& costs) const {
   if (!enabled()) return {{0, layers}};
-  COLOSSAL_CHECK(layer_costs.empty() || static_cast<int64_t>(layer_costs.size()) == layers, "[pipeline] ",
-                 layer_costs.size(), " layer costs given for a model of ", layers, " layers");
-  const auto all = layer_costs.empty() ? split_layers(layers, virtual_stages())
-                                       : split_layers_by_cost(layer_costs, virtual_stages());
+  const bool by_cost = balance == Balance::kCost && !costs.layers.empty();
+  COLOSSAL_CHECK(!by_cost || static_cast<int64_t>(costs.layers.size()) == layers, "[pipeline] ", costs.layers.size(),
+                 " layer costs given for a model of ", layers, " layers");
+  const auto all = by_cost ? split_layers_by_cost(costs, virtual_stages()) : split_layers(layers, virtual_stages());
   std::vector<std::pair<int64_t, int64_t>> mine;
   for (int c = 0; c < chunks(); ++c) mine.push_back(all[virtual_stage(c)]);
   return mine;

@@ -9,6 +9,7 @@
 
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
+#include "core/nn/weight_gradient_store.h"
 
 namespace colossal::parallel::pipeline {
 namespace {
@@ -16,8 +17,11 @@ namespace {
 using Key = std::pair<int, int>;  // (microbatch, chunk or virtual stage)
 
 // A microbatch's activations on one model chunk, held from its F to its last backward step.
+// Under split backward, B frees the graph and leaves what W needs: the weight-gradient store's
+// entries (deferred dW GEMMs and gradients already computed).
 struct Held {
   torch::Tensor input, output, grad_output;
+  std::vector<nn::WeightGradientStore::Entry> weight_work;
 };
 
 torch::Tensor take(std::map<Key, torch::Tensor>& from, const Key& key) {
@@ -53,6 +57,65 @@ std::vector<torch::Tensor> grad_outputs(const Held& h) {
   return {h.grad_output};
 }
 
+// Parameters by identity (the same tensor may sit in two chunks: zbv's tied embeddings).
+using ParamKey = const c10::TensorImpl*;
+
+// B of a split backward: the chunk input's gradient, and every parameter gradient the graph
+// gives directly (norms, embeddings: not deferred by the linears) kept for W. Nothing is
+// accumulated, so no gradient hook fires during B.
+torch::Tensor backward_input(Held& h, const std::vector<torch::Tensor>& params, nn::WeightGradientStore& store) {
+  std::vector<torch::Tensor> wrt;
+  const bool want_input = h.input.requires_grad();
+  if (want_input) wrt.push_back(h.input);
+  for (const auto& p : params) wrt.push_back(p);
+  std::vector<torch::Tensor> grad_out;
+  if (h.grad_output.defined()) grad_out.push_back(h.grad_output);
+  auto got = torch::autograd::grad({h.output}, wrt, grad_out, /*retain_graph=*/false, /*create_graph=*/false,
+                                   /*allow_unused=*/true);
+  h.output = torch::Tensor();  // the graph is gone; W needs only the store's entries
+  h.grad_output = torch::Tensor();
+  h.weight_work = store.take();
+  for (size_t i = want_input ? 1 : 0; i < wrt.size(); ++i)
+    if (got[i].defined()) h.weight_work.push_back({wrt[i], [g = got[i]] { return g; }});
+  return want_input ? got[0] : torch::Tensor();
+}
+
+// W: each parameter's share summed, then accumulated. Where this is the parameter's last
+// gradient of the step it goes through autograd's accumulator, so data-parallel hooks see it
+// (sync is on for this step); an earlier share is added in place, hook-free, so no hook takes a
+// gradient that is not yet whole.
+void backward_weight(std::vector<nn::WeightGradientStore::Entry>& work, const std::map<ParamKey, int>& last_touch,
+                     int index) {
+  std::vector<torch::Tensor> params, grads;
+  std::map<ParamKey, size_t> slot;
+  for (auto& e : work) {
+    auto g = e.gradient();
+    auto [it, fresh] = slot.emplace(e.param.unsafeGetTensorImpl(), params.size());
+    if (fresh) {
+      params.push_back(e.param);
+      grads.push_back(std::move(g));
+    } else {
+      grads[it->second] = grads[it->second] + g;
+    }
+  }
+  work.clear();
+  std::vector<torch::Tensor> final_params, final_grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = last_touch.find(params[i].unsafeGetTensorImpl());
+    if (it == last_touch.end() || it->second == index) {
+      final_params.push_back(params[i]);
+      final_grads.push_back(grads[i]);
+      continue;
+    }
+    torch::NoGradGuard no_grad;
+    auto& acc = params[i].mutable_grad();
+    const auto& g = grads[i];
+    if (acc.defined()) acc.add_(g);
+    else acc = g.is_view() || !g.is_contiguous() ? g.clone(at::MemoryFormat::Contiguous) : g;  // as the accumulator would
+  }
+  if (!final_params.empty()) torch::autograd::backward(final_params, final_grads);
+}
+
 }  // namespace
 
 PipelineRunner::PipelineRunner(Schedule schedule, dist::Group group)
@@ -72,18 +135,36 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
   link_.new_step();
   peak_live_ = 0;
   timeline_.clear();
-  // The step after which each chunk's parameters have their whole gradient.
+  // Split schedules defer every linear layer's weight gradient to its W step.
+  const bool split = schedule_.splits_backward();
+  nn::WeightGradientStore store;
+  nn::DeferWeightGradients defer(split ? &store : nullptr);
+  std::vector<std::vector<torch::Tensor>> chunk_params(schedule_.chunks());
+  for (int c = 0; c < schedule_.chunks(); ++c)
+    for (const auto& p : model.parameters(c))
+      if (p.requires_grad()) chunk_params[c].push_back(p);
+  // The step after which each chunk's parameters, and each parameter, have their whole gradient
+  // (a parameter in two chunks: the later one's).
   const auto& steps = schedule_.steps(rank_);
   std::vector<int> last_gradient(schedule_.chunks(), -1);
   for (int i = 0; i < static_cast<int>(steps.size()); ++i)
     if (steps[i].work == Work::kBackward || steps[i].work == Work::kBackwardWeight) last_gradient[steps[i].chunk] = i;
+  std::map<ParamKey, int> last_touch;
+  for (int c = 0; c < schedule_.chunks(); ++c)
+    for (const auto& p : chunk_params[c]) {
+      int& t = last_touch.emplace(p.unsafeGetTensorImpl(), -1).first->second;
+      t = std::max(t, last_gradient[c]);
+    }
+  std::vector<bool> completes(steps.size(), false);  // some parameter's gradient is whole after it
+  for (const auto& [param, t] : last_touch)
+    if (t >= 0) completes[t] = true;
   int index = -1;
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   for (const Step& st : steps) {
     ++index;
     const int v = schedule_.virtual_stage(rank_, st.chunk), mb = st.microbatch;
-    const bool final_gradient = index == last_gradient[st.chunk];
+    const bool final_gradient = completes[index];
     if (final_gradient && model.gradient_sync) model.gradient_sync(true);
     const Key key{mb, st.chunk};
     StepRecord rec{st, seconds(), 0};
@@ -108,7 +189,7 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
         } else {
           forward.pass(out, mb, v);
         }
-        held[key] = {in, out, {}};
+        held[key] = {in, out, {}, {}};
         peak_live_ = std::max(peak_live_, ++live);
         break;
       }
@@ -123,13 +204,16 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
         }
         rec.start_s = seconds();
         torch::Tensor grad_input;
-        if (st.work == Work::kBackward) {
+        if (split) {
+          grad_input = backward_input(h, chunk_params[st.chunk], store);
+          if (st.work == Work::kBackward) backward_weight(h.weight_work, last_touch, index);  // no W of its own
+        } else {
           torch::autograd::backward({h.output}, grad_outputs(h));
           if (v > 0) grad_input = h.input.grad();
+        }
+        if (st.work == Work::kBackward) {
           held.erase(it);
           --live;
-        } else if (v > 0) {  // the input's gradient only; W follows from the same graph
-          grad_input = torch::autograd::grad({h.output}, {h.input}, grad_outputs(h), /*retain_graph=*/true)[0];
         }
         if (v > 0) {
           const int to = schedule_.rank_of(v - 1);
@@ -141,12 +225,8 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
       case Work::kBackwardWeight: {
         auto it = held.find(key);
         COLOSSAL_CHECK(it != held.end(), "[pipeline] ", to_string(st), " before its forward");
-        std::vector<torch::Tensor> params;
-        for (const auto& p : model.parameters(st.chunk))
-          if (p.requires_grad()) params.push_back(p);
-        if (!params.empty())
-          torch::autograd::backward({it->second.output}, grad_outputs(it->second), /*retain_graph=*/false,
-                                    /*create_graph=*/false, params);
+        COLOSSAL_CHECK(!it->second.output.defined(), "[pipeline] ", to_string(st), " before its input-gradient step");
+        backward_weight(it->second.weight_work, last_touch, index);
         held.erase(it);
         --live;
         break;

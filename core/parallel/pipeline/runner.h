@@ -10,10 +10,12 @@
 // turns the last virtual stage's output into the microbatch's loss, `parameters(chunk)` lists the
 // chunk's trainable parameters (the split schedules' W step computes their gradients).
 //
-// Split backward (zbh1, zbv): B computes the chunk input's gradient only and sends it upstream;
-// W then computes the parameters' gradients from the same graph. Autograd runs the shared part
-// of the graph twice in that case; a weight-gradient store in the linear layers removes that
-// (follow-up in issue 19).
+// Split backward (zbh1, zbv): the forward runs under nn::DeferWeightGradients, so B walks the
+// graph once, computing the chunk input's gradient (sent upstream at once) and the gradients of
+// parameters outside linear layers, and frees it; the linear layers' dW GEMMs wait in a
+// weight-gradient store (core/nn/weight_gradient_store.h) for W, which computes and accumulates
+// them with the rest. A model whose layers use nn::linear (or ParallelLinear) splits its work
+// that way; any other op's parameter gradients are computed in B and merely accumulated in W.
 #include <torch/types.h>
 
 #include <functional>

@@ -30,15 +30,19 @@ std::vector<std::pair<int64_t, int64_t>> split_layers(int64_t layers, int stages
   return out;
 }
 
-std::vector<std::pair<int64_t, int64_t>> split_layers_by_cost(const std::vector<double>& costs, int stages) {
+std::vector<std::pair<int64_t, int64_t>> split_layers_by_cost(const StageCosts& stage_costs, int stages) {
+  const auto& costs = stage_costs.layers;
   const int64_t n = static_cast<int64_t>(costs.size());
   COLOSSAL_CHECK(stages >= 1 && n >= stages, "[pipeline] ", n, " layers cannot fill ", stages,
                  " virtual stages: every stage needs at least one layer");
   for (size_t i = 0; i < costs.size(); ++i)
     COLOSSAL_CHECK(costs[i] >= 0, "[pipeline] layer ", i, " has a negative cost ", costs[i]);
+  COLOSSAL_CHECK(stage_costs.first >= 0 && stage_costs.last >= 0, "[pipeline] negative end costs: first ",
+                 stage_costs.first, ", last ", stage_costs.last);
   std::vector<double> prefix(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
-  // best[s][i]: the least possible largest stage cost splitting layers [0, i) into s stages.
+  // best[s][i]: the least possible largest stage cost splitting layers [0, i) into s stages (the
+  // first of them carrying the embedding; the last stage, s = stages, ends at n with the head).
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, kInf));
   std::vector<std::vector<int64_t>> cut(stages + 1, std::vector<int64_t>(n + 1, 0));
@@ -46,7 +50,9 @@ std::vector<std::pair<int64_t, int64_t>> split_layers_by_cost(const std::vector<
   for (int s = 1; s <= stages; ++s)
     for (int64_t i = s; i <= n; ++i)
       for (int64_t j = s - 1; j < i; ++j) {
-        const double v = std::max(best[s - 1][j], prefix[i] - prefix[j]);
+        const double own = prefix[i] - prefix[j] + (s == 1 ? stage_costs.first : 0) +
+                           (s == stages ? stage_costs.last : 0);
+        const double v = std::max(best[s - 1][j], own);
         if (v < best[s][i]) {
           best[s][i] = v;
           cut[s][i] = j;

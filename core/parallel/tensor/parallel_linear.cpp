@@ -7,6 +7,7 @@
 
 #include "core/common/check.h"
 #include "core/nn/deferred_init.h"
+#include "core/nn/weight_gradient_store.h"
 #include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
@@ -84,14 +85,14 @@ void ParallelLinearImpl::lay_out(int tp, int r) {
 }
 
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
-  if (!ctx_.tensor_parallel()) return torch::nn::functional::linear(x, weight, bias);
+  if (!ctx_.tensor_parallel()) return nn::linear(x, weight, bias);
   switch (options_.style) {
     case SplitStyle::kRow: {
-      auto y = leave_tensor_parallel(torch::nn::functional::linear(x, weight), ctx_);
+      auto y = leave_tensor_parallel(nn::linear(x, weight), ctx_);
       return bias.defined() ? y + bias : y;
     }
     case SplitStyle::kVocabHead: {
-      auto y = torch::nn::functional::linear(x, weight, bias);
+      auto y = nn::linear(x, weight, bias);
       if (pad_mask_.defined()) {
         if (pad_mask_.device() != y.device()) pad_mask_ = pad_mask_.to(y.device());  // follows the model
         y = y.masked_fill(pad_mask_, -std::numeric_limits<float>::infinity());
@@ -99,10 +100,10 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
       return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
     }
     case SplitStyle::kColumn: {
-      auto y = torch::nn::functional::linear(x, weight, bias);
+      auto y = nn::linear(x, weight, bias);
       return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
     }
-    default: return torch::nn::functional::linear(x, weight, bias);
+    default: return nn::linear(x, weight, bias);
   }
 }
 

@@ -173,7 +173,11 @@ TEST(PipelineSchedule, LayersSplitEvenlyWithTheRestInTheMiddle) {
   EXPECT_EQ(split_layers(9, 4), (R{{0, 2}, {2, 5}, {5, 7}, {7, 9}}));  // 2 3 2 2: the middle first
   EXPECT_EQ(split_layers(11, 4), (R{{0, 3}, {3, 6}, {6, 9}, {9, 11}}));  // 3 3 3 2: then the first
   EXPECT_EQ(split_layers(5, 2), (R{{0, 3}, {3, 5}}));
-  EXPECT_EQ(split_layers_by_cost({1, 1, 1, 1, 4, 4}, 3), (R{{0, 4}, {4, 5}, {5, 6}}));
+  EXPECT_EQ(split_layers_by_cost({{1, 1, 1, 1, 4, 4}}, 3), (R{{0, 4}, {4, 5}, {5, 6}}));
+  // The head's cost on the last stage and the embedding's on the first move layers inward.
+  EXPECT_EQ(split_layers_by_cost({std::vector<double>(8, 1.0), 0, 2}, 2), (R{{0, 5}, {5, 8}}));
+  EXPECT_EQ(split_layers_by_cost({std::vector<double>(8, 1.0), 2, 0}, 2), (R{{0, 3}, {3, 8}}));
+  EXPECT_EQ(split_layers_by_cost({std::vector<double>(11, 1.0), 0, 1}, 4), (R{{0, 3}, {3, 6}, {6, 9}, {9, 11}}));
   auto msg = testing::error_message_of([] { split_layers(3, 4); });
   EXPECT_NE(msg.find("3 layers cannot fill 4 virtual stages"), std::string::npos) << msg;
 }

@@ -160,6 +160,7 @@ void HybridParallelPlugin::Options::validate() const {
   COLOSSAL_CHECK(num_microbatches >= 0, "[hybrid] num_microbatches: expected >= 0 (0: pp x num_model_chunks), got ",
                  num_microbatches);
   (void)parallel::pipeline::parse_schedule(pp_schedule);
+  (void)parallel::pipeline::parse_balance(pp_balance);
   (void)amp::parse_precision(precision);
 }
 
@@ -180,7 +181,10 @@ HybridParallelPlugin::HybridParallelPlugin(Options options, PluginEnvironment en
 parallel::ParallelContext HybridParallelPlugin::parallel_context() {
   if (!context_) {
     context_ = parallel::ParallelContext::from(dims());
-    if (dims().pp() > 1) context_->pipeline.schedule = options_.schedule(dims().pp());
+    if (dims().pp() > 1) {
+      context_->pipeline.schedule = options_.schedule(dims().pp());
+      context_->pipeline.balance = parallel::pipeline::parse_balance(options_.pp_balance);
+    }
   }
   return *context_;
 }

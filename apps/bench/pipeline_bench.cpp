@@ -7,7 +7,10 @@
 // every microbatch, then AdamW), tokens/s, and each stage's idle fraction measured from its own
 // timeline (1 - the time its steps computed / the step's wall time; waiting for an input counts
 // as idle), beside the schedule's theory (bubble b as an idle fraction b / (1 + b)) and the
-// simulated unit-cost timeline, and each stage's peak resident memory.
+// simulated unit-cost timeline, and the schedule simulated with the stages' measured step times
+// (the bubble of this work, unequal stages included: what the runtime should reach), and each
+// stage's peak resident memory during the schedule's steps. Last, the same microbatches over
+// data-parallel replicas (DDP), what a user whose model fits on every rank would run instead.
 //
 // Ranks sharing cores compete for them: measured idle time then hides other ranks' compute.
 // Quote figures from runs with a core (or more) per rank.
@@ -18,6 +21,7 @@
 #include <cstdio>
 
 #include "apps/bench/bench_util.h"
+#include "core/booster/booster.h"
 #include "core/booster/registry.h"
 #include "core/common/progress.h"
 #include "core/dist/collectives.h"
@@ -43,6 +47,7 @@ struct Args {
 struct Row {
   std::string name;
   double step_s = 0, tokens_s = 0, theory = 0, simulated = 0;
+  double measured_sim = -1;  // the schedule simulated with each stage's measured F, B, W (-1: none)
   std::vector<double> idle, peak_gib;  // per stage
   std::vector<std::array<double, 3>> work_ms;  // per stage: mean F, B (or Bi), W step
 };
@@ -70,6 +75,7 @@ Row run_schedule(const Args& a, const std::string& kind, int chunks) {
   const auto micro = ids.split(a.micro_rows);
   std::vector<double> times, idle;
   std::array<double, 3> work_sum{}, work_count{};
+  colossal::reset_peak_resident();  // this schedule's peak, not an earlier one's
   for (int step = 0; step <= a.steps; ++step) {  // step 0 warms up
     dist::barrier(dist::world_group());
     const double s = colossal::bench::seconds([&] {
@@ -111,6 +117,60 @@ Row run_schedule(const Args& a, const std::string& kind, int chunks) {
   const double b = schedule.theoretical_bubble();
   row.theory = b / (1 + b);
   row.simulated = pipeline::simulate(schedule).mean_idle();
+  // The idle this schedule would have with these stages and free, instant communication: the
+  // bubble of the work as it is (unequal stages included), against which the runtime is judged.
+  std::vector<pipeline::StepCosts> costs;
+  for (const auto& w : row.work_ms) costs.push_back({w[0], w[1], w[2]});
+  row.measured_sim = pipeline::simulate(schedule, costs).mean_idle();
+  return row;
+}
+
+// What a user would run instead when the model fits on every rank: the same microbatches shared
+// over data-parallel replicas (DDP, gradients accumulated locally and all-reduced once per step).
+Row run_data_parallel(const Args& a) {
+  const int p = dist::world_size();
+  COLOSSAL_CHECK(a.microbatches % p == 0, "bench_pipeline: --microbatches ", a.microbatches,
+                 " does not divide over ", p, " data-parallel ranks for the reference row");
+  auto shape = colossal::llama::benchmark_shape(a.shape);
+  colossal::booster::PluginConfig c;
+  c.name = "ddp";
+  c.device = "cpu";
+  auto plugin = colossal::booster::make_plugin(c);
+  torch::manual_seed(1);
+  colossal::llama::LlamaForCausalLM model(shape.config);
+  auto opt = std::make_shared<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  colossal::booster::Booster booster(plugin);
+  auto boosted = booster.boost(model.ptr(), opt);
+  const int mine = a.microbatches / p;
+  colossal::reset_peak_resident();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  auto ids = torch::randint(shape.config.vocab_size, {a.microbatches * a.micro_rows, shape.sequence}, gen, torch::kInt64);
+  const auto micro = ids.narrow(0, dist::rank() * mine * a.micro_rows, mine * a.micro_rows).split(a.micro_rows);
+  std::vector<double> times;
+  for (int step = 0; step <= a.steps; ++step) {
+    dist::barrier(dist::world_group());
+    const double s = colossal::bench::seconds([&] {
+      boosted.optimizer->zero_grad();
+      for (int i = 0; i < mine; ++i) {
+        auto run = [&] { booster.backward(model->loss(micro[i], micro[i]) / static_cast<double>(mine), *boosted.optimizer); };
+        if (i + 1 < mine) booster.no_sync(*boosted.optimizer, run);
+        else run();
+      }
+      boosted.optimizer->step();
+    });
+    if (step > 0) times.push_back(s);
+  }
+  Row row;
+  row.name = "ddp (no pipeline)";
+  auto t = torch::tensor({median(times), colossal::peak_resident_gib()}, torch::kFloat64);
+  auto all = torch::empty({p * 2}, torch::kFloat64);
+  dist::all_gather(all, t, dist::world_group());
+  for (int r = 0; r < p; ++r) {
+    row.step_s = std::max(row.step_s, all[r * 2].item<double>());
+    row.peak_gib.push_back(all[r * 2 + 1].item<double>());
+    row.idle.push_back(0);
+  }
+  row.tokens_s = static_cast<double>(a.microbatches * a.micro_rows * shape.sequence) / row.step_s;
   return row;
 }
 
@@ -132,14 +192,15 @@ int main(int argc, char** argv) {
   for (auto [kind, chunks] : {std::pair{"gpipe", 1}, std::pair{"1f1b", 1}, std::pair{"interleaved", 2},
                               std::pair{"zbh1", 1}, std::pair{"zbv", 2}})
     rows.push_back(run_schedule(a, kind, chunks));
+  if (a.microbatches % p == 0) rows.push_back(run_data_parallel(a));
   if (dist::rank() == 0) {
     auto shape = colossal::llama::benchmark_shape(a.shape);
     std::printf("bench_pipeline: shape %s (%ld layers, dim %ld, sequence %ld), pp %d, %d microbatches x %ld sequences, "
                 "1 thread per rank\n",
                 a.shape.c_str(), shape.config.num_hidden_layers, shape.config.hidden_size, shape.sequence, p,
                 a.microbatches, a.micro_rows);
-    std::printf("%-22s %9s %9s %7s %7s %7s  %s\n", "schedule", "step ms", "tokens/s", "theory", "sim", "idle",
-                "idle per stage / peak GiB per stage");
+    std::printf("%-22s %9s %9s %7s %7s %8s %7s  %s\n", "schedule", "step ms", "tokens/s", "theory", "sim",
+                "sim meas", "idle", "idle per stage / peak GiB per stage");
     for (const auto& r : rows) {
       double mean = 0;
       for (double x : r.idle) mean += x / r.idle.size();
@@ -149,13 +210,19 @@ int main(int argc, char** argv) {
         std::snprintf(buf, sizeof buf, "%s%.3f/%.2f", s ? "  " : "", r.idle[s], r.peak_gib[s]);
         stages += buf;
       }
-      std::printf("%-22s %9.1f %9.0f %7.3f %7.3f %7.3f  %s\n", r.name.c_str(), r.step_s * 1e3, r.tokens_s, r.theory,
-                  r.simulated, mean, stages.c_str());
+      if (r.measured_sim < 0) {  // the data-parallel reference: no pipeline, no bubble
+        std::printf("%-22s %9.1f %9.0f %7s %7s %8s %7s  %s\n", r.name.c_str(), r.step_s * 1e3, r.tokens_s, "-", "-",
+                    "-", "-", stages.c_str());
+        continue;
+      }
+      std::printf("%-22s %9.1f %9.0f %7.3f %7.3f %8.3f %7.3f  %s\n", r.name.c_str(), r.step_s * 1e3, r.tokens_s,
+                  r.theory, r.simulated, r.measured_sim, mean, stages.c_str());
     }
     // Where the time goes: a stage's mean step of each kind (for chunked schedules, over its
     // chunks). Unequal stages are the bubble theory leaves out.
     std::printf("\n%-22s  %s\n", "schedule", "mean F / B / W ms per stage");
     for (const auto& r : rows) {
+      if (r.work_ms.empty()) continue;
       std::string stages;
       for (size_t s = 0; s < r.work_ms.size(); ++s) {
         char buf[64];

@@ -1,5 +1,7 @@
 #include "core/common/progress.h"
 
+#include <malloc.h>
+
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -102,6 +104,14 @@ double status_gib(const char* field) {
 
 double resident_gib() { return status_gib("VmRSS:"); }
 double peak_resident_gib() { return status_gib("VmHWM:"); }
+
+bool reset_peak_resident() {
+  malloc_trim(0);  // freed heap goes back first, or the new peak starts from memory no one uses
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";  // resets VmHWM to the current resident size (Linux 4.0+)
+  out.close();
+  return static_cast<bool>(out);
+}
 
 double measure_matmul_gflops() {
   torch::NoGradGuard no_grad;

@@ -40,6 +40,9 @@ class Progress {
 /// Resident and peak resident memory of this process, GiB (Linux /proc/self/status).
 double resident_gib();
 double peak_resident_gib();
+/// Starts a new peak from the current resident size (freed heap returned to the system first),
+/// so peak_resident_gib() measures what runs after. False where the kernel does not allow it.
+bool reset_peak_resident();
 
 /// fp32 matrix-product rate of this process's threads (2048 x 2048, best of a few), GFLOP/s:
 /// the denominator of model FLOPs utilisation.

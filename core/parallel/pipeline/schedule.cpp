@@ -226,7 +226,13 @@ double Simulation::mean_idle() const {
 }
 
 Simulation simulate(const Schedule& s, const StepCosts& costs) {
+  return simulate(s, std::vector<StepCosts>(s.stages(), costs));
+}
+
+Simulation simulate(const Schedule& s, const std::vector<StepCosts>& rank_costs) {
   const int p = s.stages(), m = s.microbatches(), v = s.chunks(), V = s.virtual_stages();
+  COLOSSAL_CHECK(static_cast<int>(rank_costs.size()) == p, "[pipeline] simulate: ", rank_costs.size(),
+                 " ranks' step costs for ", p, " stages");
   const bool split = s.splits_backward();
   constexpr double kNever = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> f_end(V, std::vector<double>(m, kNever)), b_end = f_end, w_end = f_end;
@@ -261,6 +267,7 @@ Simulation simulate(const Schedule& s, const StepCosts& costs) {
       while (next[r] < s.steps(r).size()) {
         const Step& st = s.steps(r)[next[r]];
         const int vs = s.virtual_stage(r, st.chunk), mb = st.microbatch;
+        const StepCosts& costs = rank_costs[r];
         double ready = free_at[r], cost = 0;
         switch (st.work) {
           case Work::kForward:

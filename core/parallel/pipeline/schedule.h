@@ -120,5 +120,7 @@ struct Simulation {
 /// timeline's figures. Throws naming the rank and step when a step is missing, repeated, out of
 /// range, or can never run (the ranks would wait on each other for ever).
 Simulation simulate(const Schedule& schedule, const StepCosts& costs = {});
+/// The same with each rank's own step costs (measured stages that are not equal).
+Simulation simulate(const Schedule& schedule, const std::vector<StepCosts>& rank_costs);
 
 }  // namespace colossal::parallel::pipeline

@@ -106,6 +106,19 @@ TEST(PipelineSchedule, SimulatedBubblesMatchTheTheory) {
   }
 }
 
+// Unequal stages (what a benchmark measures): the slow stage sets the pace. 1F1B on 2 stages
+// with the second twice as slow: its first input after one fast F, then m x (F + B) of its own,
+// then the fast stage's last B.
+TEST(PipelineSchedule, UnequalStagesAreSimulatedWithTheirOwnCosts) {
+  const auto s = make("1f1b", 2, 4);
+  const auto sim = simulate(s, std::vector<StepCosts>{{1, 2, 0}, {2, 4, 0}});
+  EXPECT_DOUBLE_EQ(sim.makespan, 1 + 4 * 6 + 2);
+  EXPECT_DOUBLE_EQ(sim.busy[0], 4 * 3);
+  EXPECT_NEAR(sim.idle_fraction[1], 1 - 24.0 / 27, 1e-12);
+  auto msg = testing::error_message_of([&] { simulate(s, std::vector<StepCosts>(3)); });
+  EXPECT_NE(msg.find("3 ranks' step costs for 2 stages"), std::string::npos) << msg;
+}
+
 TEST(PipelineSchedule, InvalidCombinationsAreNamed) {
   auto msg = testing::error_message_of([] { make("1f1b", 4, 3); });
   EXPECT_NE(msg.find("num_microbatches 3 < pp 4"), std::string::npos) << msg;

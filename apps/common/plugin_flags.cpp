@@ -19,6 +19,7 @@ void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
       {"pp_schedule", "hybrid, pp > 1: gpipe | 1f1b | interleaved | zbh1 | zbv"},
       {"num_model_chunks", "hybrid, pp > 1: model chunks per stage (interleaved >= 2, zbv 2)"},
       {"num_microbatches", "hybrid, pp > 1: microbatches per step (0: pp x num_model_chunks)"},
+      {"microbatch_size", "hybrid, pp > 1: samples per microbatch (instead of --num_microbatches)"},
       {"pp_balance", "hybrid, pp > 1: layers per stage by cost (embedding and head counted) | count"},
       {"ep", "expert-parallel size (1 until expert parallelism lands)"},
       {"zero_stage", "zero / hybrid: ZeRO stage (hybrid: 0 = DDP)"},

@@ -16,11 +16,13 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "apps/llama/openai_server.h"
 #include "core/dist/parallel_dims.h"
 #include "core/parallel/context.h"
 #include "core/common/check.h"
+#include "core/common/progress.h"
 #include "core/dist/runtime.h"
 #include "core/inference/engine.h"
 #include "llama/dataset.h"
@@ -113,6 +115,11 @@ int run(const Args& a) {
   COLOSSAL_CHECK(a.device == "auto" || a.device == "cpu", "--device ", a.device,
                  ": the inference engine runs on the CPU in this version (its CUDA kernels come with issue 21); "
                  "use --device cpu");
+  // The cache is allocated whole: asking for more than the machine has would only fail later.
+  const double available_gib = colossal::available_memory_gib();
+  COLOSSAL_CHECK(available_gib <= 0 || static_cast<double>(a.kv_cache_mib) / 1024 < available_gib, "--kv_cache_mib ",
+                 a.kv_cache_mib, " (", a.kv_cache_mib / 1024.0, " GiB) is more than this machine's available memory (",
+                 available_gib, " GiB)");
   auto t_load = std::chrono::steady_clock::now();
   auto tok = std::make_shared<Tokenizer>(Tokenizer::load(a.model + "/tokenizer.model"));
   // Tensor parallelism: every rank loads its slices and runs the same engine steps in lockstep
@@ -220,28 +227,37 @@ int main(int argc, char** argv) {
   app.add_option("--model", a.model, "Hugging Face directory with tokenizer.model")->capture_default_str();
   app.add_option("--prompt", a.prompt, "prompt text (repeat for a batch)");
   app.add_option("--input_file", a.input_file, "one prompt per line, run as a batch");
-  app.add_option("--max_new_tokens", a.max_new_tokens, "tokens to generate per prompt")->capture_default_str();
-  app.add_option("--temperature", a.temperature, "0 means greedy")->capture_default_str();
-  app.add_option("--top_k", a.top_k, "0: off")->capture_default_str();
-  app.add_option("--top_p", a.top_p, "nucleus sampling (1: off)")->capture_default_str();
-  app.add_option("--min_p", a.min_p, "0: off")->capture_default_str();
-  app.add_option("--repetition_penalty", a.repetition_penalty, "1: off")->capture_default_str();
+  // Every number is checked against its range here: CLI11 names the flag, the value and the range.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  app.add_option("--max_new_tokens", a.max_new_tokens, "tokens to generate per prompt")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--temperature", a.temperature, "0 means greedy")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top_k", a.top_k, "0: off")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top_p", a.top_p, "nucleus sampling (1: off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--min_p", a.min_p, "0: off")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--repetition_penalty", a.repetition_penalty, "1: off")
+      ->capture_default_str()->check(CLI::Range(0.01, 100.0));
   app.add_option("--seed", a.seed, "random seed")->capture_default_str();
   app.add_flag("--stream", a.stream, "print tokens as they are generated");
   app.add_flag("--chat", a.chat, "interactive chat with the LLaMA-2 template");
-  app.add_option("--threads", a.threads, "compute threads (0: LibTorch's default)")->capture_default_str();
-  app.add_option("--tp", a.tp, "tensor-parallel ranks (run under colossal run with as many)")->capture_default_str();
+  app.add_option("--threads", a.threads, "compute threads (0: LibTorch's default; at most the cores)")
+      ->capture_default_str()->check(CLI::Range(0, cores));
+  app.add_option("--tp", a.tp, "tensor-parallel ranks (run under colossal run with as many)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_option("--device", a.device, "auto | cpu (the paged-KV engine runs on the CPU; CUDA comes with issue 21)")
       ->capture_default_str();
   app.add_option("--dtype", a.dtype, "fp32 | bf16 (weights, activations and KV cache)")->capture_default_str();
-  app.add_option("--kv_cache_mib", a.kv_cache_mib, "KV cache memory")->capture_default_str();
-  app.add_option("--block_size", a.block_size, "tokens per KV block")->capture_default_str();
-  app.add_option("--max_batch", a.max_batch, "sequences per step")->capture_default_str();
+  app.add_option("--kv_cache_mib", a.kv_cache_mib, "KV cache memory (at most what the machine has available)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--block_size", a.block_size, "tokens per KV block")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  app.add_option("--max_batch", a.max_batch, "sequences per step")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   app.add_option("--max_batched_tokens", a.max_batched_tokens, "tokens per step (prefill chunk budget)")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_flag("--serve", a.serve, "run the OpenAI-compatible HTTP server");
   app.add_option("--host", a.host, "address to listen on")->capture_default_str();
-  app.add_option("--port", a.port, "port to listen on")->capture_default_str();
+  app.add_option("--port", a.port, "port to listen on")->capture_default_str()->check(CLI::Range(1, 65535));
   app.add_option("--served_model_name", a.served_name, "model name in the API (default: the directory's name)");
   CLI11_PARSE(app, argc, argv);
   if (a.serve) {

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
@@ -69,8 +70,9 @@ void on_rank0_then_all(Fn&& fn) {
 // the stages and returns the sum of their token-weighted losses.
 using PipelineEval = std::function<double(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&)>;
 
-double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch_size, std::pair<int, int> replica,
-                const PipelineEval& pipeline) {
+// No value when no token was scored (every sample fully masked): there is no mean to report.
+std::optional<double> evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch_size,
+                               std::pair<int, int> replica, const PipelineEval& pipeline) {
   torch::NoGradGuard no_grad;
   const auto [r, n] = replica;
   model->eval();
@@ -112,7 +114,8 @@ double evaluate(LlamaForCausalLM& model, const TokenDataset& data, int64_t batch
   model->train();
   auto t = torch::tensor({loss_sum, tokens}, torch::kFloat64);
   dist::all_reduce(t, dist::world_group());
-  return t[0].item<double>() / std::max(1.0, t[1].item<double>());
+  if (t[1].item<double>() == 0) return std::nullopt;
+  return t[0].item<double>() / t[1].item<double>();
 }
 
 // Greedy continuation of `prompt` (full recompute per token; the serving engine is infer_llama).
@@ -202,6 +205,10 @@ int run(TrainArgs& a) {
     eopt.files = {a.eval_dataset};
     on_rank0_then_all([&] { (void)TokenDataset::open(eopt, tok); });
     eval.emplace(TokenDataset::open(eopt, tok));
+    // A score over nothing would read as perfect (loss 0, perplexity 1).
+    COLOSSAL_CHECK(eval->size() > 0, "--eval_dataset ", a.eval_dataset, ": ", eval->num_tokens(),
+                   " tokens, fewer than one sample of --max_length ", a.max_length,
+                   "; give a longer evaluation set, a smaller --max_length, or --eval_interval 0 with no --eval_dataset");
   }
 
   // ---- model
@@ -265,13 +272,12 @@ int run(TrainArgs& a) {
   // Pipeline parallelism: each step's batch runs through the stages in microbatches.
   const auto& pipeline = model->parallel_context().pipeline;
   const bool pipelined = pipeline.enabled();
-  const int64_t microbatches = pipeline.schedule.microbatches;
   const auto stage = colossal::llama::stage_functions(model);
+  int64_t microbatches = 1;
   if (pipelined) {
     COLOSSAL_CHECK(a.accumulation_steps == 1, "--accumulation_steps ", a.accumulation_steps,
                    " with --pp ", dims.pp(), ": a pipeline accumulates over its microbatches; use --num_microbatches");
-    COLOSSAL_CHECK(a.batch_size % microbatches == 0, "--batch_size ", a.batch_size, " does not divide into ",
-                   microbatches, " microbatches (--num_microbatches; default pp x num_model_chunks)");
+    microbatches = pipeline.microbatches_for(a.batch_size);  // --batch_size is per data-parallel rank
   }
 
   int64_t first_step = 1;
@@ -312,8 +318,12 @@ int run(TrainArgs& a) {
   }
   auto report_eval = [&](int64_t step) {
     if (!eval) return;
-    double l = evaluate(model, *eval, a.batch_size, dp_replica, pipeline_eval);
-    progress.event("eval", step, {{"loss", l}, {"perplexity", std::exp(l)}});
+    const auto l = evaluate(model, *eval, a.batch_size, dp_replica, pipeline_eval);
+    if (!l) {
+      if (r == 0) std::fprintf(stderr, "warning: evaluation at step %ld scored no token (every label masked); no metric\n", step);
+      return;
+    }
+    progress.event("eval", step, {{"loss", *l}, {"perplexity", std::exp(*l)}});
   };
   if (first_step == 1) report_eval(0);
 

@@ -343,11 +343,8 @@ int train(TrainArgs& a) {
   // of a pipeline reads the same images (the first stage needs the pixels, the last the labels).
   const auto& pipeline = model->parallel_context().pipeline;
   const bool pipelined = pipeline.enabled();
-  const int64_t microbatches = pipeline.schedule.microbatches;
   const auto stage = stage_functions(model, a.label_smoothing);
-  if (pipelined)
-    COLOSSAL_CHECK(a.batch_size % microbatches == 0, "--batch_size ", a.batch_size, " does not divide into ",
-                   microbatches, " microbatches (--num_microbatches; default pp x num_model_chunks)");
+  const int64_t microbatches = pipelined ? pipeline.microbatches_for(a.batch_size) : 1;
   int64_t first_step = 1;
   if (!a.load_checkpoint.empty()) {
     auto state = booster.load_checkpoint(b, a.load_checkpoint);

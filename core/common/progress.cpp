@@ -105,6 +105,14 @@ double status_gib(const char* field) {
 double resident_gib() { return status_gib("VmRSS:"); }
 double peak_resident_gib() { return status_gib("VmHWM:"); }
 
+double available_memory_gib() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("MemAvailable:", 0) == 0) return std::stod(line.substr(13)) / (1 << 20);
+  return 0;
+}
+
 bool reset_peak_resident() {
   malloc_trim(0);  // freed heap goes back first, or the new peak starts from memory no one uses
   std::ofstream out("/proc/self/clear_refs");

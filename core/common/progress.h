@@ -40,6 +40,9 @@ class Progress {
 /// Resident and peak resident memory of this process, GiB (Linux /proc/self/status).
 double resident_gib();
 double peak_resident_gib();
+/// Memory the kernel says new allocations can get without swapping (MemAvailable), GiB; 0 when
+/// unknown.
+double available_memory_gib();
 /// Starts a new peak from the current resident size (freed heap returned to the system first),
 /// so peak_resident_gib() measures what runs after. False where the kernel does not allow it.
 bool reset_peak_resident();

@@ -308,6 +308,21 @@ TEST(LlamaPipeline, BadPipelineSettingsAreNamedBeforeAnyGroupExists) {
     ddp.layout.pp = 2;
     msg = testing::error_message_of([&] { booster::make_plugin(ddp); });
     EXPECT_NE(msg.find("use --plugin hybrid"), std::string::npos) << msg;
+    auto both = hybrid(2, 1, "1f1b", 1, 0);
+    both.options["microbatch_size"] = 2;
+    msg = testing::error_message_of([&] { booster::make_plugin(both); });
+    EXPECT_NE(msg.find("num_microbatches 4 and microbatch_size 2: give one of them"), std::string::npos) << msg;
+    // --microbatch_size: the count follows the batch, checked against the schedule.
+    auto sized = hybrid(2, 1, "1f1b", 1, 0);
+    sized.options.erase("num_microbatches");
+    sized.options["microbatch_size"] = 2;
+    const auto layout = booster::make_plugin(sized)->parallel_context().pipeline;
+    EXPECT_EQ(layout.microbatches_for(8), 4);
+    msg = testing::error_message_of([&] { layout.microbatches_for(7); });
+    EXPECT_NE(msg.find("batch size 7 does not divide into microbatches of 2 (--microbatch_size)"), std::string::npos)
+        << msg;
+    msg = testing::error_message_of([&] { layout.microbatches_for(2); });
+    EXPECT_NE(msg.find("num_microbatches 1 < pp 2"), std::string::npos) << msg;
   });
 }
 

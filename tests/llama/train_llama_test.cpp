@@ -59,8 +59,13 @@ const Workspace& workspace() {
   return w;
 }
 
-// Runs train_llama (on `ranks` processes through `colossal run`); returns its JSON log lines.
-std::vector<nlohmann::json> train(const std::string& name, int ranks, const std::string& flags) {
+struct Launch {
+  int rc = 0;
+  std::string command, output;
+};
+
+// Runs train_llama (on `ranks` processes through `colossal run`) on the workspace's data.
+Launch launch(const std::string& name, int ranks, const std::string& flags, const std::string& eval_dataset = "") {
   const auto& w = workspace();
   std::string out = w.dir + "/" + name;
   std::string log = out + ".jsonl";
@@ -69,14 +74,22 @@ std::vector<nlohmann::json> train(const std::string& name, int ranks, const std:
   std::string prefix = ranks > 1 ? bin + "/colossal run --nproc_per_node " + std::to_string(ranks) + " -- " : "";
   // A run from --pretrained takes its shape from there.
   const bool pretrained = flags.find("--pretrained") != std::string::npos;
-  std::string cmd = prefix + bin + "/train_llama --dataset " + w.train + " --eval_dataset " + w.valid +
+  std::string cmd = prefix + bin + "/train_llama --dataset " + w.train + " --eval_dataset " +
+                    (eval_dataset.empty() ? w.valid : eval_dataset) +
                     " --tokenizer " + w.tokenizer + (pretrained ? "" : " --model_config " + w.model_config) +
                     " --max_length 64 --lr 3e-3 --warmup_steps 2 --sample_tokens 0 --log_interval 1 --output " + out +
                     " --log_file " + log + " " + flags + " > " + out + ".out 2>&1";
-  int rc = std::system(cmd.c_str());
+  Launch run{std::system(cmd.c_str()), cmd, ""};
   std::ifstream so(out + ".out");
-  std::string text((std::istreambuf_iterator<char>(so)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(rc, 0) << cmd << "\n" << text;
+  run.output.assign(std::istreambuf_iterator<char>(so), std::istreambuf_iterator<char>());
+  return run;
+}
+
+// The same, expected to succeed; returns its JSON log lines.
+std::vector<nlohmann::json> train(const std::string& name, int ranks, const std::string& flags) {
+  const auto run = launch(name, ranks, flags);
+  EXPECT_EQ(run.rc, 0) << run.command << "\n" << run.output;
+  const std::string log = workspace().dir + "/" + name + ".jsonl";
   std::vector<nlohmann::json> lines;
   std::ifstream in(log);
   std::string line;
@@ -185,9 +198,9 @@ TEST(TrainLlama, PipelineFollowsTheSingleProcessCurve) {
   expect_same_curve(one, losses(train("pp_dp", 4, "--plugin hybrid --pp 2 --num_microbatches 2 --batch_size 2 "
                                                   "--max_steps 4 --eval_interval 2 --save_interval 2")),
                     "pp 2 x dp 2, 1f1b");
-  expect_same_curve(one, losses(train("pp_zbh1", 2, "--plugin hybrid --pp 2 --pp_schedule zbh1 --num_microbatches 4 "
+  expect_same_curve(one, losses(train("pp_zbh1", 2, "--plugin hybrid --pp 2 --pp_schedule zbh1 --microbatch_size 1 "
                                                     "--batch_size 4 --max_steps 4 --eval_interval 0")),
-                    "pp 2, zbh1");
+                    "pp 2, zbh1, 4 microbatches of 1");
   const auto& w = workspace();
   auto resumed = losses(train("pp_resumed", 1, "--batch_size 4 --max_steps 4 --eval_interval 0 --load_checkpoint " +
                                                    w.dir + "/pp_dp/checkpoints/step-2"));
@@ -198,6 +211,44 @@ TEST(TrainLlama, PipelineFollowsTheSingleProcessCurve) {
 // Greedy generation through the inference engine with the weights split over 2 and 4 ranks
 // (4: fewer kv heads than ranks) prints what one process prints. The model is untrained with
 // wide weights, so its logits are far apart and its output varied.
+// An evaluation set too short for one sample is named before training, never scored as a
+// perfect loss 0 / perplexity 1.
+TEST(TrainLlama, AnEvaluationSetShorterThanOneSampleIsAnError) {
+  const std::string tiny = workspace().dir + "/tiny_valid.jsonl";
+  std::ofstream(tiny) << "{\"text\": \"Yes.\"}\n";
+  const auto run = launch("tiny_eval", 1, "--max_steps 1", tiny);
+  EXPECT_NE(run.rc, 0) << run.output;
+  EXPECT_NE(run.output.find("--eval_dataset " + tiny + ": "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("fewer than one sample of --max_length 64"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("perplexity 1"), std::string::npos) << run.output;
+}
+
+// Flags out of range are refused up front with the flag, the value and the range (they once
+// crashed with SIGFPE, aborted after 10 s, spun up thousands of threads or listened elsewhere).
+TEST(TrainLlama, InferLlamaRefusesFlagsOutOfRange) {
+  const std::string bin = testing::binary_dir();
+  const std::string out = workspace().dir + "/infer_flags.txt";
+  auto run = [&](const std::string& flags) {
+    const std::string cmd = bin + "/infer_llama --prompt hi " + flags + " > " + out + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream in(out);
+    return std::pair{rc, std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>())};
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--block_size 0", "--block_size: Value 0 not in range 1 to 4096"},
+      {"--block_size -16", "--block_size: Value -16 not in range 1 to 4096"},
+      {"--threads 100000", "--threads: Value 100000 not in range 0 to "},
+      {"--port 70000", "--port: Value 70000 not in range 1 to 65535"},
+      {"--top_p 1.5", "--top_p: Value 1.5 not in range"},
+      {"--kv_cache_mib 100000000", "--kv_cache_mib 100000000 (97656.2 GiB) is more than this machine's available memory"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const auto [rc, text] = run(flags);
+    EXPECT_NE(rc, 0) << flags << "\n" << text;
+    EXPECT_NE(text.find(message), std::string::npos) << flags << "\n" << text;
+  }
+}
+
 TEST(TrainLlama, InferLlamaUnderTensorParallelismGeneratesTheSameTokens) {
   const auto& w = workspace();
   const std::string dir = w.dir + "/infer_tp";

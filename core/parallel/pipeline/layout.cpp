@@ -22,6 +22,21 @@ std::vector<std::pair<int64_t, int64_t>> PipelineLayout::layer_ranges(int64_t la
   return mine;
 }
 
+int64_t PipelineLayout::microbatches_for(int64_t batch_size) const {
+  if (microbatch_size <= 0) {
+    COLOSSAL_CHECK(batch_size % schedule.microbatches == 0, "[pipeline] batch size ", batch_size,
+                   " does not divide into ", schedule.microbatches,
+                   " microbatches (--num_microbatches; default pp x num_model_chunks)");
+    return schedule.microbatches;
+  }
+  COLOSSAL_CHECK(batch_size % microbatch_size == 0, "[pipeline] batch size ", batch_size,
+                 " does not divide into microbatches of ", microbatch_size, " (--microbatch_size)");
+  auto options = schedule;
+  options.microbatches = static_cast<int>(batch_size / microbatch_size);
+  options.validate();  // e.g. fewer microbatches than stages for 1f1b
+  return options.microbatches;
+}
+
 int PipelineLayout::chunk_of_first() const {
   for (int c = 0; c < chunks(); ++c)
     if (virtual_stage(c) == 0) return c;

@@ -23,6 +23,7 @@ struct PipelineLayout {
   dist::Group group;          // not a member (default): no pipeline
   ScheduleOptions schedule;   // stages, microbatches, chunks, kind
   Balance balance = Balance::kCost;
+  int64_t microbatch_size = 0;  // samples per microbatch; 0: schedule.microbatches per step
 
   bool enabled() const { return schedule.stages > 1; }
   int rank() const { return group.is_member() ? group.rank() : 0; }
@@ -32,6 +33,10 @@ struct PipelineLayout {
   /// [begin, end) decoder layers of each of this rank's chunks, out of `layers`: by `costs` (one
   /// per layer, and the ends') under Balance::kCost, by count otherwise or without costs.
   std::vector<std::pair<int64_t, int64_t>> layer_ranges(int64_t layers, const StageCosts& costs = {}) const;
+  /// Microbatches in a step of `batch_size` samples (per data-parallel rank): schedule.microbatches,
+  /// or batch_size / microbatch_size. Throws naming the flags when they do not divide or the
+  /// count does not suit the schedule.
+  int64_t microbatches_for(int64_t batch_size) const;
   bool holds_first() const;  // the embedding: virtual stage 0 is one of this rank's chunks
   bool holds_last() const;   // norm, head and loss: the last virtual stage is
   /// The chunk running virtual stage 0 / the last one (-1: not on this rank).

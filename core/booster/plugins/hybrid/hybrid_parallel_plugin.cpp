@@ -161,6 +161,9 @@ void HybridParallelPlugin::Options::validate() const {
                  num_microbatches);
   (void)parallel::pipeline::parse_schedule(pp_schedule);
   (void)parallel::pipeline::parse_balance(pp_balance);
+  COLOSSAL_CHECK(microbatch_size >= 0, "[hybrid] microbatch_size: expected >= 0, got ", microbatch_size);
+  COLOSSAL_CHECK(microbatch_size == 0 || num_microbatches == 0, "[hybrid] num_microbatches ", num_microbatches,
+                 " and microbatch_size ", microbatch_size, ": give one of them (the batch size sets the other)");
   (void)amp::parse_precision(precision);
 }
 
@@ -184,6 +187,7 @@ parallel::ParallelContext HybridParallelPlugin::parallel_context() {
     if (dims().pp() > 1) {
       context_->pipeline.schedule = options_.schedule(dims().pp());
       context_->pipeline.balance = parallel::pipeline::parse_balance(options_.pp_balance);
+      context_->pipeline.microbatch_size = options_.microbatch_size;
     }
   }
   return *context_;

@@ -35,6 +35,7 @@ class HybridParallelPlugin : public Plugin {
     std::string pp_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zbh1 | zbv
     int num_model_chunks = 1;          // interleaved: >= 2; zbv: 2
     int num_microbatches = 0;          // per step and data-parallel rank (0: pp x num_model_chunks)
+    int microbatch_size = 0;           // samples per microbatch, instead of num_microbatches (0: unused)
     std::string pp_balance = "cost";   // layers per stage: cost (embedding and head counted) | count
     void validate() const;
     template <class V>
@@ -44,6 +45,7 @@ class HybridParallelPlugin : public Plugin {
       v("pp_schedule", pp_schedule, "pp > 1: gpipe | 1f1b | interleaved | zbh1 | zbv");
       v("num_model_chunks", num_model_chunks, "pp > 1: model chunks per stage (interleaved >= 2, zbv 2)");
       v("num_microbatches", num_microbatches, "pp > 1: microbatches per step (0: pp x num_model_chunks)");
+      v("microbatch_size", microbatch_size, "pp > 1: samples per microbatch (instead of num_microbatches)");
       v("pp_balance", pp_balance, "pp > 1: layers per stage by cost (embedding and head counted) or count");
     }
     /// The schedule's options for `pp` stages (num_microbatches resolved).

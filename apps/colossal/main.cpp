@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   run->add_option("--grace_period", opts.grace_period_s,
                   "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str();
+  run->add_option("--finish_timeout", opts.finish_timeout_s,
+                  "after a rank exits 0, stop ranks still running this many seconds later (0: wait; they "
+                  "are named after 10 s)")
+      ->capture_default_str();
   run->add_option("--rdzv_timeout", opts.rdzv_timeout_s,
                   "seconds to wait for the other nodes' launchers")
       ->capture_default_str();

@@ -252,6 +252,10 @@ Launcher::Outcome Launcher::watch(std::vector<std::unique_ptr<Proc>>& procs, int
   Outcome outcome;
   std::optional<Clock::time_point> kill_at;
   int signalled = 0;
+  // The first local rank to exit 0 while others run, and when to say so next.
+  std::string first_finished;
+  Clock::time_point finished_at, next_notice;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   auto last_remote_check = Clock::now();
   auto stop_all = [&](int sig) {
     for (auto& p : procs)
@@ -283,6 +287,11 @@ Launcher::Outcome Launcher::watch(std::vector<std::unique_ptr<Proc>>& procs, int
       if (r != p->child.pid) continue;
       p->running = false;
       p->status = status;
+      if (!failed(status) && first_finished.empty()) {
+        first_finished = p->label;
+        finished_at = Clock::now();
+        next_notice = finished_at + std::chrono::milliseconds(static_cast<int64_t>(opts_.finish_notice_s * 1000));
+      }
       // Anything the rank printed just before it exited.
       drain(p->child.stdout_fd, p->out);
       drain(p->child.stderr_fd, p->err);
@@ -299,6 +308,25 @@ Launcher::Outcome Launcher::watch(std::vector<std::unique_ptr<Proc>>& procs, int
           }
         }
         if (others > 0) stop_all(SIGTERM);
+      }
+    }
+    // A rank finished while others still run: name them, and stop them past --finish_timeout.
+    if (!first_finished.empty() && outcome.ok && !signalled) {
+      std::string still;
+      for (auto& p : procs)
+        if (p->running && !p->remote_launcher) still += (still.empty() ? "" : ", ") + p->label;
+      const bool expired = opts_.finish_timeout_s > 0 && seconds_since(finished_at) > opts_.finish_timeout_s;
+      if (!still.empty() && expired) {
+        outcome.ok = false;
+        outcome.summary = c10::str(still, " still running ", opts_.finish_timeout_s, " s after ", first_finished,
+                                   " finished (--finish_timeout)");
+        stop_all(SIGTERM);
+      } else if (!still.empty() && Clock::now() >= next_notice) {
+        std::fprintf(stderr, "colossal run: %s finished %.0f s ago; still running: %s (a rank waiting on a collective "
+                     "the finished one never joined? --finish_timeout S stops them)\n",
+                     first_finished.c_str(), seconds_since(finished_at), still.c_str());
+        std::fflush(stderr);
+        next_notice = Clock::now() + std::chrono::seconds(60);
       }
     }
     // Signals from the user.
@@ -492,6 +520,7 @@ void LaunchOptions::read(const ConfigNode& c) {
   c.read("max_restarts", max_restarts);
   c.read("grace_period_s", grace_period_s);
   c.read("rdzv_timeout_s", rdzv_timeout_s);
+  c.read("finish_timeout_s", finish_timeout_s);
   if (c.has("tee")) {
     int t = 0;
     c.read("tee", t);
@@ -515,6 +544,7 @@ void LaunchOptions::validate() const {
                  "[launch] --hostfile is used on the first host only (node_rank 0)");
   COLOSSAL_CHECK(max_restarts >= 0, "[launch] --max_restarts: expected >= 0, got ", max_restarts);
   COLOSSAL_CHECK(grace_period_s >= 0, "[launch] grace period must be >= 0");
+  COLOSSAL_CHECK(finish_timeout_s >= 0, "[launch] --finish_timeout: expected >= 0 (0: wait), got ", finish_timeout_s);
   COLOSSAL_CHECK(!tee || (*tee >= 0 && *tee < nnodes * nproc_per_node), "[launch] --tee ",
                  tee.value_or(-1), ": expected a rank in [0, ", nnodes * nproc_per_node, ")");
   COLOSSAL_CHECK(!command.empty(),

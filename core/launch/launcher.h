@@ -32,6 +32,12 @@ struct LaunchOptions {
   std::optional<int> tee;       // show only this global rank's output
   double grace_period_s = 5;    // between SIGTERM and SIGKILL when stopping ranks
   double rdzv_timeout_s = 300;  // for launchers of other nodes to join
+  // A rank that exits 0 while others keep running usually means the others wait on a collective
+  // it never joined. The launcher names the ranks still running (after notice_s, then every
+  // minute); with finish_timeout_s > 0 it stops them that long after the first finished, and
+  // the job fails naming them.
+  double finish_timeout_s = 0;
+  double finish_notice_s = 10;
   std::vector<std::string> command;  // PROGRAM ARGS...
 
   void read(const ConfigNode& config);

@@ -130,6 +130,23 @@ TEST(Launcher, FailingRankStopsTheOthersWithOneSummaryLine) {
   EXPECT_EQ(summaries, 1);
 }
 
+// A rank that exits 0 while another keeps running (a missed collective, typically) is not waited
+// on silently: the launcher names who finished and who still runs, and --finish_timeout ends it.
+TEST(Launcher, RanksLeftRunningAfterOneFinishedAreNamedAndStopped) {
+  auto r = run_colossal({"run", "--nproc_per_node", "2", "--finish_timeout", "12", "--", "sh", "-c",
+                         "if [ $RANK = 1 ]; then sleep 60; fi"});
+  EXPECT_EQ(r.exit_code(), 1) << describe(r);
+  EXPECT_LT(r.seconds, 30) << describe(r);
+  // After 10 s: who finished, who still runs.
+  EXPECT_NE(r.err.find("rank 0 (node 0, local rank 0) finished 10 s ago; still running: rank 1 (node 0, local rank 1)"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.err.find("rank 1 (node 0, local rank 1) still running 12 s after rank 0 (node 0, local rank 0) finished "
+                       "(--finish_timeout)"),
+            std::string::npos)
+      << describe(r);
+}
+
 TEST(Launcher, RankKilledBySignalIsReported) {
   auto r = run_colossal({"run", "--nproc_per_node", "2", "--", "sh", "-c",
                          "if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60"});

@@ -252,6 +252,20 @@ TEST(Launcher, DeadRankInRealJobEndsEveryone) {
   EXPECT_LT(r.seconds, 30);
 }
 
+// A frozen rank (stopped, so it neither answers nor exits) is found by its peers' monitor; the
+// summary names the frozen rank and says who saw it, not just the witness that exited.
+TEST(Launcher, FrozenRankIsNamedNotTheRankThatNoticed) {
+  auto r = run_colossal({"run", "--nproc_per_node", "3", "--grace_period", "1", "--", "sh", "-c",
+                         "if [ $RANK = 2 ]; then (sleep 1; kill -STOP $$) & fi; exec " +
+                             testing::binary_dir() + "/dist_demo --iterations 100000"});
+  EXPECT_EQ(r.exit_code(), 1) << describe(r);
+  EXPECT_NE(r.err.find("colossal run: FAILED: rank 2 (node 0, local rank 2) stopped answering (rank 2 is gone"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.err.find("seen by rank "), std::string::npos) << describe(r);
+  EXPECT_LT(r.seconds, 60);
+}
+
 // Two launchers on this machine acting as nodes 0 and 1 of one job.
 std::pair<RunResult, RunResult> run_two_nodes(const std::vector<std::string>& extra,
                                               const std::vector<std::string>& command) {

@@ -138,9 +138,8 @@ TEST(Launcher, RanksLeftRunningAfterOneFinishedAreNamedAndStopped) {
   EXPECT_EQ(r.exit_code(), 1) << describe(r);
   EXPECT_LT(r.seconds, 30) << describe(r);
   // After 10 s: who finished, who still runs.
-  EXPECT_NE(r.err.find("rank 0 (node 0, local rank 0) finished 10 s ago; still running: rank 1 (node 0, local rank 1)"),
-            std::string::npos)
-      << describe(r);
+  EXPECT_NE(r.err.find("rank 0 (node 0, local rank 0) finished "), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find(" s ago; still running: rank 1 (node 0, local rank 1)"), std::string::npos) << describe(r);
   EXPECT_NE(r.err.find("rank 1 (node 0, local rank 1) still running 12 s after rank 0 (node 0, local rank 0) finished "
                        "(--finish_timeout)"),
             std::string::npos)

@@ -231,8 +231,10 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
     if (why.rfind("[rank ", 0) == 0) throw;  // already one of ours, with its context
     // Usually a member never arrived: say which, from the monitor's records.
     std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
-    COLOSSAL_FAIL("[dist] creating ", Group(state).describe(), " with ", r.backend, " failed: ",
-                  who, ". Cause: ", why.substr(0, why.find('\n')));
+    const std::string msg = c10::str("[dist] creating ", Group(state).describe(), " with ", r.backend, " failed: ", who,
+                                     ". Cause: ", why.substr(0, why.find('\n')));
+    if (r.monitor) r.monitor->mark_failed(msg);  // peers and the launcher read the diagnosis
+    COLOSSAL_FAIL(msg);
   }
   // Gloo's connectFullMesh can return on one member while a peer is still connecting; a member
   // that then finished and exited would break the peer's connection. Leave only once every
@@ -242,8 +244,10 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
   while (prefixed->add("connected", 0) < static_cast<int64_t>(ranks.size())) {
     if (std::chrono::steady_clock::now() > deadline) {
       std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
-      COLOSSAL_FAIL("[dist] creating ", Group(state).describe(), ": not every member connected within ",
-                    r.options.timeout_s, " s: ", who);
+      const std::string msg = c10::str("[dist] creating ", Group(state).describe(),
+                                       ": not every member connected within ", r.options.timeout_s, " s: ", who);
+      if (r.monitor) r.monitor->mark_failed(msg);
+      COLOSSAL_FAIL(msg);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

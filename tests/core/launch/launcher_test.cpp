@@ -258,11 +258,13 @@ TEST(Launcher, FrozenRankIsNamedNotTheRankThatNoticed) {
                          "if [ $RANK = 2 ]; then (sleep 1; kill -STOP $$) & fi; exec " +
                              testing::binary_dir() + "/dist_demo --iterations 100000"});
   EXPECT_EQ(r.exit_code(), 1) << describe(r);
-  EXPECT_NE(r.err.find("colossal run: FAILED: rank 2 (node 0, local rank 2) stopped answering (rank 2 is gone"),
+  // Frozen mid-job, "rank 2 is gone"; on a loaded machine it may freeze before joining the
+  // group, "rank 2 never joined the job" (found at Gloo's 60 s connect timeout).
+  EXPECT_NE(r.err.find("colossal run: FAILED: rank 2 (node 0, local rank 2) stopped answering (rank 2 "),
             std::string::npos)
       << describe(r);
   EXPECT_NE(r.err.find("seen by rank "), std::string::npos) << describe(r);
-  EXPECT_LT(r.seconds, 60);
+  EXPECT_LT(r.seconds, 120);
 }
 
 // Two launchers on this machine acting as nodes 0 and 1 of one job.

@@ -438,7 +438,6 @@ int train(TrainArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   double window_loss = 0, window_correct = 0, window_images = 0, train_seconds = 0, train_images = 0;
-  const auto ce = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(a.label_smoothing);
   for (int64_t step = first_step; step <= total_steps; ++step) {
     top_up();
     (void)next_batch(*sampler);  // the Booster's sampler follows the loader's
@@ -470,7 +469,7 @@ int train(TrainArgs& a) {
     } else {
       auto logits = model->forward(batch.pixels.to(device, b.compute_dtype)).to(torch::kFloat);
       const auto labels = batch.labels.to(device);
-      auto l = torch::nn::functional::cross_entropy(logits, labels, ce);
+      auto l = stage.loss(logits, labels);  // the pipeline's loss too: cross entropy, label smoothing
       correct = logits.argmax(1).eq(labels).sum().item<double>();
       booster.backward(l, *b.optimizer);
       loss = l.item<double>();

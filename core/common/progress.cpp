@@ -92,8 +92,9 @@ void Progress::event(const std::string& kind, int64_t step, const std::vector<st
 }
 
 namespace {
-double status_gib(const char* field) {
-  std::ifstream in("/proc/self/status");
+// A "Field:   N kB" line of a /proc file, in GiB (0 when absent).
+double proc_field_gib(const char* file, const char* field) {
+  std::ifstream in(file);
   std::string line;
   const size_t len = std::strlen(field);
   while (std::getline(in, line))
@@ -102,16 +103,10 @@ double status_gib(const char* field) {
 }
 }  // namespace
 
-double resident_gib() { return status_gib("VmRSS:"); }
-double peak_resident_gib() { return status_gib("VmHWM:"); }
+double resident_gib() { return proc_field_gib("/proc/self/status", "VmRSS:"); }
+double peak_resident_gib() { return proc_field_gib("/proc/self/status", "VmHWM:"); }
 
-double available_memory_gib() {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("MemAvailable:", 0) == 0) return std::stod(line.substr(13)) / (1 << 20);
-  return 0;
-}
+double available_memory_gib() { return proc_field_gib("/proc/meminfo", "MemAvailable:"); }
 
 bool reset_peak_resident() {
   malloc_trim(0);  // freed heap goes back first, or the new peak starts from memory no one uses

@@ -8,9 +8,26 @@
 #include "core/common/log.h"
 
 namespace colossal::dist {
-namespace {
 
-std::string record_key(int rank) { return "colossal/monitor/" + std::to_string(rank); }
+std::string store_prefix(int attempt, int generation) {
+  return "attempt" + std::to_string(attempt) + "/init" + std::to_string(generation);
+}
+
+std::string monitor_record_key(int rank) { return "colossal/monitor/" + std::to_string(rank); }
+
+std::optional<PublishedFailure> parse_failure_record(const std::string& record) {
+  auto rec = nlohmann::json::parse(record, nullptr, /*allow_exceptions=*/false);
+  if (rec.is_discarded() || !rec.is_object() || rec.value("state", "") != "failed" || !rec.contains("why")) {
+    return std::nullopt;
+  }
+  PublishedFailure out;
+  out.why = rec["why"].get<std::string>();
+  for (const auto& s : rec.value("suspects", nlohmann::json::array()))
+    out.suspects.emplace_back(s[0].get<int>(), s[1].get<std::string>());
+  return out;
+}
+
+namespace {
 
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -68,11 +85,16 @@ void Monitor::publish_locked() {
   rec["hb"] = heartbeat_;
   rec["state"] = state_;
   if (!why_.empty()) rec["why"] = why_;
+  if (state_ == "failed" && !suspects_.empty()) {
+    nlohmann::json suspects = nlohmann::json::array();
+    for (const auto& [r, finding] : suspects_) suspects.push_back({r, finding});
+    rec["suspects"] = suspects;
+  }
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [key, v] : my_groups_) groups[key] = {v.first, v.second};
   rec["groups"] = groups;
   std::string text = rec.dump();
-  store_->set(record_key(rank_), std::vector<uint8_t>(text.begin(), text.end()));
+  store_->set(monitor_record_key(rank_), std::vector<uint8_t>(text.begin(), text.end()));
 }
 
 void Monitor::poll_peers_locked() {
@@ -83,9 +105,9 @@ void Monitor::poll_peers_locked() {
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r) {
     if (r == rank_) continue;
-    if (!peers_[r].present && !store_->check({record_key(r)})) continue;
+    if (!peers_[r].present && !store_->check({monitor_record_key(r)})) continue;
     ranks.push_back(r);
-    keys.push_back(record_key(r));
+    keys.push_back(monitor_record_key(r));
   }
   if (keys.empty()) return;
   auto values = store_->multiGet(keys);
@@ -208,33 +230,45 @@ std::string Monitor::diagnose(const detail::GroupState& group, std::optional<uin
                     "); the process hosting it (rank 0 or the launcher) has probably exited");
   }
   std::vector<std::string> findings;
+  // The peers this failure points at: those gone or never there, else those alive but not at the
+  // collective (a dead peer explains live ones still waiting elsewhere); never those that failed
+  // or exited themselves (other witnesses).
+  std::vector<std::pair<int, std::string>> gone, late;
+  auto suspect = [&](int r, std::string finding) {
+    gone.emplace_back(r, finding);
+    findings.push_back(std::move(finding));
+  };
+  auto behind = [&](int r, std::string finding) {
+    late.emplace_back(r, finding);
+    findings.push_back(std::move(finding));
+  };
   auto now = std::chrono::steady_clock::now();
   for (int r : peers) {
     const PeerRecord& p = peers_[r];
     if (!p.present) {
-      findings.push_back(c10::str("rank ", r, " never joined the job"));
+      suspect(r, c10::str("rank ", r, " never joined the job"));
       continue;
     }
     if (auto why = lost_reason_locked(r, now)) {
-      findings.push_back(*why);
+      if (p.state == "alive") suspect(r, *why);  // silent past dead_after
+      else findings.push_back(*why);
       continue;
     }
     if (p.state == "alive" && !proven_alive(r)) {
-      findings.push_back(c10::str("rank ", r, " is gone (no heartbeat for ",
-                                  seconds(now - p.last_advance), " s)"));
+      suspect(r, c10::str("rank ", r, " is gone (no heartbeat for ", seconds(now - p.last_advance), " s)"));
       continue;
     }
     if (!seq) continue;
     auto it = p.groups.find(group.store_key);
     if (it == p.groups.end()) {
-      findings.push_back(c10::str("rank ", r, " is alive but has not entered any collective on ",
-                                  "this group (expected #", *seq, ")"));
+      behind(r, c10::str("rank ", r, " is alive but has not entered any collective on ",
+                         "this group (expected #", *seq, ")"));
     } else if (it->second.first < *seq) {
-      findings.push_back(c10::str("rank ", r, " is alive but has not reached collective #", *seq,
-                                  " (its last on this group is #", it->second.first, " ",
-                                  it->second.second, ")"));
+      behind(r, c10::str("rank ", r, " is alive but has not reached collective #", *seq,
+                         " (its last on this group is #", it->second.first, " ", it->second.second, ")"));
     }
   }
+  suspects_ = gone.empty() ? late : gone;
   if (findings.empty()) {
     return seq ? "every member is alive and entered this collective" : "every member is alive";
   }

@@ -23,6 +23,22 @@
 
 namespace colossal::dist {
 
+/// Where a job's keys live in the rendezvous store: every key of dist::init number `generation`
+/// (0 for a program's first) in restart `attempt` is under this prefix (PrefixStore adds "/").
+std::string store_prefix(int attempt, int generation);
+/// The key of `rank`'s monitor record, under the prefix.
+std::string monitor_record_key(int rank);
+
+/// What a failed rank published: why it failed, and the peers its diagnosis found missing
+/// (never joined, gone silent, or not at the collective), each with its finding. What a
+/// launcher reads to name the rank a failure points at.
+struct PublishedFailure {
+  std::string why;
+  std::vector<std::pair<int, std::string>> suspects;
+};
+/// Reads a monitor record's text; nothing when it states no failure.
+std::optional<PublishedFailure> parse_failure_record(const std::string& record);
+
 class Monitor {
  public:
   struct Options {
@@ -83,6 +99,7 @@ class Monitor {
   int64_t heartbeat_ = 0;
   std::string state_ = "alive";
   std::string why_;
+  std::vector<std::pair<int, std::string>> suspects_;  // from the last diagnose(), published on failure
   std::map<std::string, std::pair<uint64_t, std::string>> my_groups_;
   std::vector<PeerRecord> peers_;
   bool store_lost_ = false;

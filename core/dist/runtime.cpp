@@ -150,8 +150,7 @@ void init(const InitOptions& options) {
   // Keys of an earlier attempt (after a restart), or of an earlier init() in this process
   // (after shutdown()), must not be mistaken for this one's.
   static int generation = 0;
-  std::string prefix = "attempt" + std::to_string(r->env.restart_count) + "/init" +
-                       std::to_string(generation++);
+  std::string prefix = store_prefix(r->env.restart_count, generation++);
   r->store = c10::make_intrusive<c10d::PrefixStore>(prefix, base);
 
   Monitor::Options mo;

@@ -9,15 +9,13 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <nlohmann/json.hpp>
-#include <regex>
 #include <thread>
 
 #include "core/common/check.h"
+#include "core/dist/monitor.h"
 #include "core/dist/net.h"
 #include "core/launch/child_process.h"
 #include "core/launch/hostfile.h"
@@ -85,24 +83,6 @@ struct Proc {
 
 bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
-// What a failed rank's own diagnosis blames: core/dist's monitor writes "... missing: rank 1
-// failed: ...; rank 2 is gone (no heartbeat for 10.2 s). Cause: ..." when a collective fails.
-// The suspects are the ranks that are gone, never joined or never reached the collective (a rank
-// that merely failed too is another witness). Returns their findings and their ranks.
-std::pair<std::string, std::vector<int>> blamed_ranks(const std::string& why) {
-  static const std::regex suspect(R"(rank (\d+) (is gone|never joined|is alive but has not))");
-  std::string findings;
-  std::vector<int> ranks;
-  for (std::sregex_iterator it(why.begin(), why.end(), suspect), end; it != end; ++it) {
-    const int r = std::stoi((*it)[1].str());
-    if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) continue;
-    ranks.push_back(r);
-    const size_t from = static_cast<size_t>(it->position());
-    size_t to = std::min(why.find("; ", from), why.find(". Cause:", from));
-    findings += (findings.empty() ? "" : "; ") + why.substr(from, to == std::string::npos ? std::string::npos : to - from);
-  }
-  return {findings, ranks};
-}
 
 void set_nonblocking(int fd) {
   if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -162,8 +142,8 @@ class Launcher {
   std::vector<std::unique_ptr<Proc>> start_attempt(int attempt);
   Outcome watch(std::vector<std::unique_ptr<Proc>>& procs, int attempt);
   bool wait_for_other_nodes(int attempt, Outcome& outcome);
-  // The monitor record's "why" a rank published when its collective failed, if any.
-  std::optional<std::string> rank_diagnosis(int global_rank, int attempt);
+  // What a rank published when its collective or group creation failed, if anything.
+  std::optional<dist::PublishedFailure> published_failure(int global_rank, int attempt);
   void finish_remote_launchers(std::vector<std::unique_ptr<Proc>>& remotes, Outcome& outcome);
   std::optional<std::string> remote_failure(int attempt);
   std::map<std::string, std::string> rank_environment(int global, int local, int attempt) const;
@@ -264,16 +244,13 @@ std::vector<std::unique_ptr<Proc>> Launcher::start_attempt(int attempt) {
   return procs;
 }
 
-std::optional<std::string> Launcher::rank_diagnosis(int global_rank, int attempt) {
+std::optional<dist::PublishedFailure> Launcher::published_failure(int global_rank, int attempt) {
   if (global_rank < 0) return std::nullopt;
   try {
-    // core/dist's key for the rank's monitor record (runtime.cpp: attemptK/initN/colossal/monitor/R;
-    // a program initialises once, N = 0).
-    const std::string k = c10::str("attempt", attempt, "/init0/colossal/monitor/", global_rank);
+    // The rank's monitor record (core/dist/monitor.h) of its first dist::init in this attempt.
+    const std::string k = dist::store_prefix(attempt, 0) + "/" + dist::monitor_record_key(global_rank);
     if (!store_->check({k})) return std::nullopt;
-    auto rec = nlohmann::json::parse(to_string(store_->get(k)), nullptr, /*allow_exceptions=*/false);
-    if (rec.is_discarded() || !rec.contains("why") || !rec["why"].is_string()) return std::nullopt;
-    return rec["why"].get<std::string>();
+    return dist::parse_failure_record(to_string(store_->get(k)));
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -342,19 +319,17 @@ Launcher::Outcome Launcher::watch(std::vector<std::unique_ptr<Proc>>& procs, int
         for (auto& q : procs) others += q->running ? 1 : 0;
         outcome.summary = c10::str(p->label, " failed with ", describe_wait_status(status));
         // A rank that failed because a peer froze or vanished: name the peer, not the witness.
-        if (auto why = rank_diagnosis(p->global_rank, attempt)) {
-          auto [findings, blamed] = blamed_ranks(*why);
-          if (!blamed.empty()) {
-            std::string names;
-            for (int b : blamed) {
-              std::string name = c10::str("rank ", b);
-              for (auto& q : procs)
-                if (q->global_rank == b) name = q->label;
-              names += (names.empty() ? "" : ", ") + name;
-            }
-            outcome.summary = c10::str(names, " stopped answering (", findings, "); seen by ", p->label,
-                                       ", which failed with ", describe_wait_status(status));
+        if (auto published = published_failure(p->global_rank, attempt); published && !published->suspects.empty()) {
+          std::string names, findings;
+          for (const auto& [b, finding] : published->suspects) {
+            std::string name = c10::str("rank ", b);
+            for (auto& q : procs)
+              if (q->global_rank == b) name = q->label;
+            names += (names.empty() ? "" : ", ") + name;
+            findings += (findings.empty() ? "" : "; ") + finding;
           }
+          outcome.summary = c10::str(names, " stopped answering (", findings, "); seen by ", p->label,
+                                     ", which failed with ", describe_wait_status(status));
         }
         if (multi_node()) {
           try {

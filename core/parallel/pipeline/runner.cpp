@@ -68,10 +68,8 @@ torch::Tensor backward_input(Held& h, const std::vector<torch::Tensor>& params, 
   const bool want_input = h.input.requires_grad();
   if (want_input) wrt.push_back(h.input);
   for (const auto& p : params) wrt.push_back(p);
-  std::vector<torch::Tensor> grad_out;
-  if (h.grad_output.defined()) grad_out.push_back(h.grad_output);
-  auto got = torch::autograd::grad({h.output}, wrt, grad_out, /*retain_graph=*/false, /*create_graph=*/false,
-                                   /*allow_unused=*/true);
+  auto got = torch::autograd::grad({h.output}, wrt, grad_outputs(h), /*retain_graph=*/false,
+                                   /*create_graph=*/false, /*allow_unused=*/true);
   h.output = torch::Tensor();  // the graph is gone; W needs only the store's entries
   h.grad_output = torch::Tensor();
   h.weight_work = store.take();

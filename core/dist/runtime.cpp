@@ -251,7 +251,7 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   // Shared memory for CPU collectives when every member is on this host.
-  if (r.backend == "gloo" && ranks.size() > 1 && detail::ShmTransport::enabled_by_environment()) {
+  if (r.backend == "gloo" && ranks.size() > 1 && detail::ShmTransport::enabled_by_environment()) try {
     prefixed->set("host/" + std::to_string(state->rank), detail::ShmTransport::host_identity());
     bool one_host = true;
     auto mine = detail::ShmTransport::host_identity();
@@ -267,6 +267,12 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
       o.group_name = name;
       state->shm = detail::ShmTransport::connect(*prefixed, state->rank, static_cast<int>(ranks.size()), o);
     }
+  } catch (const std::exception& e) {  // a member that stopped mid-setup: say which, as above
+    std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
+    const std::string msg = c10::str("[dist] creating ", Group(state).describe(), " (shared memory) failed: ", who,
+                                     ". Cause: ", [&] { auto w = error_text(e); return w.substr(0, w.find('\n')); }());
+    if (r.monitor) r.monitor->mark_failed(msg);
+    COLOSSAL_FAIL(msg);
   }
   Group g(state);
   r.groups[key] = g;

@@ -66,12 +66,52 @@ Running start_colossal(const std::vector<std::string>& args) {
   return run;
 }
 
-RunResult finish(const Running& run) {
+// What the launcher and its ranks are doing: every process of the tree, each thread's state
+// and kernel wait, and (where gdb is installed) user-space stacks of the ones not stopped.
+std::string snapshot_process_tree(pid_t root) {
+  // First every thread's state (cheap), then the stacks: gdb pauses each process it attaches to.
+  const std::string script =
+      "tree() { echo $1; for c in $(ps -o pid= --ppid $1); do tree $c; done; }; "
+      "procs=$(tree " + std::to_string(root) + "); "
+      "for p in $procs; do "
+      "  ps -o pid=,ppid=,stat=,etime=,args= -p $p; "
+      "  for t in /proc/$p/task/*; do echo \"   thread $(basename $t) $(cat $t/comm) "
+      "state=$(cut -d' ' -f3 $t/stat) wchan=$(cat $t/wchan)\"; done; "
+      "done 2>/dev/null; "
+      "command -v gdb >/dev/null && for p in $procs; do "
+      "  case $(cut -d' ' -f3 /proc/$p/stat 2>/dev/null) in T|t|'') continue;; esac; "
+      "  echo \"--- stacks of $p\"; "
+      "  timeout 20 gdb -p $p -batch -ex 'thread apply all bt 14' 2>/dev/null | grep -E '^(#|Thread)'; "
+      "done";
+  std::string out;
+  if (FILE* f = ::popen(script.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    ::pclose(f);
+  }
+  return out;
+}
+
+// Waits for the launcher, at most limit_s: a launcher that never ends fails the test with what it
+// printed and a snapshot of its process tree instead of stalling the suite until CTest kills it.
+RunResult finish(const Running& run, double limit_s = 150) {
   RunResult r;
-  ::waitpid(run.pid, &r.status, 0);
+  auto deadline = run.start + std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000));
+  while (::waitpid(run.pid, &r.status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string snapshot = snapshot_process_tree(run.pid);
+      ::kill(run.pid, SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
+      ::waitpid(run.pid, &r.status, 0);
+      r.err += "\n=== colossal still running after " + std::to_string(limit_s) + " s; killed. Process tree:\n" +
+               snapshot + "===\n";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.start).count();
   r.out = slurp(run.out_path);
-  r.err = slurp(run.err_path);
+  r.err = slurp(run.err_path) + r.err;
   return r;
 }
 

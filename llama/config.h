@@ -37,10 +37,12 @@ struct LlamaConfig {
   void validate() const;
   /// Reads a Hugging Face config.json: throws naming the file and field for a wrong type, a
   /// contradiction or an unsupported value (model_type, hidden_act, rope type); fields this
-  /// model does not know are returned in `unknown` (the caller reports them).
+  /// model does not know are returned in `unknown` (the caller reports them). A file must give
+  /// the model's shape (kShapeFields): a missing one is named, not guessed from a default.
   static LlamaConfig from_json_file(const std::string& path, std::vector<std::string>* unknown = nullptr);
+  /// As from_json_file; `require_shape` false lets a fragment override only some fields.
   static LlamaConfig from_json_text(const std::string& text, const std::string& origin,
-                                    std::vector<std::string>* unknown = nullptr);
+                                    std::vector<std::string>* unknown = nullptr, bool require_shape = false);
   /// config.json text that transformers' LlamaConfig reads back.
   std::string to_json() const;
   /// Rotary inverse frequencies [head_dim / 2] for sequences of `seq_len` tokens, with scaling.

@@ -22,9 +22,19 @@ const std::set<std::string> kIgnored = {
 }  // namespace
 
 LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::string& origin,
-                                        std::vector<std::string>* unknown) {
+                                        std::vector<std::string>* unknown, bool require_shape) {
   auto js = json::parse(text, nullptr, /*allow_exceptions=*/false);
   COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[llama] ", origin, ": not a JSON object");
+  // transformers would fill a missing size from LlamaConfig's 7B defaults and then report
+  // hundreds of mismatched tensors; the field itself is the error.
+  if (require_shape) {
+    for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads"}) {
+      COLOSSAL_CHECK(js.contains(key) && !js[key].is_null(), "[llama] ", origin, ": field '", key,
+                     "' is missing (a model's config.json must give vocab_size, hidden_size, intermediate_size, "
+                     "num_hidden_layers and num_attention_heads)");
+    }
+  }
   std::set<std::string> used;
   LlamaConfig c;
   auto read_int = [&](const char* key, int64_t& out) {
@@ -110,7 +120,7 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   try {
     c.validate();
   } catch (const std::exception& e) {
-    COLOSSAL_FAIL(origin, ": ", e.what());
+    COLOSSAL_FAIL(origin, ": ", error_text(e));
   }
   return c;
 }
@@ -120,7 +130,7 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path, std::vector<std
   COLOSSAL_CHECK(in.good(), "[llama] cannot read '", path, "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  return from_json_text(ss.str(), "'" + path + "'", unknown);
+  return from_json_text(ss.str(), "'" + path + "'", unknown, /*require_shape=*/true);
 }
 
 std::string LlamaConfig::to_json() const {

@@ -21,6 +21,7 @@
 
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
+#include "core/booster/loss_guard.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
 #include "core/common/log.h"
@@ -337,6 +338,9 @@ int run(TrainArgs& a) {
     return idx;
   };
 
+  colossal::booster::LossGuard loss_guard(
+      {.precision = a.plugin.precision,
+       .advice = a.save_interval > 0 ? "Checkpoints in " + a.save_dir + " are as they were before this step" : ""});
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   int64_t window_steps = 0;
@@ -360,7 +364,9 @@ int run(TrainArgs& a) {
       if (micro + 1 < a.accumulation_steps) booster.no_sync(*b.optimizer, run_micro);
       else run_micro();
     }
-    double norm = a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
+    // A NaN/Inf loss stops every rank here, before it reaches the weights (fp16: the scaler skips).
+    const bool finite = loss_guard.check(loss_sum, step);
+    double norm = finite && a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
     double lr = b.lr_scheduler->lr();
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();

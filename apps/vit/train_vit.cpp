@@ -19,6 +19,7 @@
 
 #include "apps/vit/train_args.h"
 #include "core/booster/booster.h"
+#include "core/booster/loss_guard.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
 #include "core/common/progress.h"
@@ -435,6 +436,7 @@ int train(TrainArgs& a) {
     progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
   };
 
+  colossal::booster::LossGuard loss_guard({.precision = a.plugin.precision});
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   double window_loss = 0, window_correct = 0, window_images = 0, train_seconds = 0, train_images = 0;
@@ -474,7 +476,9 @@ int train(TrainArgs& a) {
       booster.backward(l, *b.optimizer);
       loss = l.item<double>();
     }
-    double norm = a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
+    // A NaN/Inf loss stops every rank here, before it reaches the weights (fp16: the scaler skips).
+    const bool finite = loss_guard.check(loss, step);
+    double norm = finite && a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
     double lr = b.lr_scheduler->lr();
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/checkpoint/atomic_file.h"
+#include "core/checkpoint/integrity.h"
 #include "core/common/check.h"
 
 namespace colossal::checkpoint {
@@ -53,6 +54,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   f->tensors_ = parse_file_bytes(bytes, size, origin, &f->metadata_, &header_len);
   f->data_ = bytes + 8 + header_len;
   for (size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
+  f->verified_ = std::make_unique<std::atomic<bool>[]>(f->tensors_.size());
   return f;
 }
 
@@ -65,9 +67,31 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
+void SafetensorsFile::verify(const TensorInfo& t, size_t index) const {
+  if (verified_[index].load(std::memory_order_acquire)) return;
+  const uint8_t* bytes = data_ + t.begin;
+  if (auto it = metadata_.find(checksum_key(t.name)); it != metadata_.end()) {
+    const std::string computed = format_checksum(crc32c(bytes, static_cast<size_t>(t.end - t.begin)));
+    COLOSSAL_CHECK(computed == it->second, "[safetensors] file '", path_, "': tensor '", t.name,
+                   "' does not match its checksum (crc32c stored ", it->second, ", computed ", computed,
+                   "): the file is damaged; restore it from a copy or an earlier checkpoint");
+  }
+  if (!non_finite_allowed()) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    if (auto bad = find_non_finite(bytes, numel, t.dtype)) {
+      COLOSSAL_FAIL("[safetensors] file '", path_, "': tensor '", t.name, "' holds ", bad->count, " NaN/Inf value",
+                    bad->count == 1 ? "" : "s", " of ", numel, " (first at flat index ", bad->first,
+                    "); weights like these produce garbage. COLOSSAL_ALLOW_NONFINITE=1 loads them anyway");
+    }
+  }
+  verified_[index].store(true, std::memory_order_release);
+}
+
 at::Tensor SafetensorsFile::view(const std::string& name) const {
   const TensorInfo* t = find(name);
   COLOSSAL_CHECK(t != nullptr, "[safetensors] file '", path_, "' has no tensor '", name, "'");
+  verify(*t, index_.at(name));
   auto keep = self_.lock();  // the tensor's storage keeps the mapping alive
   void* ptr = const_cast<uint8_t*>(data_ + t->begin);
   if (t->end == t->begin) return at::empty(t->shape, at::TensorOptions().dtype(t->dtype));
@@ -77,7 +101,7 @@ at::Tensor SafetensorsFile::view(const std::string& name) const {
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::map<std::string, std::string> meta = metadata;
   std::set<std::string> seen;
   std::vector<at::Tensor> data;
   int64_t offset = 0;
@@ -88,12 +112,19 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     COLOSSAL_CHECK(tensor.defined(), "[safetensors] tensor '", name, "' is undefined");
     auto t = tensor.detach().to(at::kCPU).contiguous();
     int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    if (auto bad = find_non_finite(t.data_ptr(), t.numel(), t.scalar_type())) {
+      COLOSSAL_FAIL("[safetensors] not writing '", path, "': tensor '", name, "' holds ", bad->count,
+                    " NaN/Inf value", bad->count == 1 ? "" : "s", " of ", t.numel(), " (first at flat index ",
+                    bad->first, "); the earlier files are left as they were");
+    }
+    meta[checksum_key(name)] = format_checksum(crc32c(t.data_ptr(), static_cast<size_t>(bytes)));
     header[name] = {{"dtype", dtype_to_safetensors(t.scalar_type())},
                     {"shape", t.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     data.push_back(t);
   }
+  if (!meta.empty()) header["__metadata__"] = meta;
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
   uint8_t len[8];

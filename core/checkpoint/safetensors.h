@@ -6,13 +6,17 @@
 //
 // Reading maps the file (copy-on-write, so a tensor view may be written without touching the
 // file) and copies nothing until asked; every header field is validated first and a bad file
-// gets an error naming the file and the tensor. Writing goes to a temporary name, is fsynced,
+// gets an error naming the file and the tensor. The first view of a tensor verifies it: its
+// CRC32C when the file carries one ("crc32c:<name>" in __metadata__, which we write; files from
+// elsewhere have none) and, for floating tensors, that it holds no NaN/Inf (integrity.h).
+// Writing refuses NaN/Inf (a diverged run must not overwrite good checkpoints with garbage). Writing goes to a temporary name, is fsynced,
 // then renamed, so a crash never leaves a half-written file under the real name.
 //
 // Sharded checkpoints: model-00001-of-0000N.safetensors ... plus model.safetensors.index.json
 // ({"metadata": {"total_size": bytes}, "weight_map": {"name": "model-00001-of-0000N.safetensors"}}).
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,7 +53,7 @@ class SafetensorsFile {
   const TensorInfo* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
-  /// A tensor viewing the mapped file (no copy; keeps the mapping alive).
+  /// A tensor viewing the mapped file (no copy; keeps the mapping alive). Verified on first use.
   at::Tensor view(const std::string& name) const;
   /// An owning copy.
   at::Tensor load(const std::string& name) const { return view(name).clone(); }
@@ -64,6 +68,8 @@ class SafetensorsFile {
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;
   std::weak_ptr<SafetensorsFile> self_;
+  std::unique_ptr<std::atomic<bool>[]> verified_;  // per tensor, in tensors_ order
+  void verify(const TensorInfo& t, size_t index) const;
 };
 
 /// Validates a whole file image (length prefix + header) without mapping a file; returns the

@@ -79,6 +79,37 @@ c10::intrusive_ptr<c10d::Store> make_store_client(const Runtime& r, bool is_serv
   }
 }
 
+// Counts this member in under `key` of the group's store and waits until every member has: at
+// most the timeout, and only until the monitor finds a member gone (failed, exited, silent).
+void wait_for_members(Runtime& r, const std::shared_ptr<detail::GroupState>& group, c10d::Store& store,
+                      const std::string& key, const char* what) {
+  detail::GroupState& state = *group;
+  const auto size = static_cast<int64_t>(state.ranks.size());
+  store.add(key, 1);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + state.timeout;
+  auto next_check = start + (r.monitor ? r.monitor->options().interval : state.timeout);
+  auto pause = std::chrono::microseconds(200);
+  while (store.add(key, 0) < size) {
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<std::string> lost;
+    if (r.monitor && now >= next_check) {
+      lost = r.monitor->find_lost_member(state);
+      next_check = now + r.monitor->options().interval;
+    }
+    if (lost || now > deadline) {
+      std::string who = r.monitor ? r.monitor->diagnose(state, std::nullopt) : "";
+      const std::string msg =
+          c10::str("[dist] creating ", Group(group).describe(), " with ", r.backend, " failed: ", what,
+                   lost ? "" : c10::str(" within ", r.options.timeout_s, " s"), ": ", who);
+      if (r.monitor) r.monitor->mark_failed(msg);
+      COLOSSAL_FAIL(msg);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+  }
+}
+
 std::string choose_backend(const std::string& requested) {
   if (requested == "auto") return nccl_available() ? "nccl" : "gloo";
   return requested;
@@ -223,6 +254,9 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
   state->rank = static_cast<int>(it - ranks.begin());
   state->timeout = to_ms(r.options.timeout_s);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(state->store_key, r.store);
+  // Every member first counts itself in: a member that froze or died on its way here is found by
+  // the heartbeat (dead_after_s) instead of at the backend's rendezvous timeout.
+  wait_for_members(r, state, *prefixed, "arrived", "not every member arrived");
   try {
     state->backend = make_backend(r, prefixed, state->rank, static_cast<int>(ranks.size()));
   } catch (const std::exception& e) {
@@ -238,18 +272,7 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
   // Gloo's connectFullMesh can return on one member while a peer is still connecting; a member
   // that then finished and exited would break the peer's connection. Leave only once every
   // member is connected (through the store, so no collective sequence number is used).
-  prefixed->add("connected", 1);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(state->timeout);
-  while (prefixed->add("connected", 0) < static_cast<int64_t>(ranks.size())) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
-      const std::string msg = c10::str("[dist] creating ", Group(state).describe(),
-                                       ": not every member connected within ", r.options.timeout_s, " s: ", who);
-      if (r.monitor) r.monitor->mark_failed(msg);
-      COLOSSAL_FAIL(msg);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  wait_for_members(r, state, *prefixed, "connected", "not every member connected");
   // Shared memory for CPU collectives when every member is on this host.
   if (r.backend == "gloo" && ranks.size() > 1 && detail::ShmTransport::enabled_by_environment()) try {
     prefixed->set("host/" + std::to_string(state->rank), detail::ShmTransport::host_identity());

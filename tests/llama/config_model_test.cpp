@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "llama/config.h"
 #include "llama/model.h"
@@ -60,6 +61,27 @@ TEST(LlamaConfig, ContradictionsAndWrongTypesNameTheField) {
       R"({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}})", "v5.json");
   EXPECT_EQ(v5.rope_scaling.type, "linear");
   EXPECT_DOUBLE_EQ(v5.rope_theta, 1e6);
+}
+
+// A config.json without a size field names the file and the field (transformers would fill in a
+// 7B default and then report hundreds of mismatched tensors); no C++ backtrace reaches the user.
+TEST(LlamaConfig, AFileMissingAShapeFieldNamesTheFileAndField) {
+  const std::string path = ::testing::TempDir() + "config_missing_layers.json";
+  std::string text = kTinyLlama;
+  const std::string field = "\"num_hidden_layers\": 22,";
+  text.erase(text.find(field), field.size());
+  {
+    std::ofstream(path) << text;
+  }
+  auto msg = testing::error_message_of([&] { LlamaConfig::from_json_file(path); });
+  EXPECT_NE(msg.find("'" + path + "': field 'num_hidden_layers' is missing"), std::string::npos) << msg;
+  // A contradiction found by validation is re-thrown with the file name, still without a backtrace.
+  std::ofstream(path) << R"({"vocab_size": 10, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+                             "num_attention_heads": 3})";
+  msg = testing::error_message_of([&] { LlamaConfig::from_json_file(path); });
+  EXPECT_NE(msg.find("hidden_size (8) is not divisible by num_attention_heads (3)"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("Exception raised from"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("frame #"), std::string::npos) << msg;
 }
 
 TEST(LlamaConfig, RopeScalingVariants) {

@@ -5,10 +5,13 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <fstream>
 
 #include "core/checkpoint/atomic_file.h"
+#include "core/checkpoint/integrity.h"
 #include "tests/support/errors.h"
 
 namespace colossal::checkpoint {
@@ -185,6 +188,97 @@ TEST(Safetensors, CorruptFilesGetClearErrors) {
   ASSERT_EQ(::truncate((dir + "/good.safetensors").c_str(), 200), 0);
   auto msg = open_error(dir + "/good.safetensors");
   EXPECT_NE(msg.find("tensor 'w'"), std::string::npos) << msg;
+}
+
+TEST(Integrity, Crc32cMatchesTheStandardCheckValuesAndStreams) {
+  const std::string digits = "123456789";
+  EXPECT_EQ(crc32c(digits.data(), digits.size()), 0xE3069283u) << "the CRC-32C check value";
+  const std::vector<uint8_t> zeros(32, 0), ones(32, 0xff);
+  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu) << "RFC 3720 B.4, 32 bytes of zeros";
+  EXPECT_EQ(crc32c(ones.data(), ones.size()), 0x62A8AB43u) << "RFC 3720 B.4, 32 bytes of ones";
+  // Any split, at any alignment, continues to the same value.
+  std::vector<uint8_t> data(10007);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  const uint32_t whole = crc32c(data.data(), data.size());
+  for (size_t cut : {size_t{1}, size_t{3}, size_t{8}, size_t{13}, size_t{4096}, size_t{10006}}) {
+    EXPECT_EQ(crc32c(data.data() + cut, data.size() - cut, crc32c(data.data(), cut)), whole) << cut;
+  }
+  data[5000] ^= 0x10;
+  EXPECT_NE(crc32c(data.data(), data.size()), whole) << "one flipped bit changes it";
+}
+
+TEST(Integrity, FindsNaNAndInfInEveryFloatingDtype) {
+  for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16, torch::kHalf}) {
+    auto t = torch::randn({3000}).to(dtype);
+    EXPECT_FALSE(find_non_finite(t.data_ptr(), t.numel(), dtype).has_value()) << dtype;
+    t[1234] = std::numeric_limits<float>::quiet_NaN();
+    t[2000] = -std::numeric_limits<float>::infinity();
+    auto bad = find_non_finite(t.data_ptr(), t.numel(), dtype);
+    ASSERT_TRUE(bad.has_value()) << dtype;
+    EXPECT_EQ(bad->count, 2) << dtype;
+    EXPECT_EQ(bad->first, 1234) << dtype;
+  }
+  // The largest finite values are finite.
+  auto big = torch::full({4}, 65504.0).to(torch::kHalf);
+  EXPECT_FALSE(find_non_finite(big.data_ptr(), 4, torch::kHalf).has_value());
+  auto ints = torch::full({4}, -1, torch::kInt32);  // all bits set: not a float
+  EXPECT_FALSE(find_non_finite(ints.data_ptr(), 4, torch::kInt32).has_value());
+}
+
+// Bytes flipped on disk are caught at the tensor they hit; the rest of the file still loads.
+TEST(Safetensors, AFlippedByteFailsTheChecksumOfItsTensor) {
+  auto dir = temp_dir("flip");
+  const std::string path = dir + "/m.safetensors";
+  save_safetensors(path, {{"a", torch::randn({64})}, {"b", torch::randn({64})}});
+  auto clean = SafetensorsFile::open(path);
+  ASSERT_EQ(clean->metadata().count("crc32c:a"), 1u) << "we write a checksum per tensor";
+  const TensorInfo info = *clean->find("b");
+  clean.reset();
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), 8);
+  f.seekp(static_cast<std::streamoff>(8 + header_len + info.begin + 17));
+  f.put('\x5a');
+  f.close();
+  auto damaged = SafetensorsFile::open(path);
+  EXPECT_NO_THROW(damaged->view("a"));
+  auto msg = testing::error_message_of([&] { damaged->view("b"); });
+  EXPECT_NE(msg.find("file '" + path + "': tensor 'b' does not match its checksum"), std::string::npos) << msg;
+}
+
+// NaN/Inf is refused when writing (nothing is written) and when reading (naming the tensor),
+// unless COLOSSAL_ALLOW_NONFINITE=1.
+TEST(Safetensors, NonFiniteTensorsAreNeitherWrittenNorLoaded) {
+  auto dir = temp_dir("nonfinite");
+  auto w = torch::ones({10});
+  w[3] = std::numeric_limits<float>::quiet_NaN();
+  auto msg = testing::error_message_of([&] { save_safetensors(dir + "/bad.safetensors", {{"ok", torch::ones({2})}, {"w", w}}); });
+  EXPECT_NE(msg.find("not writing '" + dir + "/bad.safetensors': tensor 'w' holds 1 NaN/Inf value of 10 (first at "
+                     "flat index 3)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(::access((dir + "/bad.safetensors").c_str(), F_OK), 0) << "nothing may be written";
+  // A file from elsewhere (no checksums) holding NaN and Inf.
+  std::string path = dir + "/theirs.safetensors";
+  {
+    std::string header = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+    std::ofstream out(path, std::ios::binary);
+    uint64_t len = header.size();
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out << header;
+    const float values[4] = {1.0f, std::numeric_limits<float>::infinity(), 2.0f,
+                             std::numeric_limits<float>::quiet_NaN()};
+    out.write(reinterpret_cast<const char*>(values), sizeof(values));
+  }
+  msg = testing::error_message_of([&] { SafetensorsFile::open(path)->view("w"); });
+  EXPECT_NE(msg.find("file '" + path + "': tensor 'w' holds 2 NaN/Inf values of 4 (first at flat index 1)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("COLOSSAL_ALLOW_NONFINITE=1"), std::string::npos) << msg;
+  ::setenv("COLOSSAL_ALLOW_NONFINITE", "1", 1);
+  auto loaded = SafetensorsFile::open(path)->load("w");
+  ::unsetenv("COLOSSAL_ALLOW_NONFINITE");
+  EXPECT_TRUE(std::isnan(loaded[1][1].item<float>()));
 }
 
 TEST(AtomicFile, NothingAppearsUntilCommit) {

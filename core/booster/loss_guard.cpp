@@ -1,0 +1,38 @@
+#include "core/booster/loss_guard.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "core/common/check.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+
+namespace colossal::booster {
+
+bool LossGuard::check(double local_loss, int64_t step) {
+  const bool distributed = dist::is_initialized() && dist::world_size() > 1;
+  const int world = distributed ? dist::world_size() : 1;
+  const int me = distributed ? dist::rank() : 0;
+  auto seen = torch::zeros({world}, torch::kFloat32);
+  seen[me] = std::isfinite(local_loss) ? 0.0f : 1.0f;
+  if (distributed) dist::all_reduce(seen, dist::world_group(), dist::ReduceOp::kSum);
+  std::string ranks;
+  auto flags = seen.accessor<float, 1>();
+  for (int r = 0; r < world; ++r)
+    if (flags[r] > 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  if (ranks.empty()) {
+    consecutive_ = 0;
+    return true;
+  }
+  ++consecutive_;
+  if (options_.precision == "fp16" && consecutive_ <= options_.max_fp16_skips) return false;
+  COLOSSAL_FAIL("[train] step ", step, ": the loss is ", std::isnan(local_loss) ? "NaN" : (std::isinf(local_loss) ? "Inf" : "non-finite"),
+                world > 1 ? c10::str(" (seen on rank ", ranks, ")") : std::string(),
+                options_.precision == "fp16" ? c10::str(" for ", consecutive_, " steps in a row") : std::string(),
+                "; stopped before the optimizer step, so no NaN reaches the weights or a checkpoint. "
+                "Try a lower learning rate, gradient clipping, or bf16",
+                options_.advice.empty() ? "" : ". ", options_.advice);
+}
+
+}  // namespace colossal::booster

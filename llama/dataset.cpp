@@ -6,12 +6,17 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/checkpoint/atomic_file.h"
+#include "core/checkpoint/integrity.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
 #include "core/common/log.h"
@@ -42,12 +47,11 @@ void write_binary(const std::string& path, const std::vector<T>& v) {
   f.commit();
 }
 
-}  // namespace
-
-struct TokenDataset::Mapping {
+// A whole file mapped read-only (nothing for an empty file).
+struct MappedFile {
   void* data = nullptr;
   size_t bytes = 0;
-  Mapping(const std::string& path) {
+  explicit MappedFile(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     COLOSSAL_CHECK(fd >= 0, "[data] cannot open '", path, "'");
     struct stat st {};
@@ -57,9 +61,149 @@ struct TokenDataset::Mapping {
     ::close(fd);
     COLOSSAL_CHECK(bytes == 0 || data != MAP_FAILED, "[data] cannot map '", path, "'");
   }
-  ~Mapping() {
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
     if (data && data != MAP_FAILED) ::munmap(data, bytes);
   }
+};
+
+constexpr int kCacheVersion = 2;
+
+// Why the cache at `base` cannot be used ("'<file>': <reason>"), or nothing when it can: the
+// description must parse and be of this version, every file must have the size and CRC32C it
+// recorded, the mask one byte per token, sft offsets rising to the end, every id in the vocabulary.
+std::optional<std::string> cache_problem(const std::string& base, const Tokenizer& tok) {
+  const std::string desc = base + ".json";
+  auto meta = json::parse(read_file(desc), nullptr, false);
+  if (meta.is_discarded() || !meta.is_object()) return "'" + desc + "' is not valid JSON";
+  if (meta.value("version", 0) != kCacheVersion || !meta.contains("crc32c") || !meta["crc32c"].is_object() ||
+      !meta.contains("num_tokens") || !meta["num_tokens"].is_number_unsigned()) {
+    return "'" + desc + "' is from another version or lacks fields (version " + std::to_string(kCacheVersion) +
+           " records num_tokens and checksums)";
+  }
+  const auto n = meta["num_tokens"].get<int64_t>();
+  const std::pair<const char*, int64_t> expected[] = {{"tokens", n * 4}, {"mask", n}, {"docs", -1}};
+  std::map<std::string, std::unique_ptr<MappedFile>> files;
+  for (const auto& [part, bytes] : expected) {
+    const std::string path = base + "." + part;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return "'" + path + "' is missing";
+    if (bytes >= 0 && st.st_size != bytes) {
+      return c10::str("'", path, "' has ", st.st_size, " bytes, expected ", bytes, " (", n, " tokens)");
+    }
+    auto& file = files[part];
+    file = std::make_unique<MappedFile>(path);
+    const auto stored = meta["crc32c"].value(part, int64_t{-1});
+    const auto computed = static_cast<int64_t>(checkpoint::crc32c(file->data, file->bytes));
+    if (stored != computed) return c10::str("'", path, "' does not match its checksum (the file was changed)");
+  }
+  // Offsets of sft conversations: rising from 0 to the end (pretraining keeps just the 0).
+  const auto& docs = *files["docs"];
+  const auto* offsets = static_cast<const int64_t*>(docs.data);
+  const size_t count = docs.bytes / sizeof(int64_t);
+  const bool sft = meta.value("mode", "") == "sft";
+  if (docs.bytes % sizeof(int64_t) != 0 || count == 0 || offsets[0] != 0 || !std::is_sorted(offsets, offsets + count) ||
+      (sft ? offsets[count - 1] != n : count != 1)) {
+    return "'" + base + ".docs' does not hold rising offsets from 0 to " + std::to_string(n);
+  }
+  const auto* ids = static_cast<const int32_t*>(files["tokens"]->data);
+  if (n > 0) {
+    const auto [lo, hi] = std::minmax_element(ids, ids + n);
+    if (*lo < 0 || *hi >= tok.vocab_size()) {
+      return c10::str("'", base, ".tokens' holds id ", *lo < 0 ? *lo : *hi,
+                      ", outside the tokenizer's vocabulary [0, ", tok.vocab_size(), ")");
+    }
+  }
+  return std::nullopt;
+}
+
+// Tokenises the inputs into `base`.{tokens,mask,docs} and describes them in `base`.json, written
+// last: a cache without its description is incomplete and is never read.
+void build_cache(const DatasetOptions& o, const Tokenizer& tok, const std::string& base) {
+  fs::make_dirs(o.cache_dir);
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> mask;
+  std::vector<int64_t> docs{0};
+  int64_t skipped = 0;
+  auto add = [&](const std::vector<int64_t>& ids, uint8_t m) {
+    for (int64_t id : ids) {
+      tokens.push_back(static_cast<int32_t>(id));
+      mask.push_back(m);
+    }
+  };
+  for (const auto& f : o.files) {
+    std::ifstream in(f);
+    std::string line;
+    for (int64_t n = 1; std::getline(in, line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      std::string problem;
+      auto js = json::parse(line, nullptr, false);
+      if (js.is_discarded() || !js.is_object()) {
+        problem = "not a JSON object";
+      } else if (o.mode == "pretrain") {
+        std::string text;
+        if (js.contains("text") && js["text"].is_string()) text = js["text"];
+        else if (js.contains("source") && js.contains("target") && js["source"].is_string() && js["target"].is_string())
+          text = js["source"].get<std::string>() + " " + js["target"].get<std::string>();
+        else problem = "expected a string field \"text\" (or \"source\" and \"target\")";
+        if (problem.empty()) add(tok.encode(text, true, true), 1);
+      } else {
+        std::vector<std::pair<std::string, std::string>> messages;
+        if (!js.contains("messages") || !js["messages"].is_array() || js["messages"].empty()) {
+          problem = "expected a non-empty array \"messages\"";
+        } else {
+          for (const auto& m : js["messages"]) {
+            if (!m.is_object() || !m.contains("from") || !m.contains("content") || !m["content"].is_string() ||
+                (m["from"] != "human" && m["from"] != "assistant")) {
+              problem = "each message needs \"from\" (human or assistant) and a string \"content\"";
+              break;
+            }
+            messages.emplace_back(m["from"], m["content"]);
+          }
+        }
+        if (problem.empty()) {
+          for (const auto& seg : apply_chat_template(o.chat_template, messages)) {
+            if (!seg.assistant) {
+              add({tok.bos_id()}, 0);
+              add(tok.encode(seg.text, false, false), 0);
+            } else {
+              add(tok.encode(seg.text, false, false), 1);
+              add({tok.eos_id()}, 1);
+            }
+          }
+          docs.push_back(static_cast<int64_t>(tokens.size()));
+        }
+      }
+      if (!problem.empty()) {
+        COLOSSAL_CHECK(o.on_bad_line == "skip", "[data] '", f, "' line ", n, ": ", problem,
+                       " (on_bad_line=skip skips such lines)");
+        if (skipped++ < 5) COLOSSAL_LOG_WARN("[data] '", f, "' line ", n, ": ", problem, " (skipped)");
+      }
+    }
+  }
+  COLOSSAL_CHECK(!tokens.empty(), "[data] the inputs hold no usable lines");
+  write_binary(base + ".tokens", tokens);
+  write_binary(base + ".mask", mask);
+  write_binary(base + ".docs", docs);
+  json meta;
+  meta["version"] = kCacheVersion;
+  meta["files"] = o.files;
+  meta["tokenizer"] = tok.path();
+  meta["vocab_size"] = tok.vocab_size();
+  meta["num_tokens"] = tokens.size();
+  meta["skipped_lines"] = skipped;
+  meta["mode"] = o.mode;
+  meta["crc32c"] = {{"tokens", checkpoint::crc32c(tokens.data(), tokens.size() * sizeof(int32_t))},
+                    {"mask", checkpoint::crc32c(mask.data(), mask.size())},
+                    {"docs", checkpoint::crc32c(docs.data(), docs.size() * sizeof(int64_t))}};
+  checkpoint::write_text_atomically(base + ".json", meta.dump(2) + "\n");  // last: marks complete
+}
+
+}  // namespace
+
+struct TokenDataset::Mapping : MappedFile {
+  using MappedFile::MappedFile;
 };
 
 std::vector<ChatSegment> apply_chat_template(const std::string& name,
@@ -106,84 +250,18 @@ TokenDataset TokenDataset::open(const DatasetOptions& o, const Tokenizer& tok) {
   d.options_ = o;
   d.key_ = key;
   d.pad_id_ = tok.pad_id() >= 0 ? tok.pad_id() : tok.eos_id();
-  std::string base = o.cache_dir + "/" + d.key_;
+  const std::string base = o.cache_dir + "/" + d.key_;
   struct stat st {};
   if (::stat((base + ".json").c_str(), &st) == 0) {
-    d.reused_ = true;
-  } else {
-    fs::make_dirs(o.cache_dir);
-    std::vector<int32_t> tokens;
-    std::vector<uint8_t> mask;
-    std::vector<int64_t> docs{0};
-    int64_t skipped = 0;
-    auto add = [&](const std::vector<int64_t>& ids, uint8_t m) {
-      for (int64_t id : ids) {
-        tokens.push_back(static_cast<int32_t>(id));
-        mask.push_back(m);
-      }
-    };
-    for (const auto& f : o.files) {
-      std::ifstream in(f);
-      std::string line;
-      for (int64_t n = 1; std::getline(in, line); ++n) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        std::string problem;
-        auto js = json::parse(line, nullptr, false);
-        if (js.is_discarded() || !js.is_object()) {
-          problem = "not a JSON object";
-        } else if (o.mode == "pretrain") {
-          std::string text;
-          if (js.contains("text") && js["text"].is_string()) text = js["text"];
-          else if (js.contains("source") && js.contains("target") && js["source"].is_string() && js["target"].is_string())
-            text = js["source"].get<std::string>() + " " + js["target"].get<std::string>();
-          else problem = "expected a string field \"text\" (or \"source\" and \"target\")";
-          if (problem.empty()) add(tok.encode(text, true, true), 1);
-        } else {
-          std::vector<std::pair<std::string, std::string>> messages;
-          if (!js.contains("messages") || !js["messages"].is_array() || js["messages"].empty()) {
-            problem = "expected a non-empty array \"messages\"";
-          } else {
-            for (const auto& m : js["messages"]) {
-              if (!m.is_object() || !m.contains("from") || !m.contains("content") || !m["content"].is_string() ||
-                  (m["from"] != "human" && m["from"] != "assistant")) {
-                problem = "each message needs \"from\" (human or assistant) and a string \"content\"";
-                break;
-              }
-              messages.emplace_back(m["from"], m["content"]);
-            }
-          }
-          if (problem.empty()) {
-            for (const auto& seg : apply_chat_template(o.chat_template, messages)) {
-              if (!seg.assistant) {
-                add({tok.bos_id()}, 0);
-                add(tok.encode(seg.text, false, false), 0);
-              } else {
-                add(tok.encode(seg.text, false, false), 1);
-                add({tok.eos_id()}, 1);
-              }
-            }
-            docs.push_back(static_cast<int64_t>(tokens.size()));
-          }
-        }
-        if (!problem.empty()) {
-          COLOSSAL_CHECK(o.on_bad_line == "skip", "[data] '", f, "' line ", n, ": ", problem,
-                         " (on_bad_line=skip skips such lines)");
-          if (skipped++ < 5) COLOSSAL_LOG_WARN("[data] '", f, "' line ", n, ": ", problem, " (skipped)");
-        }
-      }
+    if (auto problem = cache_problem(base, tok)) {
+      COLOSSAL_LOG_WARN("[data] token cache ", *problem, "; tokenising ", o.files.front(),
+                        o.files.size() > 1 ? c10::str(" and ", o.files.size() - 1, " more") : std::string(), " again");
+    } else {
+      d.reused_ = true;
     }
-    COLOSSAL_CHECK(!tokens.empty(), "[data] the inputs hold no usable lines");
-    write_binary(base + ".tokens", tokens);
-    write_binary(base + ".mask", mask);
-    write_binary(base + ".docs", docs);
-    json meta;
-    meta["files"] = o.files;
-    meta["tokenizer"] = tok.path();
-    meta["num_tokens"] = tokens.size();
-    meta["skipped_lines"] = skipped;
-    meta["mode"] = o.mode;
-    checkpoint::write_text_atomically(base + ".json", meta.dump(2) + "\n");  // last: marks complete
   }
+  if (!d.reused_) build_cache(o, tok, base);
+  if (auto problem = cache_problem(base, tok)) COLOSSAL_FAIL("[data] token cache just written ", *problem);
   auto meta = json::parse(read_file(base + ".json"));
   d.skipped_ = meta.value("skipped_lines", int64_t{0});
   d.tokens_ = std::make_unique<Mapping>(base + ".tokens");

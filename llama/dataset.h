@@ -9,8 +9,11 @@
 // Every document becomes BOS + tokens + EOS. The token file (int32) and a loss-mask file (uint8)
 // sit in `cache_dir` under a key hashed from the input files (path, size, mtime), the tokenizer
 // file's contents and the options; a later run with the same key maps them instead of
-// tokenising again, and any change makes a new key. A malformed line is reported with file and
-// line number; on_bad_line = skip counts and skips it, stop throws.
+// tokenising again, and any change makes a new key. The description (<key>.json, written last)
+// records each file's size and CRC32C; a cache is used only after they, the offsets and the
+// token ids (inside the tokenizer's vocabulary) check out, else it is rebuilt with a warning
+// naming the file and the reason. A malformed line is reported with file and line number;
+// on_bad_line = skip counts and skips it, stop throws.
 //
 // Samples: pretraining packs the stream into windows of max_length + 1 tokens (inputs and the
 // next-token labels); fine-tuning keeps one conversation per sample, truncated to max_length+1,

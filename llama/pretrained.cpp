@@ -10,18 +10,29 @@
 #include "core/nn/deferred_init.h"
 #include "core/parallel/tensor/shard.h"
 #include "core/parallel/tensor/checkpoint.h"
+#include "llama/hf_tokenizer.h"
 
 namespace colossal::llama {
 
-void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& weights,
-                     const std::string& dir, const checkpoint::SaveModelOptions& options) {
-  checkpoint::save_model_state(weights, dir, options);  // creates dir
-  checkpoint::write_text_atomically(dir + "/config.json", config.to_json());
+std::map<std::string, std::string> model_dir_files(const LlamaConfig& config, const Tokenizer* tokenizer) {
+  std::map<std::string, std::string> files;
+  if (tokenizer) files = hf_tokenizer_files(*tokenizer, config.max_position_embeddings);
+  files["config.json"] = config.to_json();
   nlohmann::json gen;
   gen["bos_token_id"] = config.bos_token_id;
   gen["eos_token_id"] = config.eos_token_id;
   if (config.pad_token_id >= 0) gen["pad_token_id"] = config.pad_token_id;
-  checkpoint::write_text_atomically(dir + "/generation_config.json", gen.dump(2) + "\n");
+  files["generation_config.json"] = gen.dump(2) + "\n";
+  return files;
+}
+
+void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& weights,
+                     const std::string& dir, const checkpoint::SaveModelOptions& options,
+                     const Tokenizer* tokenizer) {
+  checkpoint::save_model_state(weights, dir, options);  // creates dir
+  for (const auto& [name, bytes] : model_dir_files(config, tokenizer)) {
+    checkpoint::write_text_atomically(dir + "/" + name, bytes);
+  }
 }
 
 LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options,

@@ -1,19 +1,26 @@
 #pragma once
-// Hugging Face model directories: config.json, generation_config.json and the weights
-// (model.safetensors, or model-0000i-of-0000N.safetensors + index), which open in
-// `transformers` as they are — and the reverse.
+// Hugging Face model directories: config.json, generation_config.json, the weights
+// (model.safetensors, or model-0000i-of-0000N.safetensors + index) and the tokenizer files, which
+// open in `transformers` as they are — and the reverse.
+#include <map>
 #include <string>
 
 #include "core/checkpoint/model_io.h"
 #include "llama/config.h"
 #include "llama/model.h"
+#include "llama/tokenizer.h"
 
 namespace colossal::llama {
 
+/// The files of a model directory besides the weights, by name: config.json,
+/// generation_config.json and, given a tokenizer, its files (hf_tokenizer.h).
+std::map<std::string, std::string> model_dir_files(const LlamaConfig& config, const Tokenizer* tokenizer = nullptr);
+
 /// Writes `weights` (Hugging Face names, e.g. model_state(model) or a plugin's gathered
-/// full_model_state) and the configuration files into `dir`.
+/// full_model_state) and model_dir_files into `dir`.
 void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& weights,
-                     const std::string& dir, const checkpoint::SaveModelOptions& options = {});
+                     const std::string& dir, const checkpoint::SaveModelOptions& options = {},
+                     const Tokenizer* tokenizer = nullptr);
 
 struct LoadedModel {
   LlamaConfig config;

@@ -54,6 +54,22 @@ std::string Tokenizer::piece(int64_t id) const {
   return sp_->IdToPiece(static_cast<int>(id));
 }
 
+std::string Tokenizer::raw_piece(int64_t id) const {
+  COLOSSAL_CHECK(id >= 0 && id < vocab_size(), "[tokenizer] id ", id, " is outside the vocabulary");
+  return sp_->IdToPiece(static_cast<int>(id));
+}
+
+float Tokenizer::score(int64_t id) const { return sp_->GetScore(static_cast<int>(id)); }
+
+Tokenizer::PieceKind Tokenizer::kind(int64_t id) const {
+  const int i = static_cast<int>(id);
+  if (sp_->IsUnknown(i)) return PieceKind::kUnknown;
+  if (sp_->IsControl(i)) return PieceKind::kControl;
+  if (sp_->IsByte(i)) return PieceKind::kByte;
+  if (sp_->IsUnused(i)) return PieceKind::kUnused;
+  return PieceKind::kNormal;
+}
+
 int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int64_t Tokenizer::bos_id() const { return sp_->bos_id(); }
 int64_t Tokenizer::eos_id() const { return sp_->eos_id(); }
@@ -71,12 +87,15 @@ void train_tokenizer(const std::vector<std::string>& corpus, const std::string& 
   }
   COLOSSAL_CHECK(o.model_type == "bpe" || o.model_type == "unigram", "[tokenizer] model_type: expected bpe or unigram, got '",
                  o.model_type, "'");
-  // LLaMA's conventions: unk 0, bos 1, eos 2, no pad, digits split, byte fallback.
+  // LLaMA's conventions: unk 0, bos 1, eos 2, no pad, digits split, byte fallback, and the text as
+  // it is (SentencePiece's default NFKC folding and space collapsing would make our ids differ from
+  // those of Hugging Face's LLaMA tokenizer, which does neither, for the same tokenizer.json).
   std::string args = "--input=" + files + " --model_prefix=" + output_prefix +
                      " --vocab_size=" + std::to_string(o.vocab_size) + " --model_type=" + o.model_type +
                      " --character_coverage=" + std::to_string(o.character_coverage) +
                      " --byte_fallback=" + (o.byte_fallback ? "true" : "false") +
                      " --split_digits=true --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1" +
+                     " --normalization_rule_name=identity --remove_extra_whitespaces=false" +
                      " --input_sentence_size=" + std::to_string(o.max_sentences) +
                      " --shuffle_input_sentence=true --num_threads=" + std::to_string(o.threads) +
                      " --minloglevel=2";

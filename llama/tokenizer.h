@@ -27,6 +27,12 @@ class Tokenizer {
   /// byte pieces "<0xE2>" are raw bytes).
   std::string piece(int64_t id) const;
 
+  /// The SentencePiece piece of `id` as stored ("▁the", "<0x0A>", "<s>") and its score.
+  std::string raw_piece(int64_t id) const;
+  float score(int64_t id) const;
+  enum class PieceKind { kNormal, kUnknown, kControl, kByte, kUnused };
+  PieceKind kind(int64_t id) const;
+
   int64_t vocab_size() const;
   int64_t bos_id() const;
   int64_t eos_id() const;
@@ -49,8 +55,9 @@ struct TrainTokenizerOptions {
   int threads = 2;
 };
 
-/// Trains a LLaMA-style tokenizer (unk 0, bos 1, eos 2, no pad; digits split; byte fallback) on
-/// the text files `corpus` and writes <output_prefix>.model and .vocab.
+/// Trains a LLaMA-style tokenizer (unk 0, bos 1, eos 2, no pad; digits split; byte fallback; text
+/// taken as it is: no Unicode normalisation, runs of spaces kept) on the text files `corpus` and
+/// writes <output_prefix>.model and .vocab.
 void train_tokenizer(const std::vector<std::string>& corpus, const std::string& output_prefix,
                      const TrainTokenizerOptions& options = {});
 

@@ -52,6 +52,7 @@ struct Args {
   bool serve = false;
   std::string host = "127.0.0.1", served_name;
   int port = 8000;
+  double max_body_mib = 4, read_timeout_s = 10, shutdown_grace_s = 10;
 };
 
 sigset_t shutdown_signals() {
@@ -67,6 +68,9 @@ int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const Tokeni
   llama_app::ServerOptions o;
   o.host = a.host;
   o.port = a.port;
+  o.max_body_bytes = static_cast<int64_t>(a.max_body_mib * (1 << 20));
+  o.read_timeout_s = a.read_timeout_s;
+  o.shutdown_grace_s = a.shutdown_grace_s;
   o.model_name = a.served_name.empty() ? a.model.substr(a.model.find_last_of('/') + 1) : a.served_name;
   if (o.model_name.empty()) o.model_name = "llama";
   o.defaults.max_tokens = 16;  // OpenAI's default
@@ -259,6 +263,13 @@ int main(int argc, char** argv) {
   app.add_option("--host", a.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a.port, "port to listen on")->capture_default_str()->check(CLI::Range(1, 65535));
   app.add_option("--served_model_name", a.served_name, "model name in the API (default: the directory's name)");
+  app.add_option("--max_body_mib", a.max_body_mib, "largest request body; larger ones get a 413")
+      ->capture_default_str()->check(CLI::Range(0.001, 1024.0));
+  app.add_option("--read_timeout", a.read_timeout_s, "seconds a client may stay silent in the middle of a request")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--shutdown_grace", a.shutdown_grace_s,
+                 "seconds after SIGTERM (once in-flight requests are answered) before open connections are closed")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
   if (a.serve) {
     // Before any thread exists (LibTorch's pool included), so every thread inherits the mask and

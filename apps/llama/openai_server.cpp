@@ -2,7 +2,14 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <future>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -27,6 +34,70 @@ struct ApiError {
   int status;
   std::string message, param, type = "invalid_request_error", code;
 };
+
+// Response JSON: text that is not valid UTF-8 (a quoted request, a token cut inside a character)
+// becomes U+FFFD instead of an exception that would turn the answer into a 500.
+std::string to_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Offset of the first byte of `s` that is not part of well-formed UTF-8, or npos.
+size_t first_invalid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || (n == 2 && c < 0xc2) || i + n > s.size()) return i;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return i;
+    const auto c1 = static_cast<unsigned char>(s[i + 1 < s.size() ? i + 1 : i]);
+    if ((n == 3 && ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0))) ||  // overlong, surrogates
+        (n == 4 && ((c == 0xf0 && c1 < 0x90) || c > 0xf4 || (c == 0xf4 && c1 >= 0x90))))
+      return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
+// The JSON key whose value holds byte `at` of `body` (the last "key": before it), or "".
+std::string field_at(const std::string& body, size_t at) {
+  std::string field;
+  for (size_t i = 0; i < at && i < body.size(); ++i) {
+    if (body[i] != '"') continue;
+    size_t end = i + 1;
+    while (end < at && body[end] != '"') end += body[end] == '\\' ? 2 : 1;
+    if (end >= at) break;  // `at` is inside this string
+    size_t colon = body.find_first_not_of(" \t\r\n", end + 1);
+    if (colon != std::string::npos && body[colon] == ':') field = body.substr(i + 1, end - i - 1);
+    i = end;
+  }
+  return field;
+}
+
+// Shuts down every TCP connection of this process whose local port is `port`. cpp-httplib keeps
+// accepted sockets to itself, so they are found among the process's descriptors; shutdown()
+// (not close) wakes a worker blocked reading one, and the worker then closes it as usual.
+int close_connections_on_port(int port) {
+  int closed = 0;
+  std::vector<int> fds;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (dirent* e = ::readdir(dir))
+      if (e->d_name[0] != '.') fds.push_back(std::atoi(e->d_name));
+    ::closedir(dir);
+  }
+  for (int fd : fds) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    int local = addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                             : -1;
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof(peer);
+    if (local == port && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0) {
+      ::shutdown(fd, SHUT_RDWR);
+      ++closed;
+    }
+  }
+  return closed;
+}
 
 json error_body(const ApiError& e) {
   return {{"error",
@@ -99,7 +170,7 @@ struct OpenAIServer::State {
   std::thread engine_thread;
   std::mutex wake_mu;
   std::condition_variable wake;
-  std::atomic<bool> stopping{false}, quit{false};
+  std::atomic<bool> stopping{false}, quit{false}, stop_requested{false};
   std::atomic<int64_t> in_flight{0};
 
   std::mutex metrics_mu;  // everything below
@@ -212,6 +283,13 @@ struct OpenAIServer::State {
   }
 
   static json parse_body(const httplib::Request& req) {
+    if (size_t bad = first_invalid_utf8(req.body); bad != std::string::npos) {
+      const std::string field = field_at(req.body, bad);
+      throw ApiError{400,
+                     "request body is not valid UTF-8 (byte " + std::to_string(bad) +
+                         (field.empty() ? std::string(")") : ", in the value of \"" + field + "\")"),
+                     field};
+    }
     json b;
     try {
       b = json::parse(req.body);
@@ -273,7 +351,7 @@ struct OpenAIServer::State {
     const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
     if (stopping.load()) {
       res.status = 503;
-      res.set_content(error_body({503, "the server is shutting down", "", "server_error"}).dump(), "application/json");
+      res.set_content(to_text(error_body({503, "the server is shutting down", "", "server_error"})), "application/json");
       count(endpoint, 503);
       return;
     }
@@ -315,7 +393,7 @@ struct OpenAIServer::State {
       }
     } catch (const ApiError& e) {
       res.status = e.status;
-      res.set_content(error_body(e).dump(), "application/json");
+      res.set_content(to_text(error_body(e)), "application/json");
       count(endpoint, e.status);
       return;
     }
@@ -367,7 +445,7 @@ struct OpenAIServer::State {
                             {"model", self->options.model_name},
                             {"choices", {choice}}};
               if (e.finished) chunk["usage"] = self->usage(prompt_tokens, completion);
-              std::string line = "data: " + chunk.dump() + "\n\n";
+              std::string line = "data: " + to_text(chunk) + "\n\n";
               if (!sink.write(line.data(), line.size())) return false;
               if (e.finished) {
                 static const std::string done = "data: [DONE]\n\n";
@@ -409,7 +487,7 @@ struct OpenAIServer::State {
                          {"model", self->options.model_name},
                          {"choices", {choice}},
                          {"usage", self->usage(prompt_tokens, static_cast<int64_t>(pieces.size()))}};
-            std::string s = body.dump();
+            std::string s = to_text(body);
             if (!sink.write(s.data(), s.size())) return false;
             sink.done();
             return true;
@@ -458,7 +536,7 @@ OpenAIServer::OpenAIServer(inference::Engine& engine, std::shared_ptr<const llam
   s->svr.Get("/v1/models", [s](const httplib::Request&, httplib::Response& r) {
     json body = {{"object", "list"},
                  {"data", {{{"id", s->options.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "colossal-cpp"}}}}};
-    r.set_content(body.dump(), "application/json");
+    r.set_content(to_text(body), "application/json");
   });
   s->svr.Get("/health", [s](const httplib::Request&, httplib::Response& r) {
     if (s->stopping.load()) {
@@ -471,11 +549,48 @@ OpenAIServer::OpenAIServer(inference::Engine& engine, std::shared_ptr<const llam
   s->svr.Get("/metrics", [s](const httplib::Request&, httplib::Response& r) {
     r.set_content(s->metrics_text(), "text/plain; version=0.0.4");
   });
-  s->svr.set_error_handler([](const httplib::Request&, httplib::Response& r) {
-    if (r.body.empty()) {
-      r.set_content(error_body({r.status, "no route for this method and path (" + std::to_string(r.status) + ")"}).dump(),
+  // The right method on the wrong path is a 404; the wrong method on a known path a 405.
+  auto wrong_method = [](const char* allowed) {
+    return [allowed](const httplib::Request& q, httplib::Response& r) {
+      r.status = 405;
+      r.set_header("Allow", allowed);
+      r.set_content(to_text(error_body({405, q.method + " is not allowed on " + q.path + " (use " + allowed + ")"})),
                     "application/json");
+    };
+  };
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    s->svr.Get(path, wrong_method("POST"));
+    s->svr.Put(path, wrong_method("POST"));
+    s->svr.Delete(path, wrong_method("POST"));
+  }
+  for (const char* path : {"/v1/models", "/health", "/metrics"}) {
+    s->svr.Post(path, wrong_method("GET"));
+    s->svr.Put(path, wrong_method("GET"));
+    s->svr.Delete(path, wrong_method("GET"));
+  }
+  s->svr.set_payload_max_length(static_cast<size_t>(s->options.max_body_bytes));
+  const auto read_timeout = std::chrono::milliseconds(static_cast<int64_t>(s->options.read_timeout_s * 1000));
+  s->svr.set_read_timeout(read_timeout);
+  s->svr.set_keep_alive_timeout(std::max<time_t>(1, static_cast<time_t>(s->options.read_timeout_s)));
+  s->svr.set_error_handler([s](const httplib::Request& q, httplib::Response& r) {
+    if (!r.body.empty()) return;
+    std::string message = r.status == 413 ? "request body is larger than the limit of " +
+                                                std::to_string(s->options.max_body_bytes) + " bytes (--max_body_mib)"
+                          : r.status == 404 ? "no route for " + q.method + " " + q.path
+                                            : "the request could not be read (" + std::to_string(r.status) + ")";
+    r.set_content(to_text(error_body({r.status, message})), "application/json");
+  });
+  s->svr.set_exception_handler([](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = error_text(e);
+    } catch (...) {
     }
+    COLOSSAL_LOG_ERROR("[serve] internal error: ", what);
+    r.status = 500;
+    r.set_content(to_text(error_body({500, "internal error: " + what, "", "server_error"})), "application/json");
   });
 }
 
@@ -492,7 +607,27 @@ void OpenAIServer::serve() {
                  s->options.host, ":", s->options.port, " (in use, or not an address of this machine)");
   std::fprintf(stderr, "[infer_llama] serving '%s' on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions)\n",
                s->options.model_name.c_str(), s->options.host.c_str(), s->options.port);
-  s->svr.listen_after_bind();
+  std::promise<void> done;
+  auto listening = done.get_future();
+  std::thread listener([s, &done] {
+    s->svr.listen_after_bind();  // returns once stop() closed the socket and every connection ended
+    done.set_value();
+    s->stop_requested.store(true);  // also when listening failed on its own
+    s->wake.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(s->wake_mu);
+    while (!s->stop_requested.load()) s->wake.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  // Connections still open a grace period after stop() (idle keep-alive, a client trickling its
+  // headers) are closed from our side so the listener's workers see end-of-file and finish.
+  const auto grace = std::chrono::milliseconds(static_cast<int64_t>(s->options.shutdown_grace_s * 1000));
+  if (listening.wait_for(grace) != std::future_status::ready) {
+    int closed = close_connections_on_port(s->options.port);
+    std::fprintf(stderr, "[infer_llama] closed %d connection(s) still open %.0f s after the stop\n", closed,
+                 s->options.shutdown_grace_s);
+  }
+  listener.join();
   s->quit.store(true);
   s->wake.notify_all();
   s->engine_thread.join();
@@ -504,6 +639,8 @@ void OpenAIServer::stop() {
   // Drain: in-flight requests finish (their clients get the whole answer), then stop listening.
   while (s->in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   s->svr.stop();
+  s->stop_requested.store(true);
+  s->wake.notify_all();
 }
 
 }  // namespace colossal::llama_app

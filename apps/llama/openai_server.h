@@ -5,8 +5,10 @@
 //   GET  /v1/models, /health, /metrics (Prometheus text)
 // Bad JSON, missing or out-of-range fields and over-long prompts get a 400 with an OpenAI-style
 // error body; the server keeps serving. A client that disconnects cancels its request (its KV
-// blocks are freed). stop() (SIGTERM) refuses new requests, lets in-flight ones finish, then
-// returns from serve().
+// blocks are freed). Bodies that are not UTF-8 get a 400 naming the field, bodies over the
+// limit a 413, a known path with the wrong method a 405; a client that stops sending mid-request
+// is dropped after the read timeout. stop() (SIGTERM) refuses new requests, lets in-flight ones
+// finish, then returns from serve(), closing connections still open after the grace period.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -21,6 +23,9 @@ struct ServerOptions {
   int port = 8000;
   std::string model_name = "llama";
   int http_threads = 128;  // each streaming client holds one while it streams
+  int64_t max_body_bytes = int64_t{4} << 20;  // larger request bodies get a 413
+  double read_timeout_s = 10;                 // a client silent this long mid-request is dropped
+  double shutdown_grace_s = 10;               // after stop(), connections still open are closed
   inference::SamplingParams defaults;  // fields a request leaves out
 };
 

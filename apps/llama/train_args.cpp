@@ -97,7 +97,10 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--config", a.config, "YAML or JSON file with any of these settings (flags override it)");
   app.add_option("--pretrained", a.pretrained, "Hugging Face model directory to start from");
   app.add_option("--model_config", a.model_config, "config.json of a model to train from scratch");
-  app.add_option("--load_checkpoint", a.load_checkpoint, "checkpoint to resume (root or step directory)");
+  app.add_option("--load_checkpoint", a.load_checkpoint,
+                 "checkpoint to resume (root or step directory); auto: the newest in the save directory, if any "
+                 "(a restarted job continues); none: start over")
+      ->capture_default_str();
   app.add_option("--dataset,--data", a.dataset, "JSONL training files (default: the built-in corpus)");
   app.add_option("--eval_dataset", a.eval_dataset, "JSONL evaluation file");
   app.add_option("--tokenizer", a.tokenizer, "SentencePiece tokenizer.model");

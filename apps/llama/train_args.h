@@ -13,7 +13,7 @@ struct TrainArgs {
   // Model and data
   std::string pretrained;       // Hugging Face directory to start from (config, weights, tokenizer)
   std::string model_config;     // config.json for a model trained from scratch (default: a small one)
-  std::string load_checkpoint;  // Booster checkpoint to resume (a step directory or its root)
+  std::string load_checkpoint = "auto";  // a checkpoint (root or step directory), auto or none
   std::vector<std::string> dataset;  // JSONL; empty: the built-in corpus
   std::string eval_dataset;          // JSONL; empty: the built-in held-out split (if built in)
   std::string tokenizer;             // tokenizer.model; empty: from --pretrained, else train one

@@ -14,11 +14,13 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <optional>
 
+#include "apps/common/resume.h"
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
 #include "core/booster/loss_guard.h"
@@ -282,10 +284,13 @@ int run(TrainArgs& a) {
   }
 
   int64_t first_step = 1;
-  if (!a.load_checkpoint.empty()) {
-    auto state = booster.load_checkpoint(b, a.load_checkpoint);
+  if (const auto resume = colossal::apps::resolve_resume(a.load_checkpoint, a.save_dir); !resume.checkpoint.empty()) {
+    auto state = booster.load_checkpoint(b, resume.checkpoint);
     first_step = state.step + 1;
-    if (r == 0) std::printf("resumed: %s at step %ld (epoch %ld)\n", a.load_checkpoint.c_str(), state.step, state.epoch);
+    if (r == 0) {
+      std::printf("resumed: %s at step %ld (epoch %ld)%s\n", resume.checkpoint.c_str(), state.step, state.epoch,
+                  resume.automatic ? " (--load_checkpoint auto; --load_checkpoint none starts over)" : "");
+    }
   }
 
   // MFU's denominator: every rank's fp32 matrix-product rate, measured now on its threads.
@@ -338,6 +343,8 @@ int run(TrainArgs& a) {
     return idx;
   };
 
+  // Every checkpoint's model/ opens as a model: config and tokenizer files beside the weights.
+  const auto model_files = model_dir_files(cfg, &tok);
   colossal::booster::LossGuard loss_guard(
       {.precision = a.plugin.precision,
        .advice = a.save_interval > 0 ? "Checkpoints in " + a.save_dir + " are as they were before this step" : ""});
@@ -364,9 +371,13 @@ int run(TrainArgs& a) {
       if (micro + 1 < a.accumulation_steps) booster.no_sync(*b.optimizer, run_micro);
       else run_micro();
     }
-    // A NaN/Inf loss stops every rank here, before it reaches the weights (fp16: the scaler skips).
-    const bool finite = loss_guard.check(loss_sum, step);
-    double norm = finite && a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
+    // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
+    // The norm is measured every step (clipping at infinity when --grad_clip is 0): NaN gradients
+    // can come with a finite loss.
+    const double norm = booster.clip_grad_norm(
+        *b.optimizer, a.grad_clip > 0 ? a.grad_clip : std::numeric_limits<double>::infinity());
+    const bool finite = loss_guard.check(loss_sum, norm, step);
+    (void)finite;  // false only under fp16, where the optimizer's scaler skips the step
     double lr = b.lr_scheduler->lr();
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();
@@ -388,7 +399,7 @@ int run(TrainArgs& a) {
     if (a.eval_interval > 0 && step % a.eval_interval == 0 && step != total_steps) report_eval(step);
     if (a.save_interval > 0 && step % a.save_interval == 0 && step != total_steps) {
       booster.save_checkpoint(b, a.save_dir, {.step = step, .epoch = sampler->epoch()},
-                              {.keep_last = static_cast<int>(a.keep_checkpoints)});
+                              {.keep_last = static_cast<int>(a.keep_checkpoints), .model_files = model_files});
       progress.event("checkpoint", step, {}, a.save_dir + "/step-" + std::to_string(step));
     }
     if (window_steps == 0 || (a.eval_interval > 0 && step % a.eval_interval == 0) ||
@@ -400,7 +411,7 @@ int run(TrainArgs& a) {
   if (first_step <= total_steps) {
     report_eval(total_steps);
     booster.save_checkpoint(b, a.save_dir, {.step = total_steps, .epoch = sampler->epoch()},
-                            {.keep_last = static_cast<int>(a.keep_checkpoints)});
+                            {.keep_last = static_cast<int>(a.keep_checkpoints), .model_files = model_files});
     progress.event("checkpoint", total_steps, {{"seconds", elapsed(t0)}},
                    a.save_dir + "/step-" + std::to_string(total_steps));
   }
@@ -409,9 +420,9 @@ int run(TrainArgs& a) {
   auto state = b.optimizer->model_wrapper().model_state_to_save(*model);
   std::string out = a.output + "/model";
   if (r == 0) {
-    save_pretrained(cfg, state, out);
-    colossal::fs::copy_file(a.tokenizer, out + "/tokenizer.model");
-    std::printf("saved: %s (config.json, generation_config.json, model.safetensors, tokenizer.model)\n", out.c_str());
+    save_pretrained(cfg, state, out, {}, &tok);
+    std::printf("saved: %s (config.json, generation_config.json, model.safetensors, tokenizer.model, tokenizer.json, "
+                "tokenizer_config.json)\n", out.c_str());
   }
   dist::barrier(dist::world_group());
   if (a.sample_tokens > 0 && r == 0) {

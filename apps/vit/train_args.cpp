@@ -138,7 +138,10 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--seed", a.seed, "random seed (weights, order, augmentation)")->capture_default_str();
   app.add_option("--save_dir", a.save_dir, "checkpoints/, model/ and the confusion matrix go here")
       ->capture_default_str();
-  app.add_option("--load_checkpoint", a.load_checkpoint, "checkpoint to resume (root or step directory)");
+  app.add_option("--load_checkpoint", a.load_checkpoint,
+                 "checkpoint to resume (root or step directory); auto: the newest in the save directory, if any "
+                 "(a restarted job continues); none: start over")
+      ->capture_default_str();
   app.add_option("--log_interval", a.log_interval, "steps between progress updates")->capture_default_str();
   app.add_option("--log_file", a.log_file, "append metrics as JSON lines");
   app.add_option("--keep_checkpoints", a.keep_checkpoints, "checkpoints kept (0: all)")->capture_default_str();

@@ -45,7 +45,7 @@ struct TrainArgs {
   uint64_t seed = 42;
   // Output
   std::string save_dir = "out/vit";  // checkpoints/, model/, confusion_matrix.{csv,png}
-  std::string load_checkpoint;
+  std::string load_checkpoint = "auto";  // a checkpoint (root or step directory), auto or none
   int64_t log_interval = 20;
   std::string log_file;
   int64_t keep_checkpoints = 2;

@@ -11,12 +11,14 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 #include <functional>
 #include <optional>
 
+#include "apps/common/resume.h"
 #include "apps/vit/train_args.h"
 #include "core/booster/booster.h"
 #include "core/booster/loss_guard.h"
@@ -347,10 +349,13 @@ int train(TrainArgs& a) {
   const auto stage = stage_functions(model, a.label_smoothing);
   const int64_t microbatches = pipelined ? pipeline.microbatches_for(a.batch_size) : 1;
   int64_t first_step = 1;
-  if (!a.load_checkpoint.empty()) {
-    auto state = booster.load_checkpoint(b, a.load_checkpoint);
+  if (const auto resume = colossal::apps::resolve_resume(a.load_checkpoint, a.save_dir + "/checkpoints"); !resume.checkpoint.empty()) {
+    auto state = booster.load_checkpoint(b, resume.checkpoint);
     first_step = state.step + 1;
-    if (r == 0) std::printf("resumed: %s at step %ld (epoch %ld)\n", a.load_checkpoint.c_str(), state.step, state.epoch);
+    if (r == 0) {
+      std::printf("resumed: %s at step %ld (epoch %ld)%s\n", resume.checkpoint.c_str(), state.step, state.epoch,
+                  resume.automatic ? " (--load_checkpoint auto; --load_checkpoint none starts over)" : "");
+    }
   }
 
   // The loader runs ahead of the loop on its own copy of the sampler; the Booster's sampler
@@ -476,9 +481,13 @@ int train(TrainArgs& a) {
       booster.backward(l, *b.optimizer);
       loss = l.item<double>();
     }
-    // A NaN/Inf loss stops every rank here, before it reaches the weights (fp16: the scaler skips).
-    const bool finite = loss_guard.check(loss, step);
-    double norm = finite && a.grad_clip > 0 ? booster.clip_grad_norm(*b.optimizer, a.grad_clip) : 0;
+    // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
+    // The norm is measured every step (clipping at infinity when --grad_clip is 0): NaN gradients
+    // can come with a finite loss.
+    const double norm = booster.clip_grad_norm(
+        *b.optimizer, a.grad_clip > 0 ? a.grad_clip : std::numeric_limits<double>::infinity());
+    const bool finite = loss_guard.check(loss, norm, step);
+    (void)finite;  // false only under fp16, where the optimizer's scaler skips the step
     double lr = b.lr_scheduler->lr();
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();
@@ -500,7 +509,7 @@ int train(TrainArgs& a) {
       std::vector<std::pair<std::string, double>> metrics = {
           {"loss", t[0].item<double>() / std::max(1.0, seen)}, {"acc", t[1].item<double>() / std::max(1.0, seen)},
           {"lr", lr}, {"images/s", seen / s}, {"mem_gib", colossal::resident_gib()}};
-      if (a.grad_clip > 0) metrics.insert(metrics.begin() + 3, {"grad_norm", norm});  // measured only when clipping
+      metrics.insert(metrics.begin() + 3, {"grad_norm", norm});
       if (!stepped) metrics.push_back({"skipped", 1});
       progress.step(step, metrics);
       window_loss = window_correct = window_images = 0;

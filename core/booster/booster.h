@@ -20,7 +20,9 @@
 
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -72,7 +74,10 @@ struct CheckpointOptions {
   // memory (one checkpoint's worth of extra memory, reported by last_snapshot_bytes()); the next
   // save, wait_for_checkpoint() or the Booster's destruction waits for the writing to finish.
   bool async = false;
-  void validate() const;  // keep_last >= 0, and the model options'
+  // Files written beside the weights in step-N/model/ (name -> bytes) before the checkpoint
+  // counts as complete, so any step opens as a model: an application's config.json, tokenizer...
+  std::map<std::string, std::string> model_files;
+  void validate() const;  // keep_last >= 0, the model options', plain file names
 };
 
 /// Disables gradient synchronisation until destroyed.
@@ -138,6 +143,9 @@ class Booster {
   /// objects and returns the training state. RNG states are restored per rank when the world
   /// size is unchanged.
   TrainingState load_checkpoint(Boosted& boosted, const std::string& root);
+  /// The step directory `root`/latest names when it is a complete checkpoint, else nothing: what
+  /// `--load_checkpoint auto` resumes from (a restarted job continues where it last saved).
+  static std::optional<std::string> latest_checkpoint(const std::string& root);
   /// Blocks until an asynchronous save has finished; rethrows its error.
   void wait_for_checkpoint();
   /// Bytes the last asynchronous save held in memory for its snapshot.

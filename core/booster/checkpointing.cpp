@@ -123,6 +123,7 @@ struct Snapshot {
 void write_rank_files(const Snapshot& s) {
   if (s.rank == 0) {
     checkpoint::save_model_state(s.model, s.dir + "/model", s.options.model);
+    for (const auto& [name, bytes] : s.options.model_files) checkpoint::write_text_atomically(s.dir + "/model/" + name, bytes);
     checkpoint::write_text_atomically(s.dir + "/state.json", s.state_json);
   }
   write_optimizer_files(s.optimizer, s.dir, s.rank);
@@ -161,6 +162,11 @@ void Booster::wait_for_checkpoint() {
 void CheckpointOptions::validate() const {
   COLOSSAL_CHECK(keep_last >= 0, "[checkpoint] keep_last: expected >= 0 (0 keeps every checkpoint), got ", keep_last);
   model.validate();
+  for (const auto& [name, bytes] : model_files) {
+    COLOSSAL_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
+                       name.rfind("model", 0) != 0,
+                   "[checkpoint] model_files: '", name, "' must be a plain file name not starting with 'model'");
+  }
 }
 
 void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const TrainingState& state,
@@ -281,6 +287,16 @@ checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::n
       checkpoint::load_state_into(wrapper.full_model_state(model), dir, options, wrapper.state_held_elsewhere());
   wrapper.after_model_load();
   return report;
+}
+
+std::optional<std::string> Booster::latest_checkpoint(const std::string& root) {
+  struct stat st {};
+  if (root.empty() || ::stat((root + "/latest").c_str(), &st) != 0) return std::nullopt;
+  std::string latest = read_text(root + "/latest");
+  latest.erase(latest.find_last_not_of(" \n\r\t") + 1);
+  const std::string dir = root + "/" + latest;
+  if (latest.empty() || !is_dir(dir + "/model") || ::stat((dir + "/state.json").c_str(), &st) != 0) return std::nullopt;
+  return dir;
 }
 
 TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {

@@ -10,12 +10,16 @@
 
 namespace colossal::booster {
 
-bool LossGuard::check(double local_loss, int64_t step) {
+namespace {
+std::string describe(double v) { return std::isnan(v) ? "NaN" : std::isinf(v) ? "Inf" : c10::str(v); }
+}  // namespace
+
+bool LossGuard::check(double local_loss, double grad_norm, int64_t step) {
   const bool distributed = dist::is_initialized() && dist::world_size() > 1;
   const int world = distributed ? dist::world_size() : 1;
   const int me = distributed ? dist::rank() : 0;
   auto seen = torch::zeros({world}, torch::kFloat32);
-  seen[me] = std::isfinite(local_loss) ? 0.0f : 1.0f;
+  seen[me] = std::isfinite(local_loss) && std::isfinite(grad_norm) ? 0.0f : 1.0f;
   if (distributed) dist::all_reduce(seen, dist::world_group(), dist::ReduceOp::kSum);
   std::string ranks;
   auto flags = seen.accessor<float, 1>();
@@ -27,8 +31,11 @@ bool LossGuard::check(double local_loss, int64_t step) {
   }
   ++consecutive_;
   if (options_.precision == "fp16" && consecutive_ <= options_.max_fp16_skips) return false;
-  COLOSSAL_FAIL("[train] step ", step, ": the loss is ", std::isnan(local_loss) ? "NaN" : (std::isinf(local_loss) ? "Inf" : "non-finite"),
-                world > 1 ? c10::str(" (seen on rank ", ranks, ")") : std::string(),
+  const std::string what = !std::isfinite(local_loss) ? "the loss is " + describe(local_loss)
+                           : !std::isfinite(grad_norm) ? "the gradient norm is " + describe(grad_norm) + " (loss " +
+                                                             describe(local_loss) + ")"
+                                                       : std::string("the loss or the gradients are not finite");
+  COLOSSAL_FAIL("[train] step ", step, ": ", what, world > 1 ? c10::str(" (seen on rank ", ranks, ")") : std::string(),
                 options_.precision == "fp16" ? c10::str(" for ", consecutive_, " steps in a row") : std::string(),
                 "; stopped before the optimizer step, so no NaN reaches the weights or a checkpoint. "
                 "Try a lower learning rate, gradient clipping, or bf16",

@@ -1,8 +1,9 @@
 #pragma once
-// Stops a run whose loss went NaN or Inf before the optimizer turns it into NaN weights and the
-// next save overwrites good checkpoints with them. Every rank calls check() once per step with
-// its local loss; the ranks agree (one small all-reduce over the world) so all stop together,
-// and the message names the ranks that saw it.
+// Stops a run whose loss or gradients went NaN or Inf before the optimizer turns them into NaN
+// weights (and the next save into a NaN checkpoint). Every rank calls check() once per step with
+// its local loss and the gradient norm; the ranks agree (one small all-reduce over the world) so
+// all stop together, and the message names the ranks that saw it. The loss alone is not enough:
+// a learning rate far too high gives finite losses with NaN gradients.
 //
 // Under fp16 the loss scaler already skips a step whose gradients overflowed, so a non-finite
 // loss is tolerated there for a few consecutive steps (the scale drops meanwhile); past that the
@@ -21,9 +22,9 @@ struct LossGuardOptions {
 class LossGuard {
  public:
   explicit LossGuard(LossGuardOptions options) : options_(std::move(options)) {}
-  /// True when every rank's loss is finite; false when a rank's is not and fp16 tolerates it
-  /// (the caller lets the scaler skip the step). Throws when the run must stop.
-  bool check(double local_loss, int64_t step);
+  /// True when every rank's loss and gradient norm are finite; false when one is not and fp16
+  /// tolerates it (the caller lets the scaler skip the step). Throws when the run must stop.
+  bool check(double local_loss, double grad_norm, int64_t step);
 
  private:
   LossGuardOptions options_;

@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <tuple>
 
+#include "core/checkpoint/integrity.h"
 #include "llama/dataset.h"
 #include "tests/support/errors.h"
 
@@ -63,6 +68,71 @@ TEST(Dataset, PretrainingPacksCachesAndReportsBadLines) {
   auto changed = TokenDataset::open(o, *f.tok);
   EXPECT_FALSE(changed.reused_cache()) << "a changed input gets a new key";
   EXPECT_NE(changed.cache_key(), d.cache_key());
+}
+
+// A damaged cache is never trained on: each kind of damage is named in a warning and the cache
+// is rebuilt, giving the same batches as before.
+TEST(Dataset, ADamagedTokenCacheIsRebuiltWithTheReason) {
+  Fixture f;
+  std::string jsonl = f.dir + "/cache_me.jsonl";
+  {
+    std::ofstream out(jsonl);
+    for (int i = 0; i < 20; ++i) out << "{\"text\": \"the quick brown fox jumps over the lazy dog " << i << "\"}\n";
+  }
+  DatasetOptions o;
+  o.files = {jsonl};
+  o.cache_dir = f.dir + "/cache";
+  o.max_length = 8;
+  const auto clean = TokenDataset::open(o, *f.tok);
+  const auto want = clean.batch({0, 1, 2});
+  const std::string base = o.cache_dir + "/" + clean.cache_key();
+  const int64_t n = clean.num_tokens();
+  auto rewrite = [](const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // Random ids inside the vocabulary, a consistent description: only the vocabulary check can tell.
+  auto ids_outside_vocabulary = [&] {
+    std::vector<int32_t> ids(n, 7);
+    ids[n / 2] = 5000;
+    std::string bytes(reinterpret_cast<const char*>(ids.data()), ids.size() * 4);
+    rewrite(base + ".tokens", bytes);
+    auto meta = nlohmann::json::parse(read(base + ".json"));
+    meta["crc32c"]["tokens"] = checkpoint::crc32c(bytes.data(), bytes.size());
+    rewrite(base + ".json", meta.dump());
+  };
+  const std::vector<std::tuple<std::string, std::function<void()>, std::string>> damage = {
+      {"random valid ids", [&] {
+         std::vector<int32_t> ids(n);
+         for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7919) % 300);
+         rewrite(base + ".tokens", std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+       }, "'" + base + ".tokens' does not match its checksum"},
+      {"truncated tokens", [&] { rewrite(base + ".tokens", read(base + ".tokens").substr(0, 40)); },
+       "'" + base + ".tokens' has 40 bytes, expected " + std::to_string(n * 4)},
+      {"empty mask", [&] { rewrite(base + ".mask", ""); },
+       "'" + base + ".mask' has 0 bytes, expected " + std::to_string(n)},
+      {"corrupt description", [&] { rewrite(base + ".json", "{\"files\": [\"x\""); },
+       "'" + base + ".json' is not valid JSON"},
+      {"missing mask", [&] { std::remove((base + ".mask").c_str()); }, "'" + base + ".mask' is missing"},
+      {"ids outside the vocabulary", ids_outside_vocabulary,
+       "'" + base + ".tokens' holds id 5000, outside the tokenizer's vocabulary [0, 320)"},
+  };
+  for (const auto& [what, apply, reason] : damage) {
+    apply();
+    ::testing::internal::CaptureStderr();
+    auto d = TokenDataset::open(o, *f.tok);
+    const std::string warning = ::testing::internal::GetCapturedStderr();
+    EXPECT_FALSE(d.reused_cache()) << what;
+    EXPECT_NE(warning.find("token cache " + reason), std::string::npos) << what << ": " << warning;
+    EXPECT_NE(warning.find("tokenising " + jsonl + " again"), std::string::npos) << what << ": " << warning;
+    EXPECT_EQ(d.num_tokens(), n) << what;
+    auto got = d.batch({0, 1, 2});
+    EXPECT_TRUE(torch::equal(got.input_ids, want.input_ids) && torch::equal(got.labels, want.labels)) << what;
+    EXPECT_TRUE(TokenDataset::open(o, *f.tok).reused_cache()) << what << ": the rebuilt cache is used again";
+  }
 }
 
 TEST(Dataset, FineTuningKeepsLossOnAssistantTurnsOnly) {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
@@ -77,7 +78,9 @@ Launch launch(const std::string& name, int ranks, const std::string& flags, cons
   std::string cmd = prefix + bin + "/train_llama --dataset " + w.train + " --eval_dataset " +
                     (eval_dataset.empty() ? w.valid : eval_dataset) +
                     " --tokenizer " + w.tokenizer + (pretrained ? "" : " --model_config " + w.model_config) +
-                    " --max_length 64 --lr 3e-3 --warmup_steps 2 --sample_tokens 0 --log_interval 1 --output " + out +
+                    " --max_length 64" + (flags.find("--lr ") == std::string::npos ? " --lr 3e-3" : "") +
+                    (flags.find("--warmup_steps ") == std::string::npos ? " --warmup_steps 2" : "") +
+                    " --sample_tokens 0 --log_interval 1 --output " + out +
                     " --log_file " + log + " " + flags + " > " + out + ".out 2>&1";
   Launch run{std::system(cmd.c_str()), cmd, ""};
   std::ifstream so(out + ".out");
@@ -249,6 +252,128 @@ TEST(TrainLlama, InferLlamaRefusesFlagsOutOfRange) {
   }
 }
 
+// A diverging run (a learning rate of 1e30: the loss stays finite, the gradients turn NaN) stops
+// on every rank at that step, names it, and writes no model: the earlier checkpoints stay the
+// last ones, and they hold finite weights.
+TEST(TrainLlama, NaNGradientsStopTheRunBeforeTheyReachACheckpoint) {
+  const auto run = launch("diverge", 2, "--max_steps 8 --lr 1e30 --warmup_steps 0 --save_interval 1");
+  EXPECT_NE(run.rc, 0) << run.output;
+  EXPECT_NE(run.output.find("the gradient norm is NaN"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("stopped before the optimizer step"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("saved: "), std::string::npos) << run.output;
+  const std::string out = workspace().dir + "/diverge";
+  EXPECT_FALSE(std::filesystem::exists(out + "/model/model.safetensors")) << run.output;
+  // Whatever step checkpoints exist hold finite weights (loading verifies that).
+  for (const auto& entry : std::filesystem::directory_iterator(out + "/checkpoints")) {
+    if (!std::filesystem::exists(entry.path() / "model")) continue;
+    checkpoint::CheckpointReader reader((entry.path() / "model").string());
+    for (const auto& name : reader.names()) EXPECT_NO_THROW(reader.view(name)) << entry.path() << " " << name;
+  }
+}
+
+// A model directory whose weights hold NaN (written elsewhere, without checksums), or whose file
+// has a flipped byte, is refused by infer_llama with the file and the tensor, not served as "⁇".
+TEST(TrainLlama, InferLlamaRefusesNonFiniteOrDamagedWeights) {
+  const auto& w = workspace();
+  const std::string bin = testing::binary_dir();
+  auto make_model = [&](const std::string& dir) {
+    torch::manual_seed(5);
+    LlamaForCausalLM model(LlamaConfig::from_json_file(w.model_config));
+    save_pretrained(LlamaConfig::from_json_file(w.model_config), checkpoint::model_state(*model), dir);
+    (void)!std::system(("cp '" + w.tokenizer + "' '" + dir + "/tokenizer.model'").c_str());
+  };
+  auto infer = [&](const std::string& dir) {
+    const std::string cmd = bin + "/infer_llama --model " + dir + " --max_new_tokens 4 --prompt hi > " + dir +
+                            "/out.txt 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream in(dir + "/out.txt");
+    return std::pair{rc, std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>())};
+  };
+  const std::string victim = "model.layers.1.mlp.down_proj.weight";
+  // NaN in a region of one tensor, in a file rewritten the way another tool would (no checksums).
+  const std::string nan_dir = w.dir + "/nan_model";
+  make_model(nan_dir);
+  {
+    checkpoint::NamedTensors tensors;
+    auto file = checkpoint::SafetensorsFile::open(nan_dir + "/model.safetensors");
+    nlohmann::json header = nlohmann::json::object();
+    int64_t offset = 0;
+    for (const auto& info : file->tensors()) {
+      auto t = file->load(info.name);
+      if (info.name == victim) t.view({-1}).narrow(0, 10, 6).fill_(std::numeric_limits<float>::quiet_NaN());
+      const int64_t bytes = t.numel() * t.element_size();
+      header[info.name] = {{"dtype", "F32"}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+      offset += bytes;
+      tensors.emplace_back(info.name, t);
+    }
+    file.reset();
+    const std::string text = header.dump();
+    std::ofstream out(nan_dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
+    const uint64_t len = text.size();
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out << text;
+    for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+  }
+  auto [rc, text] = infer(nan_dir);
+  EXPECT_NE(rc, 0) << text;
+  EXPECT_NE(text.find("tensor '" + victim + "' holds 6 NaN/Inf values"), std::string::npos) << text;
+  EXPECT_NE(text.find(nan_dir + "/model.safetensors"), std::string::npos) << text;
+  // One flipped byte in a file we wrote.
+  const std::string flip_dir = w.dir + "/flipped_model";
+  make_model(flip_dir);
+  int64_t at = 0;
+  {
+    auto file = checkpoint::SafetensorsFile::open(flip_dir + "/model.safetensors");
+    at = file->find(victim)->begin + 101;
+  }
+  {
+    std::fstream f(flip_dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_len = 0;
+    f.read(reinterpret_cast<char*>(&header_len), 8);
+    f.seekg(static_cast<std::streamoff>(8 + header_len + at));
+    const char old = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(8 + header_len + at));
+    f.put(static_cast<char>(old ^ 0x04));
+  }
+  std::tie(rc, text) = infer(flip_dir);
+  EXPECT_NE(rc, 0) << text;
+  EXPECT_NE(text.find("tensor '" + victim + "' does not match its checksum"), std::string::npos) << text;
+}
+
+// A rank killed mid-run under `colossal run --max_restarts 1`: the restarted ranks continue from
+// the newest checkpoint by themselves (--load_checkpoint auto, the default) and end on the same
+// loss as a run that was never interrupted.
+TEST(TrainLlama, ARestartedJobResumesFromItsNewestCheckpoint) {
+  const auto reference = losses(train("uninterrupted", 2, "--max_steps 40 --save_interval 10"));
+  const auto& w = workspace();
+  const std::string out = w.dir + "/restarted";
+  (void)!std::system(("rm -rf '" + out + "'").c_str());
+  const std::string bin = testing::binary_dir();
+  const std::string train = bin + "/train_llama --dataset " + w.train + " --eval_dataset " + w.valid + " --tokenizer " +
+                            w.tokenizer + " --model_config " + w.model_config +
+                            " --max_length 64 --lr 3e-3 --warmup_steps 2 --sample_tokens 0 --log_interval 1"
+                            " --max_steps 40 --save_interval 10 --output " + out + " --log_file " + out + ".jsonl";
+  // First attempt: rank 1 is killed once a checkpoint exists (`latest` is written).
+  const std::string script = "if [ $TORCHELASTIC_RESTART_COUNT = 0 ] && [ $RANK = 1 ]; then (while [ ! -f " + out +
+                             "/checkpoints/latest ]; do sleep 0.02; done; kill -9 $$) & fi; exec " + train;
+  const std::string cmd = bin + "/colossal run --nproc_per_node 2 --max_restarts 1 -- sh -c '" + script + "' > " + out +
+                          ".out 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream so(out + ".out");
+  const std::string text((std::istreambuf_iterator<char>(so)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("restarting all ranks (restart 1 of 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find("resumed: " + out + "/checkpoints/step-"), std::string::npos) << text;
+  EXPECT_NE(text.find("(--load_checkpoint auto; --load_checkpoint none starts over)"), std::string::npos) << text;
+  // The log (appended to by both attempts) ends on the uninterrupted run's losses.
+  std::vector<nlohmann::json> log;
+  std::ifstream in(out + ".jsonl");
+  for (std::string line; std::getline(in, line);) log.push_back(nlohmann::json::parse(line));
+  const auto resumed = losses(log);
+  ASSERT_TRUE(resumed.count(40)) << text;
+  for (int64_t step : {39, 40}) EXPECT_NEAR(resumed.at(step), reference.at(step), 1e-5 * reference.at(step)) << step;
+}
+
 TEST(TrainLlama, InferLlamaUnderTensorParallelismGeneratesTheSameTokens) {
   const auto& w = workspace();
   const std::string dir = w.dir + "/infer_tp";
@@ -293,6 +418,52 @@ m = LlamaForCausalLM.from_pretrained(d + "/model", dtype=torch.float32).eval()
 with torch.no_grad():
     save_file({"logits": m(ids).logits.contiguous()}, d + "/hf_logits.safetensors")
 )PY";
+
+const char* kTokenizerScript = R"PY(
+import json, sys, torch
+from transformers import AutoTokenizer, LlamaForCausalLM
+d = sys.argv[1]
+texts = json.load(open(d + "/texts.json"))
+tok = AutoTokenizer.from_pretrained(d)
+ids = [tok(t)["input_ids"] for t in texts]
+back = [tok.decode(i, skip_special_tokens=True) for i in ids]
+LlamaForCausalLM.from_pretrained(d, dtype=torch.float32)
+json.dump({"class": type(tok).__name__, "ids": ids, "decoded": back}, open(d + "/hf_ids.json", "w"))
+)PY";
+
+// A step checkpoint's model/ holds config and tokenizer files beside the weights: infer_llama
+// serves it, and transformers (without sentencepiece's protobuf) opens the model and a tokenizer
+// giving our ids, BOS included. (Text that starts with a space is the one known difference:
+// transformers' Metaspace adds no "▁" before a leading space, SentencePiece does; the same holds
+// for Meta's LLaMA tokenizer in transformers.)
+TEST(TrainLlama, EveryCheckpointOpensAsAModelWithOurTokenizerInTransformers) {
+  train("steps", 1, "--batch_size 2 --max_steps 4 --save_interval 2");
+  const std::string step = workspace().dir + "/steps/checkpoints/step-2/model";
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model",
+                        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(step + "/" + f)) << step << "/" << f;
+  }
+  const std::string bin = testing::binary_dir();
+  EXPECT_EQ(std::system((bin + "/infer_llama --model " + step + " --max_new_tokens 3 --prompt hi > /dev/null 2>&1").c_str()), 0);
+
+  const std::vector<std::string> texts = {"It is a truth universally acknowledged, that a single man",
+                                          "In 1813, 42 copies  cost 3 pounds.",
+                                          "a new line\n  and two spaces after it",
+                                          "na\u00efve caf\u00e9 \u2014 d\u00e9j\u00e0 vu, \u4e2d\u6587 \U0001F389"};
+  std::ofstream(step + "/texts.json") << nlohmann::json(texts).dump();
+  const std::string script = step + "/hf_tokenize_check.py";
+  std::ofstream(script) << kTokenizerScript;
+  const std::string cmd = std::string(COLOSSAL_TEST_PYTHON) + " " + script + " " + step + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(step + "/hf_ids.json");
+  const auto hf = nlohmann::json::parse(in);
+  EXPECT_EQ(hf["class"].get<std::string>().find("Llama"), 0u) << hf["class"];
+  auto tok = Tokenizer::load(step + "/tokenizer.model");
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(hf["ids"][i].get<std::vector<int64_t>>(), tok.encode(texts[i], true, false)) << texts[i];
+    EXPECT_EQ(hf["decoded"][i].get<std::string>(), texts[i]);
+  }
+}
 
 TEST(TrainLlama, HeldOutLossFallsAndTransformersOpensTheModel) {
   auto log = train("long", 2, "--batch_size 4 --max_steps 60 --eval_interval 30");

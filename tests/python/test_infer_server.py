@@ -208,3 +208,72 @@ def test_sigterm_drains_in_flight_requests_then_exits(model_dir):
         r = fut.result(timeout=60)
     assert r.choices[0].finish_reason == "length"
     assert proc.wait(timeout=30) == 0
+
+
+def raw_post(base, path, data, method="POST"):
+    """(status, headers, parsed JSON body) for bytes sent as they are."""
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, r.headers, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, json.loads(e.read())
+
+
+def test_invalid_utf8_wrong_method_and_oversized_bodies(model_dir):
+    base, proc = start_server(model_dir, "--max_body_mib", "0.05")
+    try:
+        # A byte that is not UTF-8 inside the prompt: a 400 naming the field (it was a 500 "no route").
+        status, _, err = raw_post(base, "/v1/completions", b'{"max_tokens": 2, "prompt": "caf\xe9 au lait"}')
+        assert status == 400, err
+        assert err["error"]["param"] == "prompt", err
+        assert "not valid UTF-8 (byte 32, in the value of \"prompt\")" in err["error"]["message"], err
+        # The wrong method on a known path.
+        status, headers, err = raw_post(base, "/v1/completions", None, method="GET")
+        assert status == 405 and headers["Allow"] == "POST", err
+        assert "GET is not allowed on /v1/completions" in err["error"]["message"]
+        status, headers, _ = raw_post(base, "/health", b"{}")
+        assert status == 405 and headers["Allow"] == "GET"
+        # A body over --max_body_mib (0.05 MiB) is refused with a 413 before it is parsed.
+        big = json.dumps({"prompt": "x" * 200_000}).encode()
+        out = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", "-H", "Content-Type: application/json",
+                              "--data-binary", "@-", base + "/v1/completions"], input=big, capture_output=True)
+        lines = out.stdout.decode().splitlines()
+        assert lines[-1] == "413", out
+        assert "larger than the limit of 52428 bytes" in lines[0], out
+        # Still serving.
+        assert client(base).completions.create(model="model", prompt="ok", max_tokens=2).choices
+    finally:
+        proc.kill()
+
+
+def test_a_silent_client_is_dropped_and_a_trickling_one_does_not_block_shutdown(model_dir):
+    base, proc = start_server(model_dir, "--read_timeout", "1", "--shutdown_grace", "1")
+    port = int(base.rsplit(":", 1)[1])
+    # Half a request, then silence: the server hangs up after the read timeout.
+    silent = socket.create_connection(("127.0.0.1", port))
+    silent.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+    silent.settimeout(10)
+    start = time.time()
+    answer = b""
+    while chunk := silent.recv(1000):  # at most an error status, then the connection closes
+        answer += chunk
+    assert time.time() - start < 5, answer
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer
+    # A client trickling header bytes (each within the read timeout) while SIGTERM arrives: the
+    # server exits after the grace period instead of waiting for it forever.
+    slow = socket.create_connection(("127.0.0.1", port))
+    slow.sendall(b"POST /v1/completions HTTP/1.1\r\n")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    start = time.time()
+    while proc.poll() is None and time.time() - start < 20:
+        try:
+            slow.sendall(b"X")
+        except OSError:
+            pass
+        time.sleep(0.5)
+    assert proc.poll() == 0, "still running 20 s after SIGTERM"
+    assert time.time() - start < 10
+    assert "closed 1 connection(s) still open" in proc.stdout.read()

@@ -5,10 +5,12 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 
 #include "core/common/check.h"
 #include "core/common/log.h"
+#include "core/dist/collective_check.h"
 #include "core/dist/monitor.h"
 #include "core/dist/runtime_internal.h"
 #include "core/dist/shm_transport.h"
@@ -150,7 +152,8 @@ void wait_state(Handle::State& s) {
 // Collectives are numbered per group (every member counts the same sequence, which is what lets
 // the monitor tell who has not arrived); point-to-point calls involve two members only and keep
 // their own count.
-Handle::State begin(const Group& group, const char* op, bool point_to_point) {
+Handle::State begin(const Group& group, const char* op, bool point_to_point,
+                    const std::function<std::string()>& describe_call) {
   detail::GroupState& g = group.state();
   COLOSSAL_CHECK(!g.broken.load(), "[dist] ", op, " on group '", g.name,
                  "': the group is unusable after an earlier failed collective");
@@ -164,14 +167,21 @@ Handle::State begin(const Group& group, const char* op, bool point_to_point) {
   } else {
     s.seq = g.next_seq.fetch_add(1);
     if (Monitor* mon = detail::monitor()) mon->on_enter(g, op, s.seq);
+    if (detail::collective_checks_enabled()) {
+      const std::string& label = detail::current_collective_label();
+      detail::agree_on_collective(group, s.seq,
+                                  (describe_call ? describe_call() : std::string(op)) +
+                                      (label.empty() ? std::string() : " at '" + label + "'"));
+    }
   }
   return s;
 }
 
 // Runs the backend call; a synchronous throw (bad arguments, closed transport) is a failure too.
 template <typename Fn>
-Handle::State launch(const Group& group, const char* op, Fn&& call, bool point_to_point = false) {
-  Handle::State s = begin(group, op, point_to_point);
+Handle::State launch(const Group& group, const char* op, Fn&& call, bool point_to_point = false,
+                     const std::function<std::string()>& describe_call = nullptr) {
+  Handle::State s = begin(group, op, point_to_point, describe_call);
   try {
     s.work = call(*group.backend());
   } catch (const c10::Error& e) {
@@ -182,6 +192,20 @@ Handle::State launch(const Group& group, const char* op, Fn&& call, bool point_t
   }
   return s;
 }
+
+const char* reduce_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "?";
+}
+
+// "[4, 8] Float": what members must agree on for a tensor argument.
+std::string shape_of(const at::Tensor& t) { return c10::str(t.sizes(), " ", t.scalar_type()); }
 
 void check_dense(const at::Tensor& t, const char* op, const char* which) {
   COLOSSAL_CHECK(t.defined(), "[dist] ", op, ": ", which, " tensor is undefined");
@@ -271,7 +295,7 @@ Handle all_reduce_async(at::Tensor& tensor, const Group& group, ReduceOp op) {
     o.reduceOp = to_c10d(op);
     o.timeout = group.timeout();
     return b.allreduce(ts, o);
-  });
+  }, false, [&] { return c10::str("all_reduce(", reduce_name(op), ") ", shape_of(tensor)); });
   if (op == ReduceOp::kAvg && !averaged && group.size() > 1) {
     int n = group.size();
     s.finish = [tensor, n]() mutable { tensor.div_(n); };
@@ -317,7 +341,7 @@ Handle reduce_scatter_async(at::Tensor& output, const at::Tensor& input, const G
     o.reduceOp = to_c10d(op);
     o.timeout = group.timeout();
     return b._reduce_scatter_base(out, in, o);
-  });
+  }, false, [&] { return c10::str("reduce_scatter(", reduce_name(op), ") ", shape_of(input), " -> ", output.sizes()); });
   if (op == ReduceOp::kAvg && !averaged && group.size() > 1) {
     int n = group.size();
     s.finish = [output, n]() mutable { output.div_(n); };
@@ -343,7 +367,7 @@ Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group
     c10d::AllgatherOptions o;
     o.timeout = group.timeout();
     return b._allgather_base(out, in, o);
-  });
+  }, false, [&] { return c10::str("all_gather ", shape_of(input), " -> ", output.sizes()); });
   return HandleAccess::make(std::move(s));
 }
 void all_gather(at::Tensor& output, const at::Tensor& input, const Group& group) {
@@ -366,7 +390,7 @@ void broadcast(at::Tensor& tensor, int src, const Group& group) {
     o.rootRank = src;
     o.timeout = group.timeout();
     return b.broadcast(ts, o);
-  });
+  }, false, [&] { return c10::str("broadcast(from ", src, ") ", shape_of(tensor)); });
   HandleAccess::make(std::move(s)).wait();
 }
 
@@ -400,6 +424,8 @@ void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,
     c10d::AllToAllOptions o;
     o.timeout = group.timeout();
     return b.alltoall_base(output, in, oc, ic, o);
+  }, false, [&] {  // row counts may differ between members; a row's shape and the dtype may not
+    return c10::str("all_to_all rows of ", input.sizes().slice(1), " ", input.scalar_type());
   });
   HandleAccess::make(std::move(s)).wait();
 }
@@ -435,7 +461,7 @@ void barrier(const Group& group) {
     c10d::BarrierOptions o;
     o.timeout = group.timeout();
     return b.barrier(o);
-  });
+  }, false, [] { return std::string("barrier"); });
   HandleAccess::make(std::move(s)).wait();
 }
 

@@ -2,7 +2,8 @@
 // Collectives on any Group, each bounded by the group's timeout. A failure (a peer died, the
 // operation timed out, the transport broke) throws a c10::Error naming the group, the operation,
 // its sequence number on the group and the missing rank(s), and tells the other ranks this one
-// failed so they stop waiting too.
+// failed so they stop waiting too. With COLOSSAL_CHECK_COLLECTIVES=1 the members first agree on
+// what they are calling (collective_check.h): a mismatch raises on all of them at once.
 //
 // Tensor layout conventions (dim 0 is the split dimension, tensors contiguous):
 //   reduce_scatter: input  = size * output.numel() elements, rank r receives chunk r.
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/dist/group.h"
@@ -20,6 +22,23 @@
 namespace colossal::dist {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin, kProduct };
+
+/// Names the collectives this thread issues while it lives (an inner label replaces an outer one
+/// until it ends). With COLOSSAL_CHECK_COLLECTIVES=1 every member's label is part of what the
+/// members must agree on, so a mismatch report says which call site each rank was at:
+///
+///   dist::CollectiveLabel label("gradient sync");
+///   dist::all_reduce(grads, dp_group);
+class CollectiveLabel {
+ public:
+  explicit CollectiveLabel(std::string label);
+  ~CollectiveLabel();
+  CollectiveLabel(const CollectiveLabel&) = delete;
+  CollectiveLabel& operator=(const CollectiveLabel&) = delete;
+
+ private:
+  std::string previous_;
+};
 
 /// A collective in flight. wait() blocks until it completes or fails (with the diagnosis).
 /// Destroying an un-waited handle waits (errors are then logged, not thrown).

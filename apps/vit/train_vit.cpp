@@ -436,8 +436,11 @@ int train(TrainArgs& a) {
     return result;
   };
   auto save = [&](int64_t step) {
+    // Every step's model/ opens as a model (config and preprocessing beside the weights).
     booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
-                            {.keep_last = static_cast<int>(a.keep_checkpoints)});
+                            {.keep_last = static_cast<int>(a.keep_checkpoints),
+                             .model_files = {{"config.json", m.config.to_json()},
+                                             {"preprocessor_config.json", m.processor.to_json()}}});
     progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
   };
 

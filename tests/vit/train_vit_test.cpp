@@ -13,6 +13,7 @@
 #include <random>
 
 #include "tests/support/multirank.h"
+#include "vit/pretrained.h"
 
 namespace colossal::vit {
 namespace {
@@ -143,6 +144,9 @@ TEST(TrainVit, ResumeFollowsTheUninterruptedRun) {
     if (j.value("event", "") == "checkpoint" && first_epoch_end < 0) first_epoch_end = j["step"].get<int64_t>();
   }
   ASSERT_GT(first_epoch_end, 0) << a.output;
+  // The step checkpoint's model/ opens as a model on its own.
+  const std::string step_model = data + "_a/checkpoints/step-" + std::to_string(first_epoch_end) + "/model";
+  EXPECT_NO_THROW(vit::load_pretrained(step_model)) << step_model;
   auto b = train_vit(2, flags + "--save_dir " + data + "_b --load_checkpoint " + data + "_a/checkpoints/step-" +
                             std::to_string(first_epoch_end),
                      data + "_b.jsonl");

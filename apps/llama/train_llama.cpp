@@ -351,6 +351,10 @@ int run(TrainArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   int64_t window_steps = 0;
+  if (first_step > total_steps && r == 0) {
+    std::printf("nothing left to train: the checkpoint is at step %ld of %ld (raise --max_steps, or "
+                "--load_checkpoint none to start over)\n", first_step - 1, total_steps);
+  }
   for (int64_t step = first_step; step <= total_steps; ++step) {
     b.optimizer->zero_grad();
     double loss_sum = 0;

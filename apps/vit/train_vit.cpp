@@ -448,6 +448,10 @@ int train(TrainArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   double window_loss = 0, window_correct = 0, window_images = 0, train_seconds = 0, train_images = 0;
+  if (first_step > total_steps && r == 0) {
+    std::printf("nothing left to train: the checkpoint is at step %ld of %ld (raise --epochs or --max_steps, or "
+                "--load_checkpoint none to start over)\n", first_step - 1, total_steps);
+  }
   for (int64_t step = first_step; step <= total_steps; ++step) {
     top_up();
     (void)next_batch(*sampler);  // the Booster's sampler follows the loader's

@@ -26,8 +26,14 @@ void TrainArgs::validate() const {
                  on_bad_line, "'");
   COLOSSAL_CHECK(pretrained.empty() || model_config.empty(),
                  "--pretrained and --model_config both given: the model's shape comes from one of them");
-  COLOSSAL_CHECK(eval_interval >= 0 && log_interval >= 1 && save_interval >= 0,
-                 "--eval_interval and --save_interval must be >= 0, --log_interval >= 1");
+  COLOSSAL_CHECK(eval_interval >= 0, "--eval_interval: expected >= 0 (0: only at the end), got ", eval_interval);
+  COLOSSAL_CHECK(save_interval >= 0, "--save_interval: expected >= 0 (0: only at the end), got ", save_interval);
+  COLOSSAL_CHECK(log_interval >= 1, "--log_interval: expected >= 1, got ", log_interval);
+  COLOSSAL_CHECK(max_steps >= 0, "--max_steps: expected >= 0 (0: --num_epochs decides), got ", max_steps);
+  COLOSSAL_CHECK(keep_checkpoints >= 0, "--keep_checkpoints: expected >= 0 (0: keep all), got ", keep_checkpoints);
+  COLOSSAL_CHECK(vocab_size >= 260, "--vocab_size: expected >= 260 (256 byte pieces, unk, bos, eos and text), got ",
+                 vocab_size);
+  COLOSSAL_CHECK(sample_tokens >= 0, "--sample_tokens: expected >= 0 (0: none), got ", sample_tokens);
 }
 
 namespace {

@@ -37,6 +37,7 @@ void TrainArgs::validate() const {
   COLOSSAL_CHECK(held_out_fraction > 0 && held_out_fraction < 1, "--held_out_fraction: expected in (0, 1), got ",
                  held_out_fraction);
   COLOSSAL_CHECK(log_interval >= 1, "--log_interval: expected >= 1, got ", log_interval);
+  COLOSSAL_CHECK(keep_checkpoints >= 0, "--keep_checkpoints: expected >= 0 (0: keep all), got ", keep_checkpoints);
   COLOSSAL_CHECK(top_k >= 1, "--top_k: expected >= 1, got ", top_k);
 }
 

@@ -226,6 +226,33 @@ TEST(TrainLlama, AnEvaluationSetShorterThanOneSampleIsAnError) {
   EXPECT_EQ(run.output.find("perplexity 1"), std::string::npos) << run.output;
 }
 
+// train_llama's flags out of range are refused before anything runs, naming the flag and value.
+TEST(TrainLlama, TrainLlamaRefusesFlagsOutOfRange) {
+  const std::string bin = testing::binary_dir();
+  const std::string out = workspace().dir + "/train_flags.txt";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--batch_size 0", "--batch_size: expected >= 1, got 0"},
+      {"--max_steps -5", "--max_steps: expected >= 0 (0: --num_epochs decides), got -5"},
+      {"--keep_checkpoints -1", "--keep_checkpoints: expected >= 0 (0: keep all), got -1"},
+      {"--save_interval -1", "--save_interval: expected >= 0 (0: only at the end), got -1"},
+      {"--log_interval 0", "--log_interval: expected >= 1, got 0"},
+      {"--vocab_size 10", "--vocab_size: expected >= 260"},
+      {"--load_checkpoint " + workspace().dir + "/no_such_checkpoint", "no checkpoint at '"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const auto& w = workspace();
+    const std::string cmd = bin + "/train_llama --output " + w.dir + "/flags_out --dataset " + w.train +
+                            " --tokenizer " + w.tokenizer + " --model_config " + w.model_config + " --max_length 64 " +
+                            (flags.find("--max_steps") == std::string::npos ? "--max_steps 1 " : "") + flags + " > " +
+                            out + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream in(out);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(rc, 0) << flags << "\n" << text;
+    EXPECT_NE(text.find(message), std::string::npos) << flags << "\n" << text;
+  }
+}
+
 // Flags out of range are refused up front with the flag, the value and the range (they once
 // crashed with SIGFPE, aborted after 10 s, spun up thousands of threads or listened elsewhere).
 TEST(TrainLlama, InferLlamaRefusesFlagsOutOfRange) {

@@ -2,7 +2,8 @@
 
 #include <torch/torch.h>
 
-#include "core/booster/booster.h"
+#include <cstdio>
+
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -27,6 +28,22 @@ ResumeChoice resolve_resume(const std::string& flag, const std::string& save_dir
                    "; the save directory must be shared by every rank (or pass --load_checkpoint none or a path)");
   }
   return out;
+}
+
+int64_t resume_training(booster::Booster& booster, booster::Boosted& boosted, const ResumeOptions& options) {
+  const auto resume = resolve_resume(options.flag, options.save_dir);
+  if (resume.checkpoint.empty()) return 1;
+  const auto state = booster.load_checkpoint(boosted, resume.checkpoint);
+  const bool talk = !dist::is_initialized() || dist::rank() == 0;
+  if (talk) {
+    std::printf("resumed: %s at step %ld (epoch %ld)%s\n", resume.checkpoint.c_str(), state.step, state.epoch,
+                resume.automatic ? " (--load_checkpoint auto; --load_checkpoint none starts over)" : "");
+    if (state.step >= options.total_steps) {
+      std::printf("nothing left to train: the checkpoint is at step %ld of %ld (raise %s, or --load_checkpoint none "
+                  "to start over)\n", state.step, options.total_steps, options.length_flags.c_str());
+    }
+  }
+  return state.step + 1;
 }
 
 }  // namespace colossal::apps

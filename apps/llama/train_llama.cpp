@@ -14,7 +14,6 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -283,15 +282,9 @@ int run(TrainArgs& a) {
     microbatches = pipeline.microbatches_for(a.batch_size);  // --batch_size is per data-parallel rank
   }
 
-  int64_t first_step = 1;
-  if (const auto resume = colossal::apps::resolve_resume(a.load_checkpoint, a.save_dir); !resume.checkpoint.empty()) {
-    auto state = booster.load_checkpoint(b, resume.checkpoint);
-    first_step = state.step + 1;
-    if (r == 0) {
-      std::printf("resumed: %s at step %ld (epoch %ld)%s\n", resume.checkpoint.c_str(), state.step, state.epoch,
-                  resume.automatic ? " (--load_checkpoint auto; --load_checkpoint none starts over)" : "");
-    }
-  }
+  const int64_t first_step = colossal::apps::resume_training(
+      booster, b,
+      {.flag = a.load_checkpoint, .save_dir = a.save_dir, .total_steps = total_steps, .length_flags = "--max_steps"});
 
   // MFU's denominator: every rank's fp32 matrix-product rate, measured now on its threads.
   auto rate = torch::tensor({colossal::measure_matmul_gflops()}, torch::kFloat64);
@@ -351,10 +344,6 @@ int run(TrainArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   int64_t window_steps = 0;
-  if (first_step > total_steps && r == 0) {
-    std::printf("nothing left to train: the checkpoint is at step %ld of %ld (raise --max_steps, or "
-                "--load_checkpoint none to start over)\n", first_step - 1, total_steps);
-  }
   for (int64_t step = first_step; step <= total_steps; ++step) {
     b.optimizer->zero_grad();
     double loss_sum = 0;
@@ -376,12 +365,7 @@ int run(TrainArgs& a) {
       else run_micro();
     }
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
-    // The norm is measured every step (clipping at infinity when --grad_clip is 0): NaN gradients
-    // can come with a finite loss.
-    const double norm = booster.clip_grad_norm(
-        *b.optimizer, a.grad_clip > 0 ? a.grad_clip : std::numeric_limits<double>::infinity());
-    const bool finite = loss_guard.check(loss_sum, norm, step);
-    (void)finite;  // false only under fp16, where the optimizer's scaler skips the step
+    const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss_sum, step);
     double lr = b.lr_scheduler->lr();
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();

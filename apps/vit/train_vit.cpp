@@ -11,7 +11,6 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -348,15 +347,9 @@ int train(TrainArgs& a) {
   const bool pipelined = pipeline.enabled();
   const auto stage = stage_functions(model, a.label_smoothing);
   const int64_t microbatches = pipelined ? pipeline.microbatches_for(a.batch_size) : 1;
-  int64_t first_step = 1;
-  if (const auto resume = colossal::apps::resolve_resume(a.load_checkpoint, a.save_dir + "/checkpoints"); !resume.checkpoint.empty()) {
-    auto state = booster.load_checkpoint(b, resume.checkpoint);
-    first_step = state.step + 1;
-    if (r == 0) {
-      std::printf("resumed: %s at step %ld (epoch %ld)%s\n", resume.checkpoint.c_str(), state.step, state.epoch,
-                  resume.automatic ? " (--load_checkpoint auto; --load_checkpoint none starts over)" : "");
-    }
-  }
+  const int64_t first_step = colossal::apps::resume_training(
+      booster, b,
+      {.flag = a.load_checkpoint, .save_dir = a.save_dir + "/checkpoints", .total_steps = total_steps, .length_flags = "--epochs or --max_steps"});
 
   // The loader runs ahead of the loop on its own copy of the sampler; the Booster's sampler
   // advances as batches are used, so a checkpoint records what was trained on.
@@ -448,10 +441,6 @@ int train(TrainArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   double window_loss = 0, window_correct = 0, window_images = 0, train_seconds = 0, train_images = 0;
-  if (first_step > total_steps && r == 0) {
-    std::printf("nothing left to train: the checkpoint is at step %ld of %ld (raise --epochs or --max_steps, or "
-                "--load_checkpoint none to start over)\n", first_step - 1, total_steps);
-  }
   for (int64_t step = first_step; step <= total_steps; ++step) {
     top_up();
     (void)next_batch(*sampler);  // the Booster's sampler follows the loader's
@@ -489,12 +478,7 @@ int train(TrainArgs& a) {
       loss = l.item<double>();
     }
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
-    // The norm is measured every step (clipping at infinity when --grad_clip is 0): NaN gradients
-    // can come with a finite loss.
-    const double norm = booster.clip_grad_norm(
-        *b.optimizer, a.grad_clip > 0 ? a.grad_clip : std::numeric_limits<double>::infinity());
-    const bool finite = loss_guard.check(loss, norm, step);
-    (void)finite;  // false only under fp16, where the optimizer's scaler skips the step
+    const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss, step);
     double lr = b.lr_scheduler->lr();
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();

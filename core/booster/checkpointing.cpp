@@ -289,13 +289,22 @@ checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::n
   return report;
 }
 
-std::optional<std::string> Booster::latest_checkpoint(const std::string& root) {
+namespace {
+// The step directory <root>/latest names ("step-N", whitespace trimmed); "" without the file.
+std::string latest_step_dir(const std::string& root) {
   struct stat st {};
-  if (root.empty() || ::stat((root + "/latest").c_str(), &st) != 0) return std::nullopt;
+  if (::stat((root + "/latest").c_str(), &st) != 0) return "";
   std::string latest = read_text(root + "/latest");
   latest.erase(latest.find_last_not_of(" \n\r\t") + 1);
-  const std::string dir = root + "/" + latest;
-  if (latest.empty() || !is_dir(dir + "/model") || ::stat((dir + "/state.json").c_str(), &st) != 0) return std::nullopt;
+  return latest.empty() ? "" : root + "/" + latest;
+}
+}  // namespace
+
+std::optional<std::string> Booster::latest_checkpoint(const std::string& root) {
+  if (root.empty()) return std::nullopt;
+  const std::string dir = latest_step_dir(root);
+  struct stat st {};
+  if (dir.empty() || !is_dir(dir + "/model") || ::stat((dir + "/state.json").c_str(), &st) != 0) return std::nullopt;
   return dir;
 }
 
@@ -304,12 +313,9 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   COLOSSAL_CHECK(is_dir(root), "[checkpoint] no checkpoint at '", root,
                  "' (expected a checkpoint root with a 'latest' file, or one of its step-N directories)");
   if (!is_dir(root + "/model")) {
-    struct stat st {};
-    COLOSSAL_CHECK(::stat((root + "/latest").c_str(), &st) == 0, "[checkpoint] '", root,
+    dir = latest_step_dir(root);
+    COLOSSAL_CHECK(!dir.empty(), "[checkpoint] '", root,
                    "' is neither a checkpoint root (no 'latest' file) nor a step directory (no 'model/')");
-    std::string latest = read_text(root + "/latest");
-    latest.erase(latest.find_last_not_of(" \n\r\t") + 1);
-    dir = root + "/" + latest;
   }
   auto& wrapper = boosted.optimizer->model_wrapper();
   auto params = wrapper.full_model_state(*boosted.model);

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
@@ -40,6 +41,14 @@ bool LossGuard::check(double local_loss, double grad_norm, int64_t step) {
                 "; stopped before the optimizer step, so no NaN reaches the weights or a checkpoint. "
                 "Try a lower learning rate, gradient clipping, or bf16",
                 options_.advice.empty() ? "" : ". ", options_.advice);
+}
+
+double LossGuard::clip_and_check(Booster& booster, BoostedOptimizer& optimizer, double grad_clip, double local_loss,
+                                 int64_t step) {
+  const double norm =
+      booster.clip_grad_norm(optimizer, grad_clip > 0 ? grad_clip : std::numeric_limits<double>::infinity());
+  check(local_loss, norm, step);  // false only under fp16, whose scaler then skips the step itself
+  return norm;
 }
 
 }  // namespace colossal::booster

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/booster/booster.h"
+
 namespace colossal::booster {
 
 struct LossGuardOptions {
@@ -25,6 +27,11 @@ class LossGuard {
   /// True when every rank's loss and gradient norm are finite; false when one is not and fp16
   /// tolerates it (the caller lets the scaler skip the step). Throws when the run must stop.
   bool check(double local_loss, double grad_norm, int64_t step);
+  /// The training loop's call after backward: the global gradient norm, clipped to `grad_clip`
+  /// (0: measured, not clipped — NaN gradients can come with a finite loss), then check().
+  /// Returns the norm.
+  double clip_and_check(Booster& booster, BoostedOptimizer& optimizer, double grad_clip, double local_loss,
+                        int64_t step);
 
  private:
   LossGuardOptions options_;

@@ -91,7 +91,7 @@ void SafetensorsFile::verify(const TensorInfo& t, size_t index) const {
 at::Tensor SafetensorsFile::view(const std::string& name) const {
   const TensorInfo* t = find(name);
   COLOSSAL_CHECK(t != nullptr, "[safetensors] file '", path_, "' has no tensor '", name, "'");
-  verify(*t, index_.at(name));
+  verify(*t, static_cast<size_t>(t - tensors_.data()));
   auto keep = self_.lock();  // the tensor's storage keeps the mapping alive
   void* ptr = const_cast<uint8_t*>(data_ + t->begin);
   if (t->end == t->begin) return at::empty(t->shape, at::TensorOptions().dtype(t->dtype));

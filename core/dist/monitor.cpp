@@ -277,4 +277,24 @@ std::string Monitor::diagnose(const detail::GroupState& group, std::optional<uin
   return out;
 }
 
+GroupWait wait_for_group(Monitor* monitor, const detail::GroupState& group, const std::function<bool()>& ready) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto slice = monitor ? monitor->options().interval : group.timeout;
+  auto next_check = start + slice;
+  auto pause = std::chrono::microseconds(50);
+  GroupWait out;
+  while (!(out.ready = ready())) {
+    const auto now = std::chrono::steady_clock::now();
+    if (monitor && now >= next_check) {
+      out.lost = monitor->find_lost_member(group);
+      if (out.lost) return out;
+      next_check = now + slice;
+    }
+    if (now - start > group.timeout) return out;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+  return out;
+}
+
 }  // namespace colossal::dist

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -106,5 +107,17 @@ class Monitor {
   std::string store_error_;
   std::thread thread_;
 };
+
+/// How a wait_for_group() ended: `ready`, or not — then `lost` holds the monitor's finding, or
+/// nothing when the group's timeout passed.
+struct GroupWait {
+  bool ready = false;
+  std::optional<std::string> lost;
+};
+
+/// Polls `ready` with a growing pause (50 us to 5 ms) until it returns true, the group's timeout
+/// passes, or `monitor` (asked once per heartbeat interval; may be null) finds a member gone. For
+/// waits on the store, where no collective can say a peer died.
+GroupWait wait_for_group(Monitor* monitor, const detail::GroupState& group, const std::function<bool()>& ready);
 
 }  // namespace colossal::dist

@@ -79,34 +79,28 @@ c10::intrusive_ptr<c10d::Store> make_store_client(const Runtime& r, bool is_serv
   }
 }
 
+// Group creation failed: every member publishes the monitor's diagnosis (peers and the launcher
+// read it) and throws "[dist] creating <group><how> failed: [<what>: ]<who>[. Cause: <cause>]".
+[[noreturn]] void fail_creation(Runtime& r, const std::shared_ptr<detail::GroupState>& state, const std::string& how,
+                                const std::string& what, const std::string& cause = "") {
+  const std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
+  const std::string msg = c10::str("[dist] creating ", Group(state).describe(), how, " failed: ",
+                                   what.empty() ? "" : what + ": ", who,
+                                   cause.empty() ? "" : ". Cause: " + cause.substr(0, cause.find('\n')));
+  if (r.monitor) r.monitor->mark_failed(msg);
+  COLOSSAL_FAIL(msg);
+}
+
 // Counts this member in under `key` of the group's store and waits until every member has: at
 // most the timeout, and only until the monitor finds a member gone (failed, exited, silent).
-void wait_for_members(Runtime& r, const std::shared_ptr<detail::GroupState>& group, c10d::Store& store,
+void wait_for_members(Runtime& r, const std::shared_ptr<detail::GroupState>& state, c10d::Store& store,
                       const std::string& key, const char* what) {
-  detail::GroupState& state = *group;
-  const auto size = static_cast<int64_t>(state.ranks.size());
+  const auto size = static_cast<int64_t>(state->ranks.size());
   store.add(key, 1);
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + state.timeout;
-  auto next_check = start + (r.monitor ? r.monitor->options().interval : state.timeout);
-  auto pause = std::chrono::microseconds(200);
-  while (store.add(key, 0) < size) {
-    const auto now = std::chrono::steady_clock::now();
-    std::optional<std::string> lost;
-    if (r.monitor && now >= next_check) {
-      lost = r.monitor->find_lost_member(state);
-      next_check = now + r.monitor->options().interval;
-    }
-    if (lost || now > deadline) {
-      std::string who = r.monitor ? r.monitor->diagnose(state, std::nullopt) : "";
-      const std::string msg =
-          c10::str("[dist] creating ", Group(group).describe(), " with ", r.backend, " failed: ", what,
-                   lost ? "" : c10::str(" within ", r.options.timeout_s, " s"), ": ", who);
-      if (r.monitor) r.monitor->mark_failed(msg);
-      COLOSSAL_FAIL(msg);
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+  const auto wait = wait_for_group(r.monitor.get(), *state, [&] { return store.add(key, 0) >= size; });
+  if (!wait.ready) {
+    fail_creation(r, state, " with " + r.backend,
+                  wait.lost ? std::string(what) : c10::str(what, " within ", r.options.timeout_s, " s"));
   }
 }
 
@@ -262,12 +256,7 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
   } catch (const std::exception& e) {
     std::string why = error_text(e);
     if (why.rfind("[rank ", 0) == 0) throw;  // already one of ours, with its context
-    // Usually a member never arrived: say which, from the monitor's records.
-    std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
-    const std::string msg = c10::str("[dist] creating ", Group(state).describe(), " with ", r.backend, " failed: ", who,
-                                     ". Cause: ", why.substr(0, why.find('\n')));
-    if (r.monitor) r.monitor->mark_failed(msg);  // peers and the launcher read the diagnosis
-    COLOSSAL_FAIL(msg);
+    fail_creation(r, state, " with " + r.backend, "", why);  // usually a member never arrived: which
   }
   // Gloo's connectFullMesh can return on one member while a peer is still connecting; a member
   // that then finished and exited would break the peer's connection. Leave only once every
@@ -291,11 +280,7 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
       state->shm = detail::ShmTransport::connect(*prefixed, state->rank, static_cast<int>(ranks.size()), o);
     }
   } catch (const std::exception& e) {  // a member that stopped mid-setup: say which, as above
-    std::string who = r.monitor ? r.monitor->diagnose(*state, std::nullopt) : "";
-    const std::string msg = c10::str("[dist] creating ", Group(state).describe(), " (shared memory) failed: ", who,
-                                     ". Cause: ", [&] { auto w = error_text(e); return w.substr(0, w.find('\n')); }());
-    if (r.monitor) r.monitor->mark_failed(msg);
-    COLOSSAL_FAIL(msg);
+    fail_creation(r, state, " (shared memory)", "", error_text(e));
   }
   Group g(state);
   r.groups[key] = g;

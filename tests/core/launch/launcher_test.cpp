@@ -296,17 +296,13 @@ TEST(Launcher, DeadRankInRealJobEndsEveryone) {
 // The launcher's child whose environment says RANK=`rank`, or -1.
 pid_t rank_process(pid_t launcher, int rank) {
   const std::string want = "RANK=" + std::to_string(rank);
-  for (const auto& line : [&] {
-         std::vector<std::string> pids;
-         std::istringstream in(slurp("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) +
-                                     "/children"));
-         for (std::string pid; in >> pid;) pids.push_back(pid);
-         return pids;
-       }()) {
-    std::string env = slurp("/proc/" + line + "/environ");
+  const std::string self = std::to_string(launcher);
+  std::istringstream children(slurp("/proc/" + self + "/task/" + self + "/children"));
+  for (std::string pid; children >> pid;) {
+    std::string env = slurp("/proc/" + pid + "/environ");
     for (size_t at = 0; at < env.size();) {
       size_t end = env.find('\0', at);
-      if (env.compare(at, end - at, want) == 0) return static_cast<pid_t>(std::stoi(line));
+      if (env.compare(at, end - at, want) == 0) return static_cast<pid_t>(std::stoi(pid));
       at = end == std::string::npos ? env.size() : end + 1;
     }
   }

@@ -1,6 +1,7 @@
 // colossal: the command-line front door.
 //   colossal run [--nproc_per_node N] [--nnodes M --node_rank R --master_addr A --master_port P]
 //                [--hostfile F] [--max_restarts K] [--tee RANK] [--config FILE] -- PROGRAM ARGS...
+//   colossal verify [--nproc_per_node N] [--steps K] [--keep] -- PROGRAM ARGS...
 //   colossal check
 #include <CLI/CLI.hpp>
 
@@ -11,6 +12,7 @@
 #include "core/common/config.h"
 #include "core/launch/launcher.h"
 #include "core/launch/system_report.h"
+#include "core/launch/verify.h"
 
 int main(int argc, char** argv) {
   // Everything after "--" is the program to launch; CLI11 never sees it.
@@ -62,6 +64,24 @@ int main(int argc, char** argv) {
   run->add_option("--config", config_file, "JSON or YAML file with these options");
   run->prefix_command();  // torchrun style also works: colossal run --nproc_per_node 2 prog args
 
+  colossal::launch::VerifyOptions vopts;
+  auto* verify = app.add_subcommand(
+      "verify", "run a training program's first steps under a layout and on one process (the same global "
+                "batch), and report the largest difference of loss, gradients and parameters");
+  verify->add_option("--nproc_per_node", vopts.launch.nproc_per_node, "ranks of the layout")->capture_default_str();
+  verify->add_option("--steps", vopts.steps, "steps recorded and compared")->capture_default_str();
+  verify->add_option("--work_dir", vopts.work_dir, "where the recordings go (default: a temporary directory)");
+  verify->add_flag("--keep", vopts.keep, "keep the recordings (step-K.safetensors: grad/NAME, param/NAME)");
+  verify->add_option("--loss_rtol", vopts.tolerances.loss, "relative loss difference accepted (default: 1e-5 fp32, 2e-2 bf16/fp16)");
+  verify->add_option("--grad_rtol", vopts.tolerances.gradient,
+                     "a gradient's max |difference| over its max |value| accepted (default: 1e-4 fp32, 5e-2 bf16/fp16)");
+  verify->add_option("--param_rtol", vopts.tolerances.parameter,
+                     "the same for parameters after each step (default: 1e-4 fp32, 2e-2 bf16/fp16)");
+  verify->add_option("--tee", tee, "show only this rank's output of the layout run (default 0)");
+  verify->add_option("--grace_period", vopts.launch.grace_period_s, "seconds between SIGTERM and SIGKILL")
+      ->capture_default_str();
+  verify->prefix_command();
+
   app.add_subcommand("check", "print versions, BLAS, threads, Gloo/NCCL/CUDA, cores, memory");
 
   try {
@@ -74,6 +94,11 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("check")) {
       std::cout << colossal::launch::system_report();
       return 0;
+    }
+    if (app.got_subcommand("verify")) {
+      vopts.launch.tee = tee >= 0 ? tee : 0;
+      vopts.launch.command = command.empty() ? verify->remaining() : command;
+      return colossal::launch::verify(vopts);
     }
     if (!config_file.empty()) {
       auto cfg = colossal::ConfigNode::load_file(config_file);

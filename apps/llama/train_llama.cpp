@@ -20,9 +20,11 @@
 #include <optional>
 
 #include "apps/common/resume.h"
+#include "apps/common/verify_run.h"
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
 #include "core/booster/loss_guard.h"
+#include "core/booster/step_recorder.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
 #include "core/common/log.h"
@@ -152,6 +154,14 @@ LlamaConfig default_config(int64_t max_length) {
 int run(TrainArgs& a) {
   dist::init();
   const int r = dist::rank();
+  // Under colossal verify: record the first steps and stop; the one-process reference runs the
+  // layout's global batch (apps/common/verify_run.h). No evaluation, checkpoint or sample.
+  const auto verify = colossal::apps::VerifyRun::from_env();
+  if (verify) {
+    a.batch_size *= verify->adapt(a.plugin);
+    if (a.load_checkpoint == "auto") a.load_checkpoint = "none";
+    a.save_interval = 0;
+  }
   // The plugin first: its layout is checked against the world before anything else runs.
   auto plugin = booster::make_plugin(a.plugin);
   const auto& dims = plugin->dims();
@@ -316,7 +326,7 @@ int run(TrainArgs& a) {
     };
   }
   auto report_eval = [&](int64_t step) {
-    if (!eval) return;
+    if (!eval || verify) return;
     const auto l = evaluate(model, *eval, a.batch_size, dp_replica, pipeline_eval);
     if (!l) {
       if (r == 0) std::fprintf(stderr, "warning: evaluation at step %ld scored no token (every label masked); no metric\n", step);
@@ -338,6 +348,8 @@ int run(TrainArgs& a) {
 
   // Every checkpoint's model/ opens as a model: config and tokenizer files beside the weights.
   const auto model_files = model_dir_files(cfg, &tok);
+  std::optional<booster::StepRecorder> recorder;
+  if (verify) recorder.emplace(verify->recorder(*plugin, a.plugin.precision));
   colossal::booster::LossGuard loss_guard(
       {.precision = a.plugin.precision,
        .advice = a.save_interval > 0 ? "Checkpoints in " + a.save_dir + " are as they were before this step" : ""});
@@ -364,6 +376,7 @@ int run(TrainArgs& a) {
       if (micro + 1 < a.accumulation_steps) booster.no_sync(*b.optimizer, run_micro);
       else run_micro();
     }
+    if (recorder) recorder->record_gradients(b.optimizer->model_wrapper(), *model);
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
     const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss_sum, step);
     double lr = b.lr_scheduler->lr();
@@ -395,7 +408,9 @@ int run(TrainArgs& a) {
       window_start = std::chrono::steady_clock::now();  // throughput counts training only
       window_steps = 0;
     }
+    if (recorder && recorder->finish_step(step, loss_sum, b.optimizer->model_wrapper(), *model)) break;
   }
+  if (recorder) return colossal::apps::finish_recording(*recorder);  // nothing else to write
   if (first_step <= total_steps) {
     report_eval(total_steps);
     booster.save_checkpoint(b, a.save_dir, {.step = total_steps, .epoch = sampler->epoch()},

@@ -18,9 +18,11 @@
 #include <optional>
 
 #include "apps/common/resume.h"
+#include "apps/common/verify_run.h"
 #include "apps/vit/train_args.h"
 #include "core/booster/booster.h"
 #include "core/booster/loss_guard.h"
+#include "core/booster/step_recorder.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
 #include "core/common/progress.h"
@@ -307,6 +309,13 @@ int predict(const TrainArgs& a) {
 
 int train(TrainArgs& a) {
   dist::init();
+  // Under colossal verify: record the first steps and stop; the one-process reference runs the
+  // layout's global batch (apps/common/verify_run.h). No evaluation or checkpoint.
+  const auto verify = colossal::apps::VerifyRun::from_env();
+  if (verify) {
+    a.batch_size *= verify->adapt(a.plugin);
+    if (a.load_checkpoint == "auto") a.load_checkpoint = "none";
+  }
   // The plugin first: its layout is checked against the world before anything else runs.
   auto plugin = booster::make_plugin(a.plugin);
   const auto& dims = plugin->dims();
@@ -437,6 +446,8 @@ int train(TrainArgs& a) {
     progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
   };
 
+  std::optional<booster::StepRecorder> recorder;
+  if (verify) recorder.emplace(verify->recorder(*plugin, a.plugin.precision));
   colossal::booster::LossGuard loss_guard({.precision = a.plugin.precision});
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
@@ -477,6 +488,7 @@ int train(TrainArgs& a) {
       booster.backward(l, *b.optimizer);
       loss = l.item<double>();
     }
+    if (recorder) recorder->record_gradients(b.optimizer->model_wrapper(), *model);
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
     const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss, step);
     double lr = b.lr_scheduler->lr();
@@ -506,6 +518,10 @@ int train(TrainArgs& a) {
       window_loss = window_correct = window_images = 0;
       window_start = std::chrono::steady_clock::now();
     }
+    if (recorder) {
+      if (recorder->finish_step(step, loss, b.optimizer->model_wrapper(), *model)) break;
+      continue;  // no evaluation or checkpoint while recording
+    }
     if (step % steps_per_epoch == 0 && step != total_steps) {
       auto paused = std::chrono::steady_clock::now();
       report_eval(step);
@@ -514,6 +530,7 @@ int train(TrainArgs& a) {
     }
   }
 
+  if (recorder) return colossal::apps::finish_recording(*recorder);  // nothing else to write
   if (first_step <= total_steps) save(total_steps);
   auto result = report_eval(total_steps);
   const auto& counts = result.single;

@@ -1,4 +1,5 @@
 #include "core/booster/booster.h"
+#include "core/booster/full_gradients.h"
 
 #include <torch/nn/utils/clip_grad.h>
 
@@ -122,6 +123,10 @@ std::vector<checkpoint::OptimizerSlice> ModelWrapper::optimizer_slices(
   std::vector<checkpoint::OptimizerSlice> out;
   for (auto& [name, t] : full_model_state(model)) out.push_back({name, 0, t});
   return out;
+}
+
+checkpoint::NamedTensors ModelWrapper::full_gradients(const torch::nn::Module& model) const {
+  return assemble_gradients(model, optimizer_slices(model), gradient_shard_group());
 }
 
 checkpoint::NamedTensors ModelWrapper::full_model_state(const torch::nn::Module& model) const {

@@ -1,5 +1,4 @@
 // Booster::save_model / load_model and save_checkpoint / load_checkpoint.
-#include <dirent.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
 
@@ -29,11 +28,6 @@ void barrier() {
   if (distributed()) dist::barrier(dist::world_group());
 }
 
-bool is_dir(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   COLOSSAL_CHECK(in.good(), "[checkpoint] cannot read '", path, "'");
@@ -45,16 +39,12 @@ std::string read_text(const std::string& path) {
 // step-<N> directories under root, oldest first.
 std::vector<std::pair<int64_t, std::string>> step_dirs(const std::string& root) {
   std::vector<std::pair<int64_t, std::string>> out;
-  if (DIR* d = ::opendir(root.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n.rfind("step-", 0) != 0) continue;
-      try {
-        out.emplace_back(std::stoll(n.substr(5)), n);
-      } catch (...) {
-      }
+  for (const auto& n : fs::list_dir(root)) {
+    if (n.rfind("step-", 0) != 0) continue;
+    try {
+      out.emplace_back(std::stoll(n.substr(5)), n);
+    } catch (...) {
     }
-    ::closedir(d);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -304,15 +294,15 @@ std::optional<std::string> Booster::latest_checkpoint(const std::string& root) {
   if (root.empty()) return std::nullopt;
   const std::string dir = latest_step_dir(root);
   struct stat st {};
-  if (dir.empty() || !is_dir(dir + "/model") || ::stat((dir + "/state.json").c_str(), &st) != 0) return std::nullopt;
+  if (dir.empty() || !fs::is_directory(dir + "/model") || ::stat((dir + "/state.json").c_str(), &st) != 0) return std::nullopt;
   return dir;
 }
 
 TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {
   std::string dir = root;
-  COLOSSAL_CHECK(is_dir(root), "[checkpoint] no checkpoint at '", root,
+  COLOSSAL_CHECK(fs::is_directory(root), "[checkpoint] no checkpoint at '", root,
                  "' (expected a checkpoint root with a 'latest' file, or one of its step-N directories)");
-  if (!is_dir(root + "/model")) {
+  if (!fs::is_directory(root + "/model")) {
     dir = latest_step_dir(root);
     COLOSSAL_CHECK(!dir.empty(), "[checkpoint] '", root,
                    "' is neither a checkpoint root (no 'latest' file) nor a step directory (no 'model/')");

@@ -76,6 +76,14 @@ class ModelWrapper {
   /// The tensors the optimizer updates, as slices of named parameters (what optimizer state is
   /// saved and loaded by). Default: the whole tensors of full_model_state().
   virtual std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module& model) const;
+  /// Every parameter's gradient as the optimizer gets it (reduced over data parallelism,
+  /// unscaled, before clipping), whole and in fp32; under pipeline parallelism the pipeline's
+  /// first rank gets every stage's. Collective. For checking a layout (colossal verify), not the
+  /// hot path. A gradient held outside memory (streamed from NVMe) is left out. Default: the
+  /// .grad() of optimizer_slices(), assembled over gradient_shard_group() when sliced.
+  virtual checkpoint::NamedTensors full_gradients(const torch::nn::Module& model) const;
+  /// The group over which optimizer_slices() are spread (ZeRO); nullptr: each rank holds whole tensors.
+  virtual const dist::Group* gradient_shard_group() const { return nullptr; }
   /// True when each rank's optimizer holds a different part of the state (every rank then
   /// writes its own slice file); false when it is replicated (rank 0 writes it).
   virtual bool optimizer_sharded() const { return false; }

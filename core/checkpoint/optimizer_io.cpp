@@ -1,6 +1,5 @@
 #include "core/checkpoint/optimizer_io.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -10,6 +9,7 @@
 #include <map>
 
 #include "core/common/check.h"
+#include "core/common/fs.h"
 
 namespace colossal::checkpoint {
 namespace {
@@ -71,14 +71,9 @@ OptimizerStateSource::OptimizerStateSource(const std::string& dir) : dir_(dir) {
   }
   std::string sub = dir + "/optimizer";
   std::vector<std::string> files;
-  if (DIR* d = ::opendir(sub.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n.rfind("rank-", 0) == 0 && n.size() > 17 && n.substr(n.size() - 12) == ".safetensors")
-        files.push_back(sub + "/" + n);
-    }
-    ::closedir(d);
-  }
+  for (const auto& n : fs::list_dir(sub))
+    if (n.rfind("rank-", 0) == 0 && n.size() > 17 && n.substr(n.size() - 12) == ".safetensors")
+      files.push_back(sub + "/" + n);
   COLOSSAL_CHECK(!files.empty(), "[checkpoint] '", dir, "' has no optimizer state (expected ",
                  "optimizer.safetensors or optimizer/rank-R.safetensors)");
   layout_ = "sliced";

@@ -1,11 +1,13 @@
 #include "core/common/fs.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -79,6 +81,24 @@ void copy_file(const std::string& from, const std::string& to) {
   ::close(in);
   if (::close(out) != 0 && error.empty()) error = "closing '" + to + "': " + std::strerror(errno);
   COLOSSAL_CHECK(error.empty(), "[fs] copying '", from, "' to '", to, "' failed ", error);
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<std::string> list_dir(const std::string& path) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") out.push_back(std::move(n));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace colossal::fs

@@ -6,6 +6,7 @@
 // exports its own copy of libstdc++'s std::filesystem, and the dynamic linker binds our calls to
 // it; its remove_all crashed (a null call) on a non-empty directory here. POSIX has no such clash.
 #include <string>
+#include <vector>
 
 namespace colossal::fs {
 
@@ -16,5 +17,9 @@ void make_dirs(const std::string& path);
 void remove_all(const std::string& path);
 /// Copies a regular file (replacing `to`); throws naming both paths and the reason.
 void copy_file(const std::string& from, const std::string& to);
+/// Whether `path` is a directory (false when it does not exist).
+bool is_directory(const std::string& path);
+/// The names in directory `path` (not "." and ".."), sorted; empty when it does not exist.
+std::vector<std::string> list_dir(const std::string& path);
 
 }  // namespace colossal::fs

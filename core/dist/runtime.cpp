@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/common/check.h"
+#include "core/common/fault.h"
 #include "core/common/env.h"
 #include "core/common/log.h"
 #include "core/common/process_info.h"
@@ -149,6 +150,7 @@ void InitOptions::validate() const {
 
 void init(const InitOptions& options) {
   options.validate();
+  check_injected_faults();  // a misspelt fault name must not pass for a clean run
   auto& slot = runtime_slot();
   COLOSSAL_CHECK(slot == nullptr, "[dist] init() called twice");
   auto r = std::make_unique<Runtime>();

@@ -65,14 +65,18 @@ struct Launch {
   std::string command, output;
 };
 
-// Runs train_llama (on `ranks` processes through `colossal run`) on the workspace's data.
-Launch launch(const std::string& name, int ranks, const std::string& flags, const std::string& eval_dataset = "") {
+// Runs train_llama (on `ranks` processes through `colossal run`, or through `launcher` when
+// given: "colossal verify ... --") on the workspace's data.
+Launch launch(const std::string& name, int ranks, const std::string& flags, const std::string& eval_dataset = "",
+              const std::string& launcher = "") {
   const auto& w = workspace();
   std::string out = w.dir + "/" + name;
   std::string log = out + ".jsonl";
   (void)!std::system(("rm -rf '" + out + "' '" + log + "'").c_str());
   std::string bin = testing::binary_dir();
-  std::string prefix = ranks > 1 ? bin + "/colossal run --nproc_per_node " + std::to_string(ranks) + " -- " : "";
+  std::string prefix = !launcher.empty() ? launcher + " "
+                       : ranks > 1    ? bin + "/colossal run --nproc_per_node " + std::to_string(ranks) + " -- "
+                                      : "";
   // A run from --pretrained takes its shape from there.
   const bool pretrained = flags.find("--pretrained") != std::string::npos;
   std::string cmd = prefix + bin + "/train_llama --dataset " + w.train + " --eval_dataset " +
@@ -514,6 +518,60 @@ TEST(TrainLlama, HeldOutLossFallsAndTransformersOpensTheModel) {
   auto ours = loaded.model->forward(ids);
   auto theirs = checkpoint::SafetensorsFile::open(d + "/hf_logits.safetensors")->load("logits");
   EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-4)) << "max difference " << (ours - theirs).abs().max().item<double>();
+}
+
+// colossal verify: a layout's first steps against one process on the same global batch.
+Launch verify(const std::string& name, int ranks, const std::string& flags, const std::string& env = "") {
+  const std::string colossal = testing::binary_dir() + "/colossal";
+  return launch(name, ranks, flags + " --batch_size 2", "",
+                env + colossal + " verify --steps 2 --nproc_per_node " + std::to_string(ranks) + " --");
+}
+
+// Correct layouts pass, each gradient and parameter compared whole: sequence parallelism
+// (gradients summed over sp inside DDP), pp 2 x tp 2 with ZeRO-1 (gradients gathered over tp
+// and the stages, assembled from ZeRO slices) and Gemini (gradients in chunk shards).
+TEST(ColossalVerify, CorrectLayoutsMatchOneProcess) {
+  for (const auto& [ranks, flags] : std::vector<std::pair<int, std::string>>{
+           {2, "--plugin hybrid --sp 2 --sp_mode all_to_all"},
+           {4, "--plugin hybrid --pp 2 --tp 2 --zero_stage 1 --num_microbatches 2"},
+           {2, "--plugin gemini"}}) {
+    const auto run = verify("verify_ok", ranks, flags);
+    EXPECT_EQ(run.rc, 0) << flags << "\n" << run.output;
+    EXPECT_NE(run.output.find("PASS: the layout matches one process"), std::string::npos) << run.output;
+    // Every parameter of the tiny model (2 layers: 9 each, embedding, norm, head) was compared.
+    EXPECT_NE(run.output.find("(21 gradients and 21 parameters compared per step)"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("\n2     "), std::string::npos) << "a row for step 2\n" << run.output;
+  }
+}
+
+// A deliberately broken layout: gradients averaged over sp where they must be summed. The loss
+// and (Adam being scale-free) the parameters barely move, so a loss curve hides it; verify names
+// the gradients, the factor and the likely cause, and exits 1.
+TEST(ColossalVerify, ABrokenLayoutIsCaughtAndNamed) {
+  const auto run = verify("verify_broken", 2, "--plugin hybrid --sp 2 --sp_mode all_to_all",
+                          "COLOSSAL_INJECT_FAULT=average_over_sequence_parallel ");
+  EXPECT_EQ(run.rc >> 8, 1) << run.output;
+  EXPECT_NE(run.output.find("FAIL: "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("step 1: gradient of 'lm_head.weight' differs by"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("(relative 0.5 > 0.0001)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("hint: step 1: every gradient is 0.5 x one process's"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("step 1: loss"), std::string::npos) << "the loss itself matches\n" << run.output;
+}
+
+// What cannot be verified is said: a run that fails (here an unknown fault name) and a missing
+// program end with exit 2 and the reason.
+TEST(ColossalVerify, FailedRunsAndBadUsageAreNamed) {
+  const auto bad_fault = verify("verify_typo", 2, "--plugin hybrid --sp 2 --sp_mode all_to_all", "COLOSSAL_INJECT_FAULT=average_over_sp ");
+  EXPECT_EQ(bad_fault.rc >> 8, 2) << bad_fault.output;
+  EXPECT_NE(bad_fault.output.find("COLOSSAL_INJECT_FAULT: unknown fault 'average_over_sp'"), std::string::npos)
+      << bad_fault.output;
+  EXPECT_NE(bad_fault.output.find("colossal verify: the layout run failed"), std::string::npos) << bad_fault.output;
+  const std::string out = workspace().dir + "/verify_usage.txt";
+  const int rc = std::system((testing::binary_dir() + "/colossal verify --nproc_per_node 2 > " + out + " 2>&1").c_str());
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc >> 8, 2) << text;
+  EXPECT_NE(text.find("colossal verify: no program"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -193,6 +193,25 @@ TEST(TrainVit, HybridTensorParallelFollowsTheSingleProcessCurve) {
   EXPECT_EQ(p.rc, 0) << p.output;
 }
 
+// colossal verify on ViT: data parallelism (each rank half the images, the reference all of
+// them) and tensor parallelism match one process in loss, gradients and parameters.
+TEST(TrainVit, ColossalVerifyMatchesOneProcess) {
+  auto data = make_data("verify", 24);
+  const std::string bin = testing::binary_dir();
+  for (const std::string& layout : {"--plugin ddp", "--plugin hybrid --tp 2"}) {
+    const std::string out = data + "_verify_output.txt";
+    const std::string cmd = bin + "/colossal verify --nproc_per_node 2 --steps 2 -- " + bin + "/train_vit --data " +
+                            data + kSmall + "--init normal --save_dir " + data + "_verify " + layout + " > " + out +
+                            " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream in(out);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(rc, 0) << cmd << "\n" << text;
+    EXPECT_NE(text.find("PASS: the layout matches one process"), std::string::npos) << text;
+    EXPECT_EQ(text.find("gradients and 0 parameters"), std::string::npos) << text;
+  }
+}
+
 // Pipeline stages (2 ranks, one replica: the single process's batches in 4 microbatches): the
 // loss curve and the evaluation (run through the stages, counted on the last) are the single
 // process's, for 1F1B and zero-bubble; the stages' saved whole model predicts on one process.

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/common/fault.h"
 #include "core/dist/runtime.h"
 
 namespace colossal::parallel {
@@ -11,7 +12,8 @@ dist::Group DataParallelScope::resolved_group() const { return group.is_member()
 namespace {
 // Sum then divide, or let the backend average when the divisor is the group size.
 bool plain_average(const DataParallelScope& s, const dist::Group& g) {
-  return s.gradient_divisor == 0 || s.gradient_divisor == g.size();
+  return s.gradient_divisor == 0 || s.gradient_divisor == g.size() ||
+         fault_injected("average_over_sequence_parallel");  // the bug colossal verify must catch
 }
 }  // namespace
 

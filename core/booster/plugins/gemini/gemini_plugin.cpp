@@ -167,6 +167,7 @@ class GeminiModel : public ModelWrapper {
     return shards_.checkpoint_slices();
   }
   bool optimizer_sharded() const override { return chunks_.group().size() > 1; }
+  const dist::Group* gradient_shard_group() const override { return &chunks_.group(); }
 
   checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>* metadata) const override {
     return chunks_.streamed_state(metadata);

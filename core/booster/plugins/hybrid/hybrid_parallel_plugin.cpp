@@ -114,6 +114,18 @@ class HybridModel : public ModelWrapper {
   }
   std::set<std::string> state_held_elsewhere() const override { return elsewhere_; }
 
+  // The data-parallel plugin's gradients of this rank's slices, gathered whole over tp (every
+  // tp rank, in the same order), then every stage's to the pipeline's first rank.
+  checkpoint::NamedTensors full_gradients(const torch::nn::Module& model) const override {
+    auto grads = inner_->full_gradients(model);
+    for (auto& [name, g] : grads) {
+      auto it = specs_.find(name);
+      if (it != specs_.end() && it->second.dim >= 0) g = parallel::gather_full(g, it->second);
+    }
+    if (!pipeline_.enabled()) return grads;
+    return parallel::pipeline::gather_to_first(pipeline_.group, std::move(grads));
+  }
+
   void after_model_load() override {
     torch::NoGradGuard no_grad;
     for (auto& g : gathered_) g.local.copy_(parallel::slice_of(g.full, g.spec, g.local.size(g.spec.dim)));

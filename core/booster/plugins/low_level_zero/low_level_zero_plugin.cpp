@@ -168,6 +168,7 @@ class ZeroModel : public ModelWrapper {
     return shards_.checkpoint_slices();
   }
   bool optimizer_sharded() const override { return ranks_ > 1; }
+  const dist::Group* gradient_shard_group() const override { return &group_; }
 
   std::map<std::string, double> extra_state() const override { return shards_.scaler_state(); }
   void load_extra_state(const std::map<std::string, double>& state) override { shards_.load_scaler_state(state); }

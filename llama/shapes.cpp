@@ -14,8 +14,14 @@ BenchmarkShape benchmark_shape(const std::string& name) {
   } else if (name == "M") {
     c.hidden_size = 768, c.num_hidden_layers = 12, c.num_attention_heads = 12, c.intermediate_size = 2048;
     s.sequence = 512;
+  } else if (name == "B") {
+    // Balanced stages: a small vocabulary makes the embedding and head cheap, so 8 equal layers
+    // split evenly at pp 2 and 4 and a schedule's measured bubble can be held against its theory.
+    c.vocab_size = 512;
+    c.hidden_size = 512, c.num_hidden_layers = 8, c.num_attention_heads = 8, c.intermediate_size = 1376;
+    s.sequence = 256;
   } else {
-    COLOSSAL_CHECK(false, "unknown benchmark shape '", name, "' (known: S, M)");
+    COLOSSAL_CHECK(false, "unknown benchmark shape '", name, "' (known: S, M, B)");
   }
   c.num_key_value_heads = c.num_attention_heads;
   c.max_position_embeddings = s.sequence;

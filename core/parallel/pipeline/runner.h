@@ -61,6 +61,8 @@ class PipelineRunner {
   double evaluate(const StageFunctions& model, const std::vector<torch::Tensor>& inputs,
                   const std::vector<torch::Tensor>& targets);
 
+  /// The order being run: for zbh1 and zbv after the first step, the one built from that step's
+  /// measured costs (ScheduleOptions::costs) when it simulates faster than the unit-cost order.
   const Schedule& schedule() const { return schedule_; }
   /// This rank's steps of the last run, with their times.
   const std::vector<StepRecord>& timeline() const { return timeline_; }
@@ -68,11 +70,14 @@ class PipelineRunner {
   int peak_live() const { return peak_live_; }
 
  private:
+  void replan_from_measured_costs();
+
   Schedule schedule_;
   StageLink link_;
   int rank_;
   std::vector<StepRecord> timeline_;
   int peak_live_ = 0;
+  bool replanned_ = false;  // zbh1/zbv: the order was re-planned from measured costs
 };
 
 }  // namespace colossal::parallel::pipeline

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "core/common/check.h"
 
@@ -61,6 +62,12 @@ void ScheduleOptions::validate() const {
       COLOSSAL_CHECK(chunks == 1, "[pipeline] ", kind, " runs one model chunk per rank, got num_model_chunks ", chunks,
                      " (interleaved and zbv take more)");
   }
+  COLOSSAL_CHECK(costs.empty() || static_cast<int>(costs.size()) == stages, "[pipeline] step costs for ",
+                 costs.size(), " ranks, expected one per stage (", stages, ")");
+  for (const auto& c : costs)
+    COLOSSAL_CHECK(c.forward > 0 && c.backward_input > 0 && c.backward_weight > 0,
+                   "[pipeline] step costs must be positive, got F ", c.forward, " B ", c.backward_input, " W ",
+                   c.backward_weight);
   if (k != ScheduleKind::kGPipe)
     COLOSSAL_CHECK(microbatches >= stages, "[pipeline] ", kind, " needs at least as many microbatches as stages: ",
                    "num_microbatches ", microbatches, " < pp ", stages, " (the pipeline would never fill)");
@@ -144,16 +151,19 @@ void Schedule::build_interleaved() {
   }
 }
 
-// The list scheduler behind 1f1b, zbh1 and zbv (see the header). Unit costs make time whole
-// numbers: at each tick every free rank picks a step whose inputs are complete by then (a step
-// started at a tick ends at a later one, so the order of ranks within a tick does not matter).
+// The list scheduler behind 1f1b, zbh1 and zbv (see the header), in simulated time: at each
+// moment some step ends (or at 0), every free rank picks a step whose inputs are complete by
+// then. Steps take positive time, so a step started now ends later and the order in which ranks
+// pick within one moment does not matter. With unit costs every moment is a whole number.
 void Schedule::build_greedy() {
   const int p = stages(), m = microbatches(), v = chunks(), V = virtual_stages();
   const bool split = splits_backward();
-  constexpr int kNever = std::numeric_limits<int>::max();
-  // Completion ticks by virtual stage and microbatch (kNever: not scheduled yet).
-  std::vector<std::vector<int>> f_end(V, std::vector<int>(m, kNever)), b_end = f_end;
-  std::vector<int> free_at(p, 0), live(p, 0);
+  const auto& costs = options_.costs;
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  // Completion times by virtual stage and microbatch (kNever: not scheduled yet).
+  std::vector<std::vector<double>> f_end(V, std::vector<double>(m, kNever)), b_end = f_end;
+  std::vector<double> free_at(p, 0.0);
+  std::vector<int> live(p, 0);
   std::vector<std::vector<int>> next_f(p, std::vector<int>(v, 0)), next_b = next_f;
   std::vector<std::vector<std::pair<int, int>>> pending_w(p);  // (microbatch, chunk), oldest first
   const size_t per_rank = static_cast<size_t>(m * v * (split ? 3 : 2));
@@ -161,10 +171,12 @@ void Schedule::build_greedy() {
   // the zero-bubble schedules let every rank reach 1f1b's peak (p, or 2p half-size chunks in the
   // V), which is what lets later stages defer their W into the bubbles.
   const int bound = kind_ == ScheduleKind::kZBV ? 2 * p : p;
-  const int horizon = 8 * static_cast<int>(per_rank) * p + 8;  // far beyond any makespan
+  std::set<double> moments{0.0};  // when steps end: the times a rank may start one
   size_t finished = 0;
-  for (int t = 0; finished < static_cast<size_t>(p); ++t) {
-    COLOSSAL_CHECK(t < horizon, "[pipeline] internal: the ", to_string(kind_), " list scheduler is stuck");
+  while (finished < static_cast<size_t>(p)) {
+    COLOSSAL_CHECK(!moments.empty(), "[pipeline] internal: the ", to_string(kind_), " list scheduler is stuck");
+    const double t = *moments.begin();
+    moments.erase(moments.begin());
     for (int r = 0; r < p; ++r) {
       if (free_at[r] > t || steps_[r].size() == per_rank) continue;
       const int limit = kind_ == ScheduleKind::k1F1B ? bound - r : bound;
@@ -182,6 +194,9 @@ void Schedule::build_greedy() {
         for (int c = v - 1; c >= 0; --c) {
           const int mb = next_f[r][c], vs = virtual_stage(r, c);
           if (mb >= m || (vs > 0 && f_end[vs - 1][mb] > t)) continue;
+          // With several chunks the last free slot is kept for a later chunk's forward: filled
+          // with first-chunk forwards, no backward could ever start (found with measured costs).
+          if (v > 1 && c == 0 && live[r] + 1 >= limit) continue;
           if (chunk < 0 || mb < next_f[r][chunk]) chunk = c;
         }
       }
@@ -191,17 +206,20 @@ void Schedule::build_greedy() {
       }
       if (chunk < 0) continue;  // waits for another rank
       const int vs = virtual_stage(r, chunk);
-      int mb = 0, cost = 1;
+      const StepCosts unit, &c = costs.empty() ? unit : costs[r];
+      int mb = 0;
+      double cost = 0;
       switch (work) {
         case Work::kForward:
           mb = next_f[r][chunk]++;
+          cost = c.forward;
           f_end[vs][mb] = t + cost;
           ++live[r];
           break;
         case Work::kBackward:
         case Work::kBackwardInput:
           mb = next_b[r][chunk]++;
-          if (!split) cost = 2;
+          cost = split ? c.backward_input : c.backward_input + c.backward_weight;
           b_end[vs][mb] = t + cost;
           if (split) pending_w[r].push_back({mb, chunk});
           else --live[r];
@@ -209,11 +227,13 @@ void Schedule::build_greedy() {
         case Work::kBackwardWeight:
           mb = pending_w[r].front().first;
           pending_w[r].erase(pending_w[r].begin());
+          cost = c.backward_weight;
           --live[r];
           break;
       }
       steps_[r].push_back({work, mb, chunk});
       free_at[r] = t + cost;
+      moments.insert(free_at[r]);
       if (steps_[r].size() == per_rank) ++finished;
     }
   }

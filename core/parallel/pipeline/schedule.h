@@ -20,8 +20,11 @@
 //                loss), backward split as zbh1
 //
 // The 1f1b, zbh1 and zbv orders come from one list scheduler: in simulated time with unit costs
-// (F = B = W = 1, an unsplit backward 2), each rank, when free, runs a ready backward first,
-// else a forward while its live microbatches are under the schedule's bound, else a deferred W.
+// (F = B = W = 1, an unsplit backward 2) or each rank's measured ones (ScheduleOptions::costs),
+// each rank, when free, runs a ready backward first, else a forward while its live microbatches
+// are under the schedule's bound, else a deferred W. With measured costs the deferred W land
+// where this work's bubbles are, as the zero-bubble paper's scheduler places them from profiled
+// times (the runner re-plans zbh1 and zbv so after its first step).
 // Costs are per chunk step: with v chunks a step is 1/v of a stage's work, so compare schedules
 // of different chunk counts by their bubble ratio (idle / busy), not their makespan.
 #include <cstdint>
@@ -51,11 +54,19 @@ enum class ScheduleKind { kGPipe, k1F1B, kInterleaved, kZBH1, kZBV };
 ScheduleKind parse_schedule(const std::string& name);
 std::string to_string(ScheduleKind kind);
 
+/// What one step of a rank costs, for the list scheduler and simulate(). An unsplit backward
+/// costs backward_input + backward_weight.
+struct StepCosts {
+  double forward = 1, backward_input = 1, backward_weight = 1;
+};
+
 struct ScheduleOptions {
   std::string kind = "1f1b";
   int stages = 1;        // pipeline ranks (pp)
   int microbatches = 1;  // per step
   int chunks = 1;        // model chunks per rank: interleaved >= 2, zbv 2, the others 1
+  // Each rank's step costs for the list scheduler (1f1b, zbh1, zbv); empty: unit costs.
+  std::vector<StepCosts> costs;
   /// Throws naming what does not fit (microbatches fewer than stages for 1f1b, chunks for
   /// the kind, interleaved microbatches not a multiple of the stages).
   void validate() const;
@@ -99,11 +110,6 @@ class Schedule {
   ScheduleOptions options_;
   ScheduleKind kind_;
   std::vector<std::vector<Step>> steps_;
-};
-
-/// Step costs for simulate(). An unsplit backward costs backward_input + backward_weight.
-struct StepCosts {
-  double forward = 1, backward_input = 1, backward_weight = 1;
 };
 
 struct Simulation {

@@ -119,6 +119,36 @@ TEST(PipelineSchedule, UnequalStagesAreSimulatedWithTheirOwnCosts) {
   EXPECT_NE(msg.find("3 ranks' step costs for 2 stages"), std::string::npos) << msg;
 }
 
+// Orders built from measured costs (what the runner does after its first step): complete,
+// ordered, within the live bound, and for zbh1/zbv on costs like the LLaMA stages' (W 0.8x F,
+// B 1.2x F, one stage 8% slower) they idle less than the unit-cost order on the same costs.
+TEST(PipelineSchedule, OrdersFromMeasuredCostsFinishAndIdleLess) {
+  const std::vector<StepCosts> two = {{0.125, 0.146, 0.109}, {0.135, 0.148, 0.121}};
+  for (int p : {2, 4}) {
+    std::vector<StepCosts> costs;
+    for (int r = 0; r < p; ++r) costs.push_back(two[r % 2]);
+    for (int m : {p, 8}) {
+      for (const auto& [kind, chunks] : std::vector<std::pair<std::string, int>>{{"1f1b", 1}, {"zbh1", 1}, {"zbv", 2}}) {
+        SCOPED_TRACE(kind + " p " + std::to_string(p) + " m " + std::to_string(m));
+        const Schedule unit({.kind = kind, .stages = p, .microbatches = m, .chunks = chunks});
+        const Schedule measured({.kind = kind, .stages = p, .microbatches = m, .chunks = chunks, .costs = costs});
+        expect_ordered(measured);
+        const auto sim = simulate(measured, costs);
+        for (int r = 0; r < p; ++r) EXPECT_LE(sim.peak_live[r], (chunks == 2 ? 2 : 1) * std::min(m, p)) << r;
+        // The greedy order is not always better (zbh1 at p 4 with m 4 is not); the runner keeps
+        // whichever simulates faster. Where the schedule has room (m 8) it is.
+        if (kind != "1f1b" && m == 8) EXPECT_LT(sim.mean_idle(), simulate(unit, costs).mean_idle());
+      }
+    }
+  }
+  auto msg = testing::error_message_of(
+      [] { Schedule({.kind = "zbh1", .stages = 2, .microbatches = 4, .costs = {{1, 1, 1}}}); });
+  EXPECT_NE(msg.find("step costs for 1 ranks, expected one per stage (2)"), std::string::npos) << msg;
+  msg = testing::error_message_of(
+      [] { Schedule({.kind = "zbh1", .stages = 2, .microbatches = 4, .costs = {{1, 1, 1}, {1, 0, 1}}}); });
+  EXPECT_NE(msg.find("step costs must be positive"), std::string::npos) << msg;
+}
+
 TEST(PipelineSchedule, InvalidCombinationsAreNamed) {
   auto msg = testing::error_message_of([] { make("1f1b", 4, 3); });
   EXPECT_NE(msg.find("num_microbatches 3 < pp 4"), std::string::npos) << msg;

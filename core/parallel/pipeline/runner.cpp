@@ -239,13 +239,14 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
   // The loss lives on the last virtual stage's rank; every rank returns it.
   auto loss = torch::tensor({loss_sum}, torch::kFloat64);
   dist::broadcast(loss, schedule_.rank_of(V - 1), link_.group());
-  if (split && !replanned_) replan_from_measured_costs();
+  // The first step pays for allocations and warm caches: its costs mislead, the second's do not.
+  if (split && ++runs_ == 2) replan_from_measured_costs();
   return loss.item<double>();
 }
 
 // The zero-bubble orders place deferred W steps where the bubbles are, and where they are depends
 // on what F, B and W cost on each stage: unit costs put them in the wrong places when W is 0.8x
-// F and stages differ. Once, after the first step, every rank shares its mean costs and all build
+// F and stages differ. Once, after the second step, every rank shares its mean costs and all build
 // the same order from them (kept if the simulation on those costs says it is faster). Changing
 // the order changes only the order in which microbatches' weight gradients are summed.
 void PipelineRunner::replan_from_measured_costs() {
@@ -266,7 +267,6 @@ void PipelineRunner::replan_from_measured_costs() {
   // The list scheduler is greedy: kept only where it beats the unit-cost order on these costs.
   Schedule planned(options);
   if (simulate(planned, options.costs).makespan < simulate(schedule_, options.costs).makespan) schedule_ = planned;
-  replanned_ = true;
 }
 
 double PipelineRunner::evaluate(const StageFunctions& model, const std::vector<torch::Tensor>& inputs,

@@ -61,7 +61,7 @@ class PipelineRunner {
   double evaluate(const StageFunctions& model, const std::vector<torch::Tensor>& inputs,
                   const std::vector<torch::Tensor>& targets);
 
-  /// The order being run: for zbh1 and zbv after the first step, the one built from that step's
+  /// The order being run: for zbh1 and zbv after the second step, the one built from that step's
   /// measured costs (ScheduleOptions::costs) when it simulates faster than the unit-cost order.
   const Schedule& schedule() const { return schedule_; }
   /// This rank's steps of the last run, with their times.
@@ -77,7 +77,7 @@ class PipelineRunner {
   int rank_;
   std::vector<StepRecord> timeline_;
   int peak_live_ = 0;
-  bool replanned_ = false;  // zbh1/zbv: the order was re-planned from measured costs
+  int runs_ = 0;  // steps run; zbh1/zbv re-plan from the second one's measured costs
 };
 
 }  // namespace colossal::parallel::pipeline

@@ -77,8 +77,8 @@ Row run_schedule(const Args& a, const std::string& kind, int chunks) {
   std::vector<double> times, idle;
   std::array<double, 3> work_sum{}, work_count{};
   colossal::reset_peak_resident();  // this schedule's peak, not an earlier one's
-  // Two warm-up steps: zbh1 and zbv re-plan their order from the second one's costs.
-  constexpr int kWarmup = 2;
+  // Three warm-up steps: zbh1 and zbv re-plan their order from the costs of the second and third.
+  constexpr int kWarmup = 3;
   for (int step = 0; step < a.steps + kWarmup; ++step) {
     dist::barrier(dist::world_group());
     double pipeline_s = 0;  // the schedule's part of the step: the bubble is measured within it
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   app.add_option("--shape", a.shape, "S | M | B (balanced: small vocabulary, equal stages; llama/shapes.h)");
   app.add_option("--microbatches", a.microbatches, "microbatches per step");
   app.add_option("--micro_rows", a.micro_rows, "sequences per microbatch");
-  app.add_option("--steps", a.steps, "timed steps per schedule (after two warm-up steps; DDP after one)");
+  app.add_option("--steps", a.steps, "timed steps per schedule (after three warm-up steps; DDP after one)");
   CLI11_PARSE(app, argc, argv);
   dist::init();
   const int p = dist::world_size();
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
                   (r.name + (r.replanned ? " *" : "")).c_str(), r.step_s * 1e3, r.tokens_s, r.theory, r.simulated,
                   r.measured_sim, mean, stages.c_str());
     }
-    std::printf("(* : the order was re-planned from measured step costs after the second step)\n");
+    std::printf("(* : the order was re-planned from the measured step costs of warm-up steps 2 and 3)\n");
     // Where the time goes: a stage's mean step of each kind (for chunked schedules, over its
     // chunks). Unequal stages are the bubble theory leaves out.
     std::printf("\n%-22s  %s\n", "schedule", "mean F / B / W ms per stage");

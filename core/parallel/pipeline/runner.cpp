@@ -239,26 +239,29 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
   // The loss lives on the last virtual stage's rank; every rank returns it.
   auto loss = torch::tensor({loss_sum}, torch::kFloat64);
   dist::broadcast(loss, schedule_.rank_of(V - 1), link_.group());
-  // The first step pays for allocations and warm caches: its costs mislead, the second's do not.
-  if (split && ++runs_ == 2) replan_from_measured_costs();
+  // The first step pays for allocations and warm caches: its costs mislead. Steps 2 and 3 are
+  // averaged (one noisy step could pick the wrong order), then the order is re-planned once.
+  if (split && ++runs_ >= 2 && runs_ <= 3) {
+    for (const auto& r : timeline_) {
+      const int k = r.step.work == Work::kForward ? 0 : r.step.work == Work::kBackwardWeight ? 2 : 1;
+      cost_sum_[k] += r.end_s - r.start_s;
+      cost_count_[k] += 1;
+    }
+    if (runs_ == 3) replan_from_measured_costs();
+  }
   return loss.item<double>();
 }
 
 // The zero-bubble orders place deferred W steps where the bubbles are, and where they are depends
 // on what F, B and W cost on each stage: unit costs put them in the wrong places when W is 0.8x
-// F and stages differ. Once, after the second step, every rank shares its mean costs and all build
+// F and stages differ. Once, after the third step, every rank shares its mean costs of steps 2-3 and all build
 // the same order from them (kept if the simulation on those costs says it is faster). Changing
 // the order changes only the order in which microbatches' weight gradients are summed.
 void PipelineRunner::replan_from_measured_costs() {
   const int p = schedule_.stages();
-  std::array<double, 3> sum{}, count{};
-  for (const auto& r : timeline_) {
-    const int k = r.step.work == Work::kForward ? 0 : r.step.work == Work::kBackwardWeight ? 2 : 1;
-    sum[k] += r.end_s - r.start_s;
-    count[k] += 1;
-  }
   auto all = torch::zeros({p * 3}, torch::kFloat64);
-  for (int k = 0; k < 3; ++k) all[rank_ * 3 + k] = std::max(1e-6, count[k] > 0 ? sum[k] / count[k] : 1e-6);
+  for (int k = 0; k < 3; ++k)
+    all[rank_ * 3 + k] = std::max(1e-6, cost_count_[k] > 0 ? cost_sum_[k] / cost_count_[k] : 1e-6);
   dist::all_reduce(all, link_.group());  // every rank writes its own slots: the sum gathers them
   auto options = schedule_.options();
   options.costs.clear();

@@ -19,6 +19,7 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <array>
 #include <vector>
 
 #include "core/dist/group.h"
@@ -61,7 +62,7 @@ class PipelineRunner {
   double evaluate(const StageFunctions& model, const std::vector<torch::Tensor>& inputs,
                   const std::vector<torch::Tensor>& targets);
 
-  /// The order being run: for zbh1 and zbv after the second step, the one built from that step's
+  /// The order being run: for zbh1 and zbv after the third step, the one built from steps 2-3's
   /// measured costs (ScheduleOptions::costs) when it simulates faster than the unit-cost order.
   const Schedule& schedule() const { return schedule_; }
   /// This rank's steps of the last run, with their times.
@@ -77,7 +78,8 @@ class PipelineRunner {
   int rank_;
   std::vector<StepRecord> timeline_;
   int peak_live_ = 0;
-  int runs_ = 0;  // steps run; zbh1/zbv re-plan from the second one's measured costs
+  int runs_ = 0;  // steps run; zbh1/zbv re-plan after the third from steps 2-3's costs
+  std::array<double, 3> cost_sum_{}, cost_count_{};  // F, B, W seconds and counts over those steps
 };
 
 }  // namespace colossal::parallel::pipeline

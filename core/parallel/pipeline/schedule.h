@@ -24,7 +24,7 @@
 // each rank, when free, runs a ready backward first, else a forward while its live microbatches
 // are under the schedule's bound, else a deferred W. With measured costs the deferred W land
 // where this work's bubbles are, as the zero-bubble paper's scheduler places them from profiled
-// times (the runner re-plans zbh1 and zbv so after its second step).
+// times (the runner re-plans zbh1 and zbv so after its third step).
 // Costs are per chunk step: with v chunks a step is 1/v of a stage's work, so compare schedules
 // of different chunk counts by their bubble ratio (idle / busy), not their makespan.
 #include <cstdint>

@@ -17,6 +17,14 @@ void ViTConfig::validate() const {
                  "[vit] config: num_labels, num_channels and num_hidden_layers must be >= 1");
 }
 
+int64_t ViTConfig::num_parameters() const {
+  const int64_t h = hidden_size, i = intermediate_size;
+  const int64_t embeddings = h /* cls */ + (num_patches() + 1) * h + h * num_channels * patch_size * patch_size + h;
+  const int64_t attention = 3 * (h * h + (qkv_bias ? h : 0)) + h * h + h;
+  const int64_t layer = attention + (h * i + i) + (i * h + h) + 2 * 2 * h;  // MLP, two LayerNorms
+  return embeddings + num_hidden_layers * layer + 2 * h /* final LayerNorm */ + h * num_labels + num_labels;
+}
+
 ViTConfig ViTConfig::from_json_file(const std::string& path) {
   std::ifstream in(path);
   COLOSSAL_CHECK(in.good(), "[vit] cannot read '", path, "'");

@@ -17,6 +17,9 @@ struct ViTConfig {
   std::vector<std::string> id2label;  // optional class names
 
   int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+  /// Parameters of the whole ViTForImageClassification (what one process holds; a rank of a
+  /// tensor-parallel or pipeline layout holds a part).
+  int64_t num_parameters() const;
   /// Throws naming the field when values contradict each other.
   void validate() const;
   /// Reads config.json (model_type vit, hidden_act gelu); names the file and field on errors.

@@ -392,8 +392,8 @@ int train(TrainArgs& a) {
   if (r == 0) {
     const auto& c = m.config;
     std::printf("data: %s\n", data.description.c_str());
-    double parameters = 0;
-    for (const auto& p : model->parameters()) parameters += static_cast<double>(p.numel());
+    // The whole model's count: under tp or pp this rank holds only a part.
+    const double parameters = static_cast<double>(c.num_parameters());
     std::printf("model: ViT %s, %.2fM parameters (hidden %ld, layers %ld, heads %ld, patch %ld, image %ld x %ld x %ld)\n",
                 m.description.c_str(), parameters / 1e6,
                 c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.patch_size, c.num_channels,

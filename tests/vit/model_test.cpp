@@ -37,6 +37,19 @@ with torch.no_grad():
                "ours_logits": ours(ours_px).logits.contiguous()}, d + "/out.safetensors")
 )PY";
 
+// The count train_vit prints is the whole model's, whatever part a rank holds: it equals the
+// parameters of a model built on one process, with and without q/k/v biases.
+TEST(ViTModel, ConfigCountsEveryParameter) {
+  for (bool bias : {true, false}) {
+    auto c = ViTConfig::named("nano", 16, 4, 3, 5);
+    c.qkv_bias = bias;
+    ViTForImageClassification model(c);
+    int64_t n = 0;
+    for (const auto& p : model->parameters()) n += p.numel();
+    EXPECT_EQ(c.num_parameters(), n) << "qkv_bias " << bias;
+  }
+}
+
 TEST(ViTModel, HuggingFaceLayoutBothWays) {
   std::string d = ::testing::TempDir() + "vit_" + std::to_string(::getpid());
   (void)!std::system(("rm -rf '" + d + "' && mkdir -p '" + d + "'").c_str());

@@ -91,7 +91,7 @@ Row run_schedule(const Args& a, const std::string& kind, int chunks) {
     double busy = 0;
     for (const auto& r : runner.timeline()) {
       busy += r.end_s - r.start_s;
-      const int k = r.step.work == pipeline::Work::kForward ? 0 : r.step.work == pipeline::Work::kBackwardWeight ? 2 : 1;
+      const int k = pipeline::cost_index(r.step.work);
       work_sum[k] += (r.end_s - r.start_s) * 1e3;
       work_count[k] += 1;
     }

@@ -48,7 +48,7 @@ void write_step(const StepRecorderOptions& o, int64_t step, const checkpoint::Na
 
 void StepRecorder::record_gradients(const ModelWrapper& wrapper, const torch::nn::Module& model) {
   // Before the first optimizer step, the weights both runs start from ("step 0").
-  if (recorded_ == 0 && !started_) write_step(options_, 0, {}, wrapper.model_state_to_save(model), "none");
+  if (!started_) write_step(options_, 0, {}, wrapper.model_state_to_save(model), "none");
   started_ = true;
   gradients_ = wrapper.full_gradients(model);
 }

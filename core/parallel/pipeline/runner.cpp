@@ -243,9 +243,8 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
   // averaged (one noisy step could pick the wrong order), then the order is re-planned once.
   if (split && ++runs_ >= 2 && runs_ <= 3) {
     for (const auto& r : timeline_) {
-      const int k = r.step.work == Work::kForward ? 0 : r.step.work == Work::kBackwardWeight ? 2 : 1;
-      cost_sum_[k] += r.end_s - r.start_s;
-      cost_count_[k] += 1;
+      cost_sum_[cost_index(r.step.work)] += r.end_s - r.start_s;
+      cost_count_[cost_index(r.step.work)] += 1;
     }
     if (runs_ == 3) replan_from_measured_costs();
   }
@@ -254,9 +253,10 @@ double PipelineRunner::run(const StageFunctions& model, const std::vector<torch:
 
 // The zero-bubble orders place deferred W steps where the bubbles are, and where they are depends
 // on what F, B and W cost on each stage: unit costs put them in the wrong places when W is 0.8x
-// F and stages differ. Once, after the third step, every rank shares its mean costs of steps 2-3 and all build
-// the same order from them (kept if the simulation on those costs says it is faster). Changing
-// the order changes only the order in which microbatches' weight gradients are summed.
+// F and stages differ. Once, after the third step, every rank shares its mean costs of steps 2-3
+// and all build the same order from them (kept if the simulation on those costs says it is
+// faster). Changing the order changes only the order in which microbatches' weight gradients are
+// summed.
 void PipelineRunner::replan_from_measured_costs() {
   const int p = schedule_.stages();
   auto all = torch::zeros({p * 3}, torch::kFloat64);

@@ -59,6 +59,9 @@ std::string to_string(ScheduleKind kind);
 struct StepCosts {
   double forward = 1, backward_input = 1, backward_weight = 1;
 };
+/// Which StepCosts field a step of `work` is timed into: 0 forward, 1 backward (B, or an unsplit
+/// backward), 2 weight gradient (W).
+inline int cost_index(Work work) { return work == Work::kForward ? 0 : work == Work::kBackwardWeight ? 2 : 1; }
 
 struct ScheduleOptions {
   std::string kind = "1f1b";

@@ -21,6 +21,17 @@ void LlamaConfig::validate() const {
   COLOSSAL_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, "[llama] config: hidden_size (",
                  hidden_size, ") is not divisible by num_attention_heads (", num_attention_heads,
                  ") and head_dim is not given");
+  if (is_moe()) {
+    COLOSSAL_CHECK(num_experts_per_tok >= 1 && num_experts_per_tok <= num_local_experts,
+                   "[llama] config: num_experts_per_tok must be in 1..num_local_experts (", num_local_experts,
+                   "), got ", num_experts_per_tok);
+    COLOSSAL_CHECK(router_aux_loss_coef >= 0 && router_z_loss_coef >= 0 && capacity_factor >= 0 &&
+                       router_jitter_noise >= 0 && router_jitter_noise < 1,
+                   "[llama] config: router_aux_loss_coef, router_z_loss_coef and capacity_factor must be >= 0 and "
+                   "router_jitter_noise in [0, 1), got ", router_aux_loss_coef, ", ", router_z_loss_coef, ", ",
+                   capacity_factor, ", ", router_jitter_noise);
+  }
+  COLOSSAL_CHECK(num_local_experts >= 0, "[llama] config: num_local_experts must be >= 0, got ", num_local_experts);
   COLOSSAL_CHECK(resolved_head_dim() % 2 == 0, "[llama] config: head_dim must be even for rotary embeddings, got ",
                  resolved_head_dim());
 }
@@ -30,10 +41,17 @@ int64_t LlamaConfig::num_parameters() const {
   int64_t q = hidden_size * num_attention_heads * d, kv = 2 * hidden_size * num_key_value_heads * d;
   int64_t o = num_attention_heads * d * hidden_size;
   int64_t bias = attention_bias ? num_attention_heads * d + 2 * num_key_value_heads * d + hidden_size : 0;
-  int64_t mlp = 3 * hidden_size * intermediate_size;
+  int64_t expert = 3 * hidden_size * intermediate_size;
+  int64_t mlp = is_moe() ? num_local_experts * expert + num_local_experts * hidden_size : expert;
   int64_t layer = q + kv + o + bias + mlp + 2 * hidden_size;
   int64_t embed = vocab_size * hidden_size;
   return embed + num_hidden_layers * layer + hidden_size + (tie_word_embeddings ? 0 : embed);
+}
+
+int64_t LlamaConfig::num_active_parameters() const {
+  if (!is_moe()) return num_parameters();
+  const int64_t idle = (num_local_experts - num_experts_per_tok) * 3 * hidden_size * intermediate_size;
+  return num_parameters() - num_hidden_layers * idle;
 }
 
 LlamaConfig LlamaConfig::shaped(int64_t target, int64_t vocab) {

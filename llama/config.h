@@ -32,6 +32,20 @@ struct LlamaConfig {
   RopeScaling rope_scaling;
   int64_t bos_token_id = 1, eos_token_id = 2, pad_token_id = -1;
 
+  // Mixture of experts (Mixtral, model_type "mixtral"): every layer's MLP becomes
+  // num_local_experts SwiGLU experts of intermediate_size behind a top-k router. 0: dense LLaMA.
+  int64_t num_local_experts = 0;
+  int64_t num_experts_per_tok = 2;
+  double router_aux_loss_coef = 0.001;  // load-balancing loss weight in training (0: off)
+  bool output_router_logits = false;    // transformers' switch; kept so a config round-trips
+  double router_jitter_noise = 0;       // training: hidden states scaled by U(1 - j, 1 + j) before routing
+  // Ours (config.json keys transformers ignores): the router z-loss weight (ST-MoE; 0: off) and
+  // the capacity factor (0: dropless; else ceil(factor x tokens x k / experts) per expert).
+  double router_z_loss_coef = 0;
+  double capacity_factor = 0;
+
+  bool is_moe() const { return num_local_experts > 0; }
+
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   /// Throws naming the field when the numbers contradict each other.
   void validate() const;
@@ -49,6 +63,8 @@ struct LlamaConfig {
   std::vector<double> rope_inv_freq(int64_t seq_len) const;
   /// Parameter count of the model this config builds.
   int64_t num_parameters() const;
+  /// Parameters one token passes through (a MoE model: top-k experts of each layer, not all).
+  int64_t num_active_parameters() const;
   /// A LLaMA-shaped config of about `target` parameters (a 128-dim head, intermediate ~8/3 of
   /// hidden, depth grown with width), for benchmarks.
   static LlamaConfig shaped(int64_t target_parameters, int64_t vocab_size = 32000);

@@ -1,4 +1,5 @@
 // LlamaConfig <-> Hugging Face config.json, and the rotary frequencies with rope_scaling.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -62,8 +63,9 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
     out = js[key].get<bool>();
   };
   if (js.contains("model_type")) {
-    COLOSSAL_CHECK(js["model_type"] == "llama" || js["model_type"] == "mistral", "[llama] ", origin,
-                   ": model_type is ", js["model_type"].dump(), ", expected \"llama\"");
+    COLOSSAL_CHECK(js["model_type"] == "llama" || js["model_type"] == "mistral" || js["model_type"] == "mixtral",
+                   "[llama] ", origin, ": model_type is ", js["model_type"].dump(),
+                   ", expected \"llama\", \"mistral\" or \"mixtral\"");
   }
   if (js.contains("hidden_act")) {
     COLOSSAL_CHECK(js["hidden_act"] == "silu", "[llama] ", origin, ": hidden_act is ",
@@ -86,6 +88,25 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   read_int("bos_token_id", c.bos_token_id);
   read_int("eos_token_id", c.eos_token_id);
   read_int("pad_token_id", c.pad_token_id);
+  read_int("num_local_experts", c.num_local_experts);
+  read_int("num_experts_per_tok", c.num_experts_per_tok);
+  read_double("router_aux_loss_coef", c.router_aux_loss_coef);
+  read_bool("output_router_logits", c.output_router_logits);
+  read_double("router_jitter_noise", c.router_jitter_noise);
+  read_double("router_z_loss_coef", c.router_z_loss_coef);
+  read_double("capacity_factor", c.capacity_factor);
+  COLOSSAL_CHECK(js.value("model_type", std::string()) != "mixtral" || c.num_local_experts > 0, "[llama] ", origin,
+                 ": model_type \"mixtral\" needs num_local_experts > 0");
+  // Mistral and Mixtral write sliding_window: null is plain causal attention. A window shorter
+  // than max_position_embeddings is not implemented; sequences within it attend exactly as a
+  // sliding window would, so the model's length is capped there (longer ones are refused by name).
+  if (js.contains("sliding_window")) {
+    used.insert("sliding_window");
+    const auto& w = js["sliding_window"];
+    COLOSSAL_CHECK(w.is_null() || (w.is_number_integer() && w.get<int64_t>() > 0), "[llama] ", origin,
+                   ": field 'sliding_window' expected null or a positive integer, found ", w.dump());
+    if (!w.is_null()) c.max_position_embeddings = std::min(c.max_position_embeddings, w.get<int64_t>());
+  }
   // transformers 4 writes rope_theta + rope_scaling; transformers 5 one rope_parameters object
   // (with rope_theta inside, rope_type "default" when unscaled).
   const char* rope_key = js.contains("rope_parameters") ? "rope_parameters" : "rope_scaling";
@@ -135,8 +156,8 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path, std::vector<std
 
 std::string LlamaConfig::to_json() const {
   json js;
-  js["architectures"] = {"LlamaForCausalLM"};
-  js["model_type"] = "llama";
+  js["architectures"] = {is_moe() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
+  js["model_type"] = is_moe() ? "mixtral" : "llama";
   js["hidden_act"] = "silu";
   js["vocab_size"] = vocab_size;
   js["hidden_size"] = hidden_size;
@@ -167,6 +188,16 @@ std::string LlamaConfig::to_json() const {
     if (rope_scaling.original_max_position_embeddings > 0)
       r["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
     js["rope_scaling"] = r;
+  }
+  if (is_moe()) {
+    js["num_local_experts"] = num_local_experts;
+    js["num_experts_per_tok"] = num_experts_per_tok;
+    js["router_aux_loss_coef"] = router_aux_loss_coef;
+    js["output_router_logits"] = output_router_logits;
+    js["router_jitter_noise"] = router_jitter_noise;
+    js["sliding_window"] = nullptr;
+    if (router_z_loss_coef > 0) js["router_z_loss_coef"] = router_z_loss_coef;
+    if (capacity_factor > 0) js["capacity_factor"] = capacity_factor;
   }
   js["torch_dtype"] = "float32";
   return js.dump(2) + "\n";

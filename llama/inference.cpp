@@ -56,8 +56,19 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options)
       x.o_bias = cvt(a->o_proj->bias);
     }
     x.o = cvt(a->o_proj->weight);
-    x.gate_up = cvt(at::cat({l->mlp->gate_proj->weight, l->mlp->up_proj->weight}, 0));
-    x.down = cvt(l->mlp->down_proj->weight);
+    if (l->block_sparse_moe) {
+      const auto& moe = l->block_sparse_moe;
+      COLOSSAL_CHECK(moe->placement().ep_size() == 1, "[llama] inference holds every expert on each process (ep 1)");
+      x.router = cvt(moe->gate->weight);
+      for (auto& e : moe->experts) {
+        x.expert_gate_up.push_back(cvt(at::cat({e->w1->weight, e->w3->weight}, 0)));
+        x.expert_down.push_back(cvt(e->w2->weight));
+      }
+      router_ = moe->router();
+    } else {
+      x.gate_up = cvt(at::cat({l->mlp->gate_proj->weight, l->mlp->up_proj->weight}, 0));
+      x.down = cvt(l->mlp->down_proj->weight);
+    }
     x.input_norm = fp32(l->input_layernorm->weight);
     x.post_norm = fp32(l->post_attention_layernorm->weight);
     layers_.push_back(std::move(x));
@@ -88,6 +99,21 @@ at::Tensor LlamaInference::all_reduced(at::Tensor x) const {
   return x;
 }
 
+// Mixtral's block: route every token, run each expert once over its tokens, one all-reduce of
+// every expert's partial output under tensor parallelism.
+at::Tensor LlamaInference::mixture_of_experts(const at::Tensor& x, const Layer& L, int64_t ffn) const {
+  auto routing = parallel::expert::route(project(x, L.router), router_);
+  parallel::expert::LocalExperts experts;
+  experts.run = [&](int64_t e, const at::Tensor& rows) {
+    auto gu = project(rows, L.expert_gate_up[e]);
+    return project(at::silu(gu.narrow(1, 0, ffn)) * gu.narrow(1, ffn, ffn), L.expert_down[e]);
+  };
+  if (parallel_.tensor_parallel()) experts.finish = [&](const at::Tensor& out) { return all_reduced(out); };
+  parallel::expert::ExpertPlacement every;  // inference holds every expert
+  every.num_experts = router_.num_experts;
+  return parallel::expert::dispatch_and_combine(x, routing, every, experts);
+}
+
 at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::PagedKVCache& cache) {
   c10::InferenceMode guard;
   const int64_t n = in.tokens.size(0), heads = heads_, kv = kv_heads_;
@@ -109,7 +135,12 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
     auto attn = inference::paged_attention(q, cache, static_cast<int64_t>(li), in.attention, scale);
     auto o = all_reduced(project(attn.view({n, heads * d}).to(options_.dtype), L.o));
     h = h + (L.o_bias.defined() ? o + L.o_bias : o);
-    auto gu = project(rms(h, L.post_norm, eps), L.gate_up);
+    auto normed = rms(h, L.post_norm, eps);
+    if (L.router.defined()) {
+      h = h + mixture_of_experts(normed, L, ffn);
+      continue;
+    }
+    auto gu = project(normed, L.gate_up);
     h = h + all_reduced(project(at::silu(gu.narrow(1, 0, ffn)) * gu.narrow(1, ffn, ffn), L.down));
   }
   auto last = rms(h.index_select(0, in.sample_index), norm_, eps);

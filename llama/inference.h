@@ -2,7 +2,7 @@
 // LLaMA for the generation engine (core/inference): no autograd, weights in fp32 or bf16, the
 // q/k/v projections fused into one matrix and gate/up into another at load time (one matrix
 // product each instead of three and two), rotary embeddings by position, attention through the
-// paged KV cache.
+// paged KV cache. Mixtral's experts each run once per step over the tokens routed to them.
 //
 // Tensor parallelism (a model loaded with a ParallelContext): each rank keeps its slices, i.e.
 // its query heads and their key/value heads (one whole kv head when there are fewer than tp),
@@ -40,14 +40,18 @@ class LlamaInference : public inference::CausalLM {
  private:
   struct Layer {
     at::Tensor input_norm, post_norm, qkv, qkv_bias, o, o_bias, gate_up, down;
+    at::Tensor router;                                         // Mixtral: [experts, hidden]
+    std::vector<at::Tensor> expert_gate_up, expert_down;       // per expert, w1 and w3 fused
   };
   at::Tensor all_reduced(at::Tensor x) const;
+  at::Tensor mixture_of_experts(const at::Tensor& x, const Layer& layer, int64_t ffn) const;
 
   LlamaConfig config_;
   Options options_;
   parallel::ParallelContext parallel_;
   int64_t heads_ = 0, kv_heads_ = 0, vocab_start_ = 0;  // this rank's
   std::vector<Layer> layers_;
+  parallel::expert::RouterOptions router_;  // Mixtral
   at::Tensor embed_, norm_, lm_head_, cos_, sin_;
 };
 

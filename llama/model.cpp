@@ -141,7 +141,10 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
 
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& where) {
   self_attn = register_module("self_attn", Attention(c, where.at("self_attn")));
-  mlp = register_module("mlp", MLP(c, where.at("mlp")));
+  if (c.is_moe())
+    block_sparse_moe = register_module("block_sparse_moe", SparseMoeBlock(c, where.at("block_sparse_moe")));
+  else
+    mlp = register_module("mlp", MLP(c, where.at("mlp")));
   input_layernorm =
       register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
   post_attention_layernorm =
@@ -149,9 +152,18 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& whe
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
-                                        const torch::Tensor& positions) {
-  auto h = x + self_attn->forward(call(input_layernorm, x), rope, positions);
-  return h + mlp->forward(call(post_attention_layernorm, h));
+                                        const torch::Tensor& positions, parallel::expert::RouterLosses* router) {
+  return feed_forward_half(attention_half(x, rope, positions), router);
+}
+
+torch::Tensor DecoderLayerImpl::attention_half(const torch::Tensor& x, const RotaryTables& rope,
+                                               const torch::Tensor& positions) {
+  return x + self_attn->forward(call(input_layernorm, x), rope, positions);
+}
+
+torch::Tensor DecoderLayerImpl::feed_forward_half(const torch::Tensor& h, parallel::expert::RouterLosses* router) {
+  auto normed = call(post_attention_layernorm, h);
+  return h + (block_sparse_moe ? block_sparse_moe->forward(normed, router) : mlp->forward(normed));
 }
 
 DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
@@ -183,7 +195,8 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const para
     init_seed_ = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
   }
   config_.validate();
-  check_parallel(config_, {parallel_.tp_size(), parallel_.sp_size(), parallel_.sp_mode});
+  check_parallel(config_, {parallel_.tp_size(), parallel_.sp_size(), parallel_.sp_mode, parallel_.ep_size(),
+                           parallel_.pipeline.enabled() ? parallel_.pipeline.schedule.stages : 1});
   const auto plan = parallel_plan(config_);
   const BuildContext root{plan, parallel_, ""};
   model = register_module("model", Decoder(config_, root.at("model")));
@@ -224,6 +237,18 @@ void LlamaForCausalLMImpl::reset_parameters() {
     auto full = torch::empty(parallel::full_shape(p, split), torch::kFloat32);
     init_parameter(item.key(), full);
     p.copy_(parallel::local_part(full, split, p));  // padded vocabulary rows stay zero
+  }
+}
+
+bool LlamaForCausalLMImpl::expert_held_elsewhere(const std::string& name) const {
+  static const std::string kExperts = ".block_sparse_moe.experts.";
+  const auto at = name.find(kExperts);
+  if (!config_.is_moe() || at == std::string::npos) return false;
+  const parallel::expert::ExpertPlacement placement{config_.num_local_experts, parallel_.ep};
+  try {
+    return !placement.holds(std::stoll(name.substr(at + kExperts.size())));
+  } catch (const std::exception&) {
+    return false;  // not an expert index: the load names it as unexpected
   }
 }
 
@@ -271,15 +296,24 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
     h = input;
   }
   const auto [begin, end] = chunk_layers_[chunk];
+  router_losses_.clear();  // MoE: this forward's routing (no pipeline with experts: one chunk)
+  auto* router = config_.is_moe() ? &router_losses_ : nullptr;
   for (size_t k = 0; k < model->layers.size(); ++k) {
     if (model->layer_ids[k] < begin || model->layer_ids[k] >= end) continue;
     auto& layer = model->layers[k];
     if (gradient_checkpointing_ && is_training()) {
-      // Captured by value: the closure runs again in backward, after this loop.
-      h = nn::checkpoint(
-          [rope, positions, l = layer.ptr()](const torch::Tensor& x) { return l->forward(x, rope, positions); }, h);
+      // Captured by value: the closure runs again in backward, after this loop. A MoE layer's
+      // feed-forward half stays outside: its routing feeds the auxiliary losses, which need the
+      // router's graph from this forward, not a recomputation.
+      auto l = layer.ptr();
+      if (router) {
+        h = nn::checkpoint([rope, positions, l](const torch::Tensor& x) { return l->attention_half(x, rope, positions); }, h);
+        h = l->feed_forward_half(h, router);
+      } else {
+        h = nn::checkpoint([rope, positions, l](const torch::Tensor& x) { return l->forward(x, rope, positions); }, h);
+      }
     } else {
-      h = layer->forward(h, rope, positions);
+      h = layer->forward(h, rope, positions, router);
     }
   }
   if (!last) return h;
@@ -343,6 +377,12 @@ torch::Tensor LlamaForCausalLMImpl::loss_from_logits(const torch::Tensor& logits
   auto mean = parallel_.tensor_parallel()  // the full logits never exist on one rank
                   ? parallel::vocab_parallel_cross_entropy(flat, flat_target, parallel_.tp, -100)
                   : nn::cross_entropy(flat, flat_target, -100);
+  if (config_.is_moe() && is_training() && !router_losses_.empty()) {
+    if (config_.router_aux_loss_coef > 0)
+      mean = mean + config_.router_aux_loss_coef * router_losses_.load_balancing_loss().to(mean.scalar_type());
+    if (config_.router_z_loss_coef > 0)
+      mean = mean + config_.router_z_loss_coef * router_losses_.z_loss().to(mean.scalar_type());
+  }
   if (!holds_sequence_shard()) return mean;
   // The mean over every rank's tokens: each rank's mean weighted by its share of the counted
   // targets, summed over the group (forward); each rank's gradient flows through its own term.
@@ -366,6 +406,11 @@ parallel::ParallelPlan parallel_plan(const LlamaConfig& config) {
       {"model.layers.*.mlp.gate_proj", SplitStyle::kColumn},
       {"model.layers.*.mlp.up_proj", SplitStyle::kColumn},
       {"model.layers.*.mlp.down_proj", SplitStyle::kRow},
+      // Mixtral: each expert splits like the dense MLP; the router is whole on every rank.
+      {"model.layers.*.block_sparse_moe.gate", SplitStyle::kReplicate},
+      {"model.layers.*.block_sparse_moe.experts.*.w1", SplitStyle::kColumn},
+      {"model.layers.*.block_sparse_moe.experts.*.w3", SplitStyle::kColumn},
+      {"model.layers.*.block_sparse_moe.experts.*.w2", SplitStyle::kRow},
       {"model.layers.*.input_layernorm", SplitStyle::kReplicate},
       {"model.layers.*.post_attention_layernorm", SplitStyle::kReplicate},
       {"model.norm", SplitStyle::kReplicate},

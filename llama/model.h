@@ -3,6 +3,7 @@
 //   model.embed_tokens.weight, model.layers.N.self_attn.{q,k,v,o}_proj.weight,
 //   model.layers.N.mlp.{gate,up,down}_proj.weight, model.layers.N.{input,post_attention}_layernorm.weight,
 //   model.norm.weight, lm_head.weight
+// and Mixtral (num_local_experts > 0) with model.layers.N.block_sparse_moe.* instead of mlp.* (llama/moe.h).
 // RMSNorm, rotary position embeddings, grouped-query attention through LibTorch's
 // scaled_dot_product_attention (causal), SwiGLU MLP. Every module that owns parameters runs
 // through colossal::nn::call, so ZeRO-3 gathers it on demand.
@@ -19,6 +20,7 @@
 #include "core/parallel/tensor/parallel_embedding.h"
 #include "core/parallel/tensor/parallel_linear.h"
 #include "llama/config.h"
+#include "llama/moe.h"
 
 namespace colossal::llama {
 
@@ -75,9 +77,15 @@ TORCH_MODULE(MLP);
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const LlamaConfig& config, const BuildContext& where);
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
+  /// A MoE layer adds its routing to `router` when given.
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
+                        parallel::expert::RouterLosses* router = nullptr);
+  /// The two residual halves: x + attention(norm(x)), and h + feed-forward(norm(h)).
+  torch::Tensor attention_half(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
+  torch::Tensor feed_forward_half(const torch::Tensor& h, parallel::expert::RouterLosses* router = nullptr);
   Attention self_attn{nullptr};
-  MLP mlp{nullptr};
+  MLP mlp{nullptr};                           // dense LLaMA
+  SparseMoeBlock block_sparse_moe{nullptr};  // Mixtral (num_local_experts > 0)
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
 };
 TORCH_MODULE(DecoderLayer);
@@ -112,8 +120,12 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   /// hidden states otherwise; this rank's logits out of the chunk holding the head, hidden states
   /// otherwise. Without a pipeline, chunk 0 is the whole model.
   torch::Tensor forward_chunk(int chunk, const torch::Tensor& input);
-  /// loss() from forward_chunk's logits (the last stage's part of the loss).
+  /// loss() from forward_chunk's logits (the last stage's part of the loss). A MoE model in
+  /// training adds router_aux_loss_coef x the load-balancing loss and router_z_loss_coef x the
+  /// z-loss of the forward that made the logits (as MixtralForCausalLM with output_router_logits).
   torch::Tensor loss_from_logits(const torch::Tensor& logits, const torch::Tensor& labels);
+  /// A MoE model: the routing of the last forward (tokens per expert, the auxiliary losses).
+  const parallel::expert::RouterLosses& router_losses() const { return router_losses_; }
   /// The trainable parameters of chunk `chunk` (for the zero-bubble schedules' W step).
   std::vector<torch::Tensor> chunk_parameters(int chunk);
   /// Normal(0, initializer_range) weights, unit norms (training from scratch), each parameter
@@ -133,6 +145,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   void set_weights_source(std::shared_ptr<const checkpoint::CheckpointReader> reader) { weights_ = std::move(reader); }
   void parameters_materialized() override { weights_.reset(); }
   const parallel::ParallelContext& parallel_context() const { return parallel_; }
+  /// Whether checkpoint tensor `name` belongs to an expert another ep rank holds.
+  bool expert_held_elsewhere(const std::string& name) const;
   const LlamaConfig& config() const { return config_; }
   /// Per-layer activation checkpointing: each decoder layer keeps only its input in forward and
   /// runs again in backward (see core/nn/activation_checkpoint.h).
@@ -160,6 +174,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   RotaryTables long_rope_;  // dynamic scaling: the last longer length seen
   bool gradient_checkpointing_ = false;
   std::vector<std::pair<int64_t, int64_t>> chunk_layers_;  // [begin, end) layers of each chunk
+  parallel::expert::RouterLosses router_losses_;            // MoE: the last forward's routing
 };
 TORCH_MODULE(LlamaForCausalLM);
 

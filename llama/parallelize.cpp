@@ -13,6 +13,15 @@ void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_le
                  ": one must divide the other (kv heads are split by tp, or whole on every rank)");
   COLOSSAL_CHECK(c.intermediate_size % tp == 0, "[llama] intermediate_size ", c.intermediate_size,
                  " does not divide by tp ", tp);
+  COLOSSAL_CHECK(s.ep == 1 || c.is_moe(), "[llama] ep ", s.ep, ": the model has no experts (num_local_experts is 0)");
+  if (c.is_moe()) {
+    COLOSSAL_CHECK(c.num_local_experts % s.ep == 0, "[llama] num_local_experts ", c.num_local_experts,
+                   " does not divide by ep ", s.ep);
+    COLOSSAL_CHECK(s.sp_mode != Mode::kSplitGather || tp == 1, "[llama] sp_mode split_gather with experts: the router "
+                   "needs whole tokens, not sequence shards of the tp ranks; use all_to_all or ring_attn");
+    COLOSSAL_CHECK(s.pp == 1, "[llama] pp ", s.pp, " with experts: pipeline stages of a MoE model are not built yet "
+                   "(the load-balancing loss pools every layer); use ep, tp and dp");
+  }
   if (s.sp_mode == Mode::kAllToAll)
     COLOSSAL_CHECK((heads / tp) % s.sp == 0, "[llama] all_to_all: ", heads / tp,
                    " attention heads per tensor-parallel rank (", heads, " / tp ", tp, ") do not divide by sp ", s.sp);
@@ -27,7 +36,7 @@ void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_le
 }
 
 void check_parallel(const LlamaConfig& config, const dist::ParallelDims& dims, int64_t seq_len) {
-  check_parallel(config, {dims.tp(), dims.sequence_parallel_size(), dims.sp_mode()}, seq_len);
+  check_parallel(config, {dims.tp(), dims.sequence_parallel_size(), dims.sp_mode(), dims.ep(), dims.pp()}, seq_len);
 }
 
 }  // namespace colossal::llama

@@ -44,6 +44,8 @@ LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelO
     for (const auto& f : out.unknown_config_fields) list += (list.empty() ? "" : ", ") + f;
     COLOSSAL_LOG_WARN("[llama] ", dir, "/config.json: fields this model does not use: ", list);
   }
+  COLOSSAL_CHECK(parallel.ep_size() == 1, "[llama] load_pretrained builds the whole model; under expert parallelism "
+                 "use load_pretrained_lazily (each rank reads only its experts)");
   out.model = LlamaForCausalLM(out.config, parallel);
   out.report = parallel.tensor_parallel() ? parallel::load_model_slices(*out.model, dir, options)
                                           : checkpoint::load_model_state(*out.model, dir, options);
@@ -61,7 +63,9 @@ LoadedModel load_pretrained_lazily(const std::string& dir, const parallel::Paral
   // Strict, against the full (unsplit) shapes: nothing is read until boost.
   const auto specs = parallel::collect_shard_specs(*out.model);
   auto names = reader->names();
-  std::set<std::string> unexpected(names.begin(), names.end());
+  std::set<std::string> unexpected;
+  for (const auto& n : names)
+    if (!out.model->expert_held_elsewhere(n)) unexpected.insert(n);  // other ep ranks read those
   for (const auto& item : out.model->named_parameters()) {
     const auto& name = item.key();
     if (!unexpected.erase(name)) {

@@ -21,7 +21,7 @@ void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
       {"num_microbatches", "hybrid, pp > 1: microbatches per step (0: pp x num_model_chunks)"},
       {"microbatch_size", "hybrid, pp > 1: samples per microbatch (instead of --num_microbatches)"},
       {"pp_balance", "hybrid, pp > 1: layers per stage by cost (embedding and head counted) | count"},
-      {"ep", "expert-parallel size (1 until expert parallelism lands)"},
+      {"ep", "hybrid, a MoE model: expert-parallel size (shares the experts out over the data-parallel ranks)"},
       {"zero_stage", "zero / hybrid: ZeRO stage (hybrid: 0 = DDP)"},
       {"bucket_mib", "ddp / zero / hybrid: gradient bucket size in MiB"},
       {"placement", "gemini: static | auto"},

@@ -35,6 +35,7 @@
 #include "core/nn/deferred_init.h"
 #include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
+#include "core/parallel/expert/router_stats.h"
 #include "llama/corpus.h"
 #include "llama/dataset.h"
 #include "llama/parallelize.h"
@@ -304,6 +305,11 @@ int run(TrainArgs& a) {
     std::printf("model: %.2fM parameters (hidden %ld, layers %ld, heads %ld/%ld kv, vocab %ld)%s\n",
                 cfg.num_parameters() / 1e6, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
                 cfg.num_key_value_heads, cfg.vocab_size, a.pretrained.empty() ? "" : (", from " + a.pretrained).c_str());
+    if (cfg.is_moe())
+      std::printf("experts: %ld per layer, top %ld, %.2fM active parameters per token; aux loss x %g, z-loss x %g, %s\n",
+                  cfg.num_local_experts, cfg.num_experts_per_tok, cfg.num_active_parameters() / 1e6,
+                  cfg.router_aux_loss_coef, cfg.router_z_loss_coef,
+                  cfg.capacity_factor > 0 ? ("capacity factor " + std::to_string(cfg.capacity_factor)).c_str() : "dropless");
     std::printf("data: %ld samples of %ld tokens (%s); %d rank(s) x %ld samples x %ld micro-batches = %ld per step; "
                 "%ld steps (%.2f epochs)\n",
                 train.size(), a.max_length, a.mode.c_str(), n, a.batch_size, a.accumulation_steps, per_step * n,
@@ -353,6 +359,7 @@ int run(TrainArgs& a) {
   colossal::booster::LossGuard loss_guard(
       {.precision = a.plugin.precision,
        .advice = a.save_interval > 0 ? "Checkpoints in " + a.save_dir + " are as they were before this step" : ""});
+  colossal::parallel::expert::RouterWindow router_window;  // MoE: expert load and router losses since the last line
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   int64_t window_steps = 0;
@@ -372,6 +379,7 @@ int run(TrainArgs& a) {
                     static_cast<double>(a.accumulation_steps);
         booster.backward(loss, *b.optimizer);
         loss_sum += loss.item<double>();
+        if (cfg.is_moe()) router_window.add(model->router_losses());
       };
       if (micro + 1 < a.accumulation_steps) booster.no_sync(*b.optimizer, run_micro);
       else run_micro();
@@ -393,7 +401,14 @@ int run(TrainArgs& a) {
           {"loss", l.item<double>()}, {"lr", lr}, {"grad_norm", norm}, {"tokens/s", tokens_s},
           {"mfu", tokens_s * flops_per_token / 1e9 / rate.item<double>()}, {"mem_gib", colossal::resident_gib()}};
       if (!stepped) m.push_back({"skipped", 1});
-      progress.step(step, m);
+      std::vector<std::pair<std::string, std::vector<double>>> lists;
+      if (cfg.is_moe()) {  // every replica's routing: each routes its own tokens
+        auto routed = router_window.report(dims.group(dist::Axis::kDp));
+        m.insert(m.end(), routed.metrics.begin(), routed.metrics.end());
+        lists.push_back({"tokens_per_expert", routed.tokens_per_expert});
+        router_window = {};
+      }
+      progress.step(step, m, lists);
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;
     }

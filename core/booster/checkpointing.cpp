@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <thread>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -73,7 +74,17 @@ OptimizerFiles collect_optimizer_state(const ModelWrapper& wrapper, const torch:
                 {"layout", f.sliced ? "sliced" : "replicated"}};
   if (!f.writes || (f.sliced && !wrapper.writes_optimizer_slices())) return f;  // (an empty file)
   auto* located = f.sliced ? &f.metadata : nullptr;  // slice offsets matter only when sliced
-  f.tensors = checkpoint::optimizer_state(optimizer, wrapper.optimizer_slices(model), located);
+  auto slices = wrapper.optimizer_slices(model);
+  f.tensors = checkpoint::optimizer_state(optimizer, slices, located);
+  if (f.sliced) {  // only the slices that are this rank's to write (their state is "<slice>.<field>")
+    std::set<std::string> skip;
+    for (const auto& s : slices)
+      if (!wrapper.writes_optimizer_slice(s.name)) skip.insert(s.name);
+    if (!skip.empty()) {
+      std::erase_if(f.tensors, [&](const auto& t) { return skip.count(t.first.substr(0, t.first.rfind('.'))) > 0; });
+      for (const auto& name : skip) f.metadata.erase("offset." + name);
+    }
+  }
   for (auto& e : wrapper.external_optimizer_state(located)) f.tensors.push_back(std::move(e));
   return f;
 }

@@ -91,6 +91,9 @@ class ModelWrapper {
   /// rank's (a data-parallel copy of a pipeline stage) writes an empty file, so a load does not
   /// find the same piece twice.
   virtual bool writes_optimizer_slices() const { return true; }
+  /// With sharded state written by this rank: whether the slice named `slice` is its to write. A
+  /// plugin whose ranks share some parameters but not others (expert parallelism) picks.
+  virtual bool writes_optimizer_slice(const std::string& slice) const { return true; }
   /// Optimizer state the plugin keeps outside the optimizer (streamed from NVMe), as
   /// optimizer_state() would write it; `metadata` gets the slices' offsets.
   virtual checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>*) const {

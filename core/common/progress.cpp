@@ -46,7 +46,8 @@ nlohmann::json to_json(const std::vector<std::pair<std::string, double>>& metric
 }
 }  // namespace
 
-void Progress::step(int64_t step, const std::vector<std::pair<std::string, double>>& metrics) {
+void Progress::step(int64_t step, const std::vector<std::pair<std::string, double>>& metrics,
+                    const std::vector<std::pair<std::string, std::vector<double>>>& lists) {
   if (!options_.enabled) return;
   std::string line = "step " + std::to_string(step);
   if (options_.total_steps > 0) {
@@ -66,6 +67,7 @@ void Progress::step(int64_t step, const std::vector<std::pair<std::string, doubl
   std::fflush(stderr);
   if (log_.is_open()) {
     auto j = to_json(metrics);
+    for (const auto& [k, values] : lists) j[k] = values;
     j["step"] = step;
     log_ << j.dump() << '\n';
     log_.flush();

@@ -22,8 +22,10 @@ class Progress {
   explicit Progress(Options options);
   ~Progress();
 
-  /// One training update: `metrics` in display order (name, value). Also written to the log.
-  void step(int64_t step, const std::vector<std::pair<std::string, double>>& metrics);
+  /// One training update: `metrics` in display order (name, value). Also written to the log,
+  /// with `lists` (name, values: e.g. tokens per expert), which only the log holds.
+  void step(int64_t step, const std::vector<std::pair<std::string, double>>& metrics,
+            const std::vector<std::pair<std::string, std::vector<double>>>& lists = {});
   /// Anything else worth a permanent line (evaluation, checkpoint saved): printed on its own
   /// line and logged as {"event": kind, ...metrics}.
   void event(const std::string& kind, int64_t step, const std::vector<std::pair<std::string, double>>& metrics,

@@ -39,9 +39,6 @@ void ParallelDims::Options::validate() const {
   for (auto [name, v] : {std::pair{"pp", pp}, std::pair{"sp", sp}, std::pair{"tp", tp}, std::pair{"ep", ep}})
     COLOSSAL_CHECK(v >= 1, "[layout] ", name, ": expected >= 1, got ", v);
   COLOSSAL_CHECK(dp >= 0, "[layout] dp: expected >= 1 (or 0: what the world leaves), got ", dp);
-  // Axes whose mechanism is not built yet: accepted at 1, named above it.
-  COLOSSAL_CHECK(ep == 1, "[layout] ep ", ep,
-                 ": expert parallelism is not built yet (issue 20 brings it); use ep 1");
   const auto mode = parse_sequence_parallel_mode(sp_mode);
   COLOSSAL_CHECK(sp == 1 || mode != SequenceParallelMode::kNone, "[layout] sp ", sp,
                  " needs an sp_mode (split_gather, all_to_all or ring_attn)");
@@ -167,6 +164,10 @@ Group ParallelDims::sequence_group() const {
 
 Group ParallelDims::gradient_group() const {
   return sp_axis_ > 1 ? group({Axis::kDp, Axis::kSp}) : group(Axis::kDp);
+}
+
+Group ParallelDims::expert_gradient_group() const {
+  return sp_axis_ > 1 ? group({Axis::kEdp, Axis::kSp}) : group(Axis::kEdp);
 }
 
 std::string ParallelDims::describe() const {

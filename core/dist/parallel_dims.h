@@ -20,8 +20,6 @@
 // (Megatron) shards the sequence over the tensor-parallel ranks, so its sp axis is 1 and the
 // sequence group is tp.
 //
-// Axes whose mechanism does not exist yet are accepted at size 1 and rejected above it with a
-// message naming the issue that brings them.
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -109,6 +107,8 @@ class ParallelDims {
   /// The group data-parallel gradients are reduced over: dp, or dp x sp when sp has its own axis
   /// (each sp rank's gradients cover its own tokens, so they are summed over sp too).
   Group gradient_group() const;
+  /// The same for expert parameters: the replicas holding the same experts (edp, x sp).
+  Group expert_gradient_group() const;
 
   /// "pp 1 x dp 2 x sp 2 (ring_attn) x tp 2" (ep shown when > 1)
   std::string describe() const;

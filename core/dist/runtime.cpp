@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "core/common/check.h"
@@ -19,6 +20,7 @@
 #include "core/dist/monitor.h"
 #include "core/dist/net.h"
 #include "core/dist/runtime_internal.h"
+#include "core/dist/watched_store.h"
 
 namespace colossal::dist {
 namespace {
@@ -249,7 +251,16 @@ Group new_group(const std::vector<int>& ranks, const std::string& name) {
   state->ranks = ranks;
   state->rank = static_cast<int>(it - ranks.begin());
   state->timeout = to_ms(r.options.timeout_s);
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(state->store_key, r.store);
+  // Reads by the backend's rendezvous and the shared-memory set-up stop as soon as the monitor
+  // finds a member gone (frozen or killed half-way), not at the timeout.
+  auto prefixed = c10::make_intrusive<detail::WatchedStore>(
+      state->store_key, r.store, [&r, state](const std::function<bool()>& ready) {
+        const auto wait = wait_for_group(r.monitor.get(), *state, ready);
+        if (wait.ready) return;
+        // Not one of ours ("[rank "...): new_group's handlers turn it into fail_creation's report.
+        throw std::runtime_error(wait.lost ? "a member stopped during set-up: " + *wait.lost
+                                           : c10::str("a member's key was not there within ", r.options.timeout_s, " s"));
+      });
   // Every member first counts itself in: a member that froze or died on its way here is found by
   // the heartbeat (dead_after_s) instead of at the backend's rendezvous timeout.
   wait_for_members(r, state, *prefixed, "arrived", "not every member arrived");

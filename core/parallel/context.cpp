@@ -8,6 +8,7 @@ ParallelContext ParallelContext::from(const dist::ParallelDims& dims) {
   // Groups only for axes that split something: an unset group means "not parallel".
   if (dims.tp() > 1) c.tp = dims.group(dist::Axis::kTp);
   if (dims.sp() > 1) c.sp = dims.group(dist::Axis::kSp);
+  if (dims.ep() > 1) c.ep = dims.group(dist::Axis::kEp);
   if (dims.pp() > 1) {
     c.pipeline.group = dims.group(dist::Axis::kPp);
     c.pipeline.schedule.stages = dims.pp();

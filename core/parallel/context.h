@@ -18,6 +18,7 @@ using dist::to_string;
 struct ParallelContext {
   dist::Group tp;  // not a member (default): no tensor parallelism
   dist::Group sp;  // all_to_all and ring_attn: the sequence-parallel group
+  dist::Group ep;  // expert parallelism: the ranks that share out a MoE layer's experts
   SequenceParallelMode sp_mode = SequenceParallelMode::kNone;
   /// Which stage of a pipeline the model builds (default: none, the whole model). Set by the
   /// plugin that runs the pipeline (it knows the schedule); from(dims) fills only the group.
@@ -30,6 +31,7 @@ struct ParallelContext {
   int tp_rank() const { return tp.is_member() ? tp.rank() : 0; }
   int sp_size() const;
   int sp_rank() const;
+  int ep_size() const { return ep.is_member() ? ep.size() : 1; }
   bool tensor_parallel() const { return tp_size() > 1; }
   /// The group the sequence is sharded over (tp for split_gather, sp otherwise); may be unset.
   const dist::Group& sequence_group() const;

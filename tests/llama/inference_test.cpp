@@ -62,9 +62,9 @@ LlamaConfig tiny_config() {
   return c;
 }
 
-LlamaForCausalLM tiny_model() {
+LlamaForCausalLM tiny_model(LlamaConfig c = tiny_config()) {
   torch::manual_seed(11);
-  LlamaForCausalLM m(tiny_config());
+  LlamaForCausalLM m(c);
   torch::NoGradGuard no_grad;
   for (auto& p : m->parameters()) p.normal_(0, 0.3);  // decisive logits: no near-ties in argmax
   m->eval();
@@ -122,6 +122,26 @@ TEST(Inference, PagedGreedyEqualsFullRecomputation) {
     EXPECT_EQ(results[i].reason, inference::FinishReason::kLength);
   }
   EXPECT_EQ(engine.cache().blocks().used_blocks(), 0) << "every block returned";
+}
+
+// Mixtral: every expert runs once per engine step over the tokens routed to it (prefill chunks
+// and decodes of several sequences mixed), giving the tokens of full recomputation.
+TEST(Inference, MixtralPagedGreedyEqualsFullRecomputation) {
+  auto c = tiny_config();
+  c.num_local_experts = 4;
+  c.num_experts_per_tok = 2;
+  auto m = tiny_model(c);
+  EngineOptions o;
+  o.cache.block_size = 4;
+  o.cache.num_blocks = 64;
+  o.max_batched_tokens = 10;
+  auto engine = make_engine(m, o);
+  std::vector<int64_t> lengths = {3, 9, 17};
+  std::vector<GenerationRequest> reqs;
+  for (size_t i = 0; i < lengths.size(); ++i) reqs.push_back(greedy(prompt_of(lengths[i], i), 8));
+  auto results = engine.generate(reqs);
+  for (size_t i = 0; i < lengths.size(); ++i)
+    EXPECT_EQ(results[i].tokens, reference_greedy(m, reqs[i].prompt, 8)) << "prompt of " << lengths[i];
 }
 
 TEST(Inference, AloneOrBatchedGivesTheSameTokens) {

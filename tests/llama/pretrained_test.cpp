@@ -10,15 +10,10 @@
 #include "core/checkpoint/safetensors.h"
 #include "llama/pretrained.h"
 #include "tests/support/errors.h"
+#include "tests/support/python_check.h"
 
 namespace colossal::llama {
 namespace {
-
-std::string temp_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + name + "_" + std::to_string(::getpid());
-  (void)!std::system(("rm -rf '" + d + "' && mkdir -p '" + d + "'").c_str());
-  return d;
-}
 
 const char* kScript = R"PY(
 import sys, torch
@@ -46,7 +41,7 @@ with torch.no_grad():
 )PY";
 
 TEST(LlamaPretrained, RoundTripsWithTransformers) {
-  std::string d = temp_dir("pretrained");
+  std::string d = testing::fresh_temp_dir("pretrained");
   LlamaConfig c;
   c.vocab_size = 80;
   c.hidden_size = 48;
@@ -64,14 +59,8 @@ TEST(LlamaPretrained, RoundTripsWithTransformers) {
   save_pretrained(c, checkpoint::model_state(*model), d + "/ours");
   auto ids = torch::randint(80, {2, 10}, torch::kInt64);
   checkpoint::save_safetensors(d + "/ids.safetensors", {{"ids", ids}});
-  std::string script = d + "/check.py";
-  {
-    FILE* f = std::fopen(script.c_str(), "w");
-    std::fputs(kScript, f);
-    std::fclose(f);
-  }
-  std::string cmd = std::string(COLOSSAL_TEST_PYTHON) + " " + script + " " + d + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the transformers side failed: " << cmd;
+  const auto failed = testing::run_python_check(COLOSSAL_TEST_PYTHON, kScript, d);
+  ASSERT_EQ(failed, "") << "the transformers side failed: " << failed;
 
   torch::NoGradGuard no_grad;
   auto hf = checkpoint::SafetensorsFile::open(d + "/ours_in_transformers.safetensors")->load("logits");
@@ -91,7 +80,7 @@ TEST(LlamaPretrained, RoundTripsWithTransformers) {
 }
 
 TEST(LlamaPretrained, MissingAndMismatchedWeightsAreListed) {
-  std::string d = temp_dir("pretrained_bad");
+  std::string d = testing::fresh_temp_dir("pretrained_bad");
   LlamaConfig c;
   c.vocab_size = 16;
   c.hidden_size = 8;

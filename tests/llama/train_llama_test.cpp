@@ -79,9 +79,10 @@ Launch launch(const std::string& name, int ranks, const std::string& flags, cons
                                       : "";
   // A run from --pretrained takes its shape from there.
   const bool pretrained = flags.find("--pretrained") != std::string::npos;
+  const bool own_config = pretrained || flags.find("--model_config ") != std::string::npos;
   std::string cmd = prefix + bin + "/train_llama --dataset " + w.train + " --eval_dataset " +
                     (eval_dataset.empty() ? w.valid : eval_dataset) +
-                    " --tokenizer " + w.tokenizer + (pretrained ? "" : " --model_config " + w.model_config) +
+                    " --tokenizer " + w.tokenizer + (own_config ? "" : " --model_config " + w.model_config) +
                     " --max_length 64" + (flags.find("--lr ") == std::string::npos ? " --lr 3e-3" : "") +
                     (flags.find("--warmup_steps ") == std::string::npos ? " --warmup_steps 2" : "") +
                     " --sample_tokens 0 --log_interval 1 --output " + out +
@@ -194,6 +195,39 @@ TEST(TrainLlama, HybridPluginFollowsTheSingleProcessCurve) {
                                                   "--eval_interval 0 --load_checkpoint " + w.dir + "/tp_dp/checkpoints/step-2"));
   EXPECT_EQ(resumed.size(), 2u);
   expect_same_curve(one, resumed, "tp 2 x dp 2 resumed at step 2");
+}
+
+// Mixtral from the command line: --plugin hybrid --ep 2 (DDP, and ZeRO-2 with the experts
+// sharded over their own replicas) follows one process, and the log carries the router
+// statistics (tokens per expert summed over the replicas: the same routing as one process).
+// The load-balancing loss is off here: it is a statistic of each forward's tokens, which the
+// sampler groups differently on 1 and 2 ranks (tests/llama/moe_test.cpp checks it per replica).
+TEST(TrainLlama, MixtralUnderExpertParallelismFollowsTheSingleProcessCurve) {
+  const auto& w = workspace();
+  const std::string cfg = w.dir + "/mixtral.json";
+  std::ofstream(cfg) << R"({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "vocab_size": 600,
+    "num_local_experts": 4, "num_experts_per_tok": 2, "router_aux_loss_coef": 0, "router_z_loss_coef": 0.001})";
+  auto one = train("ref_moe", 1, "--model_config " + cfg + " --batch_size 4 --max_steps 3 --eval_interval 0");
+  ASSERT_EQ(losses(one).size(), 3u);
+  for (const char* zero : {"0", "2"}) {
+    auto ep = train(std::string("moe_ep2_zero") + zero, 2, "--model_config " + cfg + " --plugin hybrid --ep 2 --zero_stage " +
+                                                              zero + " --batch_size 2 --max_steps 3 --eval_interval 0");
+    expect_same_curve(losses(one), losses(ep), std::string("ep 2, zero_stage ") + zero);
+    auto step_one = [](const std::vector<nlohmann::json>& log) {
+      for (const auto& j : log)
+        if (!j.contains("event") && j["step"] == 1) return j;
+      return nlohmann::json::object();
+    };
+    const auto first = step_one(ep);
+    ASSERT_TRUE(first.contains("tokens_per_expert")) << first.dump();
+    EXPECT_EQ(first["tokens_per_expert"], step_one(one)["tokens_per_expert"]) << "step 1's routing, all replicas";
+    double routed = 0;
+    for (double t : first["tokens_per_expert"].get<std::vector<double>>()) routed += t;
+    EXPECT_EQ(routed, 4 * 64 * 2 * 2) << "4 samples x 64 tokens x top 2 x 2 layers";
+    EXPECT_GE(first["load_max"].get<double>(), 1.0);
+    EXPECT_TRUE(first.contains("aux_loss"));
+  }
 }
 
 // Pipeline parallelism from the command line: pp 2 x dp 2 (1f1b, with evaluation and a

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/common/check.h"
 #include "core/common/fault.h"
 #include "core/dist/runtime.h"
 
@@ -17,15 +18,21 @@ bool plain_average(const DataParallelScope& s, const dist::Group& g) {
 }
 }  // namespace
 
-dist::Handle DataParallelScope::reduce_async(at::Tensor& flat) const {
-  auto g = resolved_group();
+dist::Group DataParallelScope::reduction_group(bool expert) const {
+  if (!expert) return resolved_group();
+  COLOSSAL_CHECK(expert_group.is_member(), "[dp] expert parameters without an expert data-parallel group");
+  return expert_group;
+}
+
+dist::Handle DataParallelScope::reduce_async(at::Tensor& flat, bool expert) const {
+  auto g = reduction_group(expert);
   if (plain_average(*this, g)) return dist::all_reduce_async(flat, g, dist::ReduceOp::kAvg);
   flat.mul_(1.0 / gradient_divisor);
   return dist::all_reduce_async(flat, g, dist::ReduceOp::kSum);
 }
 
-dist::Handle DataParallelScope::reduce_scatter_async(at::Tensor& out, const at::Tensor& in) const {
-  auto g = resolved_group();
+dist::Handle DataParallelScope::reduce_scatter_async(at::Tensor& out, const at::Tensor& in, bool expert) const {
+  auto g = reduction_group(expert);
   if (plain_average(*this, g)) return dist::reduce_scatter_async(out, in, g, dist::ReduceOp::kAvg);
   // `in` is the caller's send buffer, free to scale in place.
   const_cast<at::Tensor&>(in).mul_(1.0 / gradient_divisor);
@@ -38,10 +45,18 @@ bool DataParallelScope::counts_in_norm(const std::string& name) const {
 }
 
 bool DataParallelScope::norm_spans_ranks() const {
-  return (norm_group.is_member() && norm_group.size() > 1) || (pipeline_group.is_member() && pipeline_group.size() > 1);
+  auto spans = [](const dist::Group& g) { return g.is_member() && g.size() > 1; };
+  return spans(norm_group) || spans(pipeline_group) || spans(expert_norm_group);
 }
 
-double DataParallelScope::combine_over_norm_group(double local, bool inf_norm) const {
+double DataParallelScope::combine_over_norm_group(double local, bool inf_norm, double local_expert) const {
+  const auto op = inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum;
+  if (expert_norm_group.is_member() && expert_norm_group.size() > 1) {
+    auto e = torch::tensor({local_expert}, torch::kFloat64);
+    dist::all_reduce(e, expert_norm_group, op);
+    local_expert = e.item<double>();
+  }
+  local = inf_norm ? std::max(local, local_expert) : local + local_expert;
   auto t = torch::tensor({local}, torch::kFloat64);
   for (const auto* g : {&norm_group, &pipeline_group})
     if (g->is_member() && g->size() > 1) dist::all_reduce(t, *g, inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum);

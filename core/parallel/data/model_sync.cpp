@@ -18,14 +18,19 @@ void broadcast_init_seed(torch::nn::Module& model, const dist::Group& group) {
   init->set_init_seed(static_cast<uint64_t>(seed.item<int64_t>()));
 }
 
-void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers) {
+void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers,
+                           const std::set<std::string>& experts, const dist::Group& expert_group) {
   torch::NoGradGuard no_grad;
   // A lazily built model's deferred parameters are made from its seed: that is what is shared.
   broadcast_init_seed(model, group);
-  for (auto& p : model.parameters()) {
-    if (nn::is_deferred(p)) continue;
-    auto t = p.detach();
-    dist::broadcast(t, 0, group);
+  for (auto& item : model.named_parameters()) {
+    if (nn::is_deferred(item.value())) continue;
+    auto t = item.value().detach();
+    if (!experts.count(item.key())) {
+      dist::broadcast(t, 0, group);
+    } else if (expert_group.is_member() && expert_group.size() > 1) {
+      dist::broadcast(t, 0, expert_group);
+    }
   }
   if (!buffers) return;
   for (auto& b : model.buffers()) {

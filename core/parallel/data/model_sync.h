@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,11 @@ namespace colossal::parallel {
 void broadcast_init_seed(torch::nn::Module& model, const dist::Group& group);
 
 /// Broadcasts parameters (and buffers) from group rank 0, in place. Deferred parameters (lazy
-/// construction) are skipped; the model's initialisation seed is broadcast instead.
-void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers = true);
+/// construction) are skipped; the model's initialisation seed is broadcast instead. Parameters
+/// named in `experts` (expert parallelism: other ranks of `group` hold other experts) are
+/// broadcast over `expert_group` instead, the replicas holding the same experts.
+void broadcast_model_state(torch::nn::Module& model, const dist::Group& group, bool buffers = true,
+                           const std::set<std::string>& experts = {}, const dist::Group& expert_group = {});
 
 /// Calls on_ready(i) after the gradient of params[i] has been accumulated in a backward (a post
 /// hook on its gradient accumulator). The returned nodes must be kept alive (a parameter holds

@@ -23,8 +23,9 @@ TEST(ParallelDims, EveryInvalidCombinationIsNamed) {
   expect_error({.tp = 0}, 4, {"tp: expected >= 1, got 0"});
   expect_error({.sp = -1}, 4, {"sp: expected >= 1, got -1"});
   expect_error({.dp = -2}, 4, {"dp: expected >= 1", "got -2"});
-  // Axes not built yet: named with the issue that brings them.
-  expect_error({.ep = 2}, 4, {"ep 2", "expert parallelism is not built yet", "issue 20"});
+  // Expert parallelism is carved out of the data-parallel ranks.
+  expect_error({.dp = 3, .ep = 2}, 6, {"ep 2 does not divide dp 3"});
+  expect_error({.ep = 4}, 6, {"ep 4 does not divide dp 6"});
   // Sequence parallelism needs a mode, and split_gather lives on the tp ranks.
   expect_error({.sp = 2}, 4, {"sp 2 needs an sp_mode"});
   expect_error({.sp_mode = "ulysses"}, 4, {"sp_mode 'ulysses'", "split_gather, all_to_all or ring_attn"});

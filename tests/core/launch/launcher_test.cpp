@@ -309,10 +309,10 @@ pid_t rank_process(pid_t launcher, int rank) {
   return -1;
 }
 
-// Rank 2 is frozen (SIGSTOP) mid-job, once rank 0 has printed the mesh, i.e. after every group
-// exists: its peers' monitors see its heartbeat stop and the summary names rank 2, not the witness.
-// (Freezing on a timer instead lands anywhere in start-up on a loaded machine; each phase is
-// diagnosed, but the test must check one thing reliably.)
+// Rank 2 is frozen (SIGSTOP) mid-job, once rank 0 has printed the mesh: its peers' monitors see
+// its heartbeat stop and the summary names rank 2, not the witness. The job may still be creating
+// its data-parallel group then (groups are made on first use), so the freeze can land inside
+// Gloo's connection set-up, whose store reads are watched too (core/dist/watched_store.h).
 TEST(Launcher, FrozenRankIsNamedNotTheRankThatNoticed) {
   Running run = start_colossal({"run", "--nproc_per_node", "3", "--grace_period", "1", "--",
                                 testing::binary_dir() + "/dist_demo", "--iterations", "100000"});

@@ -18,6 +18,7 @@ namespace {
 struct Bucket {
   torch::Tensor flat;             // all gradients of the bucket, contiguous
   std::vector<size_t> params;     // indices into DDPModel::params_
+  bool expert = false;            // expert parameters (reduced over the expert data-parallel group)
   size_t pending = 0;             // gradients not yet ready in this backward
   dist::Handle handle;            // the in-flight all-reduce
 };
@@ -30,7 +31,8 @@ class DDPModel : public ModelWrapper {
     COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");
     group_ = options_.scope.resolved_group();
     collect_parameters(model, optimizer);
-    parallel::broadcast_model_state(model, group_, options_.broadcast_buffers);
+    parallel::broadcast_model_state(model, group_, options_.broadcast_buffers, options_.scope.expert_parameters,
+                                    options_.scope.expert_group);
     if (options_.precision != "fp32") {
       mixed_.emplace(amp::parse_precision(options_.precision), device,
                      options_.loss_scaler);
@@ -127,16 +129,17 @@ class DDPModel : public ModelWrapper {
     torch::NoGradGuard no_grad;
     const bool inf_norm = std::isinf(norm_type);
     std::vector<torch::Tensor> grads;
-    double local = 0;
+    double local = 0, local_expert = 0;
     for (size_t i = 0; i < params_.size(); ++i) {
       auto g = (mixed_ ? mixed_->master_of(params_[i]) : params_[i]).grad();
       if (!g.defined()) continue;
       grads.push_back(g);
       if (!scope.counts_in_norm(names_[i])) continue;
       double n = torch::linalg_vector_norm(g, norm_type, {}, false, torch::kFloat64).item<double>();
-      local = inf_norm ? std::max(local, n) : local + std::pow(n, norm_type);
+      double& into = scope.is_expert(names_[i]) ? local_expert : local;
+      into = inf_norm ? std::max(into, n) : into + std::pow(n, norm_type);
     }
-    double total = scope.combine_over_norm_group(local, inf_norm);
+    double total = scope.combine_over_norm_group(local, inf_norm, local_expert);
     if (!inf_norm) total = std::pow(total, 1.0 / norm_type);
     // As torch::nn::utils::clip_grad_norm_: the coefficient in fp32, always applied.
     float coef = std::min(1.0f, static_cast<float>(max_norm) / (static_cast<float>(total) + 1e-6f));
@@ -188,9 +191,12 @@ class DDPModel : public ModelWrapper {
     while (i < params_.size()) {
       Bucket b;
       auto dtype = params_[i].scalar_type();
+      // Dense and expert parameters never share a bucket: they are reduced over different groups.
+      // Every rank holds the same number of experts of the same shapes, so the buckets line up.
+      b.expert = options_.scope.is_expert(names_[i]);
       int64_t bytes = 0, numel = 0;
       while (i < params_.size() && params_[i].scalar_type() == dtype &&
-             (b.params.empty() || bytes < options_.bucket_bytes)) {
+             options_.scope.is_expert(names_[i]) == b.expert && (b.params.empty() || bytes < options_.bucket_bytes)) {
         b.params.push_back(i);
         numel += params_[i].numel();
         bytes += params_[i].numel() * params_[i].element_size();
@@ -260,7 +266,7 @@ class DDPModel : public ModelWrapper {
       Bucket& b = buckets_[next_launch_++];
       for (size_t i : b.params)
         if (detached_[i]) attach(i);  // no gradient this step: reduce zeros
-      b.handle = options_.scope.reduce_async(b.flat);
+      b.handle = options_.scope.reduce_async(b.flat, b.expert);
     }
   }
 

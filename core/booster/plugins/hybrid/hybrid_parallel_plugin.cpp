@@ -2,11 +2,14 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "core/amp/precision.h"
 #include "core/booster/plugins/ddp/ddp_plugin.h"
 #include "core/common/check.h"
 #include "core/dist/runtime.h"
 #include "core/checkpoint/model_io.h"
+#include "core/parallel/expert/experts.h"
 #include "core/parallel/pipeline/state_exchange.h"
 #include "core/parallel/tensor/shard.h"
 #include "core/booster/plugins/low_level_zero/low_level_zero_plugin.h"
@@ -29,6 +32,14 @@ class HybridModel : public ModelWrapper {
         tp_rank_(tp_rank),
         pipeline_(std::move(pipeline)) {}
 
+  // Expert parallelism: `ep` shares out the experts (`experts`: this rank's parameter names);
+  // `edp_rank`: this rank's place among the replicas holding the same experts.
+  void set_experts(dist::Group ep, std::set<std::string> experts, int edp_rank) {
+    ep_ = std::move(ep);
+    experts_ = std::move(experts);
+    edp_rank_ = edp_rank;
+  }
+
   double evaluate_pipeline(const parallel::pipeline::StageFunctions& model, const std::vector<torch::Tensor>& inputs,
                            const std::vector<torch::Tensor>& targets) override {
     COLOSSAL_CHECK(pipeline_.enabled(), "[hybrid] evaluate_pipeline needs pp > 1 (this layout has one stage)");
@@ -37,13 +48,17 @@ class HybridModel : public ModelWrapper {
   }
 
   // Under pipeline parallelism: the names the other stages hold (exchanged once, collective).
+  // Under expert parallelism likewise the experts the other ep ranks hold.
   void learn_other_stages(const torch::nn::Module& model) {
-    if (!pipeline_.enabled()) return;
+    if (!pipeline_.enabled() && !expert_parallel()) return;
     std::vector<std::string> mine;
     for (const auto& [name, t] : checkpoint::model_state(model)) mine.push_back(name);
     const std::set<std::string> own(mine.begin(), mine.end());
-    for (auto& name : parallel::pipeline::all_names(pipeline_.group, mine))
-      if (!own.count(name)) elsewhere_.insert(std::move(name));
+    for (const auto* group : {&pipeline_.group, &ep_}) {
+      if (!group->is_member() || group->size() == 1) continue;
+      for (auto& name : parallel::pipeline::all_names(*group, mine))
+        if (!own.count(name)) elsewhere_.insert(std::move(name));
+    }
   }
 
   // One step of the schedule. Gradients accumulate locally and each chunk's are reduced over
@@ -108,7 +123,7 @@ class HybridModel : public ModelWrapper {
 
   // The whole model on the pipeline's first rank (the one that writes): every stage's tensors.
   checkpoint::NamedTensors model_state_to_save(const torch::nn::Module& model) const override {
-    auto state = full_model_state(model);
+    auto state = gather_experts(full_model_state(model));
     if (!pipeline_.enabled()) return state;
     return parallel::pipeline::gather_to_first(pipeline_.group, std::move(state));
   }
@@ -122,6 +137,7 @@ class HybridModel : public ModelWrapper {
       auto it = specs_.find(name);
       if (it != specs_.end() && it->second.dim >= 0) g = parallel::gather_full(g, it->second);
     }
+    grads = gather_experts(std::move(grads));
     if (!pipeline_.enabled()) return grads;
     return parallel::pipeline::gather_to_first(pipeline_.group, std::move(grads));
   }
@@ -142,13 +158,39 @@ class HybridModel : public ModelWrapper {
     for (auto& s : slices) s.name += "@tp" + std::to_string(tp_rank_) + "of" + std::to_string(tp_);
     return slices;
   }
-  // Pipeline stages hold different parameters: each writes its own optimizer file, and a
-  // resume at another pp size (or none) finds every parameter's state by name.
-  bool optimizer_sharded() const override { return tp_ > 1 || pipeline_.enabled() || inner_->optimizer_sharded(); }
-  // DDP replicas of a stage hold the same state: the first data-parallel rank writes it.
-  bool writes_optimizer_slices() const override { return inner_->optimizer_sharded() || dp_rank_ == 0; }
+  // Pipeline stages (and ep ranks) hold different parameters: each writes its own optimizer
+  // file, and a resume at another pp or ep size (or none) finds every parameter's state by name.
+  bool optimizer_sharded() const override {
+    return tp_ > 1 || pipeline_.enabled() || expert_parallel() || inner_->optimizer_sharded();
+  }
+  // DDP replicas of a stage hold the same state: the first data-parallel rank writes it. Under
+  // expert parallelism the first replica of each ep rank writes its experts, and the ep rank 0
+  // among them the dense parameters too.
+  bool writes_optimizer_slices() const override {
+    return inner_->optimizer_sharded() || (expert_parallel() ? edp_rank_ == 0 : dp_rank_ == 0);
+  }
+  bool writes_optimizer_slice(const std::string& slice) const override {
+    if (!expert_parallel() || ep_.rank() == 0 || inner_->optimizer_sharded()) return true;
+    return experts_.count(slice.substr(0, slice.find('@'))) > 0;  // "...@tp1of2"
+  }
 
  private:
+  bool expert_parallel() const { return ep_.is_member() && ep_.size() > 1; }
+
+  // The ep group's first rank gets the other ep ranks' experts after its own tensors; the others
+  // keep theirs.
+  checkpoint::NamedTensors gather_experts(checkpoint::NamedTensors state) const {
+    if (!expert_parallel()) return state;
+    checkpoint::NamedTensors experts;
+    for (const auto& [name, t] : state)
+      if (experts_.count(name)) experts.emplace_back(name, t);
+    auto gathered = parallel::pipeline::gather_to_first(ep_, std::move(experts));
+    if (ep_.rank() != 0) return state;
+    const size_t own = std::count_if(state.begin(), state.end(), [&](const auto& e) { return experts_.count(e.first) > 0; });
+    for (size_t i = own; i < gathered.size(); ++i) state.push_back(std::move(gathered[i]));
+    return state;
+  }
+
   struct Gathered {
     torch::Tensor local, full;
     parallel::ShardSpec spec;
@@ -158,7 +200,10 @@ class HybridModel : public ModelWrapper {
   int dp_rank_;
   int tp_, tp_rank_;
   parallel::pipeline::PipelineLayout pipeline_;
-  std::set<std::string> elsewhere_;  // names of the whole model held by other stages
+  std::set<std::string> elsewhere_;  // names of the whole model held by other stages (or ep ranks)
+  dist::Group ep_;
+  std::set<std::string> experts_;
+  int edp_rank_ = 0;
   std::optional<parallel::pipeline::PipelineRunner> runner_;
   mutable std::vector<Gathered> gathered_;
 };
@@ -222,6 +267,17 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
     for (const auto& [name, spec] : specs)
       if (spec.dim >= 0) scope.split_over_norm_group.insert(name);
   }
+  // Expert parallelism: each ep rank holds other experts (their gradients are reduced over the
+  // replicas holding the same ones, their norms summed over ep).
+  const auto experts = parallel::expert::expert_parameter_names(model);
+  const int ep = dims().ep();
+  if (ep > 1) {
+    COLOSSAL_CHECK(!experts.empty(), "[hybrid] ep ", ep, ": the model holds no experts; build a mixture-of-experts "
+                   "model with plugin.parallel_context()");
+    scope.expert_group = dims().expert_gradient_group();
+    scope.expert_norm_group = context.ep;
+    scope.expert_parameters = experts;
+  }
   PluginEnvironment inner_env{shared_dims(), device()};
   std::unique_ptr<ModelWrapper> inner;
   if (options_.zero_stage == 0) {
@@ -244,6 +300,7 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
   parallel::register_partial_gradient_hooks(model);
   auto wrapped = std::make_unique<HybridModel>(std::move(inner), specs, tp, context.tp_rank(),
                                                dims().coord(dist::Axis::kDp), context.pipeline);
+  if (ep > 1) wrapped->set_experts(context.ep, experts, dims().coord(dist::Axis::kEdp));
   wrapped->learn_other_stages(model);
   return wrapped;
 }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/amp/precision.h"
+#include "core/booster/full_gradients.h"
 #include "core/parallel/data/model_sync.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
@@ -30,10 +31,12 @@ struct ZeroParam {
   size_t bucket = 0;
   int64_t bucket_offset = 0;  // stage 1: in the bucket's flat; stage 2: in each rank's segment
   bool master_is_view = false;
+  bool expert = false;  // expert parallelism: sharded over the expert data-parallel group
 };
 
 struct Bucket {
-  std::vector<size_t> params;  // indices into ZeroModel::params_
+  std::vector<size_t> params;  // indices into ZeroModel::params_ (all dense or all expert)
+  bool expert = false;
   int64_t elements = 0;        // stage 1: padded elements; stage 2: per-rank segment length
   torch::Tensor flat;          // stage 1: gradients (views handed out as .grad())
   torch::Tensor send;          // stage 2: rank-major gradients (from the pool while in use)
@@ -60,8 +63,13 @@ class ZeroModel : public ModelWrapper {
     comm_dtype_ = options_.communication_dtype.empty()
                       ? compute_dtype_
                       : amp::low_precision_dtype(amp::parse_precision(options_.communication_dtype));
+    if (options_.scope.expert_group.is_member()) {
+      expert_group_ = options_.scope.expert_group;
+      expert_ranks_ = expert_group_.size();
+      expert_rank_ = expert_group_.rank();
+    }
     collect_parameters(model, optimizer);
-    parallel::broadcast_model_state(model, group_);
+    parallel::broadcast_model_state(model, group_, true, options_.scope.expert_parameters, expert_group_);
     shard_parameters(model);
     build_buckets();
     shards_.bind(optimizer, [this](const torch::Tensor& p) -> int64_t {
@@ -121,7 +129,7 @@ class ZeroModel : public ModelWrapper {
     torch::NoGradGuard no_grad;
     for (auto& zp : params_) {
       if (zp.slice >= 0 && !zp.master_is_view)
-        zp.flat.narrow(0, rank_ * zp.shard, slice_len(zp)).copy_(shards_.slices()[zp.slice].master);
+        zp.flat.narrow(0, rank_of(zp) * zp.shard, slice_len(zp)).copy_(shards_.slices()[zp.slice].master);
     }
     gather_parameters();
     return true;
@@ -142,8 +150,8 @@ class ZeroModel : public ModelWrapper {
       const auto opts = zp.param.options().dtype(torch::kFloat32);
       auto mine = torch::zeros({zp.shard}, opts);
       if (zp.slice >= 0) mine.narrow(0, 0, slice_len(zp)).copy_(shards_.slices()[zp.slice].master);
-      auto all = torch::empty({zp.shard * ranks_}, opts);
-      dist::all_gather(all, mine, group_);
+      auto all = torch::empty({zp.shard * ranks_of(zp)}, opts);
+      dist::all_gather(all, mine, group_of(zp));
       auto full = all.narrow(0, 0, zp.numel).view(zp.param.sizes());
       gathered_.emplace_back(i, full);
       auto it = pos.find(zp.param.unsafeGetTensorImpl());
@@ -159,7 +167,7 @@ class ZeroModel : public ModelWrapper {
       auto flat = full.reshape({-1});
       zp.flat.narrow(0, 0, zp.numel).copy_(flat);
       if (zp.slice >= 0)
-        shards_.slices()[zp.slice].master.copy_(flat.narrow(0, rank_ * zp.shard, slice_len(zp)));
+        shards_.slices()[zp.slice].master.copy_(flat.narrow(0, rank_of(zp) * zp.shard, slice_len(zp)));
     }
     gathered_.clear();
   }
@@ -168,14 +176,31 @@ class ZeroModel : public ModelWrapper {
     return shards_.checkpoint_slices();
   }
   bool optimizer_sharded() const override { return ranks_ > 1; }
+  // Under expert parallelism dense pieces assemble over the data-parallel group and expert pieces
+  // over the replicas holding the same experts (ep ranks hold other experts under the same shapes).
+  checkpoint::NamedTensors full_gradients(const torch::nn::Module& model) const override {
+    if (!expert_group_.is_member()) return ModelWrapper::full_gradients(model);
+    std::vector<checkpoint::OptimizerSlice> dense, experts;
+    for (auto& s : optimizer_slices(model)) (options_.scope.is_expert(s.name) ? experts : dense).push_back(s);
+    auto out = assemble_gradients(model, dense, &group_);
+    for (auto& e : assemble_gradients(model, experts, &expert_group_)) out.push_back(std::move(e));
+    return out;
+  }
   const dist::Group* gradient_shard_group() const override { return &group_; }
 
   std::map<std::string, double> extra_state() const override { return shards_.scaler_state(); }
   void load_extra_state(const std::map<std::string, double>& state) override { shards_.load_scaler_state(state); }
 
  private:
+  // Dense parameters are sharded over the data-parallel group; under expert parallelism expert
+  // parameters over the replicas holding the same experts (each ep rank holds other experts).
+  int ranks_of(bool expert) const { return expert ? expert_ranks_ : ranks_; }
+  int ranks_of(const ZeroParam& zp) const { return ranks_of(zp.expert); }
+  int rank_of(const ZeroParam& zp) const { return zp.expert ? expert_rank_ : rank_; }
+  const dist::Group& group_of(const ZeroParam& zp) const { return zp.expert ? expert_group_ : group_; }
+
   int64_t slice_len(const ZeroParam& zp) const {
-    return owned_length(zp.numel, zp.shard, rank_);
+    return owned_length(zp.numel, zp.shard, rank_of(zp));
   }
 
   void collect_parameters(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
@@ -191,6 +216,9 @@ class ZeroModel : public ModelWrapper {
       ZeroParam zp;
       zp.param = it->value();
       zp.name = it->key();
+      zp.expert = options_.scope.is_expert(zp.name);
+      COLOSSAL_CHECK(!zp.expert || expert_group_.is_member(), "[zero] expert parameter '", zp.name,
+                     "' without an expert data-parallel group");
       index_of_[zp.param.unsafeGetTensorImpl()] = params_.size();
       params_.push_back(std::move(zp));
       in_optimizer.erase(it->value().unsafeGetTensorImpl());
@@ -208,8 +236,8 @@ class ZeroModel : public ModelWrapper {
     masters_are_views_ = compute_dtype_ == c10::kFloat && !options_.cpu_offload;
     for (auto& zp : params_) {
       zp.numel = zp.param.numel();
-      zp.shard = shard_size(zp.numel, ranks_);
-      zp.flat = torch::zeros({zp.shard * ranks_}, zp.param.options().dtype(compute_dtype_)
+      zp.shard = shard_size(zp.numel, ranks_of(zp));
+      zp.flat = torch::zeros({zp.shard * ranks_of(zp)}, zp.param.options().dtype(compute_dtype_)
                                                       .requires_grad(false));
       zp.flat.narrow(0, 0, zp.numel).copy_(zp.param.detach().reshape({-1}));
       auto sizes = zp.param.sizes().vec();
@@ -220,8 +248,8 @@ class ZeroModel : public ModelWrapper {
       MasterSlice s;
       s.name = zp.name;
       s.shape = sizes;
-      s.offset = rank_ * zp.shard;
-      auto piece = zp.flat.narrow(0, rank_ * zp.shard, len);
+      s.offset = rank_of(zp) * zp.shard;
+      auto piece = zp.flat.narrow(0, rank_of(zp) * zp.shard, len);
       zp.master_is_view = masters_are_views_;
       s.master = masters_are_views_ ? piece : piece.to(torch::kFloat32, false, /*copy=*/true);
       zp.slice = static_cast<int64_t>(shards_.slices().size());
@@ -235,18 +263,22 @@ class ZeroModel : public ModelWrapper {
     size_t i = 0;
     while (i < params_.size()) {
       Bucket b;
-      while (i < params_.size() && (b.params.empty() || b.elements * per_element_() < bucket_elements())) {
+      // Dense and expert parameters never share a bucket (they reduce over different groups);
+      // every rank holds as many experts of the same shapes, so the buckets line up.
+      b.expert = params_[i].expert;
+      while (i < params_.size() && params_[i].expert == b.expert &&
+             (b.params.empty() || b.elements * per_element_(b.expert) < bucket_elements())) {
         auto& zp = params_[i];
         zp.bucket = buckets_.size();
         zp.bucket_offset = b.elements;
-        b.elements += options_.stage == 1 ? zp.shard * ranks_ : zp.shard;
+        b.elements += options_.stage == 1 ? zp.shard * ranks_of(zp) : zp.shard;
         b.params.push_back(i++);
       }
       if (options_.stage == 1) {
         b.flat = torch::zeros({b.elements}, params_[b.params.front()].flat.options());
         for (size_t pi : b.params) {
           auto& zp = params_[pi];
-          zp.grad_shard = b.flat.narrow(0, zp.bucket_offset + rank_ * zp.shard, zp.shard);
+          zp.grad_shard = b.flat.narrow(0, zp.bucket_offset + rank_of(zp) * zp.shard, zp.shard);
         }
       }
       buckets_.push_back(std::move(b));
@@ -256,7 +288,7 @@ class ZeroModel : public ModelWrapper {
   // Bucket sizes count all ranks' elements, so stage 2's per-rank segment is scaled.
   // Buckets are sized in fp32 elements (bucket_bytes / 4), whatever the working dtype.
   int64_t bucket_elements() const { return std::max<int64_t>(1, options_.bucket_bytes / 4); }
-  int64_t per_element_() const { return options_.stage == 1 ? 1 : ranks_; }
+  int64_t per_element_(bool expert) const { return options_.stage == 1 ? 1 : ranks_of(expert); }
 
   torch::Tensor grad_view(const ZeroParam& zp) {
     return buckets_[zp.bucket].flat.narrow(0, zp.bucket_offset, zp.numel).view(zp.param.sizes());
@@ -293,11 +325,11 @@ class ZeroModel : public ModelWrapper {
     Bucket& b = buckets_[zp.bucket];
     if (options_.stage == 2) {
       torch::NoGradGuard no_grad;
-      if (!b.send.defined()) b.send = acquire_buffer(b.elements * ranks_);
+      if (!b.send.defined()) b.send = acquire_buffer(b.elements * ranks_of(b.expert));
       const auto& g = zp.param.grad();
       if (g.defined()) {
         auto flat = g.reshape({-1});
-        for (int w = 0; w < ranks_; ++w) {
+        for (int w = 0; w < ranks_of(zp); ++w) {
           int64_t len = owned_length(zp.numel, zp.shard, w);
           if (len > 0)
             b.send.narrow(0, w * b.elements + zp.bucket_offset, len)
@@ -316,15 +348,15 @@ class ZeroModel : public ModelWrapper {
       Bucket& b = buckets_[bi];
       if (options_.stage == 1) {
         if (comm_dtype_ == b.flat.scalar_type()) {
-          b.handle = options_.scope.reduce_async(b.flat);
+          b.handle = options_.scope.reduce_async(b.flat, b.expert);
         } else {
           b.recv = b.flat.to(comm_dtype_);
-          b.handle = options_.scope.reduce_async(b.recv);
+          b.handle = options_.scope.reduce_async(b.recv, b.expert);
         }
       } else {
-        if (!b.send.defined()) b.send = acquire_buffer(b.elements * ranks_);
+        if (!b.send.defined()) b.send = acquire_buffer(b.elements * ranks_of(b.expert));
         b.recv = torch::empty({b.elements}, b.send.options());
-        b.handle = options_.scope.reduce_scatter_async(b.recv, b.send);
+        b.handle = options_.scope.reduce_scatter_async(b.recv, b.send, b.expert);
       }
       in_flight_.push_back(bi);
       // Bounded memory: at most two stage-2 buckets in flight.
@@ -369,21 +401,29 @@ class ZeroModel : public ModelWrapper {
   }
 
   // All-gathers the updated shards into every rank's working parameters, bucket by bucket
-  // (registration order, two buckets in flight).
+  // (registration order, two buckets in flight): dense parameters over the data-parallel group,
+  // then expert parameters over theirs.
   void gather_parameters() {
+    gather_parameters(false);
+    if (expert_group_.is_member()) gather_parameters(true);
+  }
+
+  void gather_parameters(bool expert) {
     struct Gather {
       std::vector<size_t> params;
       int64_t elements = 0;
       torch::Tensor in, out;
       dist::Handle handle;
     };
+    const int ranks = ranks_of(expert);
+    const dist::Group& group = expert ? expert_group_ : group_;
     std::deque<Gather> flight;
     auto finish = [&](Gather& g) {
       g.handle.wait();
       int64_t off = 0;
       for (size_t pi : g.params) {
         auto& zp = params_[pi];
-        for (int w = 0; w < ranks_; ++w)
+        for (int w = 0; w < ranks; ++w)
           zp.flat.narrow(0, w * zp.shard, zp.shard).copy_(g.out.narrow(0, w * g.elements + off, zp.shard));
         off += zp.shard;
       }
@@ -391,15 +431,20 @@ class ZeroModel : public ModelWrapper {
     size_t i = 0;
     while (i < params_.size()) {
       Gather g;
-      while (i < params_.size() && (g.params.empty() || g.elements * ranks_ < bucket_elements())) {
-        g.elements += params_[i].shard;
-        g.params.push_back(i++);
+      while (i < params_.size() && (g.params.empty() || g.elements * ranks < bucket_elements())) {
+        if (params_[i].expert == expert) {
+          g.elements += params_[i].shard;
+          g.params.push_back(i);
+        }
+        ++i;
       }
+      if (g.params.empty()) break;
       std::vector<torch::Tensor> mine;
-      for (size_t pi : g.params) mine.push_back(params_[pi].flat.narrow(0, rank_ * params_[pi].shard, params_[pi].shard));
+      for (size_t pi : g.params)
+        mine.push_back(params_[pi].flat.narrow(0, rank_of(params_[pi]) * params_[pi].shard, params_[pi].shard));
       g.in = torch::cat(mine);
-      g.out = torch::empty({g.elements * ranks_}, g.in.options());
-      g.handle = dist::all_gather_async(g.out, g.in, group_);
+      g.out = torch::empty({g.elements * ranks}, g.in.options());
+      g.handle = dist::all_gather_async(g.out, g.in, group);
       flight.push_back(std::move(g));
       if (flight.size() > 2) {
         finish(flight.front());
@@ -415,6 +460,8 @@ class ZeroModel : public ModelWrapper {
   LowLevelZeroPlugin::Options options_;
   dist::Group group_;
   int ranks_, rank_;
+  dist::Group expert_group_;  // expert parallelism (unset otherwise)
+  int expert_ranks_ = 1, expert_rank_ = 0;
   MasterShards shards_;
   c10::ScalarType compute_dtype_ = c10::kFloat, comm_dtype_ = c10::kFloat;
   c10::Device device_ = c10::kCPU;  // where buckets and buffers live (the plugin's device)

@@ -277,9 +277,17 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
   COLOSSAL_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_layers_.size()), "[llama] model chunk ", chunk,
                  ": this rank holds ", chunk_layers_.size());
   const auto [first, last] = chunk_ends(chunk);
+  // A MoE model's pipeline stages pass the routing statistics so far as one extra sequence row
+  // behind the hidden states (see carries_router_row).
+  router_losses_.clear();  // this forward's routing
+  torch::Tensor hidden_in = input;
+  if (!first && carries_router_row()) {
+    hidden_in = input.narrow(1, 0, input.size(1) - 1);
+    router_losses_.unpack(input.select(1, input.size(1) - 1)[0], config_.num_local_experts);
+  }
   // The sequence this chunk sees: token ids on the first stage, hidden states [B, T, D] after
   // (each rank's share of the tokens under all_to_all and ring_attn).
-  const int64_t T = first || !holds_sequence_shard() ? input.size(1) : input.size(1) * parallel_.sp_size();
+  const int64_t T = first || !holds_sequence_shard() ? hidden_in.size(1) : hidden_in.size(1) * parallel_.sp_size();
   if (parallel_.sp_mode == parallel::SequenceParallelMode::kSplitGather) {
     COLOSSAL_CHECK(T % parallel_.tp_size() == 0, "[llama] split_gather: sequence length ", T,
                    " does not divide by tp ", parallel_.tp_size());
@@ -293,10 +301,9 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
     auto ids = holds_sequence_shard() ? parallel::take_local(input, parallel_) : input;
     h = call(model->embed_tokens, ids);
   } else {
-    h = input;
+    h = hidden_in;
   }
   const auto [begin, end] = chunk_layers_[chunk];
-  router_losses_.clear();  // MoE: this forward's routing (no pipeline with experts: one chunk)
   auto* router = config_.is_moe() ? &router_losses_ : nullptr;
   for (size_t k = 0; k < model->layers.size(); ++k) {
     if (model->layer_ids[k] < begin || model->layer_ids[k] >= end) continue;
@@ -316,7 +323,15 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
       h = layer->forward(h, rope, positions, router);
     }
   }
-  if (!last) return h;
+  if (!last) {
+    if (!carries_router_row()) return h;
+    // Row 0 of the batch carries the statistics; the other rows of the extra position are zeros.
+    auto row = torch::zeros({h.size(0), 1, h.size(2)}, h.options());
+    auto stats = router_losses_.pack(h.size(2), h.scalar_type(), config_.num_local_experts).to(h.device())
+                     .view({1, 1, h.size(2)});
+    row = torch::cat({stats, row.narrow(0, 1, h.size(0) - 1)}, 0);
+    return torch::cat({h, row}, 1);
+  }
   h = call(model->norm, h);
   auto entered = parallel::enter_tensor_parallel(h, parallel_);
   if (lm_head) return call(lm_head, entered);
@@ -329,6 +344,14 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
   }
   return logits;
 }
+
+// Under pipeline parallelism the load-balancing loss still pools every layer of a microbatch (as
+// one process does): each stage appends its routing statistics (probability sums with their
+// graph, counts, z sums) to the running totals it received and sends them on as one extra sequence
+// row of the activations; the last stage's loss reads the totals, and backward carries the
+// losses' gradient to every stage's routers through the pipeline's own gradient messages. Exact in
+// fp32; under bf16/fp16 activations the carried totals are rounded to that precision.
+bool LlamaForCausalLMImpl::carries_router_row() const { return config_.is_moe() && parallel_.pipeline.enabled(); }
 
 std::pair<bool, bool> LlamaForCausalLMImpl::chunk_ends(int chunk) const {
   const auto& pipe = parallel_.pipeline;

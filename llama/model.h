@@ -165,6 +165,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   std::pair<bool, bool> chunk_ends(int chunk) const;
   /// all_to_all and ring_attn: each rank embeds, normalises and predicts only its own tokens.
   bool holds_sequence_shard() const;
+  /// A MoE model under pipeline parallelism: stage outputs carry the routing statistics as one
+  /// extra sequence row (forward_chunk).
+  bool carries_router_row() const;
 
   LlamaConfig config_;
   parallel::ParallelContext parallel_;
@@ -174,7 +177,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   RotaryTables long_rope_;  // dynamic scaling: the last longer length seen
   bool gradient_checkpointing_ = false;
   std::vector<std::pair<int64_t, int64_t>> chunk_layers_;  // [begin, end) layers of each chunk
-  parallel::expert::RouterLosses router_losses_;            // MoE: the last forward's routing
+  parallel::expert::RouterLosses router_losses_;            // MoE: the last forward's routing (pooled
+                                                            // with earlier stages' under pp)
 };
 TORCH_MODULE(LlamaForCausalLM);
 

@@ -19,8 +19,12 @@ void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_le
                    " does not divide by ep ", s.ep);
     COLOSSAL_CHECK(s.sp_mode != Mode::kSplitGather || tp == 1, "[llama] sp_mode split_gather with experts: the router "
                    "needs whole tokens, not sequence shards of the tp ranks; use all_to_all or ring_attn");
-    COLOSSAL_CHECK(s.pp == 1, "[llama] pp ", s.pp, " with experts: pipeline stages of a MoE model are not built yet "
-                   "(the load-balancing loss pools every layer); use ep, tp and dp");
+    COLOSSAL_CHECK(s.pp == 1 || s.sp_mode == Mode::kNone || s.sp == 1, "[llama] pp ", s.pp, " with experts and sp_mode ",
+                   dist::to_string(s.sp_mode), ": stages pass the routing statistics along the sequence, which sp "
+                   "shards; use ep, tp and dp with pp");
+    COLOSSAL_CHECK(s.pp == 1 || c.hidden_size >= 3 * c.num_local_experts + 4, "[llama] pp ", s.pp, ": hidden_size ",
+                   c.hidden_size, " is too narrow to carry ", c.num_local_experts,
+                   " experts' routing statistics between stages (needs 3 x experts + 4)");
   }
   if (s.sp_mode == Mode::kAllToAll)
     COLOSSAL_CHECK((heads / tp) % s.sp == 0, "[llama] all_to_all: ", heads / tp,

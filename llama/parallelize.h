@@ -22,7 +22,7 @@ struct ParallelSplit {
 /// Throws naming what does not divide: attention heads by tp; kv heads and tp (one divides the
 /// other); the MLP width by tp; under all_to_all the heads per tp rank by sp; and, when seq_len
 /// is given, the sequence by the mode's split (sp, or 2 x sp for ring_attn's zigzag). A MoE model:
-/// its experts by ep; ep > 1 needs experts; split_gather and pp are not combined with experts.
+/// its experts by ep; ep > 1 needs experts; no split_gather with experts, nor sp with pp.
 void check_parallel(const LlamaConfig& config, const ParallelSplit& split, int64_t seq_len = 0);
 /// The same against a job's layout (no communication).
 void check_parallel(const LlamaConfig& config, const dist::ParallelDims& dims, int64_t seq_len = 0);

@@ -32,7 +32,9 @@ BenchmarkShape benchmark_shape(const std::string& name) {
 int64_t matmul_parameters(const LlamaConfig& c) {
   int64_t d = c.resolved_head_dim();
   int64_t attention = c.hidden_size * d * (2 * c.num_attention_heads + 2 * c.num_key_value_heads);
-  int64_t mlp = 3 * c.hidden_size * c.intermediate_size;
+  // A MoE token passes its router and top-k experts (what it computes, not what is stored).
+  int64_t mlp = 3 * c.hidden_size * c.intermediate_size * (c.is_moe() ? c.num_experts_per_tok : 1) +
+                (c.is_moe() ? c.hidden_size * c.num_local_experts : 0);
   return c.num_hidden_layers * (attention + mlp) + c.vocab_size * c.hidden_size;
 }
 

@@ -210,6 +210,18 @@ void throughput_table(const Args& a, const std::string& self) {
     for (int ep : {0, 1, 2, 4}) {
       if (ep > ranks) continue;
       const std::string label = ep == 0 ? "dense M" : "moe ep " + std::to_string(ep);
+      // Each rank holds its share of the experts and every dense weight, with a gradient, AdamW's
+      // two moments and a DDP bucket: ~20 bytes per parameter, plus activations.
+      const auto dense_cfg = colossal::llama::benchmark_shape("M").config;
+      const double expert_params = m.num_hidden_layers * m.num_local_experts * 3.0 * m.hidden_size * m.intermediate_size;
+      const double per_rank = ep == 0 ? dense_cfg.num_parameters()
+                                      : m.num_parameters() - expert_params + expert_params / ep;
+      const double need_gib = ranks * (per_rank * 20 / double(1ull << 30) + 1.0);
+      if (need_gib > 0.85 * colossal::available_memory_gib()) {
+        std::printf("%-6d %-10s skipped: needs ~%.1f GiB, %.1f GiB available\n", ranks, label.c_str(), need_gib,
+                    colossal::available_memory_gib());
+        continue;
+      }
       std::fprintf(stderr, "[bench_moe] %d ranks, %s...\n", ranks, label.c_str());
       std::ostringstream args;
       args << "--job " << (ep == 0 ? "dense" : "moe") << " --ep " << std::max(ep, 1) << " --seq " << a.seq << " --steps "

@@ -93,17 +93,19 @@ std::optional<double> evaluate(LlamaForCausalLM& model, const TokenDataset& data
       weight.push_back(i < data.size() ? 1.0 : 0.0);
     }
     auto b = data.batch(idx);
-    if (pipeline) {  // every rank of the pipeline holds the same samples: the same ones are skipped
+    if (pipeline) {
+      // Every replica runs every position, padding too (its labels masked, so it scores nothing):
+      // under expert parallelism the replicas' forwards exchange tokens, so they must run the same
+      // microbatches.
       std::vector<torch::Tensor> ids, labels;
       for (size_t k = 0; k < idx.size(); ++k) {
         auto l = b.labels.narrow(0, static_cast<int64_t>(k), 1);
-        double count = l.narrow(1, 1, l.size(1) - 1).ne(-100).sum().item<double>();
-        if (count == 0 || weight[k] == 0) continue;
+        if (weight[k] == 0) l = torch::full_like(l, -100);
+        tokens += l.narrow(1, 1, l.size(1) - 1).ne(-100).sum().item<double>();
         ids.push_back(b.input_ids.narrow(0, static_cast<int64_t>(k), 1).to(device));
         labels.push_back(l.to(device));
-        tokens += count;
       }
-      if (!ids.empty()) loss_sum += pipeline(ids, labels);
+      loss_sum += pipeline(ids, labels);
       continue;
     }
     for (size_t k = 0; k < idx.size(); ++k) {
@@ -326,7 +328,9 @@ int run(TrainArgs& a) {
     pipeline_eval = [&](const std::vector<torch::Tensor>& ids, const std::vector<torch::Tensor>& labels) {
       auto fns = stage;
       fns.loss = [&](const torch::Tensor& logits, const torch::Tensor& y) {  // token-weighted
-        return model->loss_from_logits(logits, y) * y.narrow(1, 1, y.size(1) - 1).ne(-100).sum().to(torch::kDouble);
+        auto count = y.narrow(1, 1, y.size(1) - 1).ne(-100).sum().to(torch::kDouble);
+        if (count.item<double>() == 0) return count;  // nothing to score (the mean would be 0 / 0)
+        return model->loss_from_logits(logits, y) * count;
       };
       return booster.evaluate_pipeline(*b.optimizer, fns, ids, labels) * static_cast<double>(ids.size());
     };
@@ -359,7 +363,16 @@ int run(TrainArgs& a) {
   colossal::booster::LossGuard loss_guard(
       {.precision = a.plugin.precision,
        .advice = a.save_interval > 0 ? "Checkpoints in " + a.save_dir + " are as they were before this step" : ""});
-  colossal::parallel::expert::RouterWindow router_window;  // MoE: expert load and router losses since the last line
+  // MoE: expert load and router losses since the last line (under pp, the last stage's routing
+  // pools every stage's, and the report sums over the stages and replicas).
+  colossal::parallel::expert::RouterWindow router_window(cfg.num_local_experts);
+  auto pipeline_stage = stage;
+  if (pipelined && cfg.is_moe())
+    pipeline_stage.loss = [&, loss = stage.loss](const torch::Tensor& logits, const torch::Tensor& labels) {
+      auto l = loss(logits, labels);
+      router_window.add(model->router_losses());
+      return l;
+    };
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   int64_t window_steps = 0;
@@ -370,7 +383,7 @@ int run(TrainArgs& a) {
       auto batch = train.batch(next_indices());
       auto ids = batch.input_ids.to(device).split(a.batch_size / microbatches);
       auto labels = batch.labels.to(device).split(a.batch_size / microbatches);
-      loss_sum = booster.execute_pipeline(*b.optimizer, stage, ids, labels);
+      loss_sum = booster.execute_pipeline(*b.optimizer, pipeline_stage, ids, labels);
     }
     for (int64_t micro = 0; micro < (pipelined ? 0 : a.accumulation_steps); ++micro) {
       auto batch = train.batch(next_indices());
@@ -403,10 +416,11 @@ int run(TrainArgs& a) {
       if (!stepped) m.push_back({"skipped", 1});
       std::vector<std::pair<std::string, std::vector<double>>> lists;
       if (cfg.is_moe()) {  // every replica's routing: each routes its own tokens
-        auto routed = router_window.report(dims.group(dist::Axis::kDp));
+        auto routed = router_window.report(pipelined ? dims.group({dist::Axis::kPp, dist::Axis::kDp})
+                                                     : dims.group(dist::Axis::kDp));
         m.insert(m.end(), routed.metrics.begin(), routed.metrics.end());
         lists.push_back({"tokens_per_expert", routed.tokens_per_expert});
-        router_window = {};
+        router_window = colossal::parallel::expert::RouterWindow(cfg.num_local_experts);
       }
       progress.step(step, m, lists);
       window_start = std::chrono::steady_clock::now();

@@ -198,7 +198,7 @@ TEST(TrainLlama, HybridPluginFollowsTheSingleProcessCurve) {
 }
 
 // Mixtral from the command line: --plugin hybrid --ep 2 (DDP, and ZeRO-2 with the experts
-// sharded over their own replicas) follows one process, and the log carries the router
+// sharded over their own replicas; and pp 2 x ep 2) follows one process, and the log carries the router
 // statistics (tokens per expert summed over the replicas: the same routing as one process).
 // The load-balancing loss is off here: it is a statistic of each forward's tokens, which the
 // sampler groups differently on 1 and 2 ranks (tests/llama/moe_test.cpp checks it per replica).
@@ -228,6 +228,16 @@ TEST(TrainLlama, MixtralUnderExpertParallelismFollowsTheSingleProcessCurve) {
     EXPECT_GE(first["load_max"].get<double>(), 1.0);
     EXPECT_TRUE(first.contains("aux_loss"));
   }
+  // pp 2 x ep 2 (dp 2): the statistics travel with the activations and are reported over the
+  // stages and replicas.
+  auto pp = train("moe_pp2_ep2", 4, "--model_config " + cfg + " --plugin hybrid --pp 2 --ep 2 --batch_size 2 "
+                                    "--max_steps 3 --eval_interval 0");
+  expect_same_curve(losses(one), losses(pp), "pp 2 x ep 2");
+  for (const auto& j : pp)
+    if (!j.contains("event") && j["step"] == 1) {
+      for (const auto& k : one)
+        if (!k.contains("event") && k["step"] == 1) EXPECT_EQ(j["tokens_per_expert"], k["tokens_per_expert"]);
+    }
 }
 
 // Pipeline parallelism from the command line: pp 2 x dp 2 (1f1b, with evaluation and a

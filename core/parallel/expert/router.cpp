@@ -77,6 +77,42 @@ void RouterLosses::add(const Routing& r) {
   ++layers_;
 }
 
+// Layout: prob sums [E] | assigned [E] | kept [E] | z sum | rows | layers | dropped | zeros.
+at::Tensor RouterLosses::pack(int64_t width, c10::ScalarType dtype, int64_t experts) const {
+  COLOSSAL_CHECK(width >= packed_width(experts), "[moe] ", experts, " experts' statistics need ",
+                 packed_width(experts), " values; the row has ", width);
+  if (layers_ == 0) return torch::zeros({width}, dtype);  // a stage without layers passes nothing on
+  COLOSSAL_CHECK(experts == experts_, "[moe] packing ", experts_, " experts' statistics as ", experts);
+  auto counts = torch::tensor({static_cast<double>(rows_), static_cast<double>(layers_), static_cast<double>(dropped_)},
+                              torch::kFloat32);
+  auto row = torch::cat({prob_sum_, assigned_, kept_, z_sum_.reshape({1}), counts,
+                         torch::zeros({width - packed_width(experts_)}, torch::kFloat32)});
+  return row.to(dtype);
+}
+
+void RouterLosses::unpack(const at::Tensor& row, int64_t experts) {
+  COLOSSAL_CHECK(layers_ == 0, "[moe] unpack into statistics that already hold layers");
+  auto r = row.reshape({-1}).to(torch::kFloat32);
+  COLOSSAL_CHECK(r.numel() >= packed_width(experts), "[moe] a statistics row of ", r.numel(), " values for ", experts,
+                 " experts");
+  experts_ = experts;
+  {
+    torch::NoGradGuard no_grad;
+    if (r.narrow(0, 3 * experts + 2, 1).item<float>() == 0) return;  // no layer before this stage
+  }
+  prob_sum_ = r.narrow(0, 0, experts);
+  {
+    torch::NoGradGuard no_grad;
+    assigned_ = r.narrow(0, experts, experts).detach().clone();
+    kept_ = r.narrow(0, 2 * experts, experts).detach().clone();
+    auto counts = r.narrow(0, 3 * experts + 1, 3).to(torch::kFloat64);
+    rows_ = std::llround(counts[0].item<double>());
+    layers_ = std::llround(counts[1].item<double>());
+    dropped_ = std::llround(counts[2].item<double>());
+  }
+  z_sum_ = r.narrow(0, 3 * experts, 1).squeeze(0);
+}
+
 at::Tensor RouterLosses::load_balancing_loss() const {
   COLOSSAL_CHECK(layers_ > 0, "[moe] no router ran in this forward");
   const double rows = static_cast<double>(rows_);

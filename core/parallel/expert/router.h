@@ -56,6 +56,14 @@ class RouterLosses {
   int64_t dropped() const { return dropped_; }
   int64_t layers() const { return layers_; }
 
+  /// Pipeline stages: the statistics as one row of `width` values (width >= packed_width), the
+  /// probability and z sums keeping their graph, so they can travel with a stage's activations
+  /// and carry the losses' gradients back; and the row read back into this (empty) object.
+  static int64_t packed_width(int64_t experts) { return 3 * experts + 4; }
+  /// (No layer yet: a row of zeros for `experts` experts.)
+  at::Tensor pack(int64_t width, c10::ScalarType dtype, int64_t experts) const;
+  void unpack(const at::Tensor& row, int64_t experts);
+
  private:
   at::Tensor assigned_, prob_sum_, kept_, z_sum_;
   int64_t rows_ = 0, layers_ = 0, dropped_ = 0, experts_ = 0;

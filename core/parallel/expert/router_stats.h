@@ -14,6 +14,9 @@ namespace colossal::parallel::expert {
 
 class RouterWindow {
  public:
+  /// Every rank that reports together gives the same number of experts (a pipeline stage that
+  /// routes nothing still takes part).
+  explicit RouterWindow(int64_t experts = 0) : tokens_(experts, 0.0) {}
   /// One forward's routing (RouterLosses after it).
   void add(const RouterLosses& forward);
   struct Report {

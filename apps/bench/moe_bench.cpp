@@ -6,9 +6,9 @@
 //      resident memory per rank, and the dense M model on the same ranks.
 //   2. Load balance while training: the busiest expert's tokens against the mean (load_max) and
 //      the idlest's (load_min) over --balance_steps steps, with and without the load-balancing
-//      loss. A small MoE (the B shape's vocabulary of 512 and 8 layers of dim 512, 8 experts of
-//      ffn 688) on 2 ranks at ep 2, trained on text from a fixed random Markov chain (something
-//      to learn, so routing can specialise, or collapse).
+//      loss. A small MoE (vocabulary 512, 4 layers of dim 256, 8 experts of ffn 256, top 2) on 2
+//      ranks at ep 2, trained on text from a fixed random Markov chain (something to learn, so
+//      routing can specialise, or collapse).
 //
 //   build/apps/bench_moe [--seq 512] [--steps 3] [--balance_steps 200] [--skip_throughput] [--skip_balance]
 // Each measurement is its own `colossal run` job of this program. Ranks share this machine's
@@ -64,8 +64,12 @@ LlamaConfig moe_m() {
 }
 
 LlamaConfig balance_model(double aux) {
-  auto c = colossal::llama::benchmark_shape("B").config;
-  c.intermediate_size = 688;
+  auto c = colossal::llama::benchmark_shape("B").config;  // vocabulary 512
+  c.hidden_size = 256;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.num_hidden_layers = 4;
+  c.intermediate_size = 256;
   c.num_local_experts = 8;
   c.num_experts_per_tok = 2;
   c.router_aux_loss_coef = aux;
@@ -175,7 +179,7 @@ void balance_job(const Args& a) {
         if (k == "aux_loss") aux_loss = v;
       }
       const int n = step == 1 ? 1 : 25;
-      if (dist::rank() == 0) out << step << " " << load_max << " " << load_min << " " << aux_loss << " " << loss_sum / n << "\n";
+      if (dist::rank() == 0) out << step << " " << load_max << " " << load_min << " " << aux_loss << " " << loss_sum / n << std::endl;
       window = {};
       loss_sum = 0;
     }
@@ -244,7 +248,7 @@ void throughput_table(const Args& a, const std::string& self) {
 }
 
 void balance_table(const Args& a, const std::string& self) {
-  std::printf("\n2. Load balance over %d training steps (small MoE, 8 experts top 2, 2 ranks at ep 2): the busiest "
+  std::printf("\n2. Load balance over %d training steps (a small MoE: dim 256, 4 layers, 8 experts top 2; 2 ranks at ep 2): the busiest "
               "and idlest expert's tokens / the mean, over the 25 steps before each row\n", a.balance_steps);
   std::vector<std::vector<std::array<double, 5>>> runs;
   const std::string row_file = "/tmp/bench_moe_balance_" + std::to_string(::getpid());

@@ -255,6 +255,16 @@ int run(TrainArgs& a) {
     colossal::nn::DeferredInitGuard deferred;
     model = LlamaForCausalLM(cfg, parallel);
   }
+  // The load-balancing loss and the capacity are statistics of one forward's tokens (each
+  // replica's own, as in transformers and Megatron); verify's reference runs every replica's
+  // samples in one forward and would report that difference as a broken layout.
+  COLOSSAL_CHECK(!verify || !cfg.is_moe() || (cfg.router_aux_loss_coef == 0 && cfg.capacity_factor == 0) ||
+                     (dims.dp() == 1 && verify->reference_for <= 1),
+                 "colossal verify with a mixture-of-experts model over ", std::max(dims.dp(), verify ? verify->reference_for : 1),
+                 " data-parallel replicas: router_aux_loss_coef ", cfg.router_aux_loss_coef, " and capacity_factor ",
+                 cfg.capacity_factor, " make each replica's loss a statistic of its own forward's tokens, which the "
+                 "one-process reference (every replica's samples in one forward) does not reproduce; verify the layout "
+                 "with both 0 in the model's config.json");
   COLOSSAL_CHECK(a.max_length <= cfg.max_position_embeddings || cfg.rope_scaling.type == "dynamic",
                  "--max_length ", a.max_length, " exceeds the model's max_position_embeddings ",
                  cfg.max_position_embeddings);

@@ -610,6 +610,22 @@ TEST(ColossalVerify, FailedRunsAndBadUsageAreNamed) {
   EXPECT_NE(bad_fault.output.find("COLOSSAL_INJECT_FAULT: unknown fault 'average_over_sp'"), std::string::npos)
       << bad_fault.output;
   EXPECT_NE(bad_fault.output.find("colossal verify: the layout run failed"), std::string::npos) << bad_fault.output;
+  // A MoE model whose loss is a per-replica statistic is refused by name, not misjudged; without
+  // one (aux 0, dropless) its ep layout verifies.
+  const std::string moe = workspace().dir + "/verify_moe.json";
+  auto write_moe = [&](double aux) {
+    std::ofstream(moe) << R"({"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "vocab_size": 600,
+      "num_local_experts": 4, "num_experts_per_tok": 2, "router_aux_loss_coef": )" << aux << "}";
+  };
+  write_moe(0.01);
+  const auto refused = verify("verify_moe_aux", 2, "--model_config " + moe + " --plugin hybrid --ep 2");
+  EXPECT_NE(refused.rc, 0) << refused.output;
+  EXPECT_NE(refused.output.find("router_aux_loss_coef 0.01 and capacity_factor 0 make each replica's loss"),
+            std::string::npos) << refused.output;
+  write_moe(0);
+  const auto verified = verify("verify_moe", 2, "--model_config " + moe + " --plugin hybrid --ep 2");
+  EXPECT_EQ(verified.rc, 0) << verified.output;
   const std::string out = workspace().dir + "/verify_usage.txt";
   const int rc = std::system((testing::binary_dir() + "/colossal verify --nproc_per_node 2 > " + out + " 2>&1").c_str());
   std::ifstream in(out);

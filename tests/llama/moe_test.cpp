@@ -191,6 +191,28 @@ TEST(Mixtral, RoundTripsWithTransformersWithTheSameAuxiliaryLoss) {
   EXPECT_NEAR(aux, theirs->load("aux").item<double>(), 1e-5) << "load-balancing loss";
 }
 
+// Activation checkpointing recomputes each layer's attention half in backward; the MoE half runs
+// once, so the routing the auxiliary losses see has its graph: the same loss and gradients.
+TEST(Mixtral, GradientCheckpointingGivesTheSameGradients) {
+  auto grads = [](bool checkpointing) {
+    torch::manual_seed(3);
+    LlamaForCausalLM model(tiny_mixtral());
+    model->set_gradient_checkpointing(checkpointing);
+    auto ids = torch::randint(tiny_mixtral().vocab_size, {2, 12}, torch::make_generator<at::CPUGeneratorImpl>(4));
+    auto loss = model->loss(ids, ids);
+    loss.backward();
+    std::map<std::string, torch::Tensor> out{{"loss", loss.detach()}};
+    for (const auto& p : model->named_parameters()) out[p.key()] = p.value().grad().clone();
+    return out;
+  };
+  const auto plain = grads(false), checkpointed = grads(true);
+  ASSERT_EQ(plain.size(), checkpointed.size());
+  for (const auto& [name, g] : plain)
+    EXPECT_TRUE(torch::allclose(checkpointed.at(name), g, 1e-5, 1e-7)) << name;
+  EXPECT_GT(plain.at("model.layers.0.block_sparse_moe.gate.weight").abs().sum().item<double>(), 0)
+      << "the router learns (through the combine weights and the auxiliary losses)";
+}
+
 TEST(Mixtral, InvalidSettingsAreNamed) {
   auto msg = [](LlamaConfig c, ParallelSplit s) {
     return testing::error_message_of([&] {

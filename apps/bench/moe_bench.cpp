@@ -157,7 +157,7 @@ void balance_job(const Args& a) {
   booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), optimizer);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(7 + dist::rank());
-  colossal::parallel::expert::RouterWindow window;
+  colossal::parallel::expert::RouterWindow window(cfg.num_local_experts);
   std::ofstream out;
   if (dist::rank() == 0) out.open(a.row_file);
   double loss_sum = 0;
@@ -180,7 +180,7 @@ void balance_job(const Args& a) {
       }
       const int n = step == 1 ? 1 : 25;
       if (dist::rank() == 0) out << step << " " << load_max << " " << load_min << " " << aux_loss << " " << loss_sum / n << std::endl;
-      window = {};
+      window = colossal::parallel::expert::RouterWindow(cfg.num_local_experts);
       loss_sum = 0;
     }
   }

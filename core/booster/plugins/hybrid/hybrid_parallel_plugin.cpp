@@ -228,7 +228,8 @@ parallel::pipeline::ScheduleOptions HybridParallelPlugin::Options::schedule(int 
   return {.kind = pp_schedule,
           .stages = pp,
           .microbatches = num_microbatches > 0 ? num_microbatches : pp * num_model_chunks,
-          .chunks = num_model_chunks};
+          .chunks = num_model_chunks,
+          .costs = {}};  // unit costs; the runner re-plans zbh1/zbv from measured ones
 }
 
 HybridParallelPlugin::HybridParallelPlugin(Options options, PluginEnvironment env)

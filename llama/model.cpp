@@ -326,10 +326,9 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
   if (!last) {
     if (!carries_router_row()) return h;
     // Row 0 of the batch carries the statistics; the other rows of the extra position are zeros.
-    auto row = torch::zeros({h.size(0), 1, h.size(2)}, h.options());
     auto stats = router_losses_.pack(h.size(2), h.scalar_type(), config_.num_local_experts).to(h.device())
                      .view({1, 1, h.size(2)});
-    row = torch::cat({stats, row.narrow(0, 1, h.size(0) - 1)}, 0);
+    auto row = torch::cat({stats, torch::zeros({h.size(0) - 1, 1, h.size(2)}, h.options())}, 0);
     return torch::cat({h, row}, 1);
   }
   h = call(model->norm, h);

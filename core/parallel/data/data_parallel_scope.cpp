@@ -59,7 +59,7 @@ double DataParallelScope::combine_over_norm_group(double local, bool inf_norm, d
   local = inf_norm ? std::max(local, local_expert) : local + local_expert;
   auto t = torch::tensor({local}, torch::kFloat64);
   for (const auto* g : {&norm_group, &pipeline_group})
-    if (g->is_member() && g->size() > 1) dist::all_reduce(t, *g, inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum);
+    if (g->is_member() && g->size() > 1) dist::all_reduce(t, *g, op);
   return t.item<double>();
 }
 

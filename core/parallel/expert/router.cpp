@@ -53,10 +53,12 @@ void RouterLosses::add(const Routing& r) {
   {
     torch::NoGradGuard no_grad;
     auto flat = r.experts.reshape({-1});
-    assigned = torch::zeros({E}, torch::kFloat32).index_add_(0, flat, torch::ones({flat.size(0)}, torch::kFloat32));
-    kept = torch::zeros({E}, torch::kFloat32)
-               .index_add_(0, flat, r.kept.reshape({-1}).to(torch::kFloat32));
-    dropped_ += flat.size(0) - static_cast<int64_t>(kept.sum().item<double>());
+    assigned = torch::bincount(flat, {}, E).to(torch::kFloat32);
+    kept = assigned;  // dropless: every assignment computed
+    if (r.capacity > 0) {
+      kept = torch::bincount(flat, r.kept.reshape({-1}).to(torch::kFloat32), E).to(torch::kFloat32);
+      dropped_ += flat.size(0) - static_cast<int64_t>(kept.sum().item<double>());
+    }
   }
   auto prob_sum = r.probs.sum(0);
   auto z = torch::logsumexp(r.logits.to(torch::kFloat32), -1).pow(2).sum();

@@ -276,7 +276,9 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
     COLOSSAL_CHECK(!experts.empty(), "[hybrid] ep ", ep, ": the model holds no experts; build a mixture-of-experts "
                    "model with plugin.parallel_context()");
     scope.expert_group = dims().expert_gradient_group();
-    scope.expert_norm_group = context.ep;
+    // DDP ranks hold whole experts, so a norm adds the other ep ranks'. ZeRO's norm already sums
+    // over the whole data-parallel group, where every rank holds other shards of the experts.
+    if (options_.zero_stage == 0) scope.expert_norm_group = context.ep;
     scope.expert_parameters = experts;
   }
   PluginEnvironment inner_env{shared_dims(), device()};

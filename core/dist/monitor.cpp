@@ -111,12 +111,19 @@ void Monitor::poll_peers_locked() {
   }
   if (keys.empty()) return;
   auto values = store_->multiGet(keys);
+  last_poll_done_ = std::chrono::steady_clock::now();
   for (size_t i = 0; i < ranks.size(); ++i) {
     PeerRecord& p = peers_[ranks[i]];
     auto rec = nlohmann::json::parse(std::string(values[i].begin(), values[i].end()), nullptr, false);
     if (rec.is_discarded() || !rec.is_object()) continue;
     int64_t hb = rec.value("hb", int64_t{-1});
-    if (!p.present || hb != p.heartbeat) p.last_advance = now;
+    if (!p.present || hb != p.heartbeat) {
+      p.last_advance = now;
+      p.advance_seen = last_poll_done_;
+      p.polls_since_advance = 0;
+    } else {
+      ++p.polls_since_advance;
+    }
     p.present = true;
     p.heartbeat = hb;
     p.state = rec.value("state", std::string("alive"));
@@ -155,9 +162,15 @@ std::optional<std::string> Monitor::lost_reason_locked(
   if (!p.present) return std::nullopt;
   if (p.state == "failed") return c10::str("rank ", rank, " failed: ", p.why);
   if (p.state == "exited") return c10::str("rank ", rank, " has already exited");
-  auto silent = now - p.last_advance;
-  if (silent > options_.dead_after) {
-    return c10::str("rank ", rank, " is gone (no heartbeat for ", seconds(silent), " s)");
+  // Silent means: our own polls went on for dead_after and none of them saw a new beat. Measured
+  // between polls, not against the clock now, so an observer that was itself starved of CPU, or
+  // a store that answered late, does not condemn a peer whose beats it simply has not read yet;
+  // a few unchanged polls are required too, because after a store stall every peer's next beat
+  // arrives only a moment after our first poll gets through.
+  constexpr int kMinSilentPolls = 3;
+  auto silent = last_poll_done_ - p.advance_seen;
+  if (silent > options_.dead_after && p.polls_since_advance >= kMinSilentPolls) {
+    return c10::str("rank ", rank, " is gone (no heartbeat for ", seconds(std::max(silent, now - p.advance_seen)), " s)");
   }
   return std::nullopt;
 }

@@ -80,7 +80,12 @@ class Monitor {
     std::string state = "alive";  // alive | exited | failed
     std::string why;
     std::map<std::string, std::pair<uint64_t, std::string>> groups;  // key -> (seq, op)
+    // When the poll that saw the heartbeat advance began (proof of life in diagnose() must not
+    // count a beat published before a failure) and when it finished (silence is measured from
+    // there, so a slow store or a starved observer is not taken for a silent peer).
     std::chrono::steady_clock::time_point last_advance{};
+    std::chrono::steady_clock::time_point advance_seen{};
+    int polls_since_advance = 0;
   };
 
   void run();
@@ -103,6 +108,7 @@ class Monitor {
   std::vector<std::pair<int, std::string>> suspects_;  // from the last diagnose(), published on failure
   std::map<std::string, std::pair<uint64_t, std::string>> my_groups_;
   std::vector<PeerRecord> peers_;
+  std::chrono::steady_clock::time_point last_poll_done_{};
   bool store_lost_ = false;
   std::string store_error_;
   std::thread thread_;

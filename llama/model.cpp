@@ -15,6 +15,7 @@
 #include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
+#include "core/tools/memory_tracer.h"
 #include "llama/parallelize.h"
 #include "llama/shapes.h"
 
@@ -299,6 +300,7 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
   torch::Tensor h;
   if (first) {
     auto ids = holds_sequence_shard() ? parallel::take_local(input, parallel_) : input;
+    tools::MemoryTracer::Scope traced("embed_tokens");
     h = call(model->embed_tokens, ids);
   } else {
     h = hidden_in;
@@ -308,6 +310,7 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
   for (size_t k = 0; k < model->layers.size(); ++k) {
     if (model->layer_ids[k] < begin || model->layer_ids[k] >= end) continue;
     auto& layer = model->layers[k];
+    tools::MemoryTracer::Scope traced(tools::MemoryTracer::active() ? "layers." + std::to_string(model->layer_ids[k]) : "");
     if (gradient_checkpointing_ && is_training()) {
       // Captured by value: the closure runs again in backward, after this loop. A MoE layer's
       // feed-forward half stays outside: its routing feeds the auxiliary losses, which need the
@@ -331,7 +334,11 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
     auto row = torch::cat({stats, torch::zeros({h.size(0) - 1, 1, h.size(2)}, h.options())}, 0);
     return torch::cat({h, row}, 1);
   }
-  h = call(model->norm, h);
+  {
+    tools::MemoryTracer::Scope traced("norm");
+    h = call(model->norm, h);
+  }
+  tools::MemoryTracer::Scope traced("lm_head");
   auto entered = parallel::enter_tensor_parallel(h, parallel_);
   if (lm_head) return call(lm_head, entered);
   const auto& embed = model->embed_tokens;
@@ -394,6 +401,7 @@ torch::Tensor LlamaForCausalLMImpl::loss_from_logits(const torch::Tensor& logits
   int64_t T = labels.size(1);
   target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
   if (holds_sequence_shard()) target = parallel::take_local(target, parallel_);
+  tools::MemoryTracer::Scope traced("loss");
   auto flat = logits.reshape({-1, logits.size(2)});
   auto flat_target = target.reshape({-1});
   auto mean = parallel_.tensor_parallel()  // the full logits never exist on one rank

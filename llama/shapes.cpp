@@ -52,4 +52,21 @@ double training_flops_per_token(const LlamaConfig& c, int64_t sequence) {
   return 3.0 * forward;
 }
 
+tools::ModelSpec model_spec(const LlamaConfig& c) {
+  tools::ModelSpec s;
+  s.family = c.is_moe() ? "mixtral" : "llama";
+  s.vocab = c.vocab_size;
+  s.hidden = c.hidden_size;
+  s.intermediate = c.intermediate_size;
+  s.layers = c.num_hidden_layers;
+  s.heads = c.num_attention_heads;
+  s.kv_heads = c.num_key_value_heads;
+  s.head_size = c.resolved_head_dim();
+  s.experts = c.num_local_experts;
+  s.experts_per_token = c.is_moe() ? c.num_experts_per_tok : 0;
+  s.tied_embeddings = c.tie_word_embeddings;
+  s.biases = c.attention_bias;  // (attention projections only; the difference is a few hidden-sized vectors)
+  return s;
+}
+
 }  // namespace colossal::llama

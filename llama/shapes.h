@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/parallel/pipeline/stage_split.h"
+#include "core/tools/model_analysis.h"
 #include "llama/config.h"
 
 namespace colossal::llama {
@@ -30,5 +31,8 @@ double training_flops_per_token(const LlamaConfig& config, int64_t sequence);
 /// head's training FLOPs per token, counted as above. The embedding lookup and the fused cross
 /// entropy are a few operations per element against the head's 2 x hidden per logit: not counted.
 parallel::pipeline::StageCosts stage_costs(const LlamaConfig& config, int64_t sequence);
+
+/// The model's shape for the analysis tools (core/tools/model_analysis.h).
+tools::ModelSpec model_spec(const LlamaConfig& config);
 
 }  // namespace colossal::llama

@@ -120,4 +120,20 @@ ViTConfig ViTConfig::named(const std::string& name, int64_t image_size, int64_t 
   return c;
 }
 
+tools::ModelSpec model_spec(const ViTConfig& c) {
+  tools::ModelSpec s;
+  s.family = "vit";
+  s.hidden = c.hidden_size;
+  s.intermediate = c.intermediate_size;
+  s.layers = c.num_hidden_layers;
+  s.heads = c.num_attention_heads;
+  s.kv_heads = c.num_attention_heads;
+  s.gated_mlp = false;
+  s.biases = true;
+  s.patch_dim = c.num_channels * c.patch_size * c.patch_size;
+  s.patches = c.num_patches() + 1;  // the class token is a token too
+  s.classes = c.num_labels;
+  return s;
+}
+
 }  // namespace colossal::vit

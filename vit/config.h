@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tools/model_analysis.h"
+
 namespace colossal::vit {
 
 struct ViTConfig {
@@ -29,5 +31,8 @@ struct ViTConfig {
   static ViTConfig named(const std::string& name, int64_t image_size, int64_t patch_size, int64_t channels,
                          int64_t num_labels);
 };
+
+/// The model's shape for the analysis tools (core/tools/model_analysis.h).
+tools::ModelSpec model_spec(const ViTConfig& config);
 
 }  // namespace colossal::vit

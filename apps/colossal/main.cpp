@@ -3,11 +3,13 @@
 //                [--hostfile F] [--max_restarts K] [--tee RANK] [--config FILE] -- PROGRAM ARGS...
 //   colossal verify [--nproc_per_node N] [--steps K] [--keep] -- PROGRAM ARGS...
 //   colossal check
+//   colossal analyze --model_config config.json [--seq N --batch B --precision P --world 1 2 4 --json F]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
 
+#include "apps/colossal/analyze_command.h"
 #include "core/common/check.h"
 #include "core/common/config.h"
 #include "core/launch/launcher.h"
@@ -83,6 +85,8 @@ int main(int argc, char** argv) {
   verify->prefix_command();
 
   app.add_subcommand("check", "print versions, BLAS, threads, Gloo/NCCL/CUDA, cores, memory");
+  colossal::apps::AnalyzeArgs analyze_args;
+  colossal::apps::add_analyze_command(app, analyze_args);
 
   try {
     app.parse(cli_argc, argv);
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
       std::cout << colossal::launch::system_report();
       return 0;
     }
+    if (app.got_subcommand("analyze")) return colossal::apps::run_analyze(analyze_args);
     if (app.got_subcommand("verify")) {
       vopts.launch.tee = tee >= 0 ? tee : 0;
       vopts.launch.command = command.empty() ? verify->remaining() : command;

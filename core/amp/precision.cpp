@@ -41,7 +41,11 @@ bool cpu_has_native(c10::ScalarType dtype) {
 c10::ScalarType compute_dtype(Precision precision, const c10::Device& device) {
   auto low = low_precision_dtype(precision);
   if (low == c10::kFloat || device.is_cuda()) return low;
-  if (env_string("COLOSSAL_CPU_COMPUTE").value_or("auto") == "fp32") return c10::kFloat;
+  const std::string mode = env_string("COLOSSAL_CPU_COMPUTE").value_or("auto");
+  COLOSSAL_CHECK(mode == "auto" || mode == "fp32" || mode == "low", "COLOSSAL_CPU_COMPUTE: expected auto, fp32 or low, got '",
+                 mode, "'");
+  if (mode == "fp32") return c10::kFloat;
+  if (mode == "low") return low;  // emulated where the CPU has no native units: slow, but the same memory
   return cpu_has_native(low) ? low : c10::kFloat;
 }
 

@@ -12,7 +12,8 @@
 // ~73 GFLOP/s on an AVX2-only CPU); otherwise the model computes in fp32 and the precision only
 // decides loss scaling (fp16). On the development machine (AVX512_BF16 + AMX) LibTorch measured
 // 744 GFLOP/s bf16 against 209 fp32 for 1024^2 products, so bf16 compute is the faster choice there.
-// COLOSSAL_CPU_COMPUTE=fp32 forces the fp32 fallback (to measure both choices).
+// COLOSSAL_CPU_COMPUTE=fp32 forces the fp32 fallback and =low the low precision even where it is
+// emulated (to measure both choices, and to test low-precision memory on any CPU).
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 

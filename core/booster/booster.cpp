@@ -4,11 +4,18 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include "core/common/check.h"
+#include "core/dist/comm_profile.h"
 #include "core/dist/runtime.h"
 #include "core/nn/deferred_init.h"
 #include "core/parallel/data/model_sync.h"
 
 namespace colossal::booster {
+
+bool BoostedOptimizer::step() {
+  const bool stepped = model_->optimizer_step(*inner_);
+  dist::comm_profile::end_step();
+  return stepped;
+}
 
 void ModelWrapper::set_gradient_sync(bool enabled) {
   COLOSSAL_CHECK(enabled, "[booster] plugin '", plugin_name_,

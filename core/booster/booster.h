@@ -40,7 +40,8 @@ class BoostedOptimizer {
   BoostedOptimizer(std::shared_ptr<torch::optim::Optimizer> inner, ModelWrapper* model)
       : inner_(std::move(inner)), model_(model) {}
   /// Returns false when the step was skipped (fp16 overflow on some rank).
-  bool step() { return model_->optimizer_step(*inner_); }
+  /// Also where a step ends for the communication profiler (dist/comm_profile.h).
+  bool step();
   void zero_grad() { model_->zero_grad(*inner_); }
   torch::optim::Optimizer& inner() { return *inner_; }
   ModelWrapper& model_wrapper() { return *model_; }

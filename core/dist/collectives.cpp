@@ -11,6 +11,7 @@
 #include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/dist/collective_check.h"
+#include "core/dist/comm_profile.h"
 #include "core/dist/monitor.h"
 #include "core/dist/runtime_internal.h"
 #include "core/dist/shm_transport.h"
@@ -25,6 +26,10 @@ struct Handle::State {
   std::chrono::steady_clock::time_point start;
   std::function<void()> finish;  // post-processing after success (e.g. divide for kAvg)
   bool point_to_point = false;
+  // For the communication profiler (comm_profile.h), only when it is on: the bytes this rank
+  // hands over, and when the transport reported completion (0: unknown, use the wait's end).
+  int64_t bytes = 0;
+  std::shared_ptr<std::atomic<int64_t>> completed_ns;
 };
 
 namespace {
@@ -119,7 +124,7 @@ void wait_in_slices(Handle::State& s, std::chrono::steady_clock::time_point dead
 
 // Waits for the work; every heartbeat interval checks whether a member is known gone so a dead
 // peer ends the wait early instead of after the full timeout.
-void wait_state(Handle::State& s) {
+void wait_state_unprofiled(Handle::State& s) {
   detail::GroupState& g = *s.group;
   auto deadline = s.start + g.timeout;
   Monitor* mon = detail::monitor();
@@ -147,6 +152,21 @@ void wait_state(Handle::State& s) {
     }
   }
   if (s.finish) s.finish();
+}
+
+int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+void wait_state(Handle::State& s) {
+  if (!comm_profile::enabled()) return wait_state_unprofiled(s);
+  const auto wait_begin = std::chrono::steady_clock::now();
+  wait_state_unprofiled(s);
+  const auto end = std::chrono::steady_clock::now();
+  int64_t done_ns = s.completed_ns ? s.completed_ns->load() : 0;
+  const double seconds = done_ns > 0 ? (done_ns - steady_ns(s.start)) * 1e-9 : elapsed_s(s.start);
+  const double exposed = std::chrono::duration<double>(end - wait_begin).count();
+  comm_profile::record(s.group->name, s.op, s.bytes, std::max(seconds, 0.0), exposed);
 }
 
 // Collectives are numbered per group (every member counts the same sequence, which is what lets
@@ -189,6 +209,19 @@ Handle::State launch(const Group& group, const char* op, Fn&& call, bool point_t
     // launching is a failed collective (diagnosed, group marked broken).
     if (std::string(e.what()).find("[dist]") != std::string::npos) throw;
     fail(s, first_line(e.what_without_backtrace()));
+  }
+  if (comm_profile::enabled() && !point_to_point) {
+    // The transport's completion time, so a call that finished long before its wait is not
+    // charged for the compute in between.
+    try {
+      if (auto future = s.work->getFuture()) {
+        auto done = std::make_shared<std::atomic<int64_t>>(0);
+        future->addCallback([done](c10::ivalue::Future&) { done->store(steady_ns(std::chrono::steady_clock::now())); });
+        s.completed_ns = done;
+      }
+    } catch (const c10::Error&) {
+      // No future (e.g. Gloo's barrier): the end of the wait stands for completion.
+    }
   }
   return s;
 }
@@ -296,6 +329,7 @@ Handle all_reduce_async(at::Tensor& tensor, const Group& group, ReduceOp op) {
     o.timeout = group.timeout();
     return b.allreduce(ts, o);
   }, false, [&] { return c10::str("all_reduce(", reduce_name(op), ") ", shape_of(tensor)); });
+  s.bytes = static_cast<int64_t>(tensor.nbytes());
   if (op == ReduceOp::kAvg && !averaged && group.size() > 1) {
     int n = group.size();
     s.finish = [tensor, n]() mutable { tensor.div_(n); };
@@ -342,6 +376,7 @@ Handle reduce_scatter_async(at::Tensor& output, const at::Tensor& input, const G
     o.timeout = group.timeout();
     return b._reduce_scatter_base(out, in, o);
   }, false, [&] { return c10::str("reduce_scatter(", reduce_name(op), ") ", shape_of(input), " -> ", output.sizes()); });
+  s.bytes = static_cast<int64_t>(input.nbytes());
   if (op == ReduceOp::kAvg && !averaged && group.size() > 1) {
     int n = group.size();
     s.finish = [output, n]() mutable { output.div_(n); };
@@ -368,6 +403,7 @@ Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group
     o.timeout = group.timeout();
     return b._allgather_base(out, in, o);
   }, false, [&] { return c10::str("all_gather ", shape_of(input), " -> ", output.sizes()); });
+  s.bytes = static_cast<int64_t>(output.nbytes());
   return HandleAccess::make(std::move(s));
 }
 void all_gather(at::Tensor& output, const at::Tensor& input, const Group& group) {
@@ -391,6 +427,7 @@ void broadcast(at::Tensor& tensor, int src, const Group& group) {
     o.timeout = group.timeout();
     return b.broadcast(ts, o);
   }, false, [&] { return c10::str("broadcast(from ", src, ") ", shape_of(tensor)); });
+  s.bytes = static_cast<int64_t>(tensor.nbytes());
   HandleAccess::make(std::move(s)).wait();
 }
 
@@ -427,6 +464,7 @@ void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,
   }, false, [&] {  // row counts may differ between members; a row's shape and the dtype may not
     return c10::str("all_to_all rows of ", input.sizes().slice(1), " ", input.scalar_type());
   });
+  s.bytes = static_cast<int64_t>(input.nbytes());
   HandleAccess::make(std::move(s)).wait();
 }
 
@@ -438,6 +476,7 @@ Handle send_async(const at::Tensor& tensor, int peer, const Group& group, int ta
     std::vector<at::Tensor> ts{tensor};
     return b.send(ts, peer, tag);
   }, /*point_to_point=*/true);
+  s.bytes = static_cast<int64_t>(tensor.nbytes());
   return HandleAccess::make(std::move(s));
 }
 
@@ -453,6 +492,7 @@ void recv(at::Tensor& tensor, int peer, const Group& group, int tag) {
     std::vector<at::Tensor> ts{tensor};
     return b.recv(ts, peer, tag);
   }, /*point_to_point=*/true);
+  s.bytes = static_cast<int64_t>(tensor.nbytes());
   HandleAccess::make(std::move(s)).wait();
 }
 

@@ -16,6 +16,7 @@
 #include "core/common/log.h"
 #include "core/common/process_info.h"
 #include "core/dist/backend_factory.h"
+#include "core/dist/comm_profile.h"
 #include "core/dist/shm_transport.h"
 #include "core/dist/monitor.h"
 #include "core/dist/net.h"
@@ -34,6 +35,7 @@ struct Runtime {
   // Tells peers this rank is leaving; the rank hosting the store keeps it up until the others
   // have left too (bounded), so their last collectives and diagnoses still reach it.
   void leave() {
+    comm_profile::finish();  // the per-step communication table, when COLOSSAL_COMM_PROFILE is set
     if (!monitor) return;
     monitor->mark_exited();
     if (hosts_store) {
@@ -160,6 +162,7 @@ void init(const InitOptions& options) {
   r->options = options;
   r->backend = choose_backend(options.backend);
   set_process_rank(r->env.rank);
+  comm_profile::configure_from_environment(r->env.rank);
 
   r->backend_options.timeout = to_ms(options.timeout_s);
   r->backend_options.gloo_threads = options.gloo_threads;

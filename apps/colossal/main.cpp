@@ -3,6 +3,7 @@
 //                [--hostfile F] [--max_restarts K] [--tee RANK] [--config FILE] -- PROGRAM ARGS...
 //   colossal verify [--nproc_per_node N] [--steps K] [--keep] -- PROGRAM ARGS...
 //   colossal check
+//   colossal plot metrics.jsonl [--out DIR --metrics loss lr ...]
 //   colossal analyze --model_config config.json [--seq N --batch B --precision P --world 1 2 4 --json F]
 #include <CLI/CLI.hpp>
 
@@ -10,6 +11,7 @@
 #include <iostream>
 
 #include "apps/colossal/analyze_command.h"
+#include "apps/colossal/plot_command.h"
 #include "core/common/check.h"
 #include "core/common/config.h"
 #include "core/launch/launcher.h"
@@ -87,6 +89,8 @@ int main(int argc, char** argv) {
   app.add_subcommand("check", "print versions, BLAS, threads, Gloo/NCCL/CUDA, cores, memory");
   colossal::apps::AnalyzeArgs analyze_args;
   colossal::apps::add_analyze_command(app, analyze_args);
+  colossal::apps::PlotArgs plot_args;
+  colossal::apps::add_plot_command(app, plot_args);
 
   try {
     app.parse(cli_argc, argv);
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (app.got_subcommand("analyze")) return colossal::apps::run_analyze(analyze_args);
+    if (app.got_subcommand("plot")) return colossal::apps::run_plot(plot_args);
     if (app.got_subcommand("verify")) {
       vopts.launch.tee = tee >= 0 ? tee : 0;
       vopts.launch.command = command.empty() ? verify->remaining() : command;

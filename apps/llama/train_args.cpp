@@ -81,6 +81,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("eval_interval", a.eval_interval);
   c.read("log_interval", a.log_interval);
   c.read("log_file", a.log_file);
+  c.read("memory_trace", a.memory_trace);
   c.read("keep_checkpoints", a.keep_checkpoints);
   c.read("prompt", a.prompt);
   c.read("sample_tokens", a.sample_tokens);
@@ -138,6 +139,8 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
       ->capture_default_str();
   app.add_option("--log_interval", a.log_interval, "steps between progress updates")->capture_default_str();
   app.add_option("--log_file", a.log_file, "append metrics as JSON lines");
+  app.add_option("--memory_trace", a.memory_trace,
+                 "trace the second step's memory (phases, modules: peak and kept bytes) into this JSON file");
   app.add_option("--prompt", a.prompt, "text to continue after training")->capture_default_str();
   app.add_option("--sample_tokens", a.sample_tokens, "tokens to generate after training (0: none)")
       ->capture_default_str();

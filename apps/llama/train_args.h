@@ -39,6 +39,7 @@ struct TrainArgs {
   int64_t eval_interval = 100;
   int64_t log_interval = 10;
   std::string log_file;
+  std::string memory_trace;  // trace one step's memory by phase and module into this JSON file
   int64_t keep_checkpoints = 2;
   // After training
   std::string prompt = "It is a truth universally acknowledged";

@@ -19,6 +19,7 @@
 #include <functional>
 #include <optional>
 
+#include "apps/common/memory_trace.h"
 #include "apps/common/resume.h"
 #include "apps/common/verify_run.h"
 #include "apps/llama/train_args.h"
@@ -36,6 +37,7 @@
 #include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
 #include "core/parallel/expert/router_stats.h"
+#include "core/tools/memory_tracer.h"
 #include "llama/corpus.h"
 #include "llama/dataset.h"
 #include "llama/parallelize.h"
@@ -386,20 +388,33 @@ int run(TrainArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   int64_t window_steps = 0;
+  // --memory_trace: the second step (the first allocates lazily-created state) or the only one.
+  const int64_t traced_step = a.memory_trace.empty() ? -1 : std::min(first_step + 1, total_steps);
+  std::unique_ptr<colossal::tools::MemoryTracer> tracer;
+  auto trace_phase = [&](const char* name) {
+    if (tracer) tracer->phase(name);
+  };
   for (int64_t step = first_step; step <= total_steps; ++step) {
+    if (step == traced_step) {
+      tracer = std::make_unique<colossal::tools::MemoryTracer>();
+      tracer->begin_step();
+    }
     b.optimizer->zero_grad();
     double loss_sum = 0;
     if (pipelined) {  // the rank's batch in microbatches through the stages
       auto batch = train.batch(next_indices());
       auto ids = batch.input_ids.to(device).split(a.batch_size / microbatches);
       auto labels = batch.labels.to(device).split(a.batch_size / microbatches);
+      trace_phase("pipeline");
       loss_sum = booster.execute_pipeline(*b.optimizer, pipeline_stage, ids, labels);
     }
     for (int64_t micro = 0; micro < (pipelined ? 0 : a.accumulation_steps); ++micro) {
       auto batch = train.batch(next_indices());
       auto run_micro = [&] {
+        trace_phase("forward");
         auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device)) /
                     static_cast<double>(a.accumulation_steps);
+        trace_phase("backward");
         booster.backward(loss, *b.optimizer);
         loss_sum += loss.item<double>();
         if (cfg.is_moe()) router_window.add(model->router_losses());
@@ -411,9 +426,15 @@ int run(TrainArgs& a) {
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
     const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss_sum, step);
     double lr = b.lr_scheduler->lr();
+    trace_phase("optimizer");
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();
     ++window_steps;
+    if (tracer) {
+      tracer->end_step(b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner()).total());
+      colossal::apps::write_memory_trace(*tracer, a.memory_trace, step);
+      tracer.reset();
+    }
 
     if (step % a.log_interval == 0 || step == total_steps) {
       auto l = torch::tensor({loss_sum}, torch::kFloat64);
@@ -483,6 +504,8 @@ int main(int argc, char** argv) {
   try {
     int code = 0;
     if (!colossal::llama_app::parse_train_args(argc, argv, a, code)) return code;
+    // Counting from the start, so the traced step's "at start" includes the model and its state.
+    if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
     return run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_llama: %s\n", colossal::error_text(e).c_str());

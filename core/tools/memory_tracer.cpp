@@ -164,7 +164,7 @@ nlohmann::json MemoryTracer::to_json() const {
   }
   const auto& s = summary_;
   return {{"memory", options_.device ? "device" : "host"},
-          {"step", {{"start_bytes", s.start}, {"peak_bytes", s.peak}, {"model_data_bytes", s.model_data},
+          {"totals", {{"start_bytes", s.start}, {"peak_bytes", s.peak}, {"model_data_bytes", s.model_data},
                     {"activation_bytes", s.activations}, {"temporary_bytes", s.temporary}}},
           {"phases", phases},
           {"modules", modules}};

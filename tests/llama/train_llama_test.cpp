@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -146,6 +147,60 @@ TEST(TrainLlama, RanksAccumulationAndResumeFollowTheSingleProcessCurve) {
 
 // Gemini with every chunk's optimizer state streamed from NVMe follows the same run without
 // offload, and the offload files are gone afterwards (unlinked once opened).
+// The tools of a run: --memory_trace writes the traced step's phases and modules, the
+// communication profiler one line per step per rank, and colossal plot charts the log.
+TEST(TrainLlama, MemoryTraceCommProfileAndPlot) {
+  const auto& w = workspace();
+  const std::string comm = w.dir + "/comm", trace = w.dir + "/tools_trace.json";
+  const std::string bin = testing::binary_dir();
+  const auto run = launch("tools", 2, "--max_steps 3 --memory_trace " + trace, "",
+                          "env COLOSSAL_COMM_PROFILE=" + comm + " " + bin + "/colossal run --nproc_per_node 2 --");
+  ASSERT_EQ(run.rc, 0) << run.output;
+  std::ifstream t(trace);
+  ASSERT_TRUE(t.good()) << run.output;
+  auto j = nlohmann::json::parse(t);
+  EXPECT_EQ(j["step"], 2);
+  std::set<std::string> modules;
+  for (const auto& m : j["modules"]) modules.insert(m["module"].get<std::string>());
+  for (const char* name : {"embed_tokens", "layers.0", "layers.1", "lm_head"}) EXPECT_TRUE(modules.count(name)) << name;
+  EXPECT_GT(j["totals"]["model_data_bytes"].get<int64_t>(), 0) << j.dump();
+  EXPECT_GE(j["totals"]["start_bytes"].get<int64_t>(), j["totals"]["model_data_bytes"].get<int64_t>())
+      << "the meter counts from the start: the model's state is held when the step begins";
+  EXPECT_NE(run.output.find("communication per step"), std::string::npos) << run.output;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(comm + "/comm_rank" + std::to_string(r) + ".jsonl");
+    std::string line;
+    int lines = 0;
+    int64_t reduced = 0;
+    while (std::getline(in, line)) {
+      ++lines;
+      const auto step = nlohmann::json::parse(line);
+      for (const auto& c : step["collectives"])
+        if (c["op"] == "all_reduce") reduced += c["bytes"].get<int64_t>();
+    }
+    EXPECT_EQ(lines, 3) << "rank " << r;
+    EXPECT_GT(reduced, 0) << "rank " << r;
+  }
+  const std::string plots = w.dir + "/tools_plots";
+  const std::string cmd = bin + "/colossal plot " + w.dir + "/tools.jsonl --out " + plots + " --metrics loss lr > " +
+                          w.dir + "/plot.out 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  for (const char* png : {"loss.png", "lr.png"}) {
+    std::ifstream f(plots + "/" + png, std::ios::binary);
+    char magic[4] = {};
+    f.read(magic, 4);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png;
+  }
+  // A metric the log lacks is named with the ones it has; nothing asked for existing is an error.
+  const std::string bad = bin + "/colossal plot " + w.dir + "/tools.jsonl --out " + plots + " --metrics nope > " +
+                          w.dir + "/plot_bad.out 2>&1";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  std::ifstream bo(w.dir + "/plot_bad.out");
+  std::string out((std::istreambuf_iterator<char>(bo)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("no 'nope'"), std::string::npos) << out;
+  EXPECT_NE(out.find("loss"), std::string::npos) << out;
+}
+
 TEST(TrainLlama, GeminiNvmeOffloadFollowsTheRunWithoutOffload) {
   const auto& w = workspace();
   const std::string nvme = w.dir + "/nvme";

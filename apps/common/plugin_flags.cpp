@@ -7,7 +7,7 @@ namespace colossal::apps {
 void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
   // key, help. The keys are PluginConfig's and the plugins' option names.
   const std::vector<std::pair<std::string, std::string>> flags = {
-      {"plugin", "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid; 'help' lists every plugin's options "
+      {"plugin", "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid | auto (chosen by measurement); 'help' lists every plugin's options "
                  "(default " + default_plugin + ")"},
       {"mixed_precision", "fp32 | bf16 | fp16"},
       {"device", "auto (cuda when a GPU is visible, rank -> LOCAL_RANK's GPU) | cpu | cuda | cuda:N"},

@@ -82,6 +82,9 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("log_interval", a.log_interval);
   c.read("log_file", a.log_file);
   c.read("memory_trace", a.memory_trace);
+  c.read("auto_budget_s", a.auto_budget_s);
+  c.read("auto_trials", a.auto_trials);
+  c.read("auto_report", a.auto_report);
   c.read("keep_checkpoints", a.keep_checkpoints);
   c.read("prompt", a.prompt);
   c.read("sample_tokens", a.sample_tokens);
@@ -139,6 +142,10 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
       ->capture_default_str();
   app.add_option("--log_interval", a.log_interval, "steps between progress updates")->capture_default_str();
   app.add_option("--log_file", a.log_file, "append metrics as JSON lines");
+  app.add_option("--auto_budget_s", a.auto_budget_s, "--plugin auto: seconds of trial steps (the first trial always runs)")
+      ->capture_default_str();
+  app.add_option("--auto_trials", a.auto_trials, "--plugin auto: best-predicted layouts timed for real")->capture_default_str();
+  app.add_option("--auto_report", a.auto_report, "--plugin auto: the JSON report (default OUTPUT/auto_layout.json)");
   app.add_option("--memory_trace", a.memory_trace,
                  "trace the second step's memory (phases, modules: peak and kept bytes) into this JSON file");
   app.add_option("--prompt", a.prompt, "text to continue after training")->capture_default_str();

@@ -19,6 +19,7 @@
 #include <functional>
 #include <optional>
 
+#include "apps/common/auto_layout.h"
 #include "apps/common/memory_trace.h"
 #include "apps/common/resume.h"
 #include "apps/common/verify_run.h"
@@ -40,6 +41,7 @@
 #include "core/tools/memory_tracer.h"
 #include "llama/corpus.h"
 #include "llama/dataset.h"
+#include "llama/layout_trial.h"
 #include "llama/parallelize.h"
 #include "llama/pipeline.h"
 #include "llama/pretrained.h"
@@ -156,6 +158,37 @@ LlamaConfig default_config(int64_t max_length) {
   return c;
 }
 
+// --plugin auto: the model's shape as this run will build it (the tokenizer's vocabulary when one
+// is given; the size it will be trained to otherwise), then the search (apps/common/auto_layout.h).
+// Sets the plugin, the per-replica batch, accumulation and checkpointing to the winner's.
+void choose_layout_by_measurement(TrainArgs& a) {
+  COLOSSAL_CHECK(a.pretrained.empty() || a.model_config.empty(), "--pretrained and --model_config: give one");
+  LlamaConfig cfg = !a.pretrained.empty()     ? LlamaConfig::from_json_file(a.pretrained + "/config.json")
+                    : !a.model_config.empty() ? LlamaConfig::from_json_file(a.model_config)
+                                              : default_config(a.max_length);
+  if (a.pretrained.empty()) cfg.vocab_size = a.tokenizer.empty() ? a.vocab_size : Tokenizer::load(a.tokenizer).vocab_size();
+  const int world = dist::world_size();
+  colossal::apps::AutoLayoutOptions o;
+  o.global_batch = a.batch_size * a.accumulation_steps * world;  // what --batch_size means under plain data parallelism
+  o.sequence = a.max_length;
+  o.precision = a.plugin.precision;
+  o.trials = a.auto_trials;
+  o.budget_s = a.auto_budget_s;
+  o.report_path = a.auto_report.empty() ? a.output + "/auto_layout.json" : a.auto_report;
+  colossal::fs::make_dirs(a.output);
+  colossal::llama::TrialOptions trial;
+  trial.sequence = a.max_length;
+  trial.seed = a.seed;
+  const auto report = colossal::apps::choose_layout(
+      model_spec(cfg), o, [&](const colossal::tools::Layout& l) { return layout_is_valid(cfg, l, world, a.max_length); },
+      [&](const colossal::tools::Layout& l) { return time_training_steps(cfg, l, a.plugin, trial); });
+  const auto& best = report.candidates[report.chosen].layout;
+  a.plugin = plugin_config_for(best, a.plugin);
+  a.grad_checkpoint = best.activation_checkpointing;
+  a.batch_size = best.pp > 1 ? best.replica_batch : best.micro_batch;
+  a.accumulation_steps = best.pp > 1 ? 1 : best.replica_batch / best.micro_batch;
+}
+
 int run(TrainArgs& a) {
   dist::init();
   const int r = dist::rank();
@@ -167,6 +200,7 @@ int run(TrainArgs& a) {
     if (a.load_checkpoint == "auto") a.load_checkpoint = "none";
     a.save_interval = 0;
   }
+  if (a.plugin.name == "auto") choose_layout_by_measurement(a);
   // The plugin first: its layout is checked against the world before anything else runs.
   auto plugin = booster::make_plugin(a.plugin);
   const auto& dims = plugin->dims();

@@ -78,6 +78,11 @@ void add(Bytes& b, const std::string& category, const std::string& tier, double 
 
 }  // namespace
 
+double parameters_per_rank(const ModelSpec& spec, const Layout& layout) {
+  const Share share = rank_share(spec, layout);
+  return share.dense + share.experts;
+}
+
 std::vector<ModuleParameters> parameters_by_module(const ModelSpec& s) {
   std::vector<ModuleParameters> out;
   auto push = [&](std::string name, int64_t n, int64_t active) { out.push_back({std::move(name), n, active}); };
@@ -135,11 +140,13 @@ std::string Layout::describe() const {
   std::string out = plugin;
   if (plugin == "hybrid") out += " zero" + std::to_string(zero_stage);
   out += " dp" + std::to_string(dp);
-  for (auto [axis, n] : {std::pair{"tp", tp}, {"pp", pp}, {"sp", sp}, {"ep", ep}})
+  if (sp > 1) out += c10::str(" sp", sp, "(", sp_mode, ")");
+  for (auto [axis, n] : {std::pair{"tp", tp}, {"pp", pp}, {"ep", ep}})
     if (n > 1) out += c10::str(" ", axis, n);
   out += " " + precision;
   if (offload != "none") out += " offload " + offload;
   if (activation_checkpointing) out += " ckpt";
+  if (pp > 1 && replica_batch > 0) out += c10::str(" mb", micro_batch, "x", replica_batch / std::max<int64_t>(micro_batch, 1));
   return out;
 }
 
@@ -219,7 +226,8 @@ ActivationBytes activation_bytes(const ModelSpec& s, const Layout& l) {
   a.embedding = static_cast<int64_t>(tokens * hf * c);
   const int64_t layers_per_stage = (s.layers + l.pp - 1) / l.pp;
   // 1F1B keeps up to pp micro-batches in flight on the first stage.
-  const int64_t in_flight = l.pp;
+  const int64_t microbatches = l.replica_batch > 0 ? std::max<int64_t>(1, l.replica_batch / std::max<int64_t>(l.micro_batch, 1)) : l.pp;
+  const int64_t in_flight = l.pp > 1 ? std::min<int64_t>(l.pp, microbatches) : 1;
   a.total = in_flight * (layers_per_stage * (l.activation_checkpointing ? a.per_layer_checkpointed : a.per_layer) +
                          (l.pp == 1 ? a.embedding : 0)) + a.head;
   return a;

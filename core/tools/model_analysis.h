@@ -64,8 +64,10 @@ struct Layout {
   int zero_stage = 0;               // hybrid only: 0, 1 or 2 over dp
   std::string precision = "fp32";   // fp32 | bf16 | fp16
   std::string offload = "none";     // gemini: none | cpu | nvme (where master weights and states live)
+  std::string sp_mode = "none";     // with sp > 1: all_to_all or ring_attn
   bool activation_checkpointing = false;
-  int64_t micro_batch = 1;
+  int64_t micro_batch = 1;          // samples per micro-batch (pp > 1: per pipeline microbatch)
+  int64_t replica_batch = 0;        // samples per data-parallel replica per step (0: micro_batch)
   int64_t sequence = 0;
   std::string describe() const;
 };
@@ -74,6 +76,9 @@ struct Layout {
 /// then by tier ("device", "host", "nvme"), for AdamW.
 using Bytes = std::map<std::string, std::map<std::string, int64_t>>;
 Bytes model_state_bytes(const ModelSpec& spec, const Layout& layout);
+/// Parameters one rank holds before any ZeRO sharding: its pipeline stage's (the larger end
+/// stage), its tensor-parallel slices, its ep share of the experts.
+double parameters_per_rank(const ModelSpec& spec, const Layout& layout);
 int64_t sum_tier(const Bytes& bytes, const std::string& tier);
 
 struct ActivationBytes {

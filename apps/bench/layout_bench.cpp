@@ -1,0 +1,127 @@
+// bench_layout: the layout selector (--plugin auto) against an exhaustive measured sweep.
+// Run as a job of N ranks:
+//
+//   build/apps/colossal run --nproc_per_node 2 -- build/apps/bench_layout --shape S [--batch 4] [--steps 3]
+//
+// Every valid layout of the search space (the plain plugins, the hybrid plugin's tp/pp/sp splits,
+// ZeRO stages, with and without activation checkpointing) is timed for real (median of --steps
+// after a warm-up); the selector's pick is what it would choose (the fastest measured of its best
+// --trials predicted). Printed: each layout's predicted and measured step time, the Spearman rank
+// correlation of the two, the pick against the best, and the search time the selector would
+// spend (rates + its trials) against the sweep's.
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/booster/plugin_config.h"
+#include "core/common/check.h"
+#include "core/dist/runtime.h"
+#include "core/tools/layout_search.h"
+#include "llama/layout_trial.h"
+#include "llama/shapes.h"
+
+namespace tools = colossal::tools;
+namespace llama = colossal::llama;
+namespace dist = colossal::dist;
+namespace booster = colossal::booster;
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_layout: the --plugin auto selector against an exhaustive measured sweep"};
+  std::string shape = "S";
+  int64_t batch = 4, seq = 0;
+  int steps = 3, trials = 3;
+  bool no_ckpt = false;
+  app.add_option("--shape", shape, "S or M (llama/shapes.h)")->capture_default_str();
+  app.add_option("--batch", batch, "samples per rank under plain data parallelism (the global batch is this x world)")
+      ->capture_default_str();
+  app.add_option("--seq", seq, "tokens per sample (0: the shape's)");
+  app.add_option("--steps", steps, "timed steps per layout (after one warm-up)")->capture_default_str();
+  app.add_option("--trials", trials, "the selector's real trials")->capture_default_str();
+  app.add_flag("--no_checkpointing", no_ckpt, "leave activation checkpointing out of the space");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    dist::init();
+    auto s = llama::benchmark_shape(shape);
+    if (seq > 0) s.sequence = seq;
+    const int world = dist::world_size(), rank = dist::rank();
+    tools::SearchSpace space;
+    space.world = world;
+    space.global_batch = batch * world;
+    space.sequence = s.sequence;
+    space.try_checkpointing = !no_ckpt;
+    const auto t_rates = std::chrono::steady_clock::now();
+    const auto rates = tools::measure_rates();
+    const double rates_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rates).count();
+    const auto spec = llama::model_spec(s.config);
+    auto layouts = tools::enumerate_layouts(spec, space, [&](const tools::Layout& l) {
+      return llama::layout_is_valid(s.config, l, world, s.sequence);
+    });
+    auto ranked = tools::rank_layouts(spec, layouts, rates, space);
+    llama::TrialOptions o;
+    o.sequence = s.sequence;
+    o.steps = steps;
+    booster::PluginConfig base;
+    base.device = "cpu";
+    if (rank == 0) {
+      std::printf("shape %s (seq %ld), %d ranks, global batch %ld, %zu layouts; %s\n", shape.c_str(), s.sequence, world,
+                  space.global_batch, ranked.size(), rates.describe().c_str());
+      std::fflush(stdout);
+    }
+    // The sweep: every layout that fits, in predicted order.
+    std::vector<double> predicted, measured;
+    double sweep_s = 0;
+    for (auto& c : ranked) {
+      if (!c.fits) continue;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        c.measured_s = llama::time_training_steps(s.config, c.layout, base, o);
+        predicted.push_back(c.predicted_s);
+        measured.push_back(*c.measured_s);
+      } catch (const std::exception& e) {
+        c.trial_error = colossal::error_text(e).substr(0, 120);
+      }
+      sweep_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rank == 0) {
+        std::printf("  %-44s predicted %8.4f s  measured %8s s %s\n", c.layout.describe().c_str(), c.predicted_s,
+                    c.measured_s ? c10::str(*c.measured_s).substr(0, 8).c_str() : "-", c.trial_error.c_str());
+        std::fflush(stdout);
+      }
+    }
+    // The selector: the best `trials` predicted that fit, the fastest measured of those (their
+    // sweep times stand for its trials, measured the same way).
+    double best = 1e300, pick = 1e300, trial_s = 0;
+    std::string best_name, pick_name;
+    int tried = 0;
+    for (const auto& c : ranked) {
+      if (!c.measured_s) continue;
+      if (*c.measured_s < best) {
+        best = *c.measured_s;
+        best_name = c.layout.describe();
+      }
+      if (tried < trials) {
+        ++tried;
+        trial_s += (o.steps + o.warmup_steps) * *c.measured_s;
+        if (*c.measured_s < pick) {
+          pick = *c.measured_s;
+          pick_name = c.layout.describe();
+        }
+      }
+    }
+    if (rank == 0) {
+      std::printf("best measured: %s %.4f s\nselector's pick: %s %.4f s (%.1f%% slower than the best)\n", best_name.c_str(),
+                  best, pick_name.c_str(), pick, 100 * (pick / best - 1));
+      std::printf("Spearman(predicted, measured) over %zu layouts: %.3f\n", measured.size(),
+                  measured.size() >= 2 ? tools::spearman(predicted, measured) : 0.0);
+      std::printf("search time: selector %.1f s (rates %.1f s + %d trials' steps %.1f s), exhaustive sweep %.1f s\n",
+                  rates_s + trial_s, rates_s, tried, trial_s, sweep_s);
+    }
+    dist::shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_layout: %s\n", colossal::error_text(e).c_str());
+    return 1;
+  }
+  return 0;
+}

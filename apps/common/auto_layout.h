@@ -1,0 +1,25 @@
+#pragma once
+// --plugin auto, shared by the training apps: measure this machine, rank every valid layout with
+// the cost model, time the best few for real and return the fastest measured. The table goes to
+// the log (rank 0), the full report (every candidate, predicted and measured) to a JSON file.
+#include <functional>
+#include <string>
+
+#include "core/tools/layout_search.h"
+
+namespace colossal::apps {
+
+struct AutoLayoutOptions {
+  int64_t global_batch = 1;       // samples per optimizer step over every replica
+  int64_t sequence = 0;
+  std::string precision = "fp32";
+  int trials = 3;
+  double budget_s = 120;          // --auto_budget_s: time for trials (the first always runs)
+  std::string report_path;        // the JSON report
+};
+
+tools::SelectionReport choose_layout(const tools::ModelSpec& spec, const AutoLayoutOptions& options,
+                                     const std::function<bool(const tools::Layout&)>& is_valid,
+                                     const std::function<double(const tools::Layout&)>& trial);
+
+}  // namespace colossal::apps

@@ -1,0 +1,451 @@
+#include "core/tools/layout_search.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <unistd.h>
+
+#include "core/common/check.h"
+#include "core/common/progress.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+
+namespace colossal::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int64_t available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / (1LL << 30));
+  return buf;
+}
+
+}  // namespace
+
+std::string MachineRates::describe() const {
+  std::string out = c10::str("matmul ", matmul_flops / 1e9, " GFLOP/s per rank; all-reduce");
+  for (const auto& [n, bps] : all_reduce_bps) {
+    auto lat = all_reduce_latency_s.find(n);
+    out += c10::str(" ", n, " ranks ", bps / 1e9, " GB/s (", lat == all_reduce_latency_s.end() ? 0.0 : lat->second * 1e6, " us);");
+  }
+  out += c10::str(" p2p ", p2p_bps / 1e9, " GB/s; copy ", copy_bps / 1e9, " GB/s; memory per rank ", gib(device_bytes),
+                  " GiB");
+  return out;
+}
+
+MachineRates measure_rates() {
+  MachineRates r;
+  const int world = dist::world_size(), me = dist::rank();
+  // Matrix products: the slowest rank's rate (a job runs at its pace).
+  auto mm = torch::tensor({measure_matmul_gflops() * 1e9}, torch::kFloat64);
+  dist::all_reduce(mm, dist::world_group(), dist::ReduceOp::kMin);
+  r.matmul_flops = mm.item<double>();
+  // All-reduce of a 4 MiB buffer on groups of 2, 4, ... ranks (median of 5, after one warm-up).
+  const int64_t elems = 1 << 20;
+  std::vector<int> sizes;
+  for (int g = 2; g <= world; g *= 2) sizes.push_back(g);
+  if (world > 1 && (world & (world - 1)) != 0) sizes.push_back(world);
+  const int64_t n_sizes = static_cast<int64_t>(sizes.size());
+  auto rates = torch::zeros({2 * n_sizes + 1}, torch::kFloat64);  // bandwidths, latencies, p2p
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<int> members(sizes[k]);
+    std::iota(members.begin(), members.end(), 0);
+    auto group = dist::new_group(members, "rates" + std::to_string(sizes[k]));
+    if (!group.is_member()) continue;
+    auto buf = torch::ones({elems});
+    std::vector<double> times;
+    for (int i = 0; i < 6; ++i) {
+      auto t = Clock::now();
+      dist::all_reduce(buf, group);
+      if (i > 0) times.push_back(seconds_since(t));
+    }
+    if (me == 0) rates[k] = static_cast<double>(elems * 4) / median(times);
+    auto one = torch::ones({1});
+    times.clear();
+    for (int i = 0; i < 11; ++i) {
+      auto t = Clock::now();
+      dist::all_reduce(one, group);
+      if (i > 0) times.push_back(seconds_since(t));
+    }
+    if (me == 0) rates[n_sizes + static_cast<int64_t>(k)] = median(times);
+  }
+  // Point to point between ranks 0 and 1: half a round trip.
+  if (world > 1) {
+    auto pair = dist::new_group({0, 1}, "rates_p2p");
+    if (pair.is_member()) {
+      auto buf = torch::ones({elems});
+      std::vector<double> times;
+      for (int i = 0; i < 4; ++i) {
+        auto t = Clock::now();
+        if (me == 0) {
+          dist::send(buf, 1, pair);
+          dist::recv(buf, 1, pair);
+        } else {
+          dist::recv(buf, 0, pair);
+          dist::send(buf, 0, pair);
+        }
+        if (i > 0) times.push_back(seconds_since(t) / 2);
+      }
+      if (me == 0) rates[2 * n_sizes] = static_cast<double>(elems * 4) / median(times);
+    }
+  }
+  dist::all_reduce(rates, dist::world_group(), dist::ReduceOp::kMax);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    r.all_reduce_bps[sizes[k]] = rates[k].item<double>();
+    r.all_reduce_latency_s[sizes[k]] = rates[n_sizes + static_cast<int64_t>(k)].item<double>();
+  }
+  r.p2p_bps = world > 1 ? rates[2 * n_sizes].item<double>() : 0;
+  // Copies: 64 MiB (on a CUDA build the offload path would be host<->device; measured here
+  // as the host copy every CPU plugin's offload performs).
+  {
+    // Into a buffer already touched: the optimizer and the element-wise layers work in place or
+    // in cached memory, not in fresh pages.
+    auto src = torch::ones({16 << 20});
+    auto dst = torch::zeros({16 << 20});
+    std::vector<double> times;
+    for (int i = 0; i < 4; ++i) {
+      auto t = Clock::now();
+      dst.copy_(src);
+      if (i > 0) times.push_back(seconds_since(t));
+    }
+    auto c = torch::tensor({static_cast<double>(src.nbytes()) / median(times)}, torch::kFloat64);
+    dist::all_reduce(c, dist::world_group(), dist::ReduceOp::kMin);
+    r.copy_bps = c.item<double>();
+  }
+  // Memory: this host's available memory shared by the ranks on it (one node assumed here; the
+  // launcher's LOCAL_WORLD_SIZE says how many share it).
+  const int local = std::max(1, dist::environment().local_world_size);
+  auto mem = torch::tensor({static_cast<double>(available_host_bytes() / local)}, torch::kFloat64);
+  dist::all_reduce(mem, dist::world_group(), dist::ReduceOp::kMin);
+  r.device_bytes = static_cast<int64_t>(mem.item<double>());
+  r.host_bytes = r.device_bytes;
+  return r;
+}
+
+std::vector<Layout> enumerate_layouts(const ModelSpec& spec, const SearchSpace& space,
+                                      const std::function<bool(const Layout&)>& is_valid) {
+  std::vector<Layout> out;
+  const int world = space.world;
+  auto base = [&] {
+    Layout l;
+    l.precision = space.precision;
+    l.sequence = space.sequence;
+    return l;
+  };
+  auto with_batch = [&](Layout l) -> std::optional<Layout> {
+    if (space.global_batch % l.dp != 0) return std::nullopt;
+    l.replica_batch = space.global_batch / l.dp;
+    l.micro_batch = l.replica_batch;
+    if (l.pp > 1) {
+      // Microbatches: twice the stages where the batch allows (a smaller bubble), else the stages.
+      std::optional<int64_t> m;
+      for (int64_t want : {2 * static_cast<int64_t>(l.pp), static_cast<int64_t>(l.pp)})
+        if (!m && l.replica_batch % want == 0) m = want;
+      if (!m) return std::nullopt;
+      l.micro_batch = l.replica_batch / *m;
+    }
+    return l;
+  };
+  auto push = [&](Layout l) {
+    for (bool ckpt : space.try_checkpointing ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      l.activation_checkpointing = ckpt;
+      auto b = with_batch(l);
+      if (b && (!is_valid || is_valid(*b))) out.push_back(*b);
+    }
+  };
+  auto wants = [&](const char* plugin) {
+    return std::find(space.plugins.begin(), space.plugins.end(), plugin) != space.plugins.end();
+  };
+  // The plain plugins: data parallel over the whole world.
+  for (const char* plugin : {"ddp", "zero1", "zero2", "gemini"}) {
+    if (!wants(plugin) || (world == 1 && std::string(plugin) != "ddp" && std::string(plugin) != "gemini")) continue;
+    Layout l = base();
+    l.plugin = plugin;
+    l.dp = world;
+    push(l);
+    if (std::string(plugin) == "gemini" && space.try_offload) {
+      l.offload = "cpu";
+      push(l);
+    }
+  }
+  if (!wants("hybrid")) return out;
+  // The hybrid plugin: every pp x dp x sp x tp (x ep) with at least one model-splitting axis.
+  for (int tp : divisors(world)) {
+    if (tp > space.max_tp) continue;
+    for (int pp : divisors(world / tp)) {
+      if (pp > space.max_pp) continue;
+      for (int sp : divisors(world / tp / pp)) {
+        const int dp = world / tp / pp / sp;
+        for (int ep : spec.experts > 0 ? divisors(dp) : std::vector<int>{1}) {
+          if (tp == 1 && pp == 1 && sp == 1 && ep == 1) continue;  // the plain plugins above
+          if (ep > 1 && spec.experts % ep != 0) continue;
+          for (int zero : {0, 1, 2}) {
+            if (zero > 0 && dp * sp == 1) continue;
+            if (zero == 2 && pp > 1) continue;  // ZeRO-2 shards gradients a pipeline accumulates
+            Layout l = base();
+            l.plugin = "hybrid";
+            l.tp = tp;
+            l.pp = pp;
+            l.sp = sp;
+            l.dp = dp;
+            l.ep = ep;
+            l.zero_stage = zero;
+            l.sp_mode = sp > 1 ? "all_to_all" : "none";
+            push(l);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The cost model: compute at the measured matmul rate, the pipeline bubble, and each axis's
+// communication at the measured bandwidth of a group of its size (no overlap assumed).
+std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Layout>& layouts,
+                                    const MachineRates& rates, const SearchSpace& space) {
+  std::vector<Candidate> out;
+  auto bw = [&](int n) {
+    if (n <= 1) return 0.0;
+    auto it = rates.all_reduce_bps.lower_bound(n);
+    if (it == rates.all_reduce_bps.end()) it = std::prev(rates.all_reduce_bps.end());
+    return it->second;
+  };
+  for (const auto& l : layouts) {
+    Candidate c;
+    c.layout = l;
+    const double c_bytes = l.precision == "fp32" ? 4 : 2;
+    const double tokens = static_cast<double>(l.replica_batch) * l.sequence;  // per replica per step
+    const auto flops = flops_per_token(spec, l.sequence);
+    const double per_token = l.activation_checkpointing ? flops.training_recompute : flops.training;
+    const double compute = per_token * tokens / (static_cast<double>(l.tp) * l.pp * l.sp) / std::max(rates.matmul_flops, 1.0);
+    c.terms["compute"] = compute;
+    if (l.pp > 1) {
+      const double m = static_cast<double>(l.replica_batch) / std::max<int64_t>(l.micro_batch, 1);
+      c.terms["bubble"] = compute * (l.pp - 1) / m;
+      c.terms["pp"] = rates.p2p_bps > 0 ? 2 * tokens * spec.hidden * c_bytes / rates.p2p_bps : 0;
+    }
+    const double params = parameters_per_rank(spec, l);
+    const int grad_group = l.plugin == "hybrid" ? l.dp * l.sp : l.dp;
+    if (grad_group > 1) {
+      double factor = 1.0;  // all-reduce (DDP) = reduce-scatter + all-gather (ZeRO-1/2)
+      if (l.plugin == "gemini") factor = 1.5;  // the parameters are gathered again for backward
+      c.terms["dp"] = factor * params * c_bytes / bw(grad_group);
+    }
+    const double layers = std::ceil(static_cast<double>(spec.layers) / l.pp);
+    const double activation = tokens * spec.hidden * c_bytes / l.sp;
+    const double recompute = l.activation_checkpointing ? 1.5 : 1.0;
+    if (l.tp > 1) c.terms["tp"] = 4 * layers * activation * recompute / bw(l.tp);
+    if (l.sp > 1) c.terms["sp"] = 4 * layers * activation * recompute / l.sp / bw(l.sp);
+    if (l.offload != "none") c.terms["offload"] = 2 * 16 * params / l.dp / std::max(rates.copy_bps, 1.0);
+    // Latency: each collective call costs a small all-reduce's time whatever its size (DDP and
+    // ZeRO: one per 25 MB bucket; tp and sp: four per layer per microbatch; pp: two messages per
+    // microbatch).
+    auto latency = [&](int n) {
+      if (n <= 1 || rates.all_reduce_latency_s.empty()) return 0.0;
+      auto it = rates.all_reduce_latency_s.lower_bound(n);
+      if (it == rates.all_reduce_latency_s.end()) it = std::prev(rates.all_reduce_latency_s.end());
+      return it->second;
+    };
+    const double microbatches = static_cast<double>(l.replica_batch) / std::max<int64_t>(l.micro_batch, 1);
+    double calls_s = 0;
+    if (grad_group > 1) calls_s += std::ceil(params * c_bytes / (25 << 20)) * (l.plugin == "ddp" ? 1 : 2) * latency(grad_group);
+    if (l.tp > 1) calls_s += 4 * layers * microbatches * recompute * latency(l.tp);
+    if (l.sp > 1) calls_s += 4 * layers * microbatches * recompute * latency(l.sp);
+    if (l.pp > 1) calls_s += 2 * microbatches * latency(2);
+    c.terms["latency"] = calls_s;
+    // Memory-bound work at the measured copy rate: the optimizer reads and writes every owned
+    // parameter's weights, gradients and moments; the element-wise layers touch each kept
+    // activation a few times forward and backward.
+    const double owned = (l.plugin == "ddp" || (l.plugin == "hybrid" && l.zero_stage == 0)) ? params : params / grad_group;
+    Layout one_micro = l;
+    const double acts = static_cast<double>(activation_bytes(spec, one_micro).per_layer) * layers * microbatches;
+    c.terms["memory"] = (32 * owned + 6 * acts) / std::max(rates.copy_bps, 1.0);
+    c.predicted_s = 0;
+    for (const auto& [k, v] : c.terms) c.predicted_s += v;
+    const auto state = model_state_bytes(spec, l);
+    c.predicted_bytes = sum_tier(state, "device") + activation_bytes(spec, l).total;
+    c.predicted_host_bytes = sum_tier(state, "host");
+    // On a CPU build device and host are one memory.
+    const bool one_memory = rates.device_bytes == rates.host_bytes;
+    const int64_t needed = c.predicted_bytes + (one_memory ? c.predicted_host_bytes : 0);
+    if (needed > rates.device_bytes) {
+      c.fits = false;
+      c.why_not = c10::str("needs ", gib(static_cast<double>(needed)), " GiB per rank, ", gib(static_cast<double>(rates.device_bytes)),
+                           " GiB available");
+    } else if (!one_memory && c.predicted_host_bytes > rates.host_bytes) {
+      c.fits = false;
+      c.why_not = c10::str("needs ", gib(static_cast<double>(c.predicted_host_bytes)), " GiB of host memory per rank");
+    }
+    out.push_back(std::move(c));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.predicted_s < b.predicted_s;
+  });
+  (void)space;
+  return out;
+}
+
+SelectionReport select_layout(std::vector<Candidate> ranked, const std::function<double(const Layout&)>& trial,
+                              const SelectOptions& options) {
+  SelectionReport report;
+  const auto start = Clock::now();
+  // The trials: the best predicted that fit, one of them always the best-predicted pure
+  // data-parallel layout (what a user would run without the search), so the pick is never
+  // slower than that baseline by more than the noise of the measurement.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < ranked.size() && static_cast<int>(order.size()) < options.trials; ++i)
+    if (ranked[i].fits) order.push_back(i);
+  auto pure_dp = [](const Layout& l) { return l.tp == 1 && l.pp == 1 && l.sp == 1 && l.ep == 1; };
+  const bool has_baseline = std::any_of(order.begin(), order.end(), [&](size_t i) { return pure_dp(ranked[i].layout); });
+  if (!has_baseline && !order.empty()) {
+    for (size_t i = 0; i < ranked.size(); ++i)
+      if (ranked[i].fits && pure_dp(ranked[i].layout)) {
+        order.back() = i;
+        break;
+      }
+  }
+  int tried = 0;
+  for (size_t i : order) {
+    if (tried > 0 && seconds_since(start) > options.budget_s) break;
+    ++tried;
+    try {
+      ranked[i].measured_s = trial(ranked[i].layout);
+    } catch (const std::exception& e) {
+      ranked[i].trial_error = error_text(e).substr(0, 300);
+    }
+  }
+  report.candidates = std::move(ranked);
+  for (size_t i = 0; i < report.candidates.size(); ++i) {
+    const auto& c = report.candidates[i];
+    if (c.measured_s && (report.chosen < 0 || *c.measured_s < *report.candidates[report.chosen].measured_s))
+      report.chosen = static_cast<int>(i);
+  }
+  report.search_s = seconds_since(start);
+  if (report.chosen < 0) {
+    std::string why = "no candidate ran";
+    for (const auto& c : report.candidates)
+      if (!c.trial_error.empty()) {
+        why += ": " + c.layout.describe() + ": " + c.trial_error;
+        break;
+      }
+    if (tried == 0) why = "no layout fits the memory (" + (report.candidates.empty() ? std::string("none valid") : report.candidates[0].why_not) + ")";
+    COLOSSAL_FAIL("[auto] ", why);
+  }
+  const auto& best = report.candidates[report.chosen];
+  std::string runner_up;
+  for (const auto& c : report.candidates)
+    if (c.measured_s && &c != &best && (runner_up.empty()))
+      runner_up = c10::str("; next ", c.layout.describe(), " at ", *c.measured_s, " s");
+  report.reason = c10::str("fastest measured of ", tried, " trial(s): ", *best.measured_s, " s per step (predicted ",
+                           best.predicted_s, " s, rank ", report.chosen + 1, " of ", report.candidates.size(), ")", runner_up);
+  return report;
+}
+
+std::string SelectionReport::format(int max_rows) const {
+  std::ostringstream out;
+  out << "layout search (" << candidates.size() << " candidates, " << search_s << " s of trials); rates: " << rates.describe()
+      << "\n";
+  char line[320];
+  std::snprintf(line, sizeof line, "  %4s  %-42s %11s %11s %9s  %s\n", "rank", "layout", "predicted s", "measured s",
+                "mem GiB", "note");
+  out << line;
+  int rows = 0;
+  for (size_t i = 0; i < candidates.size() && rows < max_rows; ++i, ++rows) {
+    const auto& c = candidates[i];
+    std::string measured = c.measured_s ? c10::str(*c.measured_s) : "-";
+    if (measured.size() > 10) measured = measured.substr(0, 10);
+    std::string note = static_cast<int>(i) == chosen ? "<- chosen" : !c.fits ? c.why_not : c.trial_error;
+    std::snprintf(line, sizeof line, "  %4zu  %-42s %11.4f %11s %9s  %s\n", i + 1, c.layout.describe().c_str(), c.predicted_s,
+                  measured.c_str(), gib(static_cast<double>(c.predicted_bytes)).c_str(), note.c_str());
+    out << line;
+  }
+  if (static_cast<int>(candidates.size()) > max_rows) out << "  ... (" << candidates.size() - max_rows << " more in the JSON report)\n";
+  out << "chosen: " << (chosen >= 0 ? candidates[chosen].layout.describe() : "none") << " — " << reason << "\n";
+  return out.str();
+}
+
+nlohmann::json SelectionReport::to_json() const {
+  nlohmann::json cands = nlohmann::json::array();
+  for (const auto& c : candidates) {
+    const auto& l = c.layout;
+    nlohmann::json j = {{"layout", l.describe()},
+                        {"plugin", l.plugin}, {"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"sp", l.sp}, {"ep", l.ep},
+                        {"zero_stage", l.zero_stage}, {"offload", l.offload}, {"activation_checkpointing", l.activation_checkpointing},
+                        {"micro_batch", l.micro_batch}, {"replica_batch", l.replica_batch},
+                        {"predicted_s", c.predicted_s}, {"predicted_terms", c.terms},
+                        {"predicted_device_bytes", c.predicted_bytes}, {"predicted_host_bytes", c.predicted_host_bytes},
+                        {"fits", c.fits}};
+    if (!c.why_not.empty()) j["why_not"] = c.why_not;
+    if (c.measured_s) j["measured_s"] = *c.measured_s;
+    if (!c.trial_error.empty()) j["trial_error"] = c.trial_error;
+    cands.push_back(j);
+  }
+  nlohmann::json r = {{"matmul_flops", rates.matmul_flops}, {"p2p_bps", rates.p2p_bps}, {"copy_bps", rates.copy_bps},
+                      {"device_bytes", rates.device_bytes}, {"host_bytes", rates.host_bytes}};
+  for (const auto& [n, bps] : rates.all_reduce_bps) r["all_reduce_bps"][std::to_string(n)] = bps;
+  return {{"chosen", chosen >= 0 ? nlohmann::json(candidates[chosen].layout.describe()) : nlohmann::json()},
+          {"reason", reason}, {"search_s", search_s}, {"rates", r}, {"candidates", cands}};
+}
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  COLOSSAL_CHECK(a.size() == b.size() && a.size() >= 2, "[auto] spearman: need two equally long series, got ", a.size(),
+                 " and ", b.size());
+  auto ranks = [](const std::vector<double>& v) {
+    std::vector<size_t> idx(v.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return v[x] < v[y]; });
+    std::vector<double> r(v.size());
+    for (size_t i = 0; i < idx.size();) {  // ties share their mean rank
+      size_t j = i;
+      while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+      for (size_t k = i; k <= j; ++k) r[idx[k]] = (i + j) / 2.0;
+      i = j + 1;
+    }
+    return r;
+  };
+  auto ra = ranks(a), rb = ranks(b);
+  const double n = static_cast<double>(a.size()), mean = (n - 1) / 2;
+  double num = 0, da = 0, db = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (ra[i] - mean) * (rb[i] - mean);
+    da += (ra[i] - mean) * (ra[i] - mean);
+    db += (rb[i] - mean) * (rb[i] - mean);
+  }
+  return num / std::sqrt(da * db);
+}
+
+}  // namespace colossal::tools

@@ -16,6 +16,7 @@
 #include "llama/model.h"
 #include "llama/parallelize.h"
 #include "llama/pipeline.h"
+#include "llama/shapes.h"
 
 namespace colossal::llama {
 
@@ -105,6 +106,42 @@ double time_training_steps(const LlamaConfig& config, const tools::Layout& l, co
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+void calibrate_compute(const LlamaConfig& config, int64_t tokens, const tools::MachineRates& rates, tools::SearchSpace& space) {
+  LlamaConfig slice = config;
+  slice.num_hidden_layers = 2;
+  slice.vocab_size = 256;
+  slice.tie_word_embeddings = false;
+  const int64_t seq = std::min<int64_t>(space.sequence, std::max<int64_t>(tokens, 1));
+  const int64_t batch = std::max<int64_t>(1, tokens / std::max<int64_t>(seq, 1));
+  torch::manual_seed(0);
+  LlamaForCausalLM model(slice);
+  model->train();
+  auto ids = torch::randint(0, slice.vocab_size, {batch, seq});
+  auto time = [&](bool ckpt) {
+    model->set_gradient_checkpointing(ckpt);
+    std::vector<double> times;
+    for (int i = 0; i < 4; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      model->zero_grad();
+      model->loss(ids, ids).backward();
+      if (i > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  auto t = torch::tensor({time(false), time(true)}, torch::kFloat64);
+  dist::all_reduce(t, dist::world_group(), dist::ReduceOp::kMax);
+  const double plain = t[0].item<double>(), ckpt = t[1].item<double>();
+  // The FLOP count of the same slice at the rate of its shapes.
+  tools::Layout one;
+  one.sequence = seq;
+  const auto spec = model_spec(slice);
+  const double rate = rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(batch * seq, 1);
+  const double predicted = tools::flops_per_token(spec, seq).training * batch * seq / std::max(rate, 1.0);
+  space.compute_scale = predicted > 0 ? plain / predicted : 1.0;
+  space.checkpoint_factor = plain > 0 ? ckpt / plain : 4.0 / 3.0;
 }
 
 }  // namespace colossal::llama

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/booster/plugin_config.h"
+#include "core/tools/layout_search.h"
 #include "core/tools/model_analysis.h"
 #include "llama/config.h"
 
@@ -27,5 +28,11 @@ struct TrialOptions {
 /// and returns the median seconds per step, the slowest rank's (every rank calls it).
 double time_training_steps(const LlamaConfig& config, const tools::Layout& layout, const booster::PluginConfig& base,
                            const TrialOptions& options);
+
+/// Times a small slice of the model (two of its layers, a small vocabulary) forward and backward
+/// on this rank, with and without activation checkpointing, at `tokens` tokens, and sets
+/// `space.compute_scale` (measured against the FLOP count at the measured matmul rate) and
+/// `space.checkpoint_factor`. Collective: the slowest rank's times are used.
+void calibrate_compute(const LlamaConfig& config, int64_t tokens, const tools::MachineRates& rates, tools::SearchSpace& space);
 
 }  // namespace colossal::llama

@@ -53,9 +53,10 @@ int main(int argc, char** argv) {
     space.sequence = s.sequence;
     space.try_checkpointing = !no_ckpt;
     const auto t_rates = std::chrono::steady_clock::now();
-    const auto rates = tools::measure_rates();
-    const double rates_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rates).count();
     const auto spec = llama::model_spec(s.config);
+    const auto rates = tools::measure_rates(&spec);
+    llama::calibrate_compute(s.config, batch * s.sequence, rates, space);
+    const double rates_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rates).count();
     auto layouts = tools::enumerate_layouts(spec, space, [&](const tools::Layout& l) {
       return llama::layout_is_valid(s.config, l, world, s.sequence);
     });
@@ -66,8 +67,9 @@ int main(int argc, char** argv) {
     booster::PluginConfig base;
     base.device = "cpu";
     if (rank == 0) {
-      std::printf("shape %s (seq %ld), %d ranks, global batch %ld, %zu layouts; %s\n", shape.c_str(), s.sequence, world,
-                  space.global_batch, ranked.size(), rates.describe().c_str());
+      std::printf("shape %s (seq %ld), %d ranks, global batch %ld, %zu layouts; %s; compute scale %.2f, checkpointing x%.2f\n",
+                  shape.c_str(), s.sequence, world, space.global_batch, ranked.size(), rates.describe().c_str(),
+                  space.compute_scale, space.checkpoint_factor);
       std::fflush(stdout);
     }
     // The sweep: every layout that fits, in predicted order.
@@ -90,26 +92,26 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    // The selector: the best `trials` predicted that fit, the fastest measured of those (their
-    // sweep times stand for its trials, measured the same way).
-    double best = 1e300, pick = 1e300, trial_s = 0;
-    std::string best_name, pick_name;
-    int tried = 0;
-    for (const auto& c : ranked) {
-      if (!c.measured_s) continue;
-      if (*c.measured_s < best) {
+    // The selector on the sweep's own times (its trials are these measurements, taken the same way).
+    double best = 1e300, trial_s = 0;
+    std::string best_name;
+    for (const auto& c : ranked)
+      if (c.measured_s && *c.measured_s < best) {
         best = *c.measured_s;
         best_name = c.layout.describe();
       }
-      if (tried < trials) {
-        ++tried;
-        trial_s += (o.steps + o.warmup_steps) * *c.measured_s;
-        if (*c.measured_s < pick) {
-          pick = *c.measured_s;
-          pick_name = c.layout.describe();
+    int tried = 0;
+    auto report = tools::select_layout(ranked, [&](const tools::Layout& l) {
+      for (const auto& c : ranked)
+        if (c.layout.describe() == l.describe() && c.measured_s) {
+          ++tried;
+          trial_s += (o.steps + o.warmup_steps) * *c.measured_s;
+          return *c.measured_s;
         }
-      }
-    }
+      throw std::runtime_error("not measured");
+    }, {.trials = trials, .budget_s = 1e9});
+    const double pick = *report.candidates[report.chosen].measured_s;
+    const std::string pick_name = report.candidates[report.chosen].layout.describe();
     if (rank == 0) {
       std::printf("best measured: %s %.4f s\nselector's pick: %s %.4f s (%.1f%% slower than the best)\n", best_name.c_str(),
                   best, pick_name.c_str(), pick, 100 * (pick / best - 1));

@@ -13,13 +13,15 @@ namespace colossal::apps {
 
 tools::SelectionReport choose_layout(const tools::ModelSpec& spec, const AutoLayoutOptions& o,
                                      const std::function<bool(const tools::Layout&)>& is_valid,
-                                     const std::function<double(const tools::Layout&)>& trial) {
+                                     const std::function<double(const tools::Layout&)>& trial,
+                                     const std::function<void(const tools::MachineRates&, tools::SearchSpace&)>& calibrate) {
   tools::SearchSpace space;
   space.world = dist::world_size();
   space.global_batch = o.global_batch;
   space.sequence = o.sequence;
   space.precision = o.precision;
-  const auto rates = tools::measure_rates();
+  const auto rates = tools::measure_rates(&spec);
+  if (calibrate) calibrate(rates, space);
   auto layouts = tools::enumerate_layouts(spec, space, is_valid);
   COLOSSAL_CHECK(!layouts.empty(), "--plugin auto: no layout of ", space.world, " ranks fits a global batch of ",
                  o.global_batch, " samples and the model's rules; change --batch_size");

@@ -20,6 +20,7 @@ struct AutoLayoutOptions {
 
 tools::SelectionReport choose_layout(const tools::ModelSpec& spec, const AutoLayoutOptions& options,
                                      const std::function<bool(const tools::Layout&)>& is_valid,
-                                     const std::function<double(const tools::Layout&)>& trial);
+                                     const std::function<double(const tools::Layout&)>& trial,
+                                     const std::function<void(const tools::MachineRates&, tools::SearchSpace&)>& calibrate = nullptr);
 
 }  // namespace colossal::apps

@@ -181,7 +181,10 @@ void choose_layout_by_measurement(TrainArgs& a) {
   trial.seed = a.seed;
   const auto report = colossal::apps::choose_layout(
       model_spec(cfg), o, [&](const colossal::tools::Layout& l) { return layout_is_valid(cfg, l, world, a.max_length); },
-      [&](const colossal::tools::Layout& l) { return time_training_steps(cfg, l, a.plugin, trial); });
+      [&](const colossal::tools::Layout& l) { return time_training_steps(cfg, l, a.plugin, trial); },
+      [&](const colossal::tools::MachineRates& rates, colossal::tools::SearchSpace& space) {
+        calibrate_compute(cfg, a.batch_size * a.max_length, rates, space);
+      });
   const auto& best = report.candidates[report.chosen].layout;
   a.plugin = plugin_config_for(best, a.plugin);
   a.grad_checkpoint = best.activation_checkpointing;

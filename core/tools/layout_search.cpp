@@ -65,9 +65,50 @@ std::string MachineRates::describe() const {
   return out;
 }
 
-MachineRates measure_rates() {
+double MachineRates::matmul_rate(int64_t rows, int tp) const {
+  // Interpolated in log(rows) between the measured points of this tp (the nearest tp measured).
+  std::vector<std::pair<double, double>> pts;
+  int best_tp = 0;
+  for (const auto& [key, rate] : matmul_curve)
+    if (best_tp == 0 || std::abs(key.second - tp) < std::abs(best_tp - tp)) best_tp = key.second;
+  for (const auto& [key, rate] : matmul_curve)
+    if (key.second == best_tp) pts.emplace_back(std::log(static_cast<double>(key.first)), rate);
+  if (pts.empty()) return matmul_flops;
+  const double x = std::log(static_cast<double>(std::max<int64_t>(rows, 1)));
+  if (x <= pts.front().first) return pts.front().second;
+  if (x >= pts.back().first) return pts.back().second;
+  for (size_t k = 1; k < pts.size(); ++k)
+    if (x <= pts[k].first) {
+      const double f = (x - pts[k - 1].first) / (pts[k].first - pts[k - 1].first);
+      return pts[k - 1].second + f * (pts[k].second - pts[k - 1].second);
+    }
+  return pts.back().second;
+}
+
+MachineRates measure_rates(const ModelSpec* spec) {
   MachineRates r;
   const int world = dist::world_size(), me = dist::rank();
+  if (spec && spec->hidden > 0 && spec->intermediate > 0) {
+    std::vector<std::pair<int64_t, int>> keys;
+    for (int tp = 1; tp <= std::min(world, 8); tp *= 2)
+      for (int64_t rows : {16, 64, 256, 1024, 4096}) keys.emplace_back(rows, tp);
+    auto rates = torch::zeros({static_cast<int64_t>(keys.size())}, torch::kFloat64);
+    for (size_t k = 0; k < keys.size(); ++k) {
+      const auto [rows, tp] = keys[k];
+      const int64_t cols = std::max<int64_t>(spec->intermediate / tp, 1);
+      auto a = torch::randn({rows, spec->hidden}), b = torch::randn({spec->hidden, cols});
+      std::vector<double> times;
+      const int reps = rows >= 1024 ? 3 : 10;
+      for (int i = 0; i <= reps; ++i) {
+        auto t = Clock::now();
+        auto c = torch::mm(a, b);
+        if (i > 0) times.push_back(seconds_since(t));
+      }
+      rates[static_cast<int64_t>(k)] = 2.0 * rows * spec->hidden * cols / std::max(median(times), 1e-9);
+    }
+    dist::all_reduce(rates, dist::world_group(), dist::ReduceOp::kMin);  // the slowest rank sets the pace
+    for (size_t k = 0; k < keys.size(); ++k) r.matmul_curve[keys[k]] = rates[static_cast<int64_t>(k)].item<double>();
+  }
   // Matrix products: the slowest rank's rate (a job runs at its pace).
   auto mm = torch::tensor({measure_matmul_gflops() * 1e9}, torch::kFloat64);
   dist::all_reduce(mm, dist::world_group(), dist::ReduceOp::kMin);
@@ -249,8 +290,11 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     const double c_bytes = l.precision == "fp32" ? 4 : 2;
     const double tokens = static_cast<double>(l.replica_batch) * l.sequence;  // per replica per step
     const auto flops = flops_per_token(spec, l.sequence);
-    const double per_token = l.activation_checkpointing ? flops.training_recompute : flops.training;
-    const double compute = per_token * tokens / (static_cast<double>(l.tp) * l.pp * l.sp) / std::max(rates.matmul_flops, 1.0);
+    const double per_token = flops.training * space.compute_scale * (l.activation_checkpointing ? space.checkpoint_factor : 1.0);
+    // At the rate of this layout's matrix shapes: a microbatch's rows on this rank, a tp slice.
+    const int64_t rows = l.micro_batch * l.sequence / l.sp;
+    const double rate = rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(rows, l.tp);
+    const double compute = per_token * tokens / (static_cast<double>(l.tp) * l.pp * l.sp) / std::max(rate, 1.0);
     c.terms["compute"] = compute;
     if (l.pp > 1) {
       const double m = static_cast<double>(l.replica_batch) / std::max<int64_t>(l.micro_batch, 1);
@@ -315,7 +359,6 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     if (a.fits != b.fits) return a.fits;
     return a.predicted_s < b.predicted_s;
   });
-  (void)space;
   return out;
 }
 

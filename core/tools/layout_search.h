@@ -26,6 +26,10 @@ namespace colossal::tools {
 /// Rates measured on this machine, the same on every rank (rank 0's measurement, broadcast).
 struct MachineRates {
   double matmul_flops = 0;                 // one rank's fp32 (or compute dtype) matrix-product rate, FLOP/s
+  // The rate at the model's own shapes: [rows x hidden] @ [hidden x intermediate / tp], by (rows,
+  // tp). Small microbatches and narrow tensor-parallel slices multiply slower than big ones.
+  std::map<std::pair<int64_t, int>, double> matmul_curve;
+  double matmul_rate(int64_t rows, int tp) const;
   std::map<int, double> all_reduce_bps;    // by group size: buffer bytes / all-reduce time (4 MiB buffer)
   std::map<int, double> all_reduce_latency_s;  // by group size: one 4-byte all-reduce
   double p2p_bps = 0;                      // send/recv between two ranks, bytes/s
@@ -36,8 +40,9 @@ struct MachineRates {
 };
 
 /// Measures the rates with the world's ranks (a collective call; a few seconds). Group sizes are
-/// the powers of two up to the world size, measured on ranks [0, size).
-MachineRates measure_rates();
+/// the powers of two up to the world size, measured on ranks [0, size). With a model, also the
+/// matrix-product rate at its shapes (matmul_curve).
+MachineRates measure_rates(const ModelSpec* spec = nullptr);
 
 struct SearchSpace {
   int world = 1;
@@ -48,6 +53,11 @@ struct SearchSpace {
   bool try_checkpointing = true;
   bool try_offload = true;   // gemini with its optimizer on the host (when the device would not hold it)
   int max_tp = 8, max_pp = 8;
+  // Calibration from the model's own code, measured at start-up by the app (same on every rank):
+  // measured / predicted time of a layer's forward and backward, and what checkpointing costs on
+  // top (the FLOP count says 4/3; element-wise work and allocation make it differ).
+  double compute_scale = 1.0;
+  double checkpoint_factor = 4.0 / 3.0;
 };
 
 /// Every layout of the space: the plain plugins over the whole world, and the hybrid plugin for

@@ -262,7 +262,7 @@ TEST(LayoutSearchMultiRank, PickIsAmongTheMeasuredFastest) {
       auto valid = [&](const tools::Layout& l) { return layout_is_valid(c, l, world, space.sequence); };
       auto time = [&](const tools::Layout& l) { return time_training_steps(c, l, booster::PluginConfig{}, o); };
       const auto spec = model_spec(c);
-      auto ranked = tools::rank_layouts(spec, tools::enumerate_layouts(spec, space, valid), tools::measure_rates(), space);
+      auto ranked = tools::rank_layouts(spec, tools::enumerate_layouts(spec, space, valid), tools::measure_rates(&spec), space);
       auto report = tools::select_layout(ranked, time, {.trials = 3, .budget_s = 60});
       const std::string pick = report.candidates.at(report.chosen).layout.describe();
       std::map<std::string, double> sweep;

@@ -290,7 +290,13 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     const double c_bytes = l.precision == "fp32" ? 4 : 2;
     const double tokens = static_cast<double>(l.replica_batch) * l.sequence;  // per replica per step
     const auto flops = flops_per_token(spec, l.sequence);
-    const double per_token = flops.training * space.compute_scale * (l.activation_checkpointing ? space.checkpoint_factor : 1.0);
+    // Checkpointing recomputes the decoder layers, not the head: for a small model with a large
+    // vocabulary the head is most of the FLOPs.
+    const double head = 3.0 * 2.0 * static_cast<double>(spec.family == "vit" ? spec.classes : spec.vocab) * spec.hidden;
+    const double layers_flops = std::max(flops.training - head, 0.0);
+    const double per_token =
+        (layers_flops * (l.activation_checkpointing ? space.checkpoint_factor : 1.0) + std::min(head, flops.training)) *
+        space.compute_scale;
     // At the rate of this layout's matrix shapes: a microbatch's rows on this rank, a tp slice.
     const int64_t rows = l.micro_batch * l.sequence / l.sp;
     const double rate = rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(rows, l.tp);

@@ -201,6 +201,40 @@ TEST(TrainLlama, MemoryTraceCommProfileAndPlot) {
   EXPECT_NE(out.find("loss"), std::string::npos) << out;
 }
 
+// --plugin auto on 2 ranks: the search runs, reports every candidate, and the run trains with the
+// chosen layout.
+TEST(TrainLlama, PluginAutoChoosesByMeasurementAndTrains) {
+  const auto& w = workspace();
+  const std::string report = w.dir + "/auto_report.json";
+  const auto run = launch("auto", 2, "--plugin auto --max_steps 2 --batch_size 2 --auto_trials 2 --auto_report " + report);
+  ASSERT_EQ(run.rc, 0) << run.output;
+  EXPECT_NE(run.output.find("--plugin auto: "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("<- chosen"), std::string::npos) << run.output;
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << run.output;
+  auto j = nlohmann::json::parse(in);
+  ASSERT_TRUE(j["chosen"].is_string()) << j.dump(2);
+  int measured = 0, pure_dp_measured = 0;
+  for (const auto& c : j["candidates"]) {
+    EXPECT_GT(c["predicted_s"].get<double>(), 0) << c.dump();
+    EXPECT_EQ(c["dp"].get<int>() * c["tp"].get<int>() * c["pp"].get<int>() * c["sp"].get<int>(), 2) << c.dump();
+    if (c.contains("measured_s")) {
+      ++measured;
+      if (c["tp"] == 1 && c["pp"] == 1 && c["sp"] == 1) ++pure_dp_measured;
+    }
+  }
+  EXPECT_EQ(measured, 2) << j.dump(2);
+  EXPECT_GE(pure_dp_measured, 1) << "the data-parallel baseline is always among the trials";
+  // The run itself used the chosen layout's plugin.
+  const std::string chosen = j["chosen"];
+  const std::string plugin = chosen.substr(0, chosen.find(' '));
+  EXPECT_NE(run.output.find("plugin " + plugin), std::string::npos) << chosen << "\n" << run.output;
+  std::vector<nlohmann::json> log;
+  std::ifstream lf(w.dir + "/auto.jsonl");
+  for (std::string line; std::getline(lf, line);) log.push_back(nlohmann::json::parse(line));
+  EXPECT_EQ(losses(log).size(), 2u);
+}
+
 TEST(TrainLlama, GeminiNvmeOffloadFollowsTheRunWithoutOffload) {
   const auto& w = workspace();
   const std::string nvme = w.dir + "/nvme";

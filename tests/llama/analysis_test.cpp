@@ -240,9 +240,9 @@ TEST(LayoutSearch, SpearmanRankCorrelation) {
 }
 
 // The selector on 2 and 4 ranks against an exhaustive measurement of the same (small) space: its
-// pick, timed again beside every other layout, is one of the two fastest or within 30% of the
-// fastest (steps of tens of milliseconds on a shared 2-core machine vary by that much from run to
-// run; the layouts here differ by up to 6x).
+// pick, timed again beside every other layout (the better of two passes), is one of the two
+// fastest or within 30% of the fastest (steps of tens of milliseconds on a shared 2-core machine
+// vary by that much from run to run; the layouts here differ by up to 6x). CTest runs it alone.
 TEST(LayoutSearchMultiRank, PickIsAmongTheMeasuredFastest) {
   for (int ranks : {2, 4}) {
     testing::run_ranks(ranks, [] {
@@ -258,19 +258,26 @@ TEST(LayoutSearchMultiRank, PickIsAmongTheMeasuredFastest) {
       space.plugins = {"ddp", "zero2", "hybrid"};
       TrialOptions o;
       o.sequence = space.sequence;
-      o.steps = 5;
+      o.steps = 3;
       auto valid = [&](const tools::Layout& l) { return layout_is_valid(c, l, world, space.sequence); };
       auto time = [&](const tools::Layout& l) { return time_training_steps(c, l, booster::PluginConfig{}, o); };
       const auto spec = model_spec(c);
       auto ranked = tools::rank_layouts(spec, tools::enumerate_layouts(spec, space, valid), tools::measure_rates(&spec), space);
       auto report = tools::select_layout(ranked, time, {.trials = 3, .budget_s = 60});
       const std::string pick = report.candidates.at(report.chosen).layout.describe();
+      // Every layout timed in two interleaved passes, each keeping its faster time (and the
+      // trials' own times): one slow pass (another process on the cores) does not decide.
       std::map<std::string, double> sweep;
+      for (const auto& cand : report.candidates)
+        if (cand.measured_s) sweep[cand.layout.describe()] = *cand.measured_s;
+      for (int pass = 0; pass < 2; ++pass)
+        for (const auto& cand : ranked) {
+          const double t = time(cand.layout);
+          auto [it, added] = sweep.emplace(cand.layout.describe(), t);
+          if (!added) it->second = std::min(it->second, t);
+        }
       double best = 1e300;
-      for (const auto& cand : ranked) {
-        sweep[cand.layout.describe()] = time(cand.layout);
-        best = std::min(best, sweep[cand.layout.describe()]);
-      }
+      for (const auto& [name, t] : sweep) best = std::min(best, t);
       std::string table;
       for (const auto& [name, s] : sweep) table += c10::str("  ", name, " ", s, "\n");
       int faster = 0;

@@ -20,16 +20,17 @@
 
 namespace colossal::llama {
 
+namespace {
+
+dist::ParallelDims::Options parallel_options(const tools::Layout& l) {
+  return {.pp = l.pp, .dp = l.dp, .sp = l.sp, .tp = l.tp, .ep = l.ep, .sp_mode = l.sp_mode};
+}
+
+}  // namespace
+
 bool layout_is_valid(const LlamaConfig& config, const tools::Layout& l, int world, int64_t sequence) {
   try {
-    dist::ParallelDims::Options o;
-    o.pp = l.pp;
-    o.dp = l.dp;
-    o.sp = l.sp;
-    o.tp = l.tp;
-    o.ep = l.ep;
-    o.sp_mode = l.sp_mode;
-    dist::ParallelDims dims(o, world);
+    dist::ParallelDims dims(parallel_options(l), world);
     check_parallel(config, dims, sequence);
     return true;
   } catch (const std::exception&) {
@@ -43,12 +44,7 @@ booster::PluginConfig plugin_config_for(const tools::Layout& l, const booster::P
   c.precision = l.precision;
   c.name = l.plugin;
   if (l.plugin == "hybrid") {
-    c.layout.pp = l.pp;
-    c.layout.dp = l.dp;
-    c.layout.sp = l.sp;
-    c.layout.tp = l.tp;
-    c.layout.ep = l.ep;
-    c.layout.sp_mode = l.sp_mode;
+    c.layout = parallel_options(l);
     c.options["zero_stage"] = l.zero_stage;
     if (l.pp > 1) c.options["num_microbatches"] = l.replica_batch / std::max<int64_t>(l.micro_batch, 1);
   }
@@ -135,8 +131,6 @@ void calibrate_compute(const LlamaConfig& config, int64_t tokens, const tools::M
   dist::all_reduce(t, dist::world_group(), dist::ReduceOp::kMax);
   const double plain = t[0].item<double>(), ckpt = t[1].item<double>();
   // The FLOP count of the same slice at the rate of its shapes.
-  tools::Layout one;
-  one.sequence = seq;
   const auto spec = model_spec(slice);
   const double rate = rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(batch * seq, 1);
   const double predicted = tools::flops_per_token(spec, seq).training * batch * seq / std::max(rate, 1.0);

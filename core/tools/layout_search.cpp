@@ -340,8 +340,7 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     // parameter's weights, gradients and moments; the element-wise layers touch each kept
     // activation a few times forward and backward.
     const double owned = (l.plugin == "ddp" || (l.plugin == "hybrid" && l.zero_stage == 0)) ? params : params / grad_group;
-    Layout one_micro = l;
-    const double acts = static_cast<double>(activation_bytes(spec, one_micro).per_layer) * layers * microbatches;
+    const double acts = static_cast<double>(activation_bytes(spec, l).per_layer) * layers * microbatches;
     c.terms["memory"] = (32 * owned + 6 * acts) / std::max(rates.copy_bps, 1.0);
     c.predicted_s = 0;
     for (const auto& [k, v] : c.terms) c.predicted_s += v;
@@ -415,9 +414,9 @@ SelectionReport select_layout(std::vector<Candidate> ranked, const std::function
     COLOSSAL_FAIL("[auto] ", why);
   }
   const auto& best = report.candidates[report.chosen];
-  std::string runner_up;
+  std::string runner_up;  // the first other measured one, in predicted order
   for (const auto& c : report.candidates)
-    if (c.measured_s && &c != &best && (runner_up.empty()))
+    if (c.measured_s && &c != &best && runner_up.empty())
       runner_up = c10::str("; next ", c.layout.describe(), " at ", *c.measured_s, " s");
   report.reason = c10::str("fastest measured of ", tried, " trial(s): ", *best.measured_s, " s per step (predicted ",
                            best.predicted_s, " s, rank ", report.chosen + 1, " of ", report.candidates.size(), ")", runner_up);

@@ -255,15 +255,17 @@ std::string gib(int64_t bytes) {
 
 // The layouts the table lists for a world size: each plugin on pure data parallelism, then tensor
 // and pipeline splits where they divide the model.
+Layout base_layout(const AnalysisOptions& o) {
+  Layout l;
+  l.precision = o.precision;
+  l.sequence = o.sequence;
+  l.micro_batch = o.micro_batch;
+  return l;
+}
+
 std::vector<Layout> layouts_for(const ModelSpec& s, const AnalysisOptions& o, int world) {
   std::vector<Layout> out;
-  auto base = [&] {
-    Layout l;
-    l.precision = o.precision;
-    l.sequence = o.sequence;
-    l.micro_batch = o.micro_batch;
-    return l;
-  };
+  auto base = [&] { return base_layout(o); };
   for (const char* plugin : {"ddp", "zero1", "zero2", "gemini"}) {
     Layout l = base();
     l.plugin = plugin;
@@ -297,6 +299,27 @@ std::vector<Layout> layouts_for(const ModelSpec& s, const AnalysisOptions& o, in
   return out;
 }
 
+// One row of the layout table: model state by category and tier, activations with and without
+// checkpointing.
+struct LayoutRow {
+  int world = 1;
+  Layout layout;
+  Bytes bytes;
+  int64_t activations = 0, activations_checkpointed = 0;
+};
+
+std::vector<LayoutRow> layout_rows(const ModelSpec& s, const AnalysisOptions& o) {
+  std::vector<LayoutRow> rows;
+  for (int world : o.world_sizes) {
+    for (const auto& l : layouts_for(s, o, world)) {
+      Layout ckpt = l;
+      ckpt.activation_checkpointing = true;
+      rows.push_back({world, l, model_state_bytes(s, l), activation_bytes(s, l).total, activation_bytes(s, ckpt).total});
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 nlohmann::json analysis_json(const ModelSpec& s, const AnalysisOptions& o) {
@@ -305,26 +328,16 @@ nlohmann::json analysis_json(const ModelSpec& s, const AnalysisOptions& o) {
     modules.push_back({{"module", m.name}, {"parameters", m.parameters}, {"active", m.active}});
   const auto f = flops_per_token(s, o.sequence);
   nlohmann::json layouts = nlohmann::json::array();
-  for (int world : o.world_sizes) {
-    for (const auto& l : layouts_for(s, o, world)) {
-      const auto bytes = model_state_bytes(s, l);
-      nlohmann::json cats = nlohmann::json::object();
-      for (const auto& [category, tiers] : bytes)
-        for (const auto& [tier, n] : tiers) cats[category][tier] = n;
-      Layout ckpt = l;
-      ckpt.activation_checkpointing = true;
-      layouts.push_back({{"world", world}, {"layout", l.describe()}, {"model_state_bytes", cats},
-                         {"device_bytes", sum_tier(bytes, "device")}, {"host_bytes", sum_tier(bytes, "host")},
-                         {"nvme_bytes", sum_tier(bytes, "nvme")},
-                         {"activation_bytes", activation_bytes(s, l).total},
-                         {"activation_bytes_checkpointed", activation_bytes(s, ckpt).total}});
-    }
+  for (const auto& row : layout_rows(s, o)) {
+    nlohmann::json cats = nlohmann::json::object();
+    for (const auto& [category, tiers] : row.bytes)
+      for (const auto& [tier, n] : tiers) cats[category][tier] = n;
+    layouts.push_back({{"world", row.world}, {"layout", row.layout.describe()}, {"model_state_bytes", cats},
+                       {"device_bytes", sum_tier(row.bytes, "device")}, {"host_bytes", sum_tier(row.bytes, "host")},
+                       {"nvme_bytes", sum_tier(row.bytes, "nvme")}, {"activation_bytes", row.activations},
+                       {"activation_bytes_checkpointed", row.activations_checkpointed}});
   }
-  Layout one;
-  one.precision = o.precision;
-  one.sequence = o.sequence;
-  one.micro_batch = o.micro_batch;
-  const auto a = activation_bytes(s, one);
+  const auto a = activation_bytes(s, base_layout(o));
   return {{"family", s.family},
           {"parameters", total_parameters(s)},
           {"modules", modules},
@@ -357,28 +370,19 @@ std::string format_analysis(const ModelSpec& s, const AnalysisOptions& o) {
   out += c10::str("\nFLOPs per token at sequence ", o.sequence, ": forward ", human(f.forward, "FLOP"), ", training ",
                   human(f.training, "FLOP"), " (", human(f.training_recompute, "FLOP"),
                   " with activation checkpointing), decode ", human(f.decode, "FLOP"), "\n");
-  Layout one;
-  one.precision = o.precision;
-  one.sequence = o.sequence;
-  one.micro_batch = o.micro_batch;
-  const auto a = activation_bytes(s, one);
+  const auto a = activation_bytes(s, base_layout(o));
   out += c10::str("activations per layer (micro-batch ", o.micro_batch, ", ", o.precision, "): ", gib(a.per_layer),
                   " GiB, checkpointed ", gib(a.per_layer_checkpointed), " GiB; head and loss ", gib(a.head), " GiB\n\n");
   out += c10::str("model state per rank (GiB, AdamW, ", o.precision, "), and activations per rank:\n");
   std::snprintf(line, sizeof line, "  %5s  %-34s %9s %9s %9s %11s %11s\n", "world", "layout", "device", "host", "nvme",
                 "activations", "ckpt acts");
   out += line;
-  for (int world : o.world_sizes) {
-    for (const auto& l : layouts_for(s, o, world)) {
-      const auto bytes = model_state_bytes(s, l);
-      Layout ckpt = l;
-      ckpt.activation_checkpointing = true;
-      std::snprintf(line, sizeof line, "  %5d  %-34s %9s %9s %9s %11s %11s\n", world, l.describe().c_str(),
-                    gib(sum_tier(bytes, "device")).c_str(), gib(sum_tier(bytes, "host")).c_str(),
-                    gib(sum_tier(bytes, "nvme")).c_str(), gib(activation_bytes(s, l).total).c_str(),
-                    gib(activation_bytes(s, ckpt).total).c_str());
-      out += line;
-    }
+  for (const auto& row : layout_rows(s, o)) {
+    std::snprintf(line, sizeof line, "  %5d  %-34s %9s %9s %9s %11s %11s\n", row.world, row.layout.describe().c_str(),
+                  gib(sum_tier(row.bytes, "device")).c_str(), gib(sum_tier(row.bytes, "host")).c_str(),
+                  gib(sum_tier(row.bytes, "nvme")).c_str(), gib(row.activations).c_str(),
+                  gib(row.activations_checkpointed).c_str());
+    out += line;
   }
   return out;
 }

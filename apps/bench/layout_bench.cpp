@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       return llama::layout_is_valid(s.config, l, world, s.sequence);
     });
     auto ranked = tools::rank_layouts(spec, layouts, rates, space);
-    llama::TrialOptions o;
+    tools::TrialOptions o;
     o.sequence = s.sequence;
     o.steps = steps;
     booster::PluginConfig base;

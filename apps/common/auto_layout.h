@@ -2,12 +2,26 @@
 // --plugin auto, shared by the training apps: measure this machine, rank every valid layout with
 // the cost model, time the best few for real and return the fastest measured. The table goes to
 // the log (rank 0), the full report (every candidate, predicted and measured) to a JSON file.
+#include <CLI/CLI.hpp>
+
 #include <functional>
 #include <string>
 
+#include "core/common/config.h"
 #include "core/tools/layout_search.h"
 
 namespace colossal::apps {
+
+/// The flags --plugin auto adds to every training app (and the same keys in its --config file).
+struct AutoLayoutFlags {
+  int trials = 3;         // --auto_trials: best-predicted layouts timed for real
+  double budget_s = 120;  // --auto_budget_s: seconds of trial steps (the first trial always runs)
+  std::string report;     // --auto_report: the JSON report (empty: the app's output directory)
+  void add_to(CLI::App& app, const std::string& default_report);
+  void read(const ConfigNode& config);
+  /// Range checks, one flag per message.
+  void validate() const;
+};
 
 struct AutoLayoutOptions {
   int64_t global_batch = 1;       // samples per optimizer step over every replica

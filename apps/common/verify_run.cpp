@@ -19,6 +19,9 @@ std::optional<VerifyRun> VerifyRun::from_env() {
 }
 
 int64_t VerifyRun::adapt(booster::PluginConfig& plugin) const {
+  // The reference must run the layout's global batch, which --plugin auto decides only by timing.
+  COLOSSAL_CHECK(plugin.name != "auto", "colossal verify: --plugin auto chooses its layout by timing trials; ",
+                 "verify the layout it chose instead (the winner's flags are in its report and log)");
   if (reference_for <= 0) return 1;
   COLOSSAL_CHECK(dist::world_size() == 1, "the one-process reference of colossal verify runs on one rank, not ",
                  dist::world_size());

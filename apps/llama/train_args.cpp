@@ -12,6 +12,7 @@
 namespace colossal::llama_app {
 
 void TrainArgs::validate() const {
+  auto_layout.validate();
   COLOSSAL_CHECK(batch_size >= 1, "--batch_size: expected >= 1, got ", batch_size);
   COLOSSAL_CHECK(accumulation_steps >= 1, "--accumulation_steps: expected >= 1, got ", accumulation_steps);
   COLOSSAL_CHECK(max_length >= 2, "--max_length: expected >= 2, got ", max_length);
@@ -82,9 +83,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("log_interval", a.log_interval);
   c.read("log_file", a.log_file);
   c.read("memory_trace", a.memory_trace);
-  c.read("auto_budget_s", a.auto_budget_s);
-  c.read("auto_trials", a.auto_trials);
-  c.read("auto_report", a.auto_report);
+  a.auto_layout.read(c);
   c.read("keep_checkpoints", a.keep_checkpoints);
   c.read("prompt", a.prompt);
   c.read("sample_tokens", a.sample_tokens);
@@ -142,10 +141,7 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
       ->capture_default_str();
   app.add_option("--log_interval", a.log_interval, "steps between progress updates")->capture_default_str();
   app.add_option("--log_file", a.log_file, "append metrics as JSON lines");
-  app.add_option("--auto_budget_s", a.auto_budget_s, "--plugin auto: seconds of trial steps (the first trial always runs)")
-      ->capture_default_str();
-  app.add_option("--auto_trials", a.auto_trials, "--plugin auto: best-predicted layouts timed for real")->capture_default_str();
-  app.add_option("--auto_report", a.auto_report, "--plugin auto: the JSON report (default OUTPUT/auto_layout.json)");
+  a.auto_layout.add_to(app, "OUTPUT/auto_layout.json");
   app.add_option("--memory_trace", a.memory_trace,
                  "trace the second step's memory (phases, modules: peak and kept bytes) into this JSON file");
   app.add_option("--prompt", a.prompt, "text to continue after training")->capture_default_str();

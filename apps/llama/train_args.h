@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/auto_layout.h"
 #include "core/booster/plugin_config.h"
 
 namespace colossal::llama_app {
@@ -39,10 +40,8 @@ struct TrainArgs {
   int64_t eval_interval = 100;
   int64_t log_interval = 10;
   std::string log_file;
-  std::string memory_trace;
-  double auto_budget_s = 120;  // --plugin auto: seconds of trial steps
-  int auto_trials = 3;         // --plugin auto: layouts timed for real
-  std::string auto_report;     // --plugin auto: the JSON report (default OUTPUT/auto_layout.json)  // trace one step's memory by phase and module into this JSON file
+  std::string memory_trace;  // trace one step's memory by phase and module into this JSON file
+  colossal::apps::AutoLayoutFlags auto_layout;  // --plugin auto's trials, budget and report
   int64_t keep_checkpoints = 2;
   // After training
   std::string prompt = "It is a truth universally acknowledged";

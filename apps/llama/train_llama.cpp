@@ -172,11 +172,11 @@ void choose_layout_by_measurement(TrainArgs& a) {
   o.global_batch = a.batch_size * a.accumulation_steps * world;  // what --batch_size means under plain data parallelism
   o.sequence = a.max_length;
   o.precision = a.plugin.precision;
-  o.trials = a.auto_trials;
-  o.budget_s = a.auto_budget_s;
-  o.report_path = a.auto_report.empty() ? a.output + "/auto_layout.json" : a.auto_report;
+  o.trials = a.auto_layout.trials;
+  o.budget_s = a.auto_layout.budget_s;
+  o.report_path = a.auto_layout.report.empty() ? a.output + "/auto_layout.json" : a.auto_layout.report;
   colossal::fs::make_dirs(a.output);
-  colossal::llama::TrialOptions trial;
+  colossal::tools::TrialOptions trial;
   trial.sequence = a.max_length;
   trial.seed = a.seed;
   const auto report = colossal::apps::choose_layout(
@@ -186,7 +186,7 @@ void choose_layout_by_measurement(TrainArgs& a) {
         calibrate_compute(cfg, a.batch_size * a.max_length, rates, space);
       });
   const auto& best = report.candidates[report.chosen].layout;
-  a.plugin = plugin_config_for(best, a.plugin);
+  a.plugin = colossal::tools::plugin_config_for(best, a.plugin);
   a.grad_checkpoint = best.activation_checkpointing;
   a.batch_size = best.pp > 1 ? best.replica_batch : best.micro_batch;
   a.accumulation_steps = best.pp > 1 ? 1 : best.replica_batch / best.micro_batch;

@@ -38,6 +38,7 @@ void TrainArgs::validate() const {
                  held_out_fraction);
   COLOSSAL_CHECK(log_interval >= 1, "--log_interval: expected >= 1, got ", log_interval);
   COLOSSAL_CHECK(keep_checkpoints >= 0, "--keep_checkpoints: expected >= 0 (0: keep all), got ", keep_checkpoints);
+  auto_layout.validate();
   COLOSSAL_CHECK(top_k >= 1, "--top_k: expected >= 1, got ", top_k);
 }
 
@@ -77,6 +78,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
     COLOSSAL_CHECK(seed >= 0, c.describe("seed"), ": expected a non-negative integer, got ", seed);
     a.seed = static_cast<uint64_t>(seed);
   }
+  a.auto_layout.read(c);
   c.read("save_dir", a.save_dir);
   c.read("load_checkpoint", a.load_checkpoint);
   c.read("log_interval", a.log_interval);
@@ -145,6 +147,7 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
       ->capture_default_str();
   app.add_option("--log_interval", a.log_interval, "steps between progress updates")->capture_default_str();
   app.add_option("--log_file", a.log_file, "append metrics as JSON lines");
+  a.auto_layout.add_to(app, "SAVE_DIR/auto_layout.json");
   app.add_option("--keep_checkpoints", a.keep_checkpoints, "checkpoints kept (0: all)")->capture_default_str();
   app.add_option("--predict", a.predict, "classify these image files with a saved model instead of training");
   app.add_option("--model_dir", a.model_dir, "--predict's model (default: --pretrained, else SAVE_DIR/model)");

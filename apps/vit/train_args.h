@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/auto_layout.h"
 #include "core/booster/plugin_config.h"
 
 namespace colossal::vit_app {
@@ -35,6 +36,7 @@ struct TrainArgs {
   double randaugment_magnitude = 9;
   // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
   booster::PluginConfig plugin;
+  colossal::apps::AutoLayoutFlags auto_layout;  // --plugin auto's trials, budget and report
   // Optimisation
   int64_t batch_size = 32;  // images per rank per step
   int64_t epochs = 15;

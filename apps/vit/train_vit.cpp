@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 
+#include "apps/common/auto_layout.h"
 #include "apps/common/resume.h"
 #include "apps/common/verify_run.h"
 #include "apps/vit/train_args.h"
@@ -37,6 +38,7 @@
 #include "vit/data/datasets.h"
 #include "vit/data/image_folder.h"
 #include "vit/data/loader.h"
+#include "vit/layout_trial.h"
 #include "vit/pipeline.h"
 #include "vit/pretrained.h"
 
@@ -83,16 +85,13 @@ struct ModelChoice {
   ImageProcessorConfig processor;
   ViTForImageClassification model{nullptr};
   std::string description;
+  bool new_head = false;  // --pretrained: the checkpoint's classifier does not fit the data's classes
 };
 
-ModelChoice build_model(const TrainArgs& a, const Datasets& data, booster::Plugin& plugin) {
+// The model's shape and preprocessing from the flags and the data, before any weight exists (so
+// --plugin auto can search layouts for it).
+ModelChoice choose_model(const TrainArgs& a, const Datasets& data) {
   ModelChoice out;
-  // The layout against the model's shape rules on every rank, before any group exists; then the
-  // plugin's context (groups, and the pipeline's schedule and stage).
-  auto parallel_for = [&](const ViTConfig& config) {
-    check_parallel(config, plugin.dims());
-    return plugin.parallel_context();
-  };
   const auto classes = data.train->num_classes();
   if (!a.pretrained.empty()) {
     // The model keeps the checkpoint's position table; another --image_size is served by
@@ -102,21 +101,10 @@ ModelChoice build_model(const TrainArgs& a, const Datasets& data, booster::Plugi
     if (a.image_size) out.processor.size = a.image_size;
     COLOSSAL_CHECK(out.processor.size % out.config.patch_size == 0, "--image_size ", out.processor.size,
                    " is not a multiple of the pretrained model's patch size ", out.config.patch_size);
-    const bool new_head = out.config.num_labels != classes;
+    out.new_head = out.config.num_labels != classes;
     out.config.num_labels = classes;
     out.config.id2label = data.train->class_names();
-    torch::manual_seed(a.seed);
-    const auto parallel = parallel_for(out.config);
-    out.model = ViTForImageClassification(out.config, parallel);
-    auto report = parallel.tensor_parallel()
-                      ? colossal::parallel::load_model_slices(*out.model, a.pretrained, {.strict = false})
-                      : colossal::checkpoint::load_model_state(*out.model, a.pretrained, {.strict = false});
-    // A pipeline stage holds some layers: the checkpoint's others belong to other stages.
-    bool usable = report.missing.empty() && (parallel.pipeline.enabled() || report.unexpected.empty());
-    for (const auto& name : report.mismatched) usable = usable && new_head && name.rfind("classifier.", 0) == 0;
-    COLOSSAL_CHECK(usable, "--pretrained ", a.pretrained, ": its weights do not fit a ViT of its config.json: ",
-                   report.describe());
-    out.description = "from " + a.pretrained + (new_head ? " (new " + std::to_string(classes) + "-class head)" : "");
+    out.description = "from " + a.pretrained + (out.new_head ? " (new " + std::to_string(classes) + "-class head)" : "");
     return out;
   }
   const int64_t size = a.image_size ? a.image_size : native_image_size(*data.train);
@@ -136,20 +124,40 @@ ModelChoice build_model(const TrainArgs& a, const Datasets& data, booster::Plugi
   out.processor.size = out.config.image_size;
   out.processor.image_mean.assign(static_cast<size_t>(channels), 0.5);
   out.processor.image_std.assign(static_cast<size_t>(channels), 0.5);
+  out.description = a.model + (a.init == "mimetic" ? " (mimetic init" : " (normal init") +
+                    (a.position_init == "sincos" ? ", sine-cosine positions)" : ")");
+  return out;
+}
+
+// The chosen model under the plugin: the checkpoint's weights, or fresh ones built lazily.
+void build_model(const TrainArgs& a, ModelChoice& out, booster::Plugin& plugin) {
+  // The layout against the model's shape rules on every rank, before any group exists; then the
+  // plugin's context (groups, and the pipeline's schedule and stage).
+  check_parallel(out.config, plugin.dims());
+  const auto parallel = plugin.parallel_context();
   torch::manual_seed(a.seed);
+  if (!a.pretrained.empty()) {
+    out.model = ViTForImageClassification(out.config, parallel);
+    auto report = parallel.tensor_parallel()
+                      ? colossal::parallel::load_model_slices(*out.model, a.pretrained, {.strict = false})
+                      : colossal::checkpoint::load_model_state(*out.model, a.pretrained, {.strict = false});
+    // A pipeline stage holds some layers: the checkpoint's others belong to other stages.
+    bool usable = report.missing.empty() && (parallel.pipeline.enabled() || report.unexpected.empty());
+    for (const auto& name : report.mismatched) usable = usable && out.new_head && name.rfind("classifier.", 0) == 0;
+    COLOSSAL_CHECK(usable, "--pretrained ", a.pretrained, ": its weights do not fit a ViT of its config.json: ",
+                   report.describe());
+    return;
+  }
   {
     // Lazily: no weight exists until boost() makes what this rank keeps (its ZeRO-3 shards, its
     // tensor-parallel slices), with the values an eager build would have (nn/deferred_init.h).
     colossal::nn::DeferredInitGuard deferred;
-    out.model = ViTForImageClassification(out.config, parallel_for(out.config));
+    out.model = ViTForImageClassification(out.config, parallel);
   }
   // Mimetic attention: on Fashion-MNIST one epoch of the nano ViT reached 83.1% with it and
   // 80.9% without (transformers' ViT, same data and schedule).
   if (a.init == "mimetic") out.model->mimetic_init();
   if (a.position_init == "sincos") out.model->sincos_position_init();
-  out.description = a.model + (a.init == "mimetic" ? " (mimetic init" : " (normal init") +
-                    (a.position_init == "sincos" ? ", sine-cosine positions)" : ")");
-  return out;
 }
 
 TransformOptions transform_options(const TrainArgs& a, const ModelChoice& m) {
@@ -307,6 +315,32 @@ int predict(const TrainArgs& a) {
 
 // ---- training -------------------------------------------------------------------------------
 
+// --plugin auto (apps/common/auto_layout.h): the search over the layouts ViT allows, for the
+// global batch --batch_size gives under plain data parallelism. Sets the plugin, the per-replica
+// batch and checkpointing to the winner's.
+void choose_layout_by_measurement(TrainArgs& a, const ViTConfig& config) {
+  const int world = dist::world_size();
+  colossal::apps::AutoLayoutOptions o;
+  o.global_batch = a.batch_size * world;
+  o.sequence = config.num_patches() + 1;  // tokens per image
+  o.precision = a.plugin.precision;
+  o.trials = a.auto_layout.trials;
+  o.budget_s = a.auto_layout.budget_s;
+  o.report_path = a.auto_layout.report.empty() ? a.save_dir + "/auto_layout.json" : a.auto_layout.report;
+  colossal::tools::TrialOptions trial;
+  trial.seed = a.seed;
+  const auto report = colossal::apps::choose_layout(
+      model_spec(config), o, [&](const colossal::tools::Layout& l) { return layout_is_valid(config, l, world); },
+      [&](const colossal::tools::Layout& l) { return time_training_steps(config, l, a.plugin, trial); },
+      [&](const colossal::tools::MachineRates& rates, colossal::tools::SearchSpace& space) {
+        calibrate_compute(config, a.batch_size, rates, space);
+      });
+  const auto& best = report.candidates[report.chosen].layout;
+  a.plugin = colossal::tools::plugin_config_for(best, a.plugin);
+  a.grad_checkpoint = best.activation_checkpointing;
+  a.batch_size = best.replica_batch;
+}
+
 int train(TrainArgs& a) {
   dist::init();
   // Under colossal verify: record the first steps and stop; the one-process reference runs the
@@ -316,11 +350,11 @@ int train(TrainArgs& a) {
     a.batch_size *= verify->adapt(a.plugin);
     if (a.load_checkpoint == "auto") a.load_checkpoint = "none";
   }
-  // The plugin first: its layout is checked against the world before anything else runs.
-  auto plugin = booster::make_plugin(a.plugin);
-  const auto& dims = plugin->dims();
-  const c10::Device device = plugin->device();
-  const int n = dims.dp(), r = dist::rank();  // n: data-parallel replicas (the ranks of one share a batch)
+  // The plugin first: its layout is checked against the world before anything else runs. Under
+  // --plugin auto the search needs the model's shape, so the data comes first.
+  const bool automatic = a.plugin.name == "auto";
+  std::shared_ptr<booster::Plugin> plugin;
+  if (!automatic) plugin = booster::make_plugin(a.plugin);
   colossal::fs::make_dirs(a.save_dir);
 
   DatasetOptions dopt;
@@ -330,7 +364,15 @@ int train(TrainArgs& a) {
   COLOSSAL_CHECK(data.train->size() > 0 && data.eval->size() > 0, "[data] ", data.description,
                  ": training and evaluation both need images");
   COLOSSAL_CHECK(data.train->num_classes() >= 2, "[data] ", data.description, ": expected at least 2 classes");
-  auto m = build_model(a, data, *plugin);
+  auto m = choose_model(a, data);
+  if (automatic) {
+    choose_layout_by_measurement(a, m.config);
+    plugin = booster::make_plugin(a.plugin);
+  }
+  const auto& dims = plugin->dims();
+  const c10::Device device = plugin->device();
+  const int n = dims.dp(), r = dist::rank();  // n: data-parallel replicas (the ranks of one share a batch)
+  build_model(a, m, *plugin);
   if (!colossal::nn::has_deferred_parameters(*m.model)) m.model->to(device);  // else boost makes them there
   m.model->set_gradient_checkpointing(a.grad_checkpoint);
   m.model->set_patch_keep(a.patch_keep);

@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
+#include <sstream>
 
 #include "core/common/check.h"
 #include "core/common/fs.h"
@@ -21,7 +23,36 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// "tp.<param>" metadata: "<split_dim>:<split_start>:<split_size>:<d0>x<d1>x..." (the whole shape).
+std::string encode_tp_part(const OptimizerSlice& s) {
+  std::string shape;
+  for (auto d : s.whole_shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+  return std::to_string(s.split_dim) + ":" + std::to_string(s.split_start) + ":" + std::to_string(s.split_size) + ":" + shape;
+}
+
+// "<base>@tp<R>of<T>" -> (base, R, T); nullopt for other names.
+struct TpName {
+  std::string base;
+  int rank = 0, size = 1;
+};
+std::optional<TpName> parse_tp_name(const std::string& name) {
+  const auto at = name.rfind("@tp");
+  if (at == std::string::npos) return std::nullopt;
+  const auto of = name.find("of", at + 3);
+  if (of == std::string::npos) return std::nullopt;
+  try {
+    return TpName{name.substr(0, at), std::stoi(name.substr(at + 3, of - at - 3)), std::stoi(name.substr(of + 2))};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
+
+std::string tensor_parallel_base(const std::string& name) {
+  auto tp = parse_tp_name(name);
+  return tp ? tp->base : name;
+}
 
 NamedTensors optimizer_state(const torch::optim::Optimizer& optimizer,
                              const std::vector<OptimizerSlice>& slices,
@@ -37,7 +68,10 @@ NamedTensors optimizer_state(const torch::optim::Optimizer& optimizer,
       COLOSSAL_CHECK(n != slice_of.end(), "[checkpoint] the optimizer holds a tensor that is not a ",
                      "named parameter of the model");
       const std::string& name = n->second->name;
-      if (metadata) (*metadata)["offset." + name] = std::to_string(n->second->offset);
+      if (metadata) {
+        (*metadata)["offset." + name] = std::to_string(n->second->offset);
+        if (!n->second->whole_shape.empty()) (*metadata)["tp." + name] = encode_tp_part(*n->second);
+      }
       auto* state = it->second.get();
       if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(state)) {
         out.emplace_back(name + ".exp_avg", s->exp_avg());
@@ -104,6 +138,24 @@ OptimizerStateSource::OptimizerStateSource(const std::string& dir) : dir_(dir) {
       int64_t numel = 1;
       for (auto d : info.shape) numel *= d;
       pieces_[key].push_back(Piece{file, key, offset, numel});
+      // A tensor-parallel part: where it sits in the whole parameter.
+      auto tp = parse_tp_name(param);
+      auto geometry = meta.find("tp." + param);
+      if (tp && geometry != meta.end() && !tp_parts_[tp->base].count(tp->rank)) {
+        TpPart part;
+        part.name = param;
+        char sep = 0;
+        std::istringstream in(geometry->second);
+        std::string shape;
+        in >> part.split_dim >> sep >> part.split_start >> sep >> part.split_size >> sep >> shape;
+        for (size_t at = 0; at < shape.size();) {
+          const auto x = shape.find('x', at);
+          part.whole_shape.push_back(std::stoll(shape.substr(at, x == std::string::npos ? std::string::npos : x - at)));
+          at = x == std::string::npos ? shape.size() : x + 1;
+        }
+        tp_parts_[tp->base][tp->rank] = std::move(part);
+        tp_size_[tp->base] = tp->size;
+      }
     }
   }
   for (int64_t r = 0; r < expected; ++r)
@@ -147,6 +199,54 @@ at::Tensor OptimizerStateSource::read_scalar(const std::string& key) const {
   return (piece.file ? piece.file->view(piece.tensor) : replicated_->view(piece.tensor)).clone();
 }
 
+bool OptimizerStateSource::holds(const std::string& base) const {
+  return contains(base + ".exp_avg") || contains(base + ".momentum_buffer") || tp_parts_.count(base) > 0;
+}
+
+at::Tensor OptimizerStateSource::read_whole(const std::string& base, const std::string& suffix,
+                                            const std::vector<int64_t>& shape) const {
+  if (contains(base + suffix)) return read_range(base + suffix, 0, saved_numel(base + suffix)).view(shape);
+  auto it = tp_parts_.find(base);
+  COLOSSAL_CHECK(it != tp_parts_.end(), "[checkpoint] optimizer state in '", dir_, "' lacks '", base, suffix, "'");
+  const int tp = tp_size_.at(base);
+  const auto& parts = it->second;
+  for (int r = 0; r < tp; ++r)
+    COLOSSAL_CHECK(parts.count(r), "[checkpoint] optimizer state of '", base, "' in '", dir_, "' was saved by ", tp,
+                   " tensor-parallel ranks; the part of rank ", r, " is missing");
+  const auto& first = parts.begin()->second;
+  auto read_part = [&](const TpPart& p) {
+    const std::string key = p.name + suffix;
+    return read_range(key, 0, saved_numel(key));
+  };
+  if (first.split_dim < 0) return read_part(first).view(first.whole_shape);  // every rank held it whole
+  const int dim = first.split_dim;
+  at::Tensor whole;
+  int64_t covered = 0;
+  for (const auto& [r, p] : parts) {
+    if (p.split_size == 0) continue;  // only padding rows
+    auto flat = read_part(p);
+    if (!whole.defined()) whole = torch::zeros(p.whole_shape, flat.options());
+    // The part as saved: the whole shape with its rows along `dim` (real ones, then padding).
+    auto shape = p.whole_shape;
+    const int64_t other = whole.numel() / std::max<int64_t>(shape[dim], 1);
+    shape[dim] = flat.numel() / std::max<int64_t>(other, 1);
+    COLOSSAL_CHECK(shape[dim] * other == flat.numel() && shape[dim] >= p.split_size, "[checkpoint] optimizer state '",
+                   p.name, suffix, "' in '", dir_, "' does not fit its recorded place in the whole parameter");
+    whole.narrow(dim, p.split_start, p.split_size).copy_(flat.view(shape).narrow(dim, 0, p.split_size));
+    covered += p.split_size;
+  }
+  COLOSSAL_CHECK(covered == whole.size(dim), "[checkpoint] optimizer state of '", base, "' in '", dir_,
+                 "': the tensor-parallel parts cover ", covered, " of ", whole.size(dim), " rows");
+  return whole;
+}
+
+at::Tensor OptimizerStateSource::read_step(const std::string& base) const {
+  if (contains(base + ".step")) return read_scalar(base + ".step");
+  auto it = tp_parts_.find(base);
+  COLOSSAL_CHECK(it != tp_parts_.end(), "[checkpoint] optimizer state in '", dir_, "' lacks '", base, ".step'");
+  return read_scalar(it->second.begin()->second.name + ".step");
+}
+
 void load_optimizer_state(torch::optim::Optimizer& optimizer,
                           const std::vector<OptimizerSlice>& slices,
                           const OptimizerStateSource& source) {
@@ -157,26 +257,45 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer,
                   dynamic_cast<torch::optim::AdamWOptions*>(&optimizer.defaults()) != nullptr;
   bool is_adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
   bool is_sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
+  int64_t restored = 0, parameters = 0;
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) {
       auto n = slice_of.find(p.unsafeGetTensorImpl());
       COLOSSAL_CHECK(n != slice_of.end(), "[checkpoint] the optimizer holds an unnamed tensor");
+      ++parameters;
       const OptimizerSlice& slice = *n->second;
       const std::string& name = slice.name;
-      if (!source.contains(name + ".exp_avg") && !source.contains(name + ".momentum_buffer")) {
-        continue;  // this parameter had no state yet (never stepped)
-      }
+      // Saved under the same name (the same tp size, or none), or else as the whole parameter
+      // or its tensor-parallel parts at another tp size.
+      const bool same_name = source.contains(name + ".exp_avg") || source.contains(name + ".momentum_buffer");
+      const std::string base = tensor_parallel_base(name);
+      if (!same_name && !source.holds(base)) continue;  // this parameter had no state yet (never stepped)
+      ++restored;
+      const int64_t full = slice.full_numel < 0 ? p.numel() : slice.full_numel;
       auto range = [&](const std::string& suffix) {
-        int64_t full = slice.full_numel < 0 ? p.numel() : slice.full_numel;
-        int64_t saved = source.saved_numel(name + suffix);
-        COLOSSAL_CHECK(saved == full, "[checkpoint] optimizer state '", name, suffix, "' was saved for ",
-                       saved, " elements; the parameter has ", full);
-        return source.read_range(name + suffix, slice.offset, p.numel()).view(p.sizes()).to(p.dtype());
+        if (same_name) {
+          int64_t saved = source.saved_numel(name + suffix);
+          COLOSSAL_CHECK(saved == full, "[checkpoint] optimizer state '", name, suffix, "' was saved for ",
+                         saved, " elements; the parameter has ", full);
+          return source.read_range(name + suffix, slice.offset, p.numel()).view(p.sizes()).to(p.dtype());
+        }
+        // This rank's part of the whole state (zeros in its padding rows), flattened, then its
+        // ZeRO slice.
+        auto whole = source.read_whole(base, suffix, slice.whole_shape.empty() ? p.sizes().vec() : slice.whole_shape);
+        // (A part past the end of a padded vocabulary holds only padding rows.)
+        auto part = slice.split_dim < 0 ? whole
+                    : slice.split_size == 0 ? whole.narrow(slice.split_dim, 0, 0)
+                                            : whole.narrow(slice.split_dim, slice.split_start, slice.split_size);
+        auto flat = part.contiguous().reshape({-1});
+        COLOSSAL_CHECK(flat.numel() <= full, "[checkpoint] optimizer state '", base, suffix, "' gives ", flat.numel(),
+                       " elements to '", name, "', which has ", full);
+        if (flat.numel() < full) flat = torch::cat({flat, torch::zeros({full - flat.numel()}, flat.options())});
+        return flat.narrow(0, slice.offset, p.numel()).view(p.sizes()).to(p.dtype());
       };
       auto key = p.unsafeGetTensorImpl();
       if (is_adamw || is_adam) {
         auto m = range(".exp_avg"), v = range(".exp_avg_sq");
-        int64_t step = source.read_scalar(name + ".step").item<int64_t>();
+        int64_t step = (same_name ? source.read_scalar(name + ".step") : source.read_step(base)).item<int64_t>();
         if (is_adamw) {
           auto s = std::make_unique<torch::optim::AdamWParamState>();
           s->exp_avg(m);

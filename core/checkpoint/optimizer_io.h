@@ -31,11 +31,22 @@ struct OptimizerSlice {
   int64_t offset = 0;
   at::Tensor tensor;
   int64_t full_numel = -1;  // elements of the whole parameter; -1: tensor.numel()
+  // Under tensor parallelism the "parameter" above is this rank's part of a larger one, named
+  // "<param>@tp<R>of<T>". Where that part sits in the whole parameter (written into the
+  // checkpoint's metadata as "tp.<name>"), so state saved at one tp size loads at any other.
+  // Empty whole_shape: the named parameter is the whole one.
+  std::vector<int64_t> whole_shape;
+  int split_dim = -1;        // -1: every tensor-parallel rank holds the whole parameter
+  int64_t split_start = 0;   // the part's first row along split_dim
+  int64_t split_size = 0;    // its real rows (the part may hold padding rows after them)
 };
+
+/// "<param>@tp<R>of<T>" -> "<param>"; other names unchanged.
+std::string tensor_parallel_base(const std::string& name);
 
 /// The optimizer's state for `slices` (full-shape tensors for whole parameters, 1-D otherwise)
 /// and the metadata that locates sliced pieces ("offset.<param>" for every slice with offset
-/// != 0 or a 1-D split tensor).
+/// != 0 or a 1-D split tensor, "tp.<param>" for a tensor-parallel part).
 NamedTensors optimizer_state(const torch::optim::Optimizer& optimizer,
                              const std::vector<OptimizerSlice>& slices,
                              std::map<std::string, std::string>* metadata = nullptr);
@@ -55,6 +66,15 @@ class OptimizerStateSource {
   at::Tensor read_scalar(const std::string& key) const;
   const std::string& layout() const { return layout_; }
 
+  /// Whether any state of parameter `base` is held: whole, or as tensor-parallel parts.
+  bool holds(const std::string& base) const;
+  /// The whole parameter's state tensor `base` + `suffix` (".exp_avg"...): read as saved whole
+  /// and viewed as `shape`, or assembled from the tensor-parallel parts of any tp size (their
+  /// recorded geometry gives the shape). Throws naming a missing part.
+  at::Tensor read_whole(const std::string& base, const std::string& suffix, const std::vector<int64_t>& shape) const;
+  /// `base`'s ".step", from the whole or from any tensor-parallel part.
+  at::Tensor read_step(const std::string& base) const;
+
  private:
   struct Piece {
     std::shared_ptr<SafetensorsFile> file;
@@ -62,13 +82,23 @@ class OptimizerStateSource {
     int64_t offset = 0;
     int64_t numel = 0;
   };
+  // One tensor-parallel part of a parameter as saved: its name ("<param>@tp<R>of<T>") and place.
+  struct TpPart {
+    std::string name;
+    int split_dim = -1;
+    int64_t split_start = 0, split_size = 0;
+    std::vector<int64_t> whole_shape;
+  };
   std::string dir_, layout_;
   std::shared_ptr<CheckpointReader> replicated_;
   std::map<std::string, std::vector<Piece>> pieces_;
+  std::map<std::string, std::map<int, TpPart>> tp_parts_;  // base parameter -> tp rank -> part
+  std::map<std::string, int> tp_size_;                      // base parameter -> the tp size saved
 };
 
-/// Restores state into the optimizer's tensors `slices` from any layout; throws naming a
-/// parameter whose state is missing, incomplete or of another size.
+/// Restores state into the optimizer's tensors `slices` from any layout (ZeRO slices, and
+/// tensor-parallel parts of any tp size); throws naming a parameter whose state is missing,
+/// incomplete or of another size, and when the checkpoint holds state but none of it fits.
 void load_optimizer_state(torch::optim::Optimizer& optimizer,
                           const std::vector<OptimizerSlice>& slices,
                           const OptimizerStateSource& source);

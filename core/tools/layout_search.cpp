@@ -16,6 +16,7 @@
 #include "core/common/progress.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/parallel/pipeline/stage_split.h"
 
 namespace colossal::tools {
 namespace {
@@ -50,6 +51,25 @@ std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", bytes / (1LL << 30));
   return buf;
+}
+
+// The share of a step's compute the costliest pipeline stage does: the decoder layers (each an
+// equal share of `per_token` after the head) split by cost over the stages, the head (`head`, its
+// per-token cost) on the last.
+double largest_stage_share(const ModelSpec& spec, const Layout& l, double per_token, double head) {
+  if (l.pp <= 1 || spec.layers < l.pp || per_token <= 0) return 1.0 / std::max(l.pp, 1);
+  head = std::min(head, per_token);
+  parallel::pipeline::StageCosts costs;
+  costs.layers.assign(static_cast<size_t>(spec.layers), (per_token - head) / static_cast<double>(spec.layers));
+  costs.last = head;
+  const auto ranges = parallel::pipeline::split_layers_by_cost(costs, l.pp);
+  double largest = 0;
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    double cost = static_cast<double>(ranges[s].second - ranges[s].first) * costs.layers.front();
+    if (s + 1 == ranges.size()) cost += head;
+    largest = std::max(largest, cost);
+  }
+  return largest / per_token;
 }
 
 }  // namespace
@@ -300,7 +320,10 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     // At the rate of this layout's matrix shapes: a microbatch's rows on this rank, a tp slice.
     const int64_t rows = l.micro_batch * l.sequence / l.sp;
     const double rate = rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(rows, l.tp);
-    const double compute = per_token * tokens / (static_cast<double>(l.tp) * l.pp * l.sp) / std::max(rate, 1.0);
+    // Under a pipeline every stage runs at the pace of the costliest one: the layers split as the
+    // plugin splits them (parallel/pipeline/stage_split.h, by cost, the head on the last stage).
+    const double stage_share = l.pp > 1 ? largest_stage_share(spec, l, per_token, head * space.compute_scale) : 1.0;
+    const double compute = per_token * stage_share * tokens / (static_cast<double>(l.tp) * l.sp) / std::max(rate, 1.0);
     c.terms["compute"] = compute;
     if (l.pp > 1) {
       const double m = static_cast<double>(l.replica_batch) / std::max<int64_t>(l.micro_batch, 1);

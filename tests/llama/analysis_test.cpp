@@ -181,7 +181,7 @@ TEST(LayoutSearch, EnumerationYieldsOnlyValidLayouts) {
       dist::ParallelDims::Options o{.pp = l.pp, .dp = l.dp, .sp = l.sp, .tp = l.tp, .ep = l.ep, .sp_mode = l.sp_mode};
       EXPECT_NO_THROW(dist::ParallelDims(o, world)) << l.describe();
       EXPECT_NO_THROW(check_parallel(c, dist::ParallelDims(o, world), space.sequence)) << l.describe();
-      const auto pc = plugin_config_for(l, booster::PluginConfig{});
+      const auto pc = tools::plugin_config_for(l, booster::PluginConfig{});
       EXPECT_EQ(pc.name, l.plugin);
       EXPECT_NO_THROW(pc.layout.validate()) << l.describe();
     }
@@ -256,7 +256,7 @@ TEST(LayoutSearchMultiRank, PickIsAmongTheMeasuredFastest) {
       space.try_checkpointing = false;
       space.try_offload = false;
       space.plugins = {"ddp", "zero2", "hybrid"};
-      TrialOptions o;
+      tools::TrialOptions o;
       o.sequence = space.sequence;
       o.steps = 3;
       auto valid = [&](const tools::Layout& l) { return layout_is_valid(c, l, world, space.sequence); };

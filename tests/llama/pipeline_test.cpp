@@ -205,8 +205,8 @@ TEST(LlamaPipeline, BoosterPpTimesTpTimesDpOnEightRanksMatchesOneProcess) {
   testing::run_ranks(8, [] { expect_hybrid_matches_one_process(hybrid(2, 2, "zbh1", 1, 1), 5); });
 }
 
-// Checkpoints stay whole-tensor Hugging Face files: saved at pp 2 x dp 2 after one step, the run
-// resumes on one process and at pp 4, and the second step lands where two straight steps do.
+// Checkpoints stay whole-tensor Hugging Face files: saved at pp 2 x dp 2 or at pp 2 x tp 2 after
+// one step, the run resumes on one process and at pp 4, and the second step lands where two straight steps do.
 TEST(LlamaPipeline, CheckpointsResumeAcrossPipelineLayouts) {
   const int owner = testing::is_rank_process() ? ::getppid() : ::getpid();
   const std::string dir = ::testing::TempDir() + "pp_checkpoint_" + std::to_string(owner);
@@ -259,29 +259,42 @@ TEST(LlamaPipeline, CheckpointsResumeAcrossPipelineLayouts) {
       EXPECT_TRUE(torch::allclose(p.value(), want.state.at(p.key()), 1e-5, 5e-6))
           << p.key() << ": max difference " << (p.value() - want.state.at(p.key())).abs().max().item<double>();
   };
+  // Saved twice after the same first step: at pp 2 x dp 2, and at pp 2 x tp 2 (dp 1, the same
+  // global batch in 8 microbatches), whose tensors and optimizer state are tp slices.
+  const std::string dp_dir = dir + "_pp2_dp2", tp_dir = dir + "_pp2_tp2";
   testing::run_ranks(4, [&] {
     auto c = hybrid(2, 1, "1f1b", 1, 0);
     Trained t = build(c, 5);
     const int dp_rank = t.booster->plugin().dims().coord(dist::Axis::kDp);
     t.step(batch(0).narrow(0, dp_rank * kMicro * kRows, kMicro * kRows), kMicro);
-    t.booster->save_checkpoint(t.b, dir, {.step = 1});
+    t.booster->save_checkpoint(t.b, dp_dir, {.step = 1});
+  });
+  testing::run_ranks(4, [&] {
+    auto c = hybrid(2, 2, "1f1b", 1, 0);
+    c.options["num_microbatches"] = 2 * kMicro;
+    Trained t = build(c, 5);
+    t.step(batch(0), 2 * kMicro);
+    t.booster->save_checkpoint(t.b, tp_dir, {.step = 1});
   });
   const auto want = reference_run(cfg, {batch(0), batch(1)}, kEps);
-  testing::run_ranks(1, [&] {  // one process
-    booster::PluginConfig c;
-    c.name = "ddp";
-    c.device = "cpu";
-    Trained t = build(c, 99);
-    EXPECT_EQ(t.booster->load_checkpoint(t.b, dir).step, 1);
-    expect_second_step(t, t.step(batch(1), 1), want);
-  });
-  testing::run_ranks(4, [&] {  // pp 4 (dp 1): the same global batch in 8 microbatches
-    auto c = hybrid(4, 1, "1f1b", 1, 0);
-    c.options["num_microbatches"] = 2 * kMicro;
-    Trained t = build(c, 99);
-    t.booster->load_checkpoint(t.b, dir);
-    expect_second_step(t, t.step(batch(1), 2 * kMicro), want);
-  });
+  for (const auto& saved : {dp_dir, tp_dir}) {
+    SCOPED_TRACE("resuming " + saved);
+    testing::run_ranks(1, [&] {  // one process (pp 1)
+      booster::PluginConfig c;
+      c.name = "ddp";
+      c.device = "cpu";
+      Trained t = build(c, 99);
+      EXPECT_EQ(t.booster->load_checkpoint(t.b, saved).step, 1);
+      expect_second_step(t, t.step(batch(1), 1), want);
+    });
+    testing::run_ranks(4, [&] {  // pp 4 (dp 1): the same global batch in 8 microbatches
+      auto c = hybrid(4, 1, "1f1b", 1, 0);
+      c.options["num_microbatches"] = 2 * kMicro;
+      Trained t = build(c, 99);
+      t.booster->load_checkpoint(t.b, saved);
+      expect_second_step(t, t.step(batch(1), 2 * kMicro), want);
+    });
+  }
 }
 
 TEST(LlamaPipeline, BoosterPpTimesSequenceParallelMatchesOneProcess) {

@@ -250,6 +250,48 @@ TEST(TrainVit, PipelineFollowsTheSingleProcessCurve) {
   EXPECT_EQ(p.rc, 0) << p.output;
 }
 
+// --plugin auto on 2 ranks: the search over ViT's layouts (no sequence parallelism, no
+// accumulation outside a pipeline) runs, times two candidates, one of them pure data
+// parallelism, and the run trains with the winner. Under colossal verify it is refused by name.
+TEST(TrainVit, PluginAutoChoosesByMeasurementAndTrains) {
+  auto data = make_data("auto", 12);
+  const std::string report = data + "_auto_report.json";
+  auto r = train_vit(2, "--data " + data + kSmall + "--max_steps 2 --log_interval 1 --init normal --plugin auto --auto_trials 2 " +
+                            "--save_dir " + data + "_auto --auto_report " + report,
+                     data + "_auto.jsonl");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("--plugin auto: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("<- chosen"), std::string::npos) << r.output;
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << r.output;
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_TRUE(j["chosen"].is_string()) << j.dump(2);
+  int measured = 0, pure_dp_measured = 0;
+  for (const auto& c : j["candidates"]) {
+    EXPECT_EQ(c["sp"].get<int>(), 1) << "ViT has no sequence parallelism: " << c.dump();
+    EXPECT_EQ(c["dp"].get<int>() * c["tp"].get<int>() * c["pp"].get<int>(), 2) << c.dump();
+    if (c.contains("measured_s")) {
+      ++measured;
+      EXPECT_GT(c["measured_s"].get<double>(), 0) << c.dump();
+      if (c["tp"] == 1 && c["pp"] == 1) ++pure_dp_measured;
+    }
+  }
+  EXPECT_EQ(measured, 2) << j.dump(2);
+  EXPECT_GE(pure_dp_measured, 1) << "the data-parallel baseline is always among the trials";
+  const std::string chosen = j["chosen"];
+  EXPECT_NE(r.output.find("plugin " + chosen.substr(0, chosen.find(' '))), std::string::npos) << chosen << "\n" << r.output;
+  EXPECT_EQ(step_losses(r).size(), 2u) << r.output;
+
+  const std::string bin = testing::binary_dir();
+  const std::string out = data + "_auto_verify.txt";
+  const std::string cmd = bin + "/colossal verify --nproc_per_node 2 --steps 1 -- " + bin + "/train_vit --data " + data +
+                          kSmall + "--plugin auto --save_dir " + data + "_auto_verify > " + out + " 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::ifstream vin(out);
+  const std::string text((std::istreambuf_iterator<char>(vin)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("--plugin auto chooses its layout by timing"), std::string::npos) << text;
+}
+
 TEST(TrainVit, BadImagesStopTheRunOrAreSkippedByFlag) {
   auto data = make_data("bad", 12);
   const std::string bad = data + "/vertical/5.png";

@@ -151,11 +151,25 @@ class HybridModel : public ModelWrapper {
 
   // Each tensor-parallel rank's optimizer state is its own, named with the rank ("...@tp1of2",
   // replicated parameters too, so no two ranks write the same piece); every rank writes its
-  // file. Resuming needs the same tp size, and a different one finds no state under its names.
+  // file, with where its part sits in the whole parameter, so a resume at another tp size (or
+  // none) reassembles the whole state and takes its own part (checkpoint/optimizer_io.h).
   std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module& model) const override {
     auto slices = inner_->optimizer_slices(model);
     if (tp_ == 1) return slices;
-    for (auto& s : slices) s.name += "@tp" + std::to_string(tp_rank_) + "of" + std::to_string(tp_);
+    const auto local = model.named_parameters();
+    for (auto& s : slices) {
+      const auto* param = local.find(s.name);
+      COLOSSAL_CHECK(param, "[hybrid] optimizer state of '", s.name, "', which is not a parameter of the model");
+      s.whole_shape = param->sizes().vec();
+      auto spec = specs_.find(s.name);
+      if (spec != specs_.end() && spec->second.dim >= 0) {
+        s.split_dim = spec->second.dim;
+        s.split_start = spec->second.local_start;
+        s.split_size = spec->second.local_size;
+        s.whole_shape[s.split_dim] = spec->second.full_size;
+      }
+      s.name += "@tp" + std::to_string(tp_rank_) + "of" + std::to_string(tp_);
+    }
     return slices;
   }
   // Pipeline stages (and ep ranks) hold different parameters: each writes its own optimizer

@@ -1,0 +1,96 @@
+#include "core/tools/layout_trial.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+
+namespace colossal::tools {
+
+namespace {
+
+double seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+dist::ParallelDims::Options parallel_options(const Layout& l) {
+  return {.pp = l.pp, .dp = l.dp, .sp = l.sp, .tp = l.tp, .ep = l.ep, .sp_mode = l.sp_mode};
+}
+
+booster::PluginConfig plugin_config_for(const Layout& l, const booster::PluginConfig& base) {
+  booster::PluginConfig c;
+  c.device = base.device;
+  c.precision = l.precision;
+  c.name = l.plugin;
+  if (l.plugin == "hybrid") {
+    c.layout = parallel_options(l);
+    c.options["zero_stage"] = l.zero_stage;
+    if (l.pp > 1) c.options["num_microbatches"] = l.replica_batch / std::max<int64_t>(l.micro_batch, 1);
+  }
+  if (l.plugin == "gemini" && l.offload != "none") {
+    c.options["placement"] = "static";
+    c.options["offload_optim_frac"] = 1.0;
+    c.options["offload_device"] = l.offload;
+  }
+  return c;
+}
+
+double time_optimizer_steps(booster::Booster& booster, booster::Boosted& b, const Layout& l, const TrialModel& model,
+                            const torch::Tensor& inputs, const torch::Tensor& targets, const TrialOptions& o) {
+  std::vector<double> times;
+  for (int s = 0; s < o.warmup_steps + o.steps; ++s) {
+    dist::barrier(dist::world_group());
+    const auto t0 = std::chrono::steady_clock::now();
+    b.optimizer->zero_grad();
+    if (model.microbatches > 0) {
+      const int64_t rows = l.replica_batch / model.microbatches;
+      booster.execute_pipeline(*b.optimizer, model.stage, inputs.split(rows), targets.split(rows));
+    } else {
+      for (int64_t start = 0; start < l.replica_batch; start += l.micro_batch) {
+        const int64_t n = std::min(l.micro_batch, l.replica_batch - start);
+        auto run = [&] { booster.backward(model.loss(inputs.narrow(0, start, n), targets.narrow(0, start, n)), *b.optimizer); };
+        if (start + l.micro_batch < l.replica_batch) booster.no_sync(*b.optimizer, run);
+        else run();
+      }
+    }
+    b.optimizer->step();
+    auto t = torch::tensor({seconds(t0)}, torch::kFloat64);
+    dist::all_reduce(t, dist::world_group(), dist::ReduceOp::kMax);
+    if (s >= o.warmup_steps) times.push_back(t.item<double>());
+  }
+  return median(times);
+}
+
+double median_seconds(int runs, const std::function<void()>& fn) {
+  std::vector<double> times;
+  for (int i = 0; i <= runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    if (i > 0) times.push_back(seconds(t0));  // the first pays for allocations
+  }
+  return median(times);
+}
+
+void calibrate_from_slice(const ModelSpec& slice, int64_t rows, int64_t sequence, double plain_s, double checkpointed_s,
+                          const MachineRates& rates, SearchSpace& space) {
+  auto t = torch::tensor({plain_s, checkpointed_s}, torch::kFloat64);
+  dist::all_reduce(t, dist::world_group(), dist::ReduceOp::kMax);
+  const double plain = t[0].item<double>(), ckpt = t[1].item<double>();
+  // The FLOP count of the same slice at the rate of its shapes.
+  const int64_t tokens = rows * sequence;
+  const double rate = rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(tokens, 1);
+  const double predicted = flops_per_token(slice, sequence).training * static_cast<double>(tokens) / std::max(rate, 1.0);
+  space.compute_scale = predicted > 0 ? plain / predicted : 1.0;
+  space.checkpoint_factor = plain > 0 ? ckpt / plain : 4.0 / 3.0;
+}
+
+}  // namespace colossal::tools

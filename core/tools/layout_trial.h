@@ -1,0 +1,59 @@
+#pragma once
+// What every training app's --plugin auto shares to time a layout for real: the plugin
+// configuration that runs a layout, the timed loop of optimizer steps (pipelined or not), and the
+// start-up calibration of the cost model from a small slice of the model. The model-specific part
+// (building it, a batch, its loss) stays with the model (llama/layout_trial.h, vit/layout_trial.h).
+#include <torch/torch.h>
+
+#include <functional>
+
+#include "core/booster/booster.h"
+#include "core/booster/plugin_config.h"
+#include "core/dist/parallel_dims.h"
+#include "core/parallel/pipeline/runner.h"
+#include "core/tools/layout_search.h"
+
+namespace colossal::tools {
+
+/// The layout's parallel sizes as the plugins take them.
+dist::ParallelDims::Options parallel_options(const Layout& layout);
+
+/// The plugin configuration that runs `layout`, on top of `base` (its device).
+booster::PluginConfig plugin_config_for(const Layout& layout, const booster::PluginConfig& base);
+
+struct TrialOptions {
+  int warmup_steps = 1;
+  int steps = 2;
+  int64_t sequence = 256;  // tokens per sample (LLaMA)
+  uint64_t seed = 0;
+};
+
+/// A model under trial, as a trial loop drives it.
+struct TrialModel {
+  /// Microbatch inputs and targets -> the mean loss (the non-pipelined path).
+  std::function<torch::Tensor(const torch::Tensor& inputs, const torch::Tensor& targets)> loss;
+  /// The stages (the pipelined path); `microbatches` > 0 selects it.
+  parallel::pipeline::StageFunctions stage;
+  int64_t microbatches = 0;
+};
+
+/// Runs `options.warmup_steps` + `options.steps` optimizer steps on one replica's batch
+/// (`inputs`/`targets`, layout.replica_batch rows) the way the layout splits it: pipeline
+/// microbatches through the stages, or micro-batches of layout.micro_batch with the gradients
+/// accumulated (no_sync until the last). Returns the median seconds per timed step of the
+/// slowest rank. Collective: every rank calls it with the same layout.
+double time_optimizer_steps(booster::Booster& booster, booster::Boosted& boosted, const Layout& layout,
+                            const TrialModel& model, const torch::Tensor& inputs, const torch::Tensor& targets,
+                            const TrialOptions& options);
+
+/// The median of `runs` calls of `fn` after one unmeasured call, in seconds.
+double median_seconds(int runs, const std::function<void()>& fn);
+
+/// Sets `space.compute_scale` (a slice's measured forward+backward time over its FLOP count at the
+/// measured matmul rate of its shapes) and `space.checkpoint_factor` (with activation
+/// checkpointing over without) from a slice of the model (`slice`: its shape, a few layers)
+/// timed on this rank at `rows` rows of `sequence` tokens. Collective: the slowest rank's times.
+void calibrate_from_slice(const ModelSpec& slice, int64_t rows, int64_t sequence, double plain_s, double checkpointed_s,
+                          const MachineRates& rates, SearchSpace& space);
+
+}  // namespace colossal::tools

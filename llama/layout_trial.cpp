@@ -7,6 +7,7 @@
 #include "core/booster/booster.h"
 #include "core/booster/registry.h"
 #include "core/dist/parallel_dims.h"
+#include "core/dist/runtime.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/factory.h"
 #include "llama/model.h"
@@ -60,19 +61,22 @@ void calibrate_compute(const LlamaConfig& config, int64_t tokens, const tools::M
   slice.tie_word_embeddings = false;
   const int64_t seq = std::min<int64_t>(space.sequence, std::max<int64_t>(tokens, 1));
   const int64_t batch = std::max<int64_t>(1, tokens / std::max<int64_t>(seq, 1));
-  torch::manual_seed(0);
-  LlamaForCausalLM model(slice);
-  model->train();
-  auto ids = torch::randint(0, slice.vocab_size, {batch, seq});
-  auto time = [&](bool ckpt) {
-    model->set_gradient_checkpointing(ckpt);
-    return tools::median_seconds(3, [&] {
+  // Forward and backward of the slice built under `parallel` on `replicas` x batch samples,
+  // without and with checkpointing.
+  auto time = [&](const parallel::ParallelContext& parallel, int replicas) {
+    torch::manual_seed(0);
+    LlamaForCausalLM model(slice, parallel);
+    model->train();
+    auto ids = torch::randint(0, slice.vocab_size, {batch * replicas, seq});
+    return tools::time_with_and_without_checkpointing([&](bool on) { model->set_gradient_checkpointing(on); }, [&] {
       model->zero_grad();
       model->loss(ids, ids).backward();
     });
   };
-  const double plain = time(false), checkpointed = time(true);
-  tools::calibrate_from_slice(model_spec(slice), batch, seq, plain, checkpointed, rates, space);
+  const auto [plain, checkpointed] = time({}, 1);
+  const auto slowest = tools::calibrate_from_slice(model_spec(slice), batch, seq, plain, checkpointed, rates, space);
+  tools::calibrate_model_parallel([&](const tools::Layout& l) { return layout_is_valid(slice, l, dist::world_size(), seq); },
+                                  time, slowest.first, space);
 }
 
 }  // namespace colossal::llama

@@ -7,6 +7,7 @@
 #include "core/booster/booster.h"
 #include "core/booster/registry.h"
 #include "core/dist/parallel_dims.h"
+#include "core/dist/runtime.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/factory.h"
 #include "vit/model.h"
@@ -66,21 +67,25 @@ double time_training_steps(const ViTConfig& config, const tools::Layout& l, cons
 void calibrate_compute(const ViTConfig& config, int64_t images, const tools::MachineRates& rates, tools::SearchSpace& space) {
   ViTConfig slice = config;
   slice.num_hidden_layers = 2;
-  torch::manual_seed(0);
-  ViTForImageClassification model(slice);
-  model->train();
-  const auto fns = stage_functions(model);
-  auto [pixels, labels] = random_batch(slice, std::max<int64_t>(images, 1), 0);
-  auto time = [&](bool ckpt) {
-    model->set_gradient_checkpointing(ckpt);
-    return tools::median_seconds(3, [&] {
+  images = std::max<int64_t>(images, 1);
+  // Forward and backward of the slice built under `parallel` on `replicas` x images, without and
+  // with checkpointing.
+  auto time = [&](const parallel::ParallelContext& parallel, int replicas) {
+    torch::manual_seed(0);
+    ViTForImageClassification model(slice, parallel);
+    model->train();
+    const auto fns = stage_functions(model);
+    auto [pixels, labels] = random_batch(slice, images * replicas, 0);
+    return tools::time_with_and_without_checkpointing([&](bool on) { model->set_gradient_checkpointing(on); }, [&] {
       model->zero_grad();
       fns.loss(model->forward(pixels), labels).backward();
     });
   };
-  const double plain = time(false), checkpointed = time(true);
+  const auto [plain, checkpointed] = time({}, 1);
   const auto spec = model_spec(slice);
-  tools::calibrate_from_slice(spec, pixels.size(0), spec.patches, plain, checkpointed, rates, space);
+  const auto slowest = tools::calibrate_from_slice(spec, images, spec.patches, plain, checkpointed, rates, space);
+  tools::calibrate_model_parallel([&](const tools::Layout& l) { return layout_is_valid(slice, l, dist::world_size()); },
+                                  time, slowest.first, space);
 }
 
 }  // namespace colossal::vit

@@ -141,6 +141,7 @@ OptimizerStateSource::OptimizerStateSource(const std::string& dir) : dir_(dir) {
       // A tensor-parallel part: where it sits in the whole parameter.
       auto tp = parse_tp_name(param);
       auto geometry = meta.find("tp." + param);
+      if (tp && geometry == meta.end()) unplaced_tp_.insert(tp->base);
       if (tp && geometry != meta.end() && !tp_parts_[tp->base].count(tp->rank)) {
         TpPart part;
         part.name = param;
@@ -269,6 +270,9 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer,
       // or its tensor-parallel parts at another tp size.
       const bool same_name = source.contains(name + ".exp_avg") || source.contains(name + ".momentum_buffer");
       const std::string base = tensor_parallel_base(name);
+      COLOSSAL_CHECK(same_name || !source.saved_without_placement(base), "[checkpoint] optimizer state of '", base,
+                     "' was saved at another tensor-parallel size by a version that did not record where each ",
+                     "rank's part sits; resume at the tp size it was saved with");
       if (!same_name && !source.holds(base)) continue;  // this parameter had no state yet (never stepped)
       ++restored;
       const int64_t full = slice.full_numel < 0 ? p.numel() : slice.full_numel;

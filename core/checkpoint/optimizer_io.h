@@ -16,6 +16,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,9 @@ class OptimizerStateSource {
   at::Tensor read_whole(const std::string& base, const std::string& suffix, const std::vector<int64_t>& shape) const;
   /// `base`'s ".step", from the whole or from any tensor-parallel part.
   at::Tensor read_step(const std::string& base) const;
+  /// Whether `base` has tensor-parallel parts saved without their place in the whole (written
+  /// before the places were recorded): they load only at the tp size they were saved with.
+  bool saved_without_placement(const std::string& base) const { return unplaced_tp_.count(base) > 0; }
 
  private:
   struct Piece {
@@ -94,6 +98,7 @@ class OptimizerStateSource {
   std::map<std::string, std::vector<Piece>> pieces_;
   std::map<std::string, std::map<int, TpPart>> tp_parts_;  // base parameter -> tp rank -> part
   std::map<std::string, int> tp_size_;                      // base parameter -> the tp size saved
+  std::set<std::string> unplaced_tp_;                       // base parameters whose parts lack a place
 };
 
 /// Restores state into the optimizer's tensors `slices` from any layout (ZeRO slices, and

@@ -314,16 +314,33 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     // vocabulary the head is most of the FLOPs.
     const double head = 3.0 * 2.0 * static_cast<double>(spec.family == "vit" ? spec.classes : spec.vocab) * spec.hidden;
     const double layers_flops = std::max(flops.training - head, 0.0);
-    const double per_token =
-        (layers_flops * (l.activation_checkpointing ? space.checkpoint_factor : 1.0) + std::min(head, flops.training)) *
-        space.compute_scale;
+    // Tensor parallelism as measured on the model's own slice at this tp size, when the app
+    // calibrated it (its narrower products, unsplit element-wise work and all-reduces in one
+    // factor over an ideal split); else the matmul rate of the tp slice's shapes plus the
+    // all-reduce volume below.
+    auto measured = [](const std::map<int, double>& m, int n) {
+      auto it = m.find(n);
+      return n > 1 && it != m.end() ? std::optional<double>(it->second) : std::nullopt;
+    };
+    const auto tp_measured = measured(space.tp_scale, l.tp), sp_measured = measured(space.sp_scale, l.sp);
+    const bool tp_calibrated = tp_measured.has_value(), sp_calibrated = sp_measured.has_value();
+    // Checkpointing's cost as measured under this layout's split (the larger of two), else one rank's.
+    double ckpt = space.checkpoint_factor;
+    const auto tp_ckpt = measured(space.tp_checkpoint_factor, l.tp), sp_ckpt = measured(space.sp_checkpoint_factor, l.sp);
+    if (tp_ckpt || sp_ckpt) ckpt = std::max(tp_ckpt.value_or(0.0), sp_ckpt.value_or(0.0));
+    const double layers_per_token = layers_flops * (l.activation_checkpointing ? ckpt : 1.0) * space.compute_scale *
+                                    tp_measured.value_or(1.0) * sp_measured.value_or(1.0);
+    const double head_per_token = std::min(head, flops.training) * space.compute_scale;
+    const double per_token = layers_per_token + head_per_token;
     // At the rate of this layout's matrix shapes: a microbatch's rows on this rank, a tp slice.
     const int64_t rows = l.micro_batch * l.sequence / l.sp;
-    const double rate = rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(rows, l.tp);
+    auto rate_at = [&](int tp) { return std::max(rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(rows, tp), 1.0); };
     // Under a pipeline every stage runs at the pace of the costliest one: the layers split as the
     // plugin splits them (parallel/pipeline/stage_split.h, by cost, the head on the last stage).
-    const double stage_share = l.pp > 1 ? largest_stage_share(spec, l, per_token, head * space.compute_scale) : 1.0;
-    const double compute = per_token * stage_share * tokens / (static_cast<double>(l.tp) * l.sp) / std::max(rate, 1.0);
+    const double stage_share = l.pp > 1 ? largest_stage_share(spec, l, per_token, head_per_token) : 1.0;
+    const double split = static_cast<double>(l.tp) * l.sp;
+    const double compute = stage_share * tokens / split *
+                           (layers_per_token / rate_at(tp_calibrated ? 1 : l.tp) + head_per_token / rate_at(l.tp));
     c.terms["compute"] = compute;
     if (l.pp > 1) {
       const double m = static_cast<double>(l.replica_batch) / std::max<int64_t>(l.micro_batch, 1);
@@ -340,8 +357,8 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     const double layers = std::ceil(static_cast<double>(spec.layers) / l.pp);
     const double activation = tokens * spec.hidden * c_bytes / l.sp;
     const double recompute = l.activation_checkpointing ? 1.5 : 1.0;
-    if (l.tp > 1) c.terms["tp"] = 4 * layers * activation * recompute / bw(l.tp);
-    if (l.sp > 1) c.terms["sp"] = 4 * layers * activation * recompute / l.sp / bw(l.sp);
+    if (l.tp > 1 && !tp_calibrated) c.terms["tp"] = 4 * layers * activation * recompute / bw(l.tp);
+    if (l.sp > 1 && !sp_calibrated) c.terms["sp"] = 4 * layers * activation * recompute / l.sp / bw(l.sp);
     if (l.offload != "none") c.terms["offload"] = 2 * 16 * params / l.dp / std::max(rates.copy_bps, 1.0);
     // Latency: each collective call costs a small all-reduce's time whatever its size (DDP and
     // ZeRO: one per 25 MB bucket; tp and sp: four per layer per microbatch; pp: two messages per
@@ -355,8 +372,8 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     const double microbatches = static_cast<double>(l.replica_batch) / std::max<int64_t>(l.micro_batch, 1);
     double calls_s = 0;
     if (grad_group > 1) calls_s += std::ceil(params * c_bytes / (25 << 20)) * (l.plugin == "ddp" ? 1 : 2) * latency(grad_group);
-    if (l.tp > 1) calls_s += 4 * layers * microbatches * recompute * latency(l.tp);
-    if (l.sp > 1) calls_s += 4 * layers * microbatches * recompute * latency(l.sp);
+    if (l.tp > 1 && !tp_calibrated) calls_s += 4 * layers * microbatches * recompute * latency(l.tp);
+    if (l.sp > 1 && !sp_calibrated) calls_s += 4 * layers * microbatches * recompute * latency(l.sp);
     if (l.pp > 1) calls_s += 2 * microbatches * latency(2);
     c.terms["latency"] = calls_s;
     // Memory-bound work at the measured copy rate: the optimizer reads and writes every owned

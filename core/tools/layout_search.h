@@ -58,6 +58,11 @@ struct SearchSpace {
   // top (the FLOP count says 4/3; element-wise work and allocation make it differ).
   double compute_scale = 1.0;
   double checkpoint_factor = 4.0 / 3.0;
+  // The same slice under tensor (sequence) parallelism of each size: its time at tp (sp) t over
+  // (its one-rank time / t), which folds the narrower products, the element-wise work the axis
+  // does not split and its collectives into one factor; and checkpointing's cost at that size.
+  std::map<int, double> tp_scale, tp_checkpoint_factor;
+  std::map<int, double> sp_scale, sp_checkpoint_factor;  // all_to_all, the mode the search uses
 };
 
 /// Every layout of the space: the plain plugins over the whole world, and the hybrid plugin for

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/dist/collectives.h"
+#include "core/booster/registry.h"
 #include "core/dist/runtime.h"
 
 namespace colossal::tools {
@@ -80,8 +81,18 @@ double median_seconds(int runs, const std::function<void()>& fn) {
   return median(times);
 }
 
-void calibrate_from_slice(const ModelSpec& slice, int64_t rows, int64_t sequence, double plain_s, double checkpointed_s,
-                          const MachineRates& rates, SearchSpace& space) {
+std::pair<double, double> time_with_and_without_checkpointing(const std::function<void(bool)>& set_checkpointing,
+                                                              const std::function<void()>& step) {
+  set_checkpointing(false);
+  const double plain = median_seconds(5, step);
+  set_checkpointing(true);
+  const double checkpointed = median_seconds(5, step);
+  set_checkpointing(false);
+  return {plain, checkpointed};
+}
+
+std::pair<double, double> calibrate_from_slice(const ModelSpec& slice, int64_t rows, int64_t sequence, double plain_s,
+                                               double checkpointed_s, const MachineRates& rates, SearchSpace& space) {
   auto t = torch::tensor({plain_s, checkpointed_s}, torch::kFloat64);
   dist::all_reduce(t, dist::world_group(), dist::ReduceOp::kMax);
   const double plain = t[0].item<double>(), ckpt = t[1].item<double>();
@@ -91,6 +102,38 @@ void calibrate_from_slice(const ModelSpec& slice, int64_t rows, int64_t sequence
   const double predicted = flops_per_token(slice, sequence).training * static_cast<double>(tokens) / std::max(rate, 1.0);
   space.compute_scale = predicted > 0 ? plain / predicted : 1.0;
   space.checkpoint_factor = plain > 0 ? ckpt / plain : 4.0 / 3.0;
+  return {plain, ckpt};
+}
+
+void calibrate_model_parallel(const std::function<bool(const Layout&)>& is_valid, const SliceTimer& time_slice,
+                              double plain_s, SearchSpace& space) {
+  const int world = dist::world_size();
+  for (const std::string axis : {"tp", "sp"}) {
+    const int most = axis == "tp" ? space.max_tp : world;
+    for (int n = 2; n <= std::min(world, most); ++n) {
+      if (world % n != 0) continue;
+      Layout l;
+      l.plugin = "hybrid";
+      (axis == "tp" ? l.tp : l.sp) = n;
+      l.sp_mode = axis == "sp" ? "all_to_all" : "none";
+      l.dp = world / n;
+      l.precision = space.precision;
+      l.sequence = space.sequence;
+      l.replica_batch = l.micro_batch;
+      if (is_valid && !is_valid(l)) continue;
+      booster::PluginConfig cpu;
+      cpu.device = "cpu";  // where the one-rank slice ran
+      auto plugin = booster::make_plugin(plugin_config_for(l, cpu));
+      const auto [plain, ckpt] = time_slice(plugin->parallel_context(), n);
+      auto t = torch::tensor({plain, ckpt}, torch::kFloat64);
+      dist::all_reduce(t, dist::world_group(), dist::ReduceOp::kMax);
+      const double split_plain = t[0].item<double>(), split_ckpt = t[1].item<double>();
+      if (plain_s <= 0 || split_plain <= 0) continue;
+      // n times the samples over n ranks: an ideal split takes the one-rank time.
+      (axis == "tp" ? space.tp_scale : space.sp_scale)[n] = split_plain / plain_s;
+      (axis == "tp" ? space.tp_checkpoint_factor : space.sp_checkpoint_factor)[n] = split_ckpt / split_plain;
+    }
+  }
 }
 
 }  // namespace colossal::tools

@@ -52,8 +52,27 @@ double median_seconds(int runs, const std::function<void()>& fn);
 /// Sets `space.compute_scale` (a slice's measured forward+backward time over its FLOP count at the
 /// measured matmul rate of its shapes) and `space.checkpoint_factor` (with activation
 /// checkpointing over without) from a slice of the model (`slice`: its shape, a few layers)
-/// timed on this rank at `rows` rows of `sequence` tokens. Collective: the slowest rank's times.
-void calibrate_from_slice(const ModelSpec& slice, int64_t rows, int64_t sequence, double plain_s, double checkpointed_s,
-                          const MachineRates& rates, SearchSpace& space);
+/// timed on this rank at `rows` rows of `sequence` tokens. Collective: the slowest rank's times,
+/// which it returns (plain, checkpointed).
+std::pair<double, double> calibrate_from_slice(const ModelSpec& slice, int64_t rows, int64_t sequence, double plain_s,
+                                               double checkpointed_s, const MachineRates& rates, SearchSpace& space);
+
+/// (plain, with activation checkpointing) seconds of one forward and backward `step`, each the
+/// median of 5 after one unmeasured call; `set_checkpointing` switches the model.
+std::pair<double, double> time_with_and_without_checkpointing(const std::function<void(bool)>& set_checkpointing,
+                                                              const std::function<void()>& step);
+
+/// Times of the model's slice built under a parallel context, on `replicas` times the one-rank
+/// calibration's samples: (plain, with checkpointing).
+using SliceTimer = std::function<std::pair<double, double>(const parallel::ParallelContext& parallel, int replicas)>;
+
+/// Sets `space.tp_scale`/`tp_checkpoint_factor` and `sp_scale`/`sp_checkpoint_factor` for every
+/// tensor- and sequence-parallel (all_to_all) size that divides the world and that `is_valid`
+/// accepts: `time_slice` runs the same slice as the one-rank calibration (`plain_s`: its
+/// slowest-rank time) in the context of a CPU hybrid plugin at that size, the other ranks data
+/// parallel, on `size` times its samples (what a replica of that size gets when the global batch
+/// stays the same). Collective.
+void calibrate_model_parallel(const std::function<bool(const Layout&)>& is_valid, const SliceTimer& time_slice,
+                              double plain_s, SearchSpace& space);
 
 }  // namespace colossal::tools

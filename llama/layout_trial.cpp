@@ -18,13 +18,7 @@
 namespace colossal::llama {
 
 bool layout_is_valid(const LlamaConfig& config, const tools::Layout& l, int world, int64_t sequence) {
-  try {
-    dist::ParallelDims dims(tools::parallel_options(l), world);
-    check_parallel(config, dims, sequence);
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
+  return tools::layout_satisfies(l, world, [&](const dist::ParallelDims& dims) { check_parallel(config, dims, sequence); });
 }
 
 double time_training_steps(const LlamaConfig& config, const tools::Layout& l, const booster::PluginConfig& base,

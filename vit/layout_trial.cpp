@@ -29,13 +29,7 @@ std::pair<torch::Tensor, torch::Tensor> random_batch(const ViTConfig& c, int64_t
 
 bool layout_is_valid(const ViTConfig& config, const tools::Layout& l, int world) {
   if (l.pp == 1 && l.micro_batch != l.replica_batch) return false;
-  try {
-    dist::ParallelDims dims(tools::parallel_options(l), world);
-    check_parallel(config, dims);
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
+  return tools::layout_satisfies(l, world, [&](const dist::ParallelDims& dims) { check_parallel(config, dims); });
 }
 
 double time_training_steps(const ViTConfig& config, const tools::Layout& l, const booster::PluginConfig& base,

@@ -334,7 +334,7 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     const double per_token = layers_per_token + head_per_token;
     // At the rate of this layout's matrix shapes: a microbatch's rows on this rank, a tp slice.
     const int64_t rows = l.micro_batch * l.sequence / l.sp;
-    auto rate_at = [&](int tp) { return std::max(rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(rows, tp), 1.0); };
+    auto rate_at = [&](int tp) { return std::max(rates.matmul_rate(rows, tp), 1.0); };  // (matmul_flops without a curve)
     // Under a pipeline every stage runs at the pace of the costliest one: the layers split as the
     // plugin splits them (parallel/pipeline/stage_split.h, by cost, the head on the last stage).
     const double stage_share = l.pp > 1 ? largest_stage_share(spec, l, per_token, head_per_token) : 1.0;

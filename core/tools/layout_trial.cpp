@@ -27,6 +27,15 @@ dist::ParallelDims::Options parallel_options(const Layout& l) {
   return {.pp = l.pp, .dp = l.dp, .sp = l.sp, .tp = l.tp, .ep = l.ep, .sp_mode = l.sp_mode};
 }
 
+bool layout_satisfies(const Layout& l, int world, const std::function<void(const dist::ParallelDims&)>& rules) {
+  try {
+    rules(dist::ParallelDims(parallel_options(l), world));
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 booster::PluginConfig plugin_config_for(const Layout& l, const booster::PluginConfig& base) {
   booster::PluginConfig c;
   c.device = base.device;
@@ -98,8 +107,8 @@ std::pair<double, double> calibrate_from_slice(const ModelSpec& slice, int64_t r
   const double plain = t[0].item<double>(), ckpt = t[1].item<double>();
   // The FLOP count of the same slice at the rate of its shapes.
   const int64_t tokens = rows * sequence;
-  const double rate = rates.matmul_curve.empty() ? rates.matmul_flops : rates.matmul_rate(tokens, 1);
-  const double predicted = flops_per_token(slice, sequence).training * static_cast<double>(tokens) / std::max(rate, 1.0);
+  const double predicted =
+      flops_per_token(slice, sequence).training * static_cast<double>(tokens) / std::max(rates.matmul_rate(tokens, 1), 1.0);
   space.compute_scale = predicted > 0 ? plain / predicted : 1.0;
   space.checkpoint_factor = plain > 0 ? ckpt / plain : 4.0 / 3.0;
   return {plain, ckpt};

@@ -18,6 +18,10 @@ namespace colossal::tools {
 /// The layout's parallel sizes as the plugins take them.
 dist::ParallelDims::Options parallel_options(const Layout& layout);
 
+/// Whether `layout` divides `world` and passes a model's own rules (`rules` throws naming what
+/// does not fit: heads by tp, layers by pp...).
+bool layout_satisfies(const Layout& layout, int world, const std::function<void(const dist::ParallelDims&)>& rules);
+
 /// The plugin configuration that runs `layout`, on top of `base` (its device).
 booster::PluginConfig plugin_config_for(const Layout& layout, const booster::PluginConfig& base);
 

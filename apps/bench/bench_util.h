@@ -9,13 +9,11 @@
 #include <vector>
 
 #include "core/common/check.h"
+#include "core/common/stats.h"
 
 namespace colossal::bench {
 
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using colossal::median;
 
 /// Wall-clock seconds of one call.
 template <typename Fn>

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/common/check.h"
+#include "core/common/stats.h"
 #include "core/common/progress.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -24,11 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 int64_t available_host_bytes() {
   std::ifstream in("/proc/meminfo");
@@ -79,6 +75,11 @@ std::string MachineRates::describe() const {
   for (const auto& [n, bps] : all_reduce_bps) {
     auto lat = all_reduce_latency_s.find(n);
     out += c10::str(" ", n, " ranks ", bps / 1e9, " GB/s (", lat == all_reduce_latency_s.end() ? 0.0 : lat->second * 1e6, " us);");
+  }
+  for (const auto& [n, bps] : reduce_scatter_bps) {
+    auto ag = all_gather_bps.find(n);
+    out += c10::str(" reduce-scatter/all-gather ", n, " ranks ", bps / 1e9, "/",
+                    ag == all_gather_bps.end() ? 0.0 : ag->second / 1e9, " GB/s;");
   }
   out += c10::str(" p2p ", p2p_bps / 1e9, " GB/s; copy ", copy_bps / 1e9, " GB/s; memory per rank ", gib(device_bytes),
                   " GiB");
@@ -139,7 +140,9 @@ MachineRates measure_rates(const ModelSpec* spec) {
   for (int g = 2; g <= world; g *= 2) sizes.push_back(g);
   if (world > 1 && (world & (world - 1)) != 0) sizes.push_back(world);
   const int64_t n_sizes = static_cast<int64_t>(sizes.size());
-  auto rates = torch::zeros({2 * n_sizes + 1}, torch::kFloat64);  // bandwidths, latencies, p2p
+  // All-reduce bandwidths, latencies, reduce-scatter and all-gather bandwidths, then p2p.
+  auto rates = torch::zeros({4 * n_sizes + 1}, torch::kFloat64);
+  const int64_t p2p_slot = 4 * n_sizes;
   for (size_t k = 0; k < sizes.size(); ++k) {
     std::vector<int> members(sizes[k]);
     std::iota(members.begin(), members.end(), 0);
@@ -161,6 +164,22 @@ MachineRates measure_rates(const ModelSpec* spec) {
       if (i > 0) times.push_back(seconds_since(t));
     }
     if (me == 0) rates[n_sizes + static_cast<int64_t>(k)] = median(times);
+    // ZeRO's pair on the same 4 MiB: reduce-scatter it, all-gather it back.
+    const int64_t part = elems / sizes[k];
+    auto full = torch::ones({part * sizes[k]}), shard = torch::zeros({part});
+    std::vector<double> rs, ag;
+    for (int i = 0; i < 6; ++i) {
+      auto t = Clock::now();
+      dist::reduce_scatter(shard, full, group);
+      if (i > 0) rs.push_back(seconds_since(t));
+      t = Clock::now();
+      dist::all_gather(full, shard, group);
+      if (i > 0) ag.push_back(seconds_since(t));
+    }
+    if (me == 0) {
+      rates[2 * n_sizes + static_cast<int64_t>(k)] = static_cast<double>(full.nbytes()) / median(rs);
+      rates[3 * n_sizes + static_cast<int64_t>(k)] = static_cast<double>(full.nbytes()) / median(ag);
+    }
   }
   // Point to point between ranks 0 and 1: half a round trip.
   if (world > 1) {
@@ -179,15 +198,17 @@ MachineRates measure_rates(const ModelSpec* spec) {
         }
         if (i > 0) times.push_back(seconds_since(t) / 2);
       }
-      if (me == 0) rates[2 * n_sizes] = static_cast<double>(elems * 4) / median(times);
+      if (me == 0) rates[p2p_slot] = static_cast<double>(elems * 4) / median(times);
     }
   }
   dist::all_reduce(rates, dist::world_group(), dist::ReduceOp::kMax);
   for (size_t k = 0; k < sizes.size(); ++k) {
     r.all_reduce_bps[sizes[k]] = rates[k].item<double>();
     r.all_reduce_latency_s[sizes[k]] = rates[n_sizes + static_cast<int64_t>(k)].item<double>();
+    r.reduce_scatter_bps[sizes[k]] = rates[2 * n_sizes + static_cast<int64_t>(k)].item<double>();
+    r.all_gather_bps[sizes[k]] = rates[3 * n_sizes + static_cast<int64_t>(k)].item<double>();
   }
-  r.p2p_bps = world > 1 ? rates[2 * n_sizes].item<double>() : 0;
+  r.p2p_bps = world > 1 ? rates[p2p_slot].item<double>() : 0;
   // Copies: 64 MiB (on a CUDA build the offload path would be host<->device; measured here
   // as the host copy every CPU plugin's offload performs).
   {
@@ -304,6 +325,13 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     if (it == rates.all_reduce_bps.end()) it = std::prev(rates.all_reduce_bps.end());
     return it->second;
   };
+  // ZeRO's collectives at their own measured rate (by the nearest group size at or above n), else
+  // each at half an all-reduce's time.
+  auto zero_bw = [&](const std::map<int, double>& measured, int n) {
+    auto it = measured.lower_bound(n);
+    if (it == measured.end() && !measured.empty()) it = std::prev(measured.end());
+    return it != measured.end() ? it->second : 2 * bw(n);
+  };
   for (const auto& l : layouts) {
     Candidate c;
     c.layout = l;
@@ -349,10 +377,19 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     }
     const double params = parameters_per_rank(spec, l);
     const int grad_group = l.plugin == "hybrid" ? l.dp * l.sp : l.dp;
+    // DDP (and the hybrid plugin without ZeRO) all-reduces the gradients; ZeRO-1/2 reduce-scatters
+    // them and all-gathers the updated parameters; Gemini gathers each chunk for forward and again
+    // for backward.
+    const bool sharded = !(l.plugin == "ddp" || (l.plugin == "hybrid" && l.zero_stage == 0));
     if (grad_group > 1) {
-      double factor = 1.0;  // all-reduce (DDP) = reduce-scatter + all-gather (ZeRO-1/2)
-      if (l.plugin == "gemini") factor = 1.5;  // the parameters are gathered again for backward
-      c.terms["dp"] = factor * params * c_bytes / bw(grad_group);
+      const double bytes = params * c_bytes;
+      if (!sharded) {
+        c.terms["dp"] = bytes / bw(grad_group);
+      } else {
+        const double gathers = l.plugin == "gemini" ? 2 : 1;
+        c.terms["dp"] = bytes / zero_bw(rates.reduce_scatter_bps, grad_group) +
+                        gathers * bytes / zero_bw(rates.all_gather_bps, grad_group);
+      }
     }
     const double layers = std::ceil(static_cast<double>(spec.layers) / l.pp);
     const double activation = tokens * spec.hidden * c_bytes / l.sp;
@@ -379,9 +416,13 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     // Memory-bound work at the measured copy rate: the optimizer reads and writes every owned
     // parameter's weights, gradients and moments; the element-wise layers touch each kept
     // activation a few times forward and backward.
-    const double owned = (l.plugin == "ddp" || (l.plugin == "hybrid" && l.zero_stage == 0)) ? params : params / grad_group;
+    const double owned = sharded ? params / grad_group : params;
     const double acts = static_cast<double>(activation_bytes(spec, l).per_layer) * layers * microbatches;
-    c.terms["memory"] = (32 * owned + 6 * acts) / std::max(rates.copy_bps, 1.0);
+    // The sharded plugins also move every parameter's bytes three times a step through flat
+    // buffers: gradients into their bucket, the bucket into the collective's send layout, the
+    // gathered parameters back into the model (Gemini: into and out of its chunks).
+    const double flat_copies = sharded && grad_group > 1 ? 3 * params * c_bytes : 0;
+    c.terms["memory"] = (32 * owned + 6 * acts + flat_copies) / std::max(rates.copy_bps, 1.0);
     c.predicted_s = 0;
     for (const auto& [k, v] : c.terms) c.predicted_s += v;
     const auto state = model_state_bytes(spec, l);
@@ -407,25 +448,36 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
   return out;
 }
 
+std::optional<size_t> baseline_index(const std::vector<Candidate>& ranked) {
+  // Plain DDP first (without checkpointing, then with): what a user runs without the search. The
+  // cost model ranks the data-parallel family within a few percent of each other while their
+  // measured times differ by more (ZeRO's and Gemini's copies), so "the best-predicted pure
+  // data-parallel layout" could be a ZeRO stage that is slower than DDP.
+  for (bool ckpt : {false, true})
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      const auto& l = ranked[i].layout;
+      if (ranked[i].fits && l.plugin == "ddp" && l.activation_checkpointing == ckpt) return i;
+    }
+  for (size_t i = 0; i < ranked.size(); ++i) {  // memory rules DDP out: the best-predicted sharded one
+    const auto& l = ranked[i].layout;
+    if (ranked[i].fits && l.tp == 1 && l.pp == 1 && l.sp == 1 && l.ep == 1) return i;
+  }
+  return std::nullopt;
+}
+
 SelectionReport select_layout(std::vector<Candidate> ranked, const std::function<double(const Layout&)>& trial,
                               const SelectOptions& options) {
   SelectionReport report;
   const auto start = Clock::now();
-  // The trials: the best predicted that fit, one of them always the best-predicted pure
-  // data-parallel layout (what a user would run without the search), so the pick is never
-  // slower than that baseline by more than the noise of the measurement.
+  // The trials: the best predicted that fit, one of them always the baseline (baseline_index), so
+  // the pick is never slower than what a user would run without the search by more than the
+  // noise of the measurement.
   std::vector<size_t> order;
   for (size_t i = 0; i < ranked.size() && static_cast<int>(order.size()) < options.trials; ++i)
     if (ranked[i].fits) order.push_back(i);
-  auto pure_dp = [](const Layout& l) { return l.tp == 1 && l.pp == 1 && l.sp == 1 && l.ep == 1; };
-  const bool has_baseline = std::any_of(order.begin(), order.end(), [&](size_t i) { return pure_dp(ranked[i].layout); });
-  if (!has_baseline && !order.empty()) {
-    for (size_t i = 0; i < ranked.size(); ++i)
-      if (ranked[i].fits && pure_dp(ranked[i].layout)) {
-        order.back() = i;
-        break;
-      }
-  }
+  if (const auto base = baseline_index(ranked);
+      base && !order.empty() && std::find(order.begin(), order.end(), *base) == order.end())
+    order.back() = *base;
   int tried = 0;
   for (size_t i : order) {
     if (tried > 0 && seconds_since(start) > options.budget_s) break;

@@ -32,6 +32,10 @@ struct MachineRates {
   double matmul_rate(int64_t rows, int tp) const;
   std::map<int, double> all_reduce_bps;    // by group size: buffer bytes / all-reduce time (4 MiB buffer)
   std::map<int, double> all_reduce_latency_s;  // by group size: one 4-byte all-reduce
+  // ZeRO's collectives, by group size: the full buffer's bytes (4 MiB) / time. Measured rather than
+  // derived from the all-reduce: a transport's reduce-scatter and all-gather need not cost half an
+  // all-reduce each.
+  std::map<int, double> reduce_scatter_bps, all_gather_bps;
   double p2p_bps = 0;                      // send/recv between two ranks, bytes/s
   double copy_bps = 0;                     // host<->device (on a CPU build: host memcpy), bytes/s
   int64_t device_bytes = 0;                // memory one rank may use on its device (CPU: host share)
@@ -103,9 +107,12 @@ struct SelectionReport {
   nlohmann::json to_json() const;
 };
 
+/// The layout a user would run without the search, among those that fit: plain DDP (without
+/// activation checkpointing where that fits), else the best-predicted pure data-parallel one.
+std::optional<size_t> baseline_index(const std::vector<Candidate>& ranked);
+
 /// Times `trial` on the best `options.trials` candidates that fit (fewer when the budget runs out;
-/// one of them always the best-predicted pure data-parallel layout, the baseline a user would
-/// otherwise run) and picks the fastest measured. `trial` returns seconds per step and is called on every rank
+/// one of them always the baseline above) and picks the fastest measured. `trial` returns seconds per step and is called on every rank
 /// with the same layout; it throws for a layout that cannot run (reported, the next one tried).
 SelectionReport select_layout(std::vector<Candidate> ranked, const std::function<double(const Layout&)>& trial,
                               const SelectOptions& options);

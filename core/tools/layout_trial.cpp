@@ -4,8 +4,9 @@
 #include <chrono>
 #include <vector>
 
-#include "core/dist/collectives.h"
 #include "core/booster/registry.h"
+#include "core/common/stats.h"
+#include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 
 namespace colossal::tools {
@@ -14,11 +15,6 @@ namespace {
 
 double seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 }  // namespace

@@ -233,6 +233,44 @@ TEST(LayoutSearch, MemoryThatDoesNotFitIsRankedLastAndNamed) {
   EXPECT_NE(msg.find("no layout fits the memory"), std::string::npos) << msg;
 }
 
+// The trials always include what a user would run without the search: plain DDP where it fits
+// (however the cost model ranks it), else the best-predicted sharded data-parallel layout.
+TEST(LayoutSearch, TheTrialsIncludeTheDataParallelBaseline) {
+  auto c = shaped(64, 128, 4, 2, 2);
+  tools::SearchSpace space;
+  space.world = 2;
+  space.global_batch = 4;
+  space.sequence = 32;
+  auto layouts = tools::enumerate_layouts(model_spec(c), space, nullptr);
+  tools::MachineRates rates;
+  rates.matmul_flops = 1e10;
+  rates.all_reduce_bps[2] = 1e6;  // a slow all-reduce ranks DDP below the split layouts
+  rates.copy_bps = 1e9;
+  rates.p2p_bps = 1e9;
+  rates.device_bytes = rates.host_bytes = int64_t{1} << 34;
+  auto ranked = tools::rank_layouts(model_spec(c), layouts, rates, space);
+  ASSERT_NE(ranked.front().layout.plugin, "ddp") << "the test needs DDP not to be predicted first";
+  std::vector<std::string> tried;
+  auto record = [&](const tools::Layout& l) {
+    tried.push_back(l.describe());
+    return 1.0 + static_cast<double>(tried.size());  // the first tried is measured fastest
+  };
+  auto report = tools::select_layout(ranked, record, {.trials = 2, .budget_s = 1e9});
+  ASSERT_EQ(tried.size(), 2u);
+  EXPECT_EQ(tried[0], ranked.front().layout.describe());
+  EXPECT_EQ(tried[1], "ddp dp2 fp32") << "DDP without checkpointing is the baseline";
+  // Memory for sharded state only: DDP does not fit, a sharded pure data-parallel layout is tried.
+  const double params = static_cast<double>(tools::total_parameters(model_spec(c)));
+  rates.device_bytes = rates.host_bytes = static_cast<int64_t>(12 * params);
+  auto tight = tools::rank_layouts(model_spec(c), layouts, rates, space);
+  const auto base = tools::baseline_index(tight);
+  ASSERT_TRUE(base.has_value());
+  const auto& l = tight[*base].layout;
+  EXPECT_TRUE(tight[*base].fits);
+  EXPECT_NE(l.plugin, "ddp");
+  EXPECT_EQ(l.tp * l.pp * l.sp, 1) << l.describe();
+}
+
 TEST(LayoutSearch, SpearmanRankCorrelation) {
   EXPECT_DOUBLE_EQ(tools::spearman({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
   EXPECT_DOUBLE_EQ(tools::spearman({1, 2, 3, 4}, {4, 3, 2, 1}), -1.0);

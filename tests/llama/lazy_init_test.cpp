@@ -19,7 +19,8 @@
 #include "tests/support/multirank.h"
 
 namespace colossal::llama {
-namespace {
+// Named, not anonymous: the unity build compiles this file with others (cmake/unity.cmake).
+namespace lazy_init_test {
 
 LlamaConfig tiny() { return tiny_test_llama(); }
 
@@ -157,5 +158,5 @@ TEST(LazyInit, AModelThatCannotInitialiseItselfIsNamed) {
   EXPECT_NE(msg.find("does not say how to initialise its parameters"), std::string::npos) << msg;
 }
 
-}  // namespace
+}  // namespace lazy_init_test
 }  // namespace colossal::llama

@@ -28,7 +28,8 @@
 #include "tests/support/multirank.h"
 
 namespace colossal::llama {
-namespace {
+// Named, not anonymous: the unity build compiles this file with others (cmake/unity.cmake).
+namespace moe_test {
 
 namespace ex = parallel::expert;
 
@@ -472,5 +473,5 @@ TEST(MixtralExpertParallel, CheckpointResumesAtAnotherExpertParallelSize) {
   }, {.world_size = 4, .deadline_s = 240});
 }
 
-}  // namespace
+}  // namespace moe_test
 }  // namespace colossal::llama

@@ -19,7 +19,8 @@
 #include "tests/support/multirank.h"
 
 namespace colossal::llama {
-namespace {
+// Named, not anonymous: the unity build compiles this file with others (cmake/unity.cmake).
+namespace pipeline_test {
 
 constexpr int kMicro = 4, kRows = 2, kSeq = 12;
 
@@ -354,5 +355,5 @@ TEST(LlamaPipeline, TiedEmbeddingsNeedTheFirstAndLastStageTogether) {
   });
 }
 
-}  // namespace
+}  // namespace pipeline_test
 }  // namespace colossal::llama

@@ -15,7 +15,7 @@
 namespace colossal::booster {
 namespace {
 
-struct Bucket {
+struct AllReduceBucket {
   torch::Tensor flat;             // all gradients of the bucket, contiguous
   std::vector<size_t> params;     // indices into DDPModel::params_
   bool expert = false;            // expert parameters (reduced over the expert data-parallel group)
@@ -189,7 +189,7 @@ class DDPModel : public ModelWrapper {
   void build_buckets() {
     size_t i = 0;
     while (i < params_.size()) {
-      Bucket b;
+      AllReduceBucket b;
       auto dtype = params_[i].scalar_type();
       // Dense and expert parameters never share a bucket: they are reduced over different groups.
       // Every rank holds the same number of experts of the same shapes, so the buckets line up.
@@ -256,14 +256,14 @@ class DDPModel : public ModelWrapper {
     if (detached_[i] || !params_[i].grad().is_alias_of(buckets_[bucket_of_[i]].flat)) attach(i);
     if (!sync_ || !in_backward_ || ready_[i]) return;
     ready_[i] = true;
-    Bucket& b = buckets_[bucket_of_[i]];
+    AllReduceBucket& b = buckets_[bucket_of_[i]];
     if (--b.pending == 0) launch_ready_buckets();
   }
 
   // Launches complete buckets strictly in index order, so every rank issues the same sequence.
   void launch_ready_buckets() {
     while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-      Bucket& b = buckets_[next_launch_++];
+      AllReduceBucket& b = buckets_[next_launch_++];
       for (size_t i : b.params)
         if (detached_[i]) attach(i);  // no gradient this step: reduce zeros
       b.handle = options_.scope.reduce_async(b.flat, b.expert);
@@ -277,7 +277,7 @@ class DDPModel : public ModelWrapper {
   std::vector<std::string> names_;
   std::vector<bool> ready_;
   std::vector<bool> detached_;  // gradient dropped by zero_grad, bucket segment stale
-  std::vector<Bucket> buckets_;
+  std::vector<AllReduceBucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<int64_t> offset_of_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;

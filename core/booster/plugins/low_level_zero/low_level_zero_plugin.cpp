@@ -34,7 +34,7 @@ struct ZeroParam {
   bool expert = false;  // expert parallelism: sharded over the expert data-parallel group
 };
 
-struct Bucket {
+struct ShardBucket {
   std::vector<size_t> params;  // indices into ZeroModel::params_ (all dense or all expert)
   bool expert = false;
   int64_t elements = 0;        // stage 1: padded elements; stage 2: per-rank segment length
@@ -262,7 +262,7 @@ class ZeroModel : public ModelWrapper {
   void build_buckets() {
     size_t i = 0;
     while (i < params_.size()) {
-      Bucket b;
+      ShardBucket b;
       // Dense and expert parameters never share a bucket (they reduce over different groups);
       // every rank holds as many experts of the same shapes, so the buckets line up.
       b.expert = params_[i].expert;
@@ -322,7 +322,7 @@ class ZeroModel : public ModelWrapper {
   void gradient_ready(size_t i) {
     ready_[i] = true;
     auto& zp = params_[i];
-    Bucket& b = buckets_[zp.bucket];
+    ShardBucket& b = buckets_[zp.bucket];
     if (options_.stage == 2) {
       torch::NoGradGuard no_grad;
       if (!b.send.defined()) b.send = acquire_buffer(b.elements * ranks_of(b.expert));
@@ -345,7 +345,7 @@ class ZeroModel : public ModelWrapper {
   void launch_ready_buckets() {
     while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
       size_t bi = next_launch_++;
-      Bucket& b = buckets_[bi];
+      ShardBucket& b = buckets_[bi];
       if (options_.stage == 1) {
         if (comm_dtype_ == b.flat.scalar_type()) {
           b.handle = options_.scope.reduce_async(b.flat, b.expert);
@@ -367,7 +367,7 @@ class ZeroModel : public ModelWrapper {
   void drain_oldest() {
     size_t bi = in_flight_.front();
     in_flight_.pop_front();
-    Bucket& b = buckets_[bi];
+    ShardBucket& b = buckets_[bi];
     b.handle.wait();
     torch::NoGradGuard no_grad;
     if (options_.stage == 1) {
@@ -468,7 +468,7 @@ class ZeroModel : public ModelWrapper {
   bool masters_are_views_ = false;
   std::vector<ZeroParam> params_;
   std::map<const void*, size_t> index_of_;
-  std::vector<Bucket> buckets_;
+  std::vector<ShardBucket> buckets_;
   std::vector<bool> ready_;
   std::deque<size_t> in_flight_;
   std::vector<torch::Tensor> pool_;

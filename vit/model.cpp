@@ -11,6 +11,7 @@
 #include "core/nn/activation_checkpoint.h"
 #include "core/nn/module_hooks.h"
 #include "core/parallel/tensor/shard.h"
+#include "core/tools/memory_tracer.h"
 
 namespace colossal::vit {
 
@@ -316,11 +317,18 @@ torch::Tensor ViTForImageClassificationImpl::forward_chunk(int chunk, const torc
   COLOSSAL_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_layers_.size()), "[vit] model chunk ", chunk,
                  ": this rank holds ", chunk_layers_.size());
   const auto [first, last] = chunk_ends(chunk);
-  torch::Tensor h = first ? embed(input) : input;
+  torch::Tensor h;
+  if (first) {
+    tools::MemoryTracer::Scope traced("embeddings");  // --memory_trace's modules (free when off)
+    h = embed(input);
+  } else {
+    h = input;
+  }
   const auto [begin, end] = chunk_layers_[chunk];
   for (size_t k = 0; k < vit->encoder->layers.size(); ++k) {
     if (vit->encoder->layer_ids[k] < begin || vit->encoder->layer_ids[k] >= end) continue;
     auto& layer = vit->encoder->layers[k];
+    tools::MemoryTracer::Scope traced(tools::MemoryTracer::active() ? "layers." + std::to_string(vit->encoder->layer_ids[k]) : "");
     if (gradient_checkpointing_ && is_training()) {
       h = nn::checkpoint([l = layer.ptr()](const torch::Tensor& x) { return l->forward(x); }, h);
     } else {
@@ -328,6 +336,7 @@ torch::Tensor ViTForImageClassificationImpl::forward_chunk(int chunk, const torc
     }
   }
   if (!last) return h;
+  tools::MemoryTracer::Scope traced("head");
   h = call(vit->layernorm, h);
   return call(classifier, h.select(1, 0));
 }

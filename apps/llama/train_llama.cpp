@@ -186,7 +186,11 @@ void choose_layout_by_measurement(TrainArgs& a) {
         calibrate_compute(cfg, a.batch_size * a.max_length, rates, space);
       });
   const auto& best = report.candidates[report.chosen].layout;
-  a.plugin = colossal::tools::plugin_config_for(best, a.plugin);
+  std::vector<std::string> dropped;
+  a.plugin = colossal::tools::plugin_config_for(best, a.plugin, &dropped);
+  if (!dropped.empty() && dist::rank() == 0)
+    std::printf("note: --plugin auto chose %s, which does not take these options; left out: %s\n", best.plugin.c_str(),
+                c10::Join(", ", dropped).c_str());
   a.grad_checkpoint = best.activation_checkpointing;
   a.batch_size = best.pp > 1 ? best.replica_batch : best.micro_batch;
   a.accumulation_steps = best.pp > 1 ? 1 : best.replica_batch / best.micro_batch;

@@ -83,6 +83,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("load_checkpoint", a.load_checkpoint);
   c.read("log_interval", a.log_interval);
   c.read("log_file", a.log_file);
+  c.read("memory_trace", a.memory_trace);
   c.read("keep_checkpoints", a.keep_checkpoints);
   // Every other key is the plugin's (layout, precision, device, plugin options): make_plugin
   // rejects one that no plugin setting has, naming it and the file.
@@ -148,6 +149,8 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--log_interval", a.log_interval, "steps between progress updates")->capture_default_str();
   app.add_option("--log_file", a.log_file, "append metrics as JSON lines");
   a.auto_layout.add_to(app, "SAVE_DIR/auto_layout.json");
+  app.add_option("--memory_trace", a.memory_trace,
+                 "trace the second step's memory (phases, modules: peak and kept bytes) into this JSON file");
   app.add_option("--keep_checkpoints", a.keep_checkpoints, "checkpoints kept (0: all)")->capture_default_str();
   app.add_option("--predict", a.predict, "classify these image files with a saved model instead of training");
   app.add_option("--model_dir", a.model_dir, "--predict's model (default: --pretrained, else SAVE_DIR/model)");

@@ -50,6 +50,7 @@ struct TrainArgs {
   std::string load_checkpoint = "auto";  // a checkpoint (root or step directory), auto or none
   int64_t log_interval = 20;
   std::string log_file;
+  std::string memory_trace;  // --memory_trace: the second step's memory by phase and module (JSON)
   int64_t keep_checkpoints = 2;
   // Prediction instead of training
   std::vector<std::string> predict;

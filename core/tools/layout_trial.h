@@ -22,8 +22,11 @@ dist::ParallelDims::Options parallel_options(const Layout& layout);
 /// does not fit: heads by tp, layers by pp...).
 bool layout_satisfies(const Layout& layout, int world, const std::function<void(const dist::ParallelDims&)>& rules);
 
-/// The plugin configuration that runs `layout`, on top of `base` (its device).
-booster::PluginConfig plugin_config_for(const Layout& layout, const booster::PluginConfig& base);
+/// The plugin configuration that runs `layout`, on top of `base`: its device, and the user's own
+/// plugin options where the chosen plugin has them (bucket sizes, Gemini's chunk settings...; the
+/// layout's settings win). `dropped`, when given, gets the options the chosen plugin does not take.
+booster::PluginConfig plugin_config_for(const Layout& layout, const booster::PluginConfig& base,
+                                        std::vector<std::string>* dropped = nullptr);
 
 struct TrialOptions {
   int warmup_steps = 1;
@@ -62,7 +65,8 @@ std::pair<double, double> calibrate_from_slice(const ModelSpec& slice, int64_t r
                                                double checkpointed_s, const MachineRates& rates, SearchSpace& space);
 
 /// (plain, with activation checkpointing) seconds of one forward and backward `step`, each the
-/// median of 5 after one unmeasured call; `set_checkpointing` switches the model.
+/// fastest of 5 runs interleaved with the other kind's, after one unmeasured call of each;
+/// `set_checkpointing` switches the model.
 std::pair<double, double> time_with_and_without_checkpointing(const std::function<void(bool)>& set_checkpointing,
                                                               const std::function<void()>& step);
 

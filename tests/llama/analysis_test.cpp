@@ -271,6 +271,31 @@ TEST(LayoutSearch, TheTrialsIncludeTheDataParallelBaseline) {
   EXPECT_EQ(l.tp * l.pp * l.sp, 1) << l.describe();
 }
 
+// The user's plugin options survive --plugin auto where the chosen plugin takes them; the
+// layout's own settings win; the rest are reported, not silently lost.
+TEST(LayoutSearch, TheChosenPluginKeepsTheUsersOptions) {
+  booster::PluginConfig user;
+  user.name = "auto";
+  user.set("bucket_mib", "8", "flag --bucket_mib");
+  user.set("placement", "auto", "flag --placement");
+  tools::Layout ddp;
+  ddp.plugin = "ddp";
+  std::vector<std::string> dropped;
+  auto c = tools::plugin_config_for(ddp, user, &dropped);
+  EXPECT_EQ(c.options.at("bucket_mib"), "8");
+  EXPECT_EQ(c.origin.at("bucket_mib"), "flag --bucket_mib");
+  EXPECT_FALSE(c.options.contains("placement"));
+  EXPECT_EQ(dropped, std::vector<std::string>{"placement"});
+  testing::run_ranks(1, [c] { EXPECT_NO_THROW(booster::make_plugin(c)); });  // the plugin takes what was kept
+  tools::Layout offload;
+  offload.plugin = "gemini";
+  offload.offload = "cpu";
+  dropped.clear();
+  c = tools::plugin_config_for(offload, user, &dropped);
+  EXPECT_EQ(c.options.at("placement"), "static") << "the layout's offload needs static placement";
+  EXPECT_EQ(dropped, std::vector<std::string>{"bucket_mib"});
+}
+
 TEST(LayoutSearch, SpearmanRankCorrelation) {
   EXPECT_DOUBLE_EQ(tools::spearman({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
   EXPECT_DOUBLE_EQ(tools::spearman({1, 2, 3, 4}, {4, 3, 2, 1}), -1.0);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <random>
+#include <set>
 
 #include "tests/support/multirank.h"
 #include "vit/pretrained.h"
@@ -253,11 +254,12 @@ TEST(TrainVit, PipelineFollowsTheSingleProcessCurve) {
 // --plugin auto on 2 ranks: the search over ViT's layouts (no sequence parallelism, no
 // accumulation outside a pipeline) runs, times two candidates, one of them pure data
 // parallelism, and the run trains with the winner. Under colossal verify it is refused by name.
+// (With --memory_trace: the traced step's modules are the ViT's.)
 TEST(TrainVit, PluginAutoChoosesByMeasurementAndTrains) {
   auto data = make_data("auto", 12);
-  const std::string report = data + "_auto_report.json";
+  const std::string report = data + "_auto_report.json", trace = data + "_trace.json";
   auto r = train_vit(2, "--data " + data + kSmall + "--max_steps 2 --log_interval 1 --init normal --plugin auto --auto_trials 2 " +
-                            "--save_dir " + data + "_auto --auto_report " + report,
+                            "--save_dir " + data + "_auto --auto_report " + report + " --memory_trace " + trace,
                      data + "_auto.jsonl");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("--plugin auto: "), std::string::npos) << r.output;
@@ -266,18 +268,25 @@ TEST(TrainVit, PluginAutoChoosesByMeasurementAndTrains) {
   ASSERT_TRUE(in.good()) << r.output;
   const auto j = nlohmann::json::parse(in);
   ASSERT_TRUE(j["chosen"].is_string()) << j.dump(2);
-  int measured = 0, pure_dp_measured = 0;
+  int measured = 0, ddp_measured = 0;
   for (const auto& c : j["candidates"]) {
     EXPECT_EQ(c["sp"].get<int>(), 1) << "ViT has no sequence parallelism: " << c.dump();
     EXPECT_EQ(c["dp"].get<int>() * c["tp"].get<int>() * c["pp"].get<int>(), 2) << c.dump();
     if (c.contains("measured_s")) {
       ++measured;
       EXPECT_GT(c["measured_s"].get<double>(), 0) << c.dump();
-      if (c["tp"] == 1 && c["pp"] == 1) ++pure_dp_measured;
+      if (c["plugin"] == "ddp" && !c["activation_checkpointing"].get<bool>()) ++ddp_measured;
     }
   }
   EXPECT_EQ(measured, 2) << j.dump(2);
-  EXPECT_GE(pure_dp_measured, 1) << "the data-parallel baseline is always among the trials";
+  EXPECT_EQ(ddp_measured, 1) << "plain DDP, the baseline, is always among the trials";
+  std::ifstream t(trace);
+  ASSERT_TRUE(t.good()) << r.output;
+  const auto tj = nlohmann::json::parse(t);
+  EXPECT_EQ(tj["step"], 2);
+  std::set<std::string> modules;
+  for (const auto& m : tj["modules"]) modules.insert(m["module"].get<std::string>());
+  for (const char* name : {"embeddings", "layers.0", "head"}) EXPECT_TRUE(modules.count(name)) << name << "\n" << tj.dump();
   const std::string chosen = j["chosen"];
   EXPECT_NE(r.output.find("plugin " + chosen.substr(0, chosen.find(' '))), std::string::npos) << chosen << "\n" << r.output;
   EXPECT_EQ(step_losses(r).size(), 2u) << r.output;

@@ -1,0 +1,150 @@
+// colossal._C.Booster: the Booster over a model defined in Python. boost() takes the module's
+// named parameters and buffers (the same tensors, held in a module shell: module_shell.h) and the
+// optimizer's kind and param groups (optimizer_bridge.h), and returns a BoostedModel: the
+// optimizer the plugin drives plus what saving and loading need. The Python package
+// (colossal/booster.py) gives this the ColossalAI shape.
+#include <torch/csrc/utils/pybind.h>
+
+#include "apps/python/bindings.h"
+#include "apps/python/module_shell.h"
+#include "apps/python/optimizer_bridge.h"
+#include "core/booster/booster.h"
+#include "core/booster/registry.h"
+#include "core/common/check.h"
+
+namespace colossal::python {
+namespace py = pybind11;
+namespace {
+
+// What boost() hands back: the shell holding the Python module's tensors, the boosted objects,
+// and the no_sync guard while one is open.
+struct BoostedModel {
+  std::shared_ptr<torch::nn::Module> shell;
+  booster::Boosted boosted;
+  std::unique_ptr<booster::NoSyncGuard> no_sync;
+  booster::BoostedOptimizer& optimizer() { return *boosted.optimizer; }
+};
+
+class PyBooster {
+ public:
+  PyBooster(const std::string& plugin, const std::map<std::string, std::string>& settings) {
+    booster::PluginConfig c;
+    c.name = plugin;
+    for (const auto& [key, text] : settings) c.set(key, text, "keyword argument " + key);
+    config_ = c.describe();
+    booster_ = std::make_unique<booster::Booster>(booster::make_plugin(c));
+  }
+
+  // param_groups: (tensors, {hyperparameter: value}) per group, as colossal/booster.py builds them.
+  using GroupTuple = std::pair<std::vector<at::Tensor>, std::map<std::string, double>>;
+  std::shared_ptr<BoostedModel> boost(const NamedTensorList& parameters, const NamedTensorList& buffers,
+                                      const std::string& optimizer_kind, const std::vector<GroupTuple>& param_groups) {
+    auto out = std::make_shared<BoostedModel>();
+    out->shell = make_module_shell(parameters, buffers);
+    std::vector<ParamGroupSpec> groups;
+    for (const auto& [params, options] : param_groups) groups.push_back({params, options});
+    auto optimizer = make_bridged_optimizer(optimizer_kind, groups);
+    py::gil_scoped_release nogil;  // boost() communicates (broadcasts the initial weights)
+    out->boosted = booster_->boost(out->shell, optimizer);
+    return out;
+  }
+
+  booster::Booster& get() { return *booster_; }
+  const std::string& describe() const { return config_; }
+
+ private:
+  std::unique_ptr<booster::Booster> booster_;
+  std::string config_;
+};
+
+}  // namespace
+
+void bind_booster(py::module_& m) {
+  py::class_<BoostedModel, std::shared_ptr<BoostedModel>>(m, "BoostedModel",
+                                                          "a model and optimizer as a plugin runs them")
+      .def("step", [](BoostedModel& b) {
+            py::gil_scoped_release nogil;
+            return b.optimizer().step();
+          },
+          "The optimizer step through the plugin; False when it was skipped (fp16 overflow).")
+      .def("zero_grad", [](BoostedModel& b) { b.optimizer().zero_grad(); })
+      .def_property_readonly("compute_dtype", [](const BoostedModel& b) { return std::string(c10::toString(b.boosted.compute_dtype)); },
+                             "the dtype inputs should be cast to (mixed precision): c10's name, e.g. Float, BFloat16")
+      .def("param_group_count", [](BoostedModel& b) { return b.optimizer().inner().param_groups().size(); })
+      .def("get_lr", [](BoostedModel& b, size_t group) {
+            auto& groups = b.optimizer().inner().param_groups();
+            COLOSSAL_CHECK(group < groups.size(), "[python] param group ", group, " of ", groups.size());
+            return groups[group].options().get_lr();
+          })
+      .def("set_lr", [](BoostedModel& b, size_t group, double lr) {
+            auto& groups = b.optimizer().inner().param_groups();
+            COLOSSAL_CHECK(group < groups.size(), "[python] param group ", group, " of ", groups.size());
+            groups[group].options().set_lr(lr);
+          })
+      .def("memory_report", [](BoostedModel& b) {
+            return b.optimizer().model_wrapper().memory_report(*b.shell, b.optimizer().inner()).format();
+          });
+
+  py::class_<PyBooster>(m, "Booster", "the Booster with one plugin (make_plugin's names and options)")
+      .def(py::init<const std::string&, const std::map<std::string, std::string>&>(), py::arg("plugin"),
+           py::arg("settings"))
+      .def("describe", &PyBooster::describe)
+      .def("boost", &PyBooster::boost, py::arg("parameters"), py::arg("buffers"), py::arg("optimizer_kind"),
+           py::arg("param_groups"))
+      .def("backward", [](PyBooster& self, const at::Tensor& loss, BoostedModel& b) {
+            py::gil_scoped_release nogil;  // a Python autograd.Function in the graph takes it back
+            self.get().backward(loss, b.optimizer());
+          })
+      .def("clip_grad_norm", [](PyBooster& self, BoostedModel& b, double max_norm, double norm_type) {
+            py::gil_scoped_release nogil;
+            return self.get().clip_grad_norm(b.optimizer(), max_norm, norm_type);
+          },
+          py::arg("model"), py::arg("max_norm"), py::arg("norm_type") = 2.0)
+      .def("enter_no_sync", [](PyBooster& self, BoostedModel& b) {
+            COLOSSAL_CHECK(!b.no_sync, "[python] no_sync is already open for this model");
+            b.no_sync = std::make_unique<booster::NoSyncGuard>(b.optimizer().model_wrapper());
+          })
+      .def("exit_no_sync", [](PyBooster&, BoostedModel& b) { b.no_sync.reset(); })
+      .def("save_model", [](PyBooster& self, BoostedModel& b, const std::string& dir, int64_t shard_bytes) {
+            checkpoint::SaveModelOptions o;
+            if (shard_bytes > 0) {
+              o.shard = true;
+              o.size_per_shard = shard_bytes;
+            }
+            py::gil_scoped_release nogil;
+            self.get().save_model(b.optimizer(), *b.shell, dir, o);
+          },
+          py::arg("model"), py::arg("dir"), py::arg("max_shard_bytes") = 0)
+      .def("load_model", [](PyBooster& self, BoostedModel& b, const std::string& dir, bool strict) {
+            checkpoint::LoadReport report;
+            {
+              py::gil_scoped_release nogil;
+              report = self.get().load_model(b.optimizer(), *b.shell, dir);
+            }
+            COLOSSAL_CHECK(!strict || report.clean(), "[python] loading ", dir, ": ", report.describe());
+            return report.describe();
+          },
+          py::arg("model"), py::arg("dir"), py::arg("strict") = true)
+      .def("save_checkpoint", [](PyBooster& self, BoostedModel& b, const std::string& root, int64_t step,
+                                 int64_t epoch, int keep_last) {
+            booster::CheckpointOptions o;
+            o.keep_last = keep_last;
+            py::gil_scoped_release nogil;
+            self.get().save_checkpoint(b.boosted, root, {.step = step, .epoch = epoch}, o);
+          },
+          py::arg("model"), py::arg("root"), py::arg("step"), py::arg("epoch") = 0, py::arg("keep_last") = 0)
+      .def("load_checkpoint", [](PyBooster& self, BoostedModel& b, const std::string& root) {
+            booster::TrainingState s;
+            {
+              py::gil_scoped_release nogil;
+              s = self.get().load_checkpoint(b.boosted, root);
+            }
+            return py::make_tuple(s.step, s.epoch);
+          },
+          py::arg("model"), py::arg("root"));
+
+  m.def("plugin_names", &booster::plugin_names);
+  m.def("plugins_help", &booster::plugins_help);
+}
+
+}  // namespace colossal::python

@@ -1,0 +1,167 @@
+"""The Booster from Python, shaped like ColossalAI's: boost() returns (model, optimizer, criterion,
+dataloader, lr_scheduler), backward() and clip_grad_norm() go through the plugin, and the
+checkpoints are the C++ ones (Hugging Face safetensors; resumable under any plugin or world size).
+
+The optimizer you pass gives its kind and hyperparameters; LibTorch's optimizer of the same kind
+(AdamW, Adam, SGD) runs over the same tensors, because the plugins need to own its state (ZeRO
+shards it). The returned optimizer reads each param group's lr from your optimizer before every
+step, so a torch.optim.lr_scheduler built on your optimizer keeps working.
+"""
+import contextlib
+
+import torch
+
+from . import _C
+from . import dist
+
+
+def launch(seed=None, timeout_s=0.0, backend="auto"):
+    """Joins the job (once; later calls return the same) and seeds torch the same on every rank."""
+    if not dist.is_initialized():
+        dist.init(timeout_s=timeout_s, backend=backend)
+    if seed is not None:
+        torch.manual_seed(seed)
+    return dist.rank(), dist.world_size()
+
+
+def plugins():
+    """The plugin names, and what `Booster(plugin, **options)` accepts for each."""
+    return _C.plugin_names(), _C.plugins_help()
+
+
+def _text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+_DTYPES = {"Float": torch.float32, "BFloat16": torch.bfloat16, "Half": torch.float16}
+
+
+def _describe_optimizer(optimizer, model):
+    """(kind, [(params, options)]) for the C++ optimizer; errors name what has no counterpart."""
+    kind = {torch.optim.AdamW: "adamw", torch.optim.Adam: "adam", torch.optim.SGD: "sgd"}.get(type(optimizer))
+    if kind is None:
+        raise TypeError(f"colossal: {type(optimizer).__name__} has no C++ counterpart here; "
+                        "use torch.optim.AdamW, Adam or SGD")
+    own = {id(p) for p in model.parameters()}
+    groups = []
+    for i, g in enumerate(optimizer.param_groups):
+        for flag in ("amsgrad", "maximize", "capturable", "differentiable"):
+            if g.get(flag, False):
+                raise ValueError(f"colossal: optimizer param group {i} sets {flag}=True, which the C++ "
+                                 f"{type(optimizer).__name__} does not do")
+        if kind == "adam" and g.get("decoupled_weight_decay", False):
+            kind = "adamw"
+        for p in g["params"]:
+            if id(p) not in own:
+                raise ValueError(f"colossal: optimizer param group {i} holds a tensor of shape {tuple(p.shape)} "
+                                 "that is not a parameter of the model being boosted")
+        o = {"lr": float(g["lr"]), "weight_decay": float(g.get("weight_decay", 0.0))}
+        if kind in ("adamw", "adam"):
+            o["beta1"], o["beta2"] = (float(b) for b in g["betas"])
+            o["eps"] = float(g["eps"])
+        else:
+            o["momentum"] = float(g.get("momentum", 0.0))
+            o["dampening"] = float(g.get("dampening", 0.0))
+            o["nesterov"] = 1.0 if g.get("nesterov", False) else 0.0
+        groups.append((list(g["params"]), o))
+    return kind, groups
+
+
+class BoostedOptimizer:
+    """The optimizer as the plugin runs it: step() and zero_grad() through the plugin."""
+
+    def __init__(self, boosted, original):
+        self._b = boosted
+        self._original = original
+
+    @property
+    def param_groups(self):
+        """Your optimizer's param groups: set "lr" here (or with an lr_scheduler) and step() uses it."""
+        return self._original.param_groups
+
+    @property
+    def compute_dtype(self):
+        """The dtype the model computes in under the plugin's precision: cast inputs to it."""
+        return _DTYPES[self._b.compute_dtype]
+
+    def step(self):
+        """Returns False when the step was skipped (fp16 loss scaling found an overflow)."""
+        for i, g in enumerate(self._original.param_groups):
+            self._b.set_lr(i, float(g["lr"]))
+        return self._b.step()
+
+    def zero_grad(self, set_to_none=True):
+        self._b.zero_grad()
+
+    def memory_report(self):
+        """Model-state bytes of this rank by category and tier."""
+        return self._b.memory_report()
+
+
+class Booster:
+    """Booster(plugin="ddp" | "zero1" | "zero2" | "gemini" | "hybrid" | ..., **options).
+
+    Options are the plugin's own (colossal.plugins() lists them) and the general ones: precision
+    ("fp32", "bf16", "fp16"), device, tp, pp, sp, dp. An unknown name is an error naming it.
+    """
+
+    def __init__(self, plugin="ddp", **options):
+        self._cxx = _C.Booster(plugin, {k: _text(v) for k, v in options.items()})
+        self._by_model = {}
+
+    def __repr__(self):
+        return f"Booster({self._cxx.describe()})"
+
+    def boost(self, model, optimizer, criterion=None, dataloader=None, lr_scheduler=None):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"colossal: boost() takes a torch.nn.Module, got {type(model).__name__}")
+        if id(model) in self._by_model:
+            raise ValueError("colossal: this model is boosted already; boost each model once")
+        kind, groups = _describe_optimizer(optimizer, model)
+        boosted = self._cxx.boost(list(model.named_parameters()), list(model.named_buffers()), kind, groups)
+        self._by_model[id(model)] = boosted
+        return model, BoostedOptimizer(boosted, optimizer), criterion, dataloader, lr_scheduler
+
+    def _boosted(self, model_or_optimizer):
+        if isinstance(model_or_optimizer, BoostedOptimizer):
+            return model_or_optimizer._b
+        b = self._by_model.get(id(model_or_optimizer))
+        if b is None:
+            raise ValueError("colossal: this model or optimizer was not boosted by this Booster")
+        return b
+
+    def backward(self, loss, optimizer):
+        """loss.backward() with the plugin's gradient synchronisation around it."""
+        self._cxx.backward(loss, self._boosted(optimizer))
+
+    def clip_grad_norm(self, optimizer, max_norm, norm_type=2.0):
+        """Clips the global gradient norm over every rank holding a part; returns the norm before."""
+        return self._cxx.clip_grad_norm(self._boosted(optimizer), max_norm, norm_type)
+
+    @contextlib.contextmanager
+    def no_sync(self, model_or_optimizer):
+        """Gradient accumulation: backward inside it adds to local gradients without communicating."""
+        b = self._boosted(model_or_optimizer)
+        self._cxx.enter_no_sync(b)
+        try:
+            yield
+        finally:
+            self._cxx.exit_no_sync(b)
+
+    def save_model(self, model, path, shard_bytes=0):
+        """Whole (unsplit) weights as Hugging Face safetensors in the directory `path`."""
+        self._cxx.save_model(self._boosted(model), str(path), shard_bytes)
+
+    def load_model(self, model, path, strict=True):
+        """Weights saved under any plugin or world size; strict: missing or unexpected names are errors."""
+        return self._cxx.load_model(self._boosted(model), str(path), strict)
+
+    def save_checkpoint(self, model, root, step, epoch=0, keep_last=0):
+        """<root>/step-<step>/ (model, optimizer, RNG, state), then <root>/latest points at it."""
+        self._cxx.save_checkpoint(self._boosted(model), str(root), step, epoch, keep_last)
+
+    def load_checkpoint(self, model, root):
+        """Restores model, optimizer and RNG from <root>/latest (or a step directory); returns (step, epoch)."""
+        return self._cxx.load_checkpoint(self._boosted(model), str(root))

@@ -67,6 +67,7 @@ expect(TypeError, "Adagrad", lambda: colossal.Booster().boost(m, torch.optim.Ada
 expect(ValueError, "amsgrad", lambda: colossal.Booster().boost(m, torch.optim.AdamW(m.parameters(), amsgrad=True)))
 other = torch.nn.Linear(2, 2)
 expect(ValueError, "not a parameter", lambda: colossal.Booster().boost(m, torch.optim.SGD(other.parameters(), lr=0.1)))
+expect(ValueError, "ZeRO-3", lambda: colossal.Booster(plugin="gemini").boost(m, torch.optim.SGD(m.parameters(), lr=0.1)))
 b = colossal.Booster()
 m, opt, *_ = b.boost(m, torch.optim.SGD(m.parameters(), lr=0.1))
 expect(ValueError, "boosted already", lambda: b.boost(m, torch.optim.SGD(m.parameters(), lr=0.1)))

@@ -109,6 +109,8 @@ class Booster:
 
     def __init__(self, plugin="ddp", **options):
         self._cxx = _C.Booster(plugin, {k: _text(v) for k, v in options.items()})
+        self._plugin = plugin
+        self._splits = {k: int(options.get(k, 1)) for k in ("tp", "pp", "sp", "ep")}
         self._by_model = {}
 
     def __repr__(self):
@@ -119,6 +121,15 @@ class Booster:
             raise TypeError(f"colossal: boost() takes a torch.nn.Module, got {type(model).__name__}")
         if id(model) in self._by_model:
             raise ValueError("colossal: this model is boosted already; boost each model once")
+        # What a Python module cannot do yet: ZeRO-3 gathers its chunks around C++ module calls
+        # (colossal::nn::call), and tp/pp/sp/ep split a model by its C++ parallel plan.
+        if self._plugin in ("gemini", "zero3"):
+            raise ValueError(f"colossal: plugin '{self._plugin}' (ZeRO-3) cannot run a Python module yet: it gathers "
+                             "parameters around C++ module calls; use ddp, zero1 or zero2")
+        split = {k: v for k, v in self._splits.items() if v > 1}
+        if split:
+            raise ValueError(f"colossal: {split} splits the model by a C++ parallel plan, which a Python module does "
+                             "not have; use data parallelism: ddp, zero1 or zero2")
         kind, groups = _describe_optimizer(optimizer, model)
         boosted = self._cxx.boost(list(model.named_parameters()), list(model.named_buffers()), kind, groups)
         self._by_model[id(model)] = boosted

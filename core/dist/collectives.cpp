@@ -24,6 +24,7 @@ struct Handle::State {
   const char* op = "";
   uint64_t seq = 0;
   std::chrono::steady_clock::time_point start;
+  bool blocking = false;                           // a synchronous call: nothing could hide it
   std::function<void()> finish;  // post-processing after success (e.g. divide for kAvg)
   bool point_to_point = false;
   // For the communication profiler (comm_profile.h), only when it is on: the bytes this rank
@@ -165,7 +166,10 @@ void wait_state(Handle::State& s) {
   const auto end = std::chrono::steady_clock::now();
   int64_t done_ns = s.completed_ns ? s.completed_ns->load() : 0;
   const double seconds = done_ns > 0 ? (done_ns - steady_ns(s.start)) * 1e-9 : elapsed_s(s.start);
-  const double exposed = std::chrono::duration<double>(end - wait_begin).count();
+  // Exposed: the time the caller spent blocked in wait(); for a synchronous call, all of it (with
+  // nothing between launch and wait there is no compute to hide behind, even when the caller was
+  // descheduled in between and its wait found the work done).
+  const double exposed = s.blocking ? elapsed_s(s.start) : std::chrono::duration<double>(end - wait_begin).count();
   comm_profile::record(s.group->name, s.op, s.bytes, std::max(seconds, 0.0), exposed);
 }
 
@@ -283,6 +287,13 @@ bool sums(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; }
 
 struct HandleAccess {
   static Handle make(Handle::State s) { return Handle(std::make_unique<Handle::State>(std::move(s))); }
+  // The synchronous calls: launched and waited with nothing in between, so for the profiler the
+  // whole call is exposed (a wait that finds the work already done after the caller was
+  // descheduled hid nothing).
+  static void wait_blocking(Handle h) {
+    if (h.state_) h.state_->blocking = true;
+    h.wait();
+  }
 };
 
 Handle::Handle() = default;
@@ -347,11 +358,11 @@ bool staged_through_device(const at::Tensor& t, const Group& group) {
 void all_reduce(at::Tensor& tensor, const Group& group, ReduceOp op) {
   if (staged_through_device(tensor, group)) {
     auto d = tensor.to(at::kCUDA);
-    all_reduce_async(d, group, op).wait();
+    HandleAccess::wait_blocking(all_reduce_async(d, group, op));
     tensor.copy_(d);
     return;
   }
-  all_reduce_async(tensor, group, op).wait();
+  HandleAccess::wait_blocking(all_reduce_async(tensor, group, op));
 }
 
 Handle reduce_scatter_async(at::Tensor& output, const at::Tensor& input, const Group& group,
@@ -384,7 +395,7 @@ Handle reduce_scatter_async(at::Tensor& output, const at::Tensor& input, const G
   return HandleAccess::make(std::move(s));
 }
 void reduce_scatter(at::Tensor& output, const at::Tensor& input, const Group& group, ReduceOp op) {
-  reduce_scatter_async(output, input, group, op).wait();
+  HandleAccess::wait_blocking(reduce_scatter_async(output, input, group, op));
 }
 
 Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group& group) {
@@ -407,7 +418,7 @@ Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group
   return HandleAccess::make(std::move(s));
 }
 void all_gather(at::Tensor& output, const at::Tensor& input, const Group& group) {
-  all_gather_async(output, input, group).wait();
+  HandleAccess::wait_blocking(all_gather_async(output, input, group));
 }
 
 void broadcast(at::Tensor& tensor, int src, const Group& group) {
@@ -428,7 +439,7 @@ void broadcast(at::Tensor& tensor, int src, const Group& group) {
     return b.broadcast(ts, o);
   }, false, [&] { return c10::str("broadcast(from ", src, ") ", shape_of(tensor)); });
   s.bytes = static_cast<int64_t>(tensor.nbytes());
-  HandleAccess::make(std::move(s)).wait();
+  HandleAccess::wait_blocking(HandleAccess::make(std::move(s)));
 }
 
 void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,
@@ -465,7 +476,7 @@ void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,
     return c10::str("all_to_all rows of ", input.sizes().slice(1), " ", input.scalar_type());
   });
   s.bytes = static_cast<int64_t>(input.nbytes());
-  HandleAccess::make(std::move(s)).wait();
+  HandleAccess::wait_blocking(HandleAccess::make(std::move(s)));
 }
 
 Handle send_async(const at::Tensor& tensor, int peer, const Group& group, int tag) {
@@ -481,7 +492,7 @@ Handle send_async(const at::Tensor& tensor, int peer, const Group& group, int ta
 }
 
 void send(const at::Tensor& tensor, int peer, const Group& group, int tag) {
-  send_async(tensor, peer, group, tag).wait();
+  HandleAccess::wait_blocking(send_async(tensor, peer, group, tag));
 }
 
 void recv(at::Tensor& tensor, int peer, const Group& group, int tag) {
@@ -493,7 +504,7 @@ void recv(at::Tensor& tensor, int peer, const Group& group, int tag) {
     return b.recv(ts, peer, tag);
   }, /*point_to_point=*/true);
   s.bytes = static_cast<int64_t>(tensor.nbytes());
-  HandleAccess::make(std::move(s)).wait();
+  HandleAccess::wait_blocking(HandleAccess::make(std::move(s)));
 }
 
 void barrier(const Group& group) {
@@ -502,7 +513,7 @@ void barrier(const Group& group) {
     o.timeout = group.timeout();
     return b.barrier(o);
   }, false, [] { return std::string("barrier"); });
-  HandleAccess::make(std::move(s)).wait();
+  HandleAccess::wait_blocking(HandleAccess::make(std::move(s)));
 }
 
 }  // namespace colossal::dist

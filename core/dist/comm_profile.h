@@ -15,7 +15,8 @@
 // the input for reduce_scatter and all_to_all, the output for all_gather, the message for send
 // and recv. The time of a call runs from its launch to its completion (the transport's own
 // completion callback where there is one, else the end of the wait); the exposed part is the time
-// the caller spent blocked in wait(), and hidden = 1 - exposed / time.
+// the caller spent blocked in wait() (all of a synchronous call's time), and hidden = 1 - exposed
+// / time.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/dist/runtime.h"
+#include "core/tools/layout_trial.h"
 
 namespace colossal::apps {
 
@@ -60,6 +61,15 @@ tools::SelectionReport choose_layout(const tools::ModelSpec& spec, const AutoLay
     std::fflush(stdout);
   }
   return report;
+}
+
+booster::PluginConfig chosen_plugin_config(const tools::Layout& best, const booster::PluginConfig& user) {
+  std::vector<std::string> dropped;
+  auto config = tools::plugin_config_for(best, user, &dropped);
+  if (!dropped.empty() && dist::rank() == 0)
+    std::printf("note: --plugin auto chose %s, which does not take these options; left out: %s\n", best.plugin.c_str(),
+                c10::Join(", ", dropped).c_str());
+  return config;
 }
 
 }  // namespace colossal::apps

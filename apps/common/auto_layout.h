@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "core/booster/plugin_config.h"
 #include "core/common/config.h"
 #include "core/tools/layout_search.h"
 
@@ -36,5 +37,9 @@ tools::SelectionReport choose_layout(const tools::ModelSpec& spec, const AutoLay
                                      const std::function<bool(const tools::Layout&)>& is_valid,
                                      const std::function<double(const tools::Layout&)>& trial,
                                      const std::function<void(const tools::MachineRates&, tools::SearchSpace&)>& calibrate = nullptr);
+
+/// The winner's plugin configuration on top of the user's (tools::plugin_config_for: the user's
+/// plugin options kept where the winner takes them); rank 0 notes the ones it does not take.
+booster::PluginConfig chosen_plugin_config(const tools::Layout& best, const booster::PluginConfig& user);
 
 }  // namespace colossal::apps

@@ -186,11 +186,7 @@ void choose_layout_by_measurement(TrainArgs& a) {
         calibrate_compute(cfg, a.batch_size * a.max_length, rates, space);
       });
   const auto& best = report.candidates[report.chosen].layout;
-  std::vector<std::string> dropped;
-  a.plugin = colossal::tools::plugin_config_for(best, a.plugin, &dropped);
-  if (!dropped.empty() && dist::rank() == 0)
-    std::printf("note: --plugin auto chose %s, which does not take these options; left out: %s\n", best.plugin.c_str(),
-                c10::Join(", ", dropped).c_str());
+  a.plugin = colossal::apps::chosen_plugin_config(best, a.plugin);
   a.grad_checkpoint = best.activation_checkpointing;
   a.batch_size = best.pp > 1 ? best.replica_batch : best.micro_batch;
   a.accumulation_steps = best.pp > 1 ? 1 : best.replica_batch / best.micro_batch;
@@ -429,33 +425,26 @@ int run(TrainArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   int64_t window_steps = 0;
-  // --memory_trace: the second step (the first allocates lazily-created state) or the only one.
-  const int64_t traced_step = a.memory_trace.empty() ? -1 : std::min(first_step + 1, total_steps);
-  std::unique_ptr<colossal::tools::MemoryTracer> tracer;
-  auto trace_phase = [&](const char* name) {
-    if (tracer) tracer->phase(name);
-  };
+  // --memory_trace (apps/common/memory_trace.h).
+  colossal::apps::StepMemoryTrace trace(a.memory_trace, first_step, total_steps);
   for (int64_t step = first_step; step <= total_steps; ++step) {
-    if (step == traced_step) {
-      tracer = std::make_unique<colossal::tools::MemoryTracer>();
-      tracer->begin_step();
-    }
+    trace.begin(step);
     b.optimizer->zero_grad();
     double loss_sum = 0;
     if (pipelined) {  // the rank's batch in microbatches through the stages
       auto batch = train.batch(next_indices());
       auto ids = batch.input_ids.to(device).split(a.batch_size / microbatches);
       auto labels = batch.labels.to(device).split(a.batch_size / microbatches);
-      trace_phase("pipeline");
+      trace.phase("pipeline");
       loss_sum = booster.execute_pipeline(*b.optimizer, pipeline_stage, ids, labels);
     }
     for (int64_t micro = 0; micro < (pipelined ? 0 : a.accumulation_steps); ++micro) {
       auto batch = train.batch(next_indices());
       auto run_micro = [&] {
-        trace_phase("forward");
+        trace.phase("forward");
         auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device)) /
                     static_cast<double>(a.accumulation_steps);
-        trace_phase("backward");
+        trace.phase("backward");
         booster.backward(loss, *b.optimizer);
         loss_sum += loss.item<double>();
         if (cfg.is_moe()) router_window.add(model->router_losses());
@@ -467,15 +456,11 @@ int run(TrainArgs& a) {
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
     const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss_sum, step);
     double lr = b.lr_scheduler->lr();
-    trace_phase("optimizer");
+    trace.phase("optimizer");
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();
     ++window_steps;
-    if (tracer) {
-      tracer->end_step(b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner()).total());
-      colossal::apps::write_memory_trace(*tracer, a.memory_trace, step);
-      tracer.reset();
-    }
+    trace.end(step, [&] { return b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner()).total(); });
 
     if (step % a.log_interval == 0 || step == total_steps) {
       auto l = torch::tensor({loss_sum}, torch::kFloat64);

@@ -36,7 +36,6 @@
 #include "core/optim/lr_scheduler.h"
 #include "core/parallel/tensor/checkpoint.h"
 #include "core/tools/memory_meter.h"
-#include "core/tools/memory_tracer.h"
 #include "vit/confusion_matrix.h"
 #include "vit/data/datasets.h"
 #include "vit/data/image_folder.h"
@@ -339,11 +338,7 @@ void choose_layout_by_measurement(TrainArgs& a, const ViTConfig& config) {
         calibrate_compute(config, a.batch_size, rates, space);
       });
   const auto& best = report.candidates[report.chosen].layout;
-  std::vector<std::string> dropped;
-  a.plugin = colossal::tools::plugin_config_for(best, a.plugin, &dropped);
-  if (!dropped.empty() && dist::rank() == 0)
-    std::printf("note: --plugin auto chose %s, which does not take these options; left out: %s\n", best.plugin.c_str(),
-                c10::Join(", ", dropped).c_str());
+  a.plugin = colossal::apps::chosen_plugin_config(best, a.plugin);
   a.grad_checkpoint = best.activation_checkpointing;
   a.batch_size = best.replica_batch;
 }
@@ -501,17 +496,10 @@ int train(TrainArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto window_start = t0;
   double window_loss = 0, window_correct = 0, window_images = 0, train_seconds = 0, train_images = 0;
-  // --memory_trace: the second step (the first allocates lazily-created state) or the only one.
-  const int64_t traced_step = a.memory_trace.empty() ? -1 : std::min(first_step + 1, total_steps);
-  std::unique_ptr<colossal::tools::MemoryTracer> tracer;
-  auto trace_phase = [&](const char* name) {
-    if (tracer) tracer->phase(name);
-  };
+  // --memory_trace (apps/common/memory_trace.h).
+  colossal::apps::StepMemoryTrace trace(a.memory_trace, first_step, total_steps);
   for (int64_t step = first_step; step <= total_steps; ++step) {
-    if (step == traced_step) {
-      tracer = std::make_unique<colossal::tools::MemoryTracer>();
-      tracer->begin_step();
-    }
+    trace.begin(step);
     top_up();
     (void)next_batch(*sampler);  // the Booster's sampler follows the loader's
     ImageBatch batch;
@@ -534,19 +522,19 @@ int train(TrainArgs& a) {
         return base(logits, labels);
       };
       const int64_t rows = a.batch_size / microbatches;
-      trace_phase("pipeline");
+      trace.phase("pipeline");
       loss = booster.execute_pipeline(*b.optimizer, fns, batch.pixels.to(device, b.compute_dtype).split(rows),
                                       batch.labels.to(device).split(rows));
     } else if (batch.labels.size(0) == 0) {  // every image unreadable: take part in the step with no gradient
       auto dummy = torch::zeros({1, m.config.num_channels, lo.transform.image_size, lo.transform.image_size});
       booster.backward(model->forward(dummy.to(device, b.compute_dtype)).sum() * 0.0, *b.optimizer);
     } else {
-      trace_phase("forward");
+      trace.phase("forward");
       auto logits = model->forward(batch.pixels.to(device, b.compute_dtype)).to(torch::kFloat);
       const auto labels = batch.labels.to(device);
       auto l = stage.loss(logits, labels);  // the pipeline's loss too: cross entropy, label smoothing
       correct = logits.argmax(1).eq(labels).sum().item<double>();
-      trace_phase("backward");
+      trace.phase("backward");
       booster.backward(l, *b.optimizer);
       loss = l.item<double>();
     }
@@ -554,14 +542,10 @@ int train(TrainArgs& a) {
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
     const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss, step);
     double lr = b.lr_scheduler->lr();
-    trace_phase("optimizer");
+    trace.phase("optimizer");
     bool stepped = b.optimizer->step();
     b.lr_scheduler->step();
-    if (tracer) {
-      tracer->end_step(b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner()).total());
-      colossal::apps::write_memory_trace(*tracer, a.memory_trace, step);
-      tracer.reset();
-    }
+    trace.end(step, [&] { return b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner()).total(); });
     window_loss += loss * images;
     window_correct += correct;
     window_images += images;

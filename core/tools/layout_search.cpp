@@ -26,6 +26,15 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// A rate measured per group size, for a group of n: the nearest measured size at or above n, else
+// the largest measured; nothing when none was measured.
+std::optional<double> at_group_size(const std::map<int, double>& measured, int n) {
+  if (measured.empty()) return std::nullopt;
+  auto it = measured.lower_bound(n);
+  if (it == measured.end()) it = std::prev(measured.end());
+  return it->second;
+}
+
 int64_t available_host_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;
@@ -319,19 +328,9 @@ std::vector<Layout> enumerate_layouts(const ModelSpec& spec, const SearchSpace& 
 std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Layout>& layouts,
                                     const MachineRates& rates, const SearchSpace& space) {
   std::vector<Candidate> out;
-  auto bw = [&](int n) {
-    if (n <= 1) return 0.0;
-    auto it = rates.all_reduce_bps.lower_bound(n);
-    if (it == rates.all_reduce_bps.end()) it = std::prev(rates.all_reduce_bps.end());
-    return it->second;
-  };
-  // ZeRO's collectives at their own measured rate (by the nearest group size at or above n), else
-  // each at half an all-reduce's time.
-  auto zero_bw = [&](const std::map<int, double>& measured, int n) {
-    auto it = measured.lower_bound(n);
-    if (it == measured.end() && !measured.empty()) it = std::prev(measured.end());
-    return it != measured.end() ? it->second : 2 * bw(n);
-  };
+  auto bw = [&](int n) { return n <= 1 ? 0.0 : at_group_size(rates.all_reduce_bps, n).value_or(0.0); };
+  // ZeRO's collectives at their own measured rate, else each at half an all-reduce's time.
+  auto zero_bw = [&](const std::map<int, double>& measured, int n) { return at_group_size(measured, n).value_or(2 * bw(n)); };
   for (const auto& l : layouts) {
     Candidate c;
     c.layout = l;
@@ -400,12 +399,7 @@ std::vector<Candidate> rank_layouts(const ModelSpec& spec, const std::vector<Lay
     // Latency: each collective call costs a small all-reduce's time whatever its size (DDP and
     // ZeRO: one per 25 MB bucket; tp and sp: four per layer per microbatch; pp: two messages per
     // microbatch).
-    auto latency = [&](int n) {
-      if (n <= 1 || rates.all_reduce_latency_s.empty()) return 0.0;
-      auto it = rates.all_reduce_latency_s.lower_bound(n);
-      if (it == rates.all_reduce_latency_s.end()) it = std::prev(rates.all_reduce_latency_s.end());
-      return it->second;
-    };
+    auto latency = [&](int n) { return n <= 1 ? 0.0 : at_group_size(rates.all_reduce_latency_s, n).value_or(0.0); };
     const double microbatches = static_cast<double>(l.replica_batch) / std::max<int64_t>(l.micro_batch, 1);
     double calls_s = 0;
     if (grad_group > 1) calls_s += std::ceil(params * c_bytes / (25 << 20)) * (l.plugin == "ddp" ? 1 : 2) * latency(grad_group);

@@ -90,16 +90,6 @@ double time_optimizer_steps(booster::Booster& booster, booster::Boosted& b, cons
   return median(times);
 }
 
-double median_seconds(int runs, const std::function<void()>& fn) {
-  std::vector<double> times;
-  for (int i = 0; i <= runs; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    if (i > 0) times.push_back(seconds(t0));  // the first pays for allocations
-  }
-  return median(times);
-}
-
 std::pair<double, double> time_with_and_without_checkpointing(const std::function<void(bool)>& set_checkpointing,
                                                               const std::function<void()>& step) {
   // Interleaved, and the fastest of each kept: the two are compared with each other, so a burst

@@ -53,9 +53,6 @@ double time_optimizer_steps(booster::Booster& booster, booster::Boosted& boosted
                             const TrialModel& model, const torch::Tensor& inputs, const torch::Tensor& targets,
                             const TrialOptions& options);
 
-/// The median of `runs` calls of `fn` after one unmeasured call, in seconds.
-double median_seconds(int runs, const std::function<void()>& fn);
-
 /// Sets `space.compute_scale` (a slice's measured forward+backward time over its FLOP count at the
 /// measured matmul rate of its shapes) and `space.checkpoint_factor` (with activation
 /// checkpointing over without) from a slice of the model (`slice`: its shape, a few layers)

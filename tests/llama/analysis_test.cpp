@@ -195,18 +195,24 @@ TEST(LayoutSearch, EnumerationYieldsOnlyValidLayouts) {
   }
 }
 
+// A small model's search space on 2 ranks, and round machine rates for it (the tests set memory).
+struct TwoRankSearch {
+  LlamaConfig c = shaped(64, 128, 4, 2, 2);
+  tools::SearchSpace space{.world = 2, .global_batch = 4, .sequence = 32};
+  std::vector<tools::Layout> layouts = tools::enumerate_layouts(model_spec(c), space, nullptr);
+  tools::MachineRates rates = [] {
+    tools::MachineRates r;
+    r.matmul_flops = 1e10;
+    r.all_reduce_bps[2] = 1e9;
+    r.copy_bps = 1e9;
+    r.p2p_bps = 1e9;
+    return r;
+  }();
+};
+
 TEST(LayoutSearch, MemoryThatDoesNotFitIsRankedLastAndNamed) {
-  auto c = shaped(64, 128, 4, 2, 2);
-  tools::SearchSpace space;
-  space.world = 2;
-  space.global_batch = 4;
-  space.sequence = 32;
-  auto layouts = tools::enumerate_layouts(model_spec(c), space, nullptr);
-  tools::MachineRates rates;
-  rates.matmul_flops = 1e10;
-  rates.all_reduce_bps[2] = 1e9;
-  rates.copy_bps = 1e9;
-  rates.p2p_bps = 1e9;
+  TwoRankSearch t;
+  auto& [c, space, layouts, rates] = t;
   // Enough for ZeRO-3 and pipeline halves, not for a whole replica's model state (16 bytes/param).
   const double params = static_cast<double>(tools::total_parameters(model_spec(c)));
   rates.device_bytes = static_cast<int64_t>(12 * params);
@@ -236,17 +242,9 @@ TEST(LayoutSearch, MemoryThatDoesNotFitIsRankedLastAndNamed) {
 // The trials always include what a user would run without the search: plain DDP where it fits
 // (however the cost model ranks it), else the best-predicted sharded data-parallel layout.
 TEST(LayoutSearch, TheTrialsIncludeTheDataParallelBaseline) {
-  auto c = shaped(64, 128, 4, 2, 2);
-  tools::SearchSpace space;
-  space.world = 2;
-  space.global_batch = 4;
-  space.sequence = 32;
-  auto layouts = tools::enumerate_layouts(model_spec(c), space, nullptr);
-  tools::MachineRates rates;
-  rates.matmul_flops = 1e10;
+  TwoRankSearch t;
+  auto& [c, space, layouts, rates] = t;
   rates.all_reduce_bps[2] = 1e6;  // a slow all-reduce ranks DDP below the split layouts
-  rates.copy_bps = 1e9;
-  rates.p2p_bps = 1e9;
   rates.device_bytes = rates.host_bytes = int64_t{1} << 34;
   auto ranked = tools::rank_layouts(model_spec(c), layouts, rates, space);
   ASSERT_NE(ranked.front().layout.plugin, "ddp") << "the test needs DDP not to be predicted first";

@@ -4,8 +4,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 start=$(date +%s)
-bash "$root/scripts/setup.sh"
-bash "$root/scripts/build.sh"
+# The same steps as the container image: setup, build, the Python module installed.
+bash "$root/scripts/install.sh"
 built=$(date +%s)
 build="${COLOSSAL_BUILD_DIR:-$root/build}"
 cd "$build"

@@ -19,6 +19,8 @@
 #include <functional>
 #include <optional>
 
+#include "apps/llama/train_llama.h"
+
 #include "apps/common/auto_layout.h"
 #include "apps/common/memory_trace.h"
 #include "apps/common/resume.h"
@@ -29,6 +31,7 @@
 #include "core/booster/step_recorder.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
+#include "core/common/interrupt.h"
 #include "core/common/log.h"
 #include "core/common/progress.h"
 #include "core/data/distributed_sampler.h"
@@ -192,8 +195,10 @@ void choose_layout_by_measurement(TrainArgs& a) {
   a.accumulation_steps = best.pp > 1 ? 1 : best.replica_batch / best.micro_batch;
 }
 
-int run(TrainArgs& a) {
-  dist::init();
+void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
+  // Called from Python after colossal.launch(), the runtime is already up and stays up after.
+  const bool own_runtime = !dist::is_initialized();
+  if (own_runtime) dist::init();
   const int r = dist::rank();
   // Under colossal verify: record the first steps and stop; the one-process reference runs the
   // layout's global batch (apps/common/verify_run.h). No evaluation, checkpoint or sample.
@@ -392,6 +397,7 @@ int run(TrainArgs& a) {
       return;
     }
     progress.event("eval", step, {{"loss", *l}, {"perplexity", std::exp(*l)}});
+    summary.metrics["eval_loss"] = *l;
   };
   if (first_step == 1) report_eval(0);
 
@@ -428,6 +434,7 @@ int run(TrainArgs& a) {
   // --memory_trace (apps/common/memory_trace.h).
   colossal::apps::StepMemoryTrace trace(a.memory_trace, first_step, total_steps);
   for (int64_t step = first_step; step <= total_steps; ++step) {
+    colossal::throw_if_interrupted("training step " + std::to_string(step));
     trace.begin(step);
     b.optimizer->zero_grad();
     double loss_sum = 0;
@@ -470,6 +477,8 @@ int run(TrainArgs& a) {
       std::vector<std::pair<std::string, double>> m = {
           {"loss", l.item<double>()}, {"lr", lr}, {"grad_norm", norm}, {"tokens/s", tokens_s},
           {"mfu", tokens_s * flops_per_token / 1e9 / rate.item<double>()}, {"mem_gib", colossal::resident_gib()}};
+      summary.metrics["loss"] = l.item<double>();
+      summary.metrics["steps"] = static_cast<double>(step);
       if (!stepped) m.push_back({"skipped", 1});
       std::vector<std::pair<std::string, std::vector<double>>> lists;
       if (cfg.is_moe()) {  // every replica's routing: each routes its own tokens
@@ -496,7 +505,10 @@ int run(TrainArgs& a) {
     }
     if (recorder && recorder->finish_step(step, loss_sum, b.optimizer->model_wrapper(), *model)) break;
   }
-  if (recorder) return colossal::apps::finish_recording(*recorder);  // nothing else to write
+  if (recorder) {  // nothing else to write
+    summary.exit_code = colossal::apps::finish_recording(*recorder);
+    return;
+  }
   if (first_step <= total_steps) {
     report_eval(total_steps);
     booster.save_checkpoint(b, a.save_dir, {.step = total_steps, .epoch = sampler->epoch()},
@@ -518,23 +530,32 @@ int run(TrainArgs& a) {
     auto loaded = load_pretrained(out);  // as a user would load it
     std::printf("sample: %s%s\n", a.prompt.c_str(), generate(loaded.model, tok, a.prompt, a.sample_tokens).c_str());
   }
+  summary.outputs["model"] = out;
+  summary.outputs["checkpoints"] = a.save_dir;
+  summary.outputs["tokenizer"] = a.tokenizer;
   std::fflush(stdout);
-  dist::shutdown();
-  return 0;
+  if (own_runtime) dist::shutdown();
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace colossal::llama_app {
+
+colossal::apps::RunSummary train_llama(const std::vector<std::string>& args) {
+  colossal::apps::RunSummary summary;
   TrainArgs a;
-  try {
-    int code = 0;
-    if (!colossal::llama_app::parse_train_args(argc, argv, a, code)) return code;
-    // Counting from the start, so the traced step's "at start" includes the model and its state.
-    if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
-    return run(a);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_llama: %s\n", colossal::error_text(e).c_str());
-    return 1;
+  int code = 0;
+  const bool go = colossal::apps::with_argv("train_llama", args, [&](int argc, char** argv) {
+    return parse_train_args(argc, argv, a, code);
+  });
+  if (!go) {
+    summary.exit_code = code;
+    return summary;
   }
+  // Counting from the start, so the traced step's "at start" includes the model and its state.
+  if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
+  run(a, summary);
+  return summary;
 }
+
+}  // namespace colossal::llama_app

@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "apps/python/bindings.h"
+#include "apps/python/boosted_model.h"
 #include "apps/python/module_shell.h"
 #include "apps/python/optimizer_bridge.h"
 #include "core/booster/booster.h"
@@ -15,15 +16,6 @@
 namespace colossal::python {
 namespace py = pybind11;
 namespace {
-
-// What boost() hands back: the shell holding the Python module's tensors, the boosted objects,
-// and the no_sync guard while one is open.
-struct BoostedModel {
-  std::shared_ptr<torch::nn::Module> shell;
-  booster::Boosted boosted;
-  std::unique_ptr<booster::NoSyncGuard> no_sync;
-  booster::BoostedOptimizer& optimizer() { return *boosted.optimizer; }
-};
 
 class PyBooster {
  public:
@@ -39,13 +31,18 @@ class PyBooster {
   using GroupTuple = std::pair<std::vector<at::Tensor>, std::map<std::string, double>>;
   std::shared_ptr<BoostedModel> boost(const NamedTensorList& parameters, const NamedTensorList& buffers,
                                       const std::string& optimizer_kind, const std::vector<GroupTuple>& param_groups) {
+    return boost_module(make_module_shell(parameters, buffers), optimizer_kind, param_groups);
+  }
+
+  std::shared_ptr<BoostedModel> boost_module(std::shared_ptr<torch::nn::Module> module, const std::string& optimizer_kind,
+                                             const std::vector<GroupTuple>& param_groups) {
     auto out = std::make_shared<BoostedModel>();
-    out->shell = make_module_shell(parameters, buffers);
+    out->module = std::move(module);
     std::vector<ParamGroupSpec> groups;
     for (const auto& [params, options] : param_groups) groups.push_back({params, options});
     auto optimizer = make_bridged_optimizer(optimizer_kind, groups);
     py::gil_scoped_release nogil;  // boost() communicates (broadcasts the initial weights)
-    out->boosted = booster_->boost(out->shell, optimizer);
+    out->boosted = booster_->boost(out->module, optimizer);
     return out;
   }
 
@@ -82,7 +79,7 @@ void bind_booster(py::module_& m) {
             groups[group].options().set_lr(lr);
           })
       .def("memory_report", [](BoostedModel& b) {
-            return b.optimizer().model_wrapper().memory_report(*b.shell, b.optimizer().inner()).format();
+            return b.optimizer().model_wrapper().memory_report(*b.module, b.optimizer().inner()).format();
           });
 
   py::class_<PyBooster>(m, "Booster", "the Booster with one plugin (make_plugin's names and options)")
@@ -91,6 +88,11 @@ void bind_booster(py::module_& m) {
       .def("describe", &PyBooster::describe)
       .def("boost", &PyBooster::boost, py::arg("parameters"), py::arg("buffers"), py::arg("optimizer_kind"),
            py::arg("param_groups"))
+      .def("boost_module", [](PyBooster& self, const CppModule& m, const std::string& kind,
+                              const std::vector<PyBooster::GroupTuple>& groups) {
+            return self.boost_module(m.module, kind, groups);
+          },
+          py::arg("module"), py::arg("optimizer_kind"), py::arg("param_groups"))
       .def("backward", [](PyBooster& self, const at::Tensor& loss, BoostedModel& b) {
             py::gil_scoped_release nogil;  // a Python autograd.Function in the graph takes it back
             self.get().backward(loss, b.optimizer());
@@ -112,14 +114,14 @@ void bind_booster(py::module_& m) {
               o.size_per_shard = shard_bytes;
             }
             py::gil_scoped_release nogil;
-            self.get().save_model(b.optimizer(), *b.shell, dir, o);
+            self.get().save_model(b.optimizer(), *b.module, dir, o);
           },
           py::arg("model"), py::arg("dir"), py::arg("max_shard_bytes") = 0)
       .def("load_model", [](PyBooster& self, BoostedModel& b, const std::string& dir, bool strict) {
             checkpoint::LoadReport report;
             {
               py::gil_scoped_release nogil;
-              report = self.get().load_model(b.optimizer(), *b.shell, dir);
+              report = self.get().load_model(b.optimizer(), *b.module, dir);
             }
             COLOSSAL_CHECK(!strict || report.clean(), "[python] loading ", dir, ": ", report.describe());
             return report.describe();
@@ -142,6 +144,8 @@ void bind_booster(py::module_& m) {
             return py::make_tuple(s.step, s.epoch);
           },
           py::arg("model"), py::arg("root"));
+
+  py::class_<CppModule>(m, "CppModule", "a C++ module (e.g. colossal.llama's) as the Booster takes it");
 
   m.def("plugin_names", &booster::plugin_names);
   m.def("plugins_help", &booster::plugins_help);

@@ -6,5 +6,7 @@ namespace colossal::python {
 
 void bind_dist(pybind11::module_& m);     // colossal._C.dist: the runtime and the collectives
 void bind_booster(pybind11::module_& m);  // colossal._C: Booster, plugins, boosted optimizers
+void bind_apps(pybind11::module_& m);     // colossal._C.apps: train_llama, train_vit as functions
+void bind_llama(pybind11::module_& m);    // colossal._C.llama: tokenizer, model, engine, server
 
 }  // namespace colossal::python

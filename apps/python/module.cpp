@@ -23,4 +23,6 @@ PYBIND11_MODULE(_C, m) {
   });
   colossal::python::bind_dist(m);
   colossal::python::bind_booster(m);
+  colossal::python::bind_apps(m);
+  colossal::python::bind_llama(m);
 }

@@ -1,6 +1,7 @@
 #include "apps/vit/train_args.h"
 
 #include <CLI/CLI.hpp>
+#include <stdexcept>
 #include <cstdio>
 #include <cstring>
 
@@ -158,6 +159,9 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // --help and --version print and stop; a bad flag is an error the caller reports (the
+    // binary prints it, Python raises it).
+    if (e.get_exit_code() != 0) throw std::invalid_argument(std::string(e.what()) + " (--help lists the flags)");
     exit_code = app.exit(e);
     return false;
   }

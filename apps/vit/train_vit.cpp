@@ -7,6 +7,8 @@
 //   build/apps/colossal run --nproc_per_node 2 -- build/apps/train_vit
 //   build/apps/train_vit --data photos/ --model small --image_size 96 --plugin zero2 --epochs 20
 //   build/apps/train_vit --predict shoe.png shirt.jpg            (uses out/vit/model)
+#include "apps/vit/train_vit.h"
+
 #include <sys/stat.h>
 #include <torch/torch.h>
 
@@ -27,6 +29,7 @@
 #include "core/booster/step_recorder.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
+#include "core/common/interrupt.h"
 #include "core/common/progress.h"
 #include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
@@ -343,8 +346,10 @@ void choose_layout_by_measurement(TrainArgs& a, const ViTConfig& config) {
   a.batch_size = best.replica_batch;
 }
 
-int train(TrainArgs& a) {
-  dist::init();
+void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
+  // Called from Python after colossal.launch(), the runtime is already up and stays up after.
+  const bool own_runtime = !dist::is_initialized();
+  if (own_runtime) dist::init();
   // Under colossal verify: record the first steps and stop; the one-process reference runs the
   // layout's global batch (apps/common/verify_run.h). No evaluation or checkpoint.
   const auto verify = colossal::apps::VerifyRun::from_env();
@@ -471,6 +476,9 @@ int train(TrainArgs& a) {
   auto report_eval = [&](int64_t step) {
     auto result = evaluate(model, eval_loader, a.batch_size, eval_place, depth, a.eval_flip);
     const auto& counts = result.single;
+  summary.metrics["eval_top1"] = counts.top1_accuracy();
+  summary.metrics["eval_top5"] = counts.top5_accuracy();
+  summary.outputs["model"] = a.save_dir + "/model";
     std::vector<std::pair<std::string, double>> metrics = {
         {"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()}};
     if (result.mirrored) {
@@ -499,6 +507,7 @@ int train(TrainArgs& a) {
   // --memory_trace (apps/common/memory_trace.h).
   colossal::apps::StepMemoryTrace trace(a.memory_trace, first_step, total_steps);
   for (int64_t step = first_step; step <= total_steps; ++step) {
+    colossal::throw_if_interrupted("training step " + std::to_string(step));
     trace.begin(step);
     top_up();
     (void)next_batch(*sampler);  // the Booster's sampler follows the loader's
@@ -567,6 +576,9 @@ int train(TrainArgs& a) {
       metrics.insert(metrics.begin() + 3, {"grad_norm", norm});
       if (!stepped) metrics.push_back({"skipped", 1});
       progress.step(step, metrics);
+      summary.metrics["loss"] = metrics[0].second;
+      summary.metrics["acc"] = metrics[1].second;
+      summary.metrics["steps"] = static_cast<double>(step);
       window_loss = window_correct = window_images = 0;
       window_start = std::chrono::steady_clock::now();
     }
@@ -582,7 +594,10 @@ int train(TrainArgs& a) {
     }
   }
 
-  if (recorder) return colossal::apps::finish_recording(*recorder);  // nothing else to write
+  if (recorder) {  // nothing else to write
+    summary.exit_code = colossal::apps::finish_recording(*recorder);
+    return;
+  }
   if (first_step <= total_steps) save(total_steps);
   auto result = report_eval(total_steps);
   const auto& counts = result.single;
@@ -607,22 +622,32 @@ int train(TrainArgs& a) {
     std::fflush(stdout);
   }
   dist::barrier(dist::world_group());
-  dist::shutdown();
-  return 0;
+  if (own_runtime) dist::shutdown();
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace colossal::vit_app {
+
+colossal::apps::RunSummary train_vit(const std::vector<std::string>& args) {
+  colossal::apps::RunSummary summary;
   TrainArgs a;
-  try {
-    int code = 0;
-    if (!colossal::vit_app::parse_train_args(argc, argv, a, code)) return code;
-    // Counting from the start, so the traced step's "at start" includes the model and its state.
-    if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
-    return a.predict.empty() ? train(a) : predict(a);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_vit: %s\n", colossal::error_text(e).c_str());
-    return 1;
+  int code = 0;
+  const bool go = colossal::apps::with_argv("train_vit", args, [&](int argc, char** argv) {
+    return parse_train_args(argc, argv, a, code);
+  });
+  if (!go) {
+    summary.exit_code = code;
+    return summary;
   }
+  // Counting from the start, so the traced step's "at start" includes the model and its state.
+  if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
+  if (!a.predict.empty()) {
+    summary.exit_code = predict(a);
+    return summary;
+  }
+  train(a, summary);
+  return summary;
 }
+
+}  // namespace colossal::vit_app

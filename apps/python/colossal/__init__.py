@@ -15,12 +15,17 @@ underneath in C++, on the same tensors (no copies):
         booster.backward(loss, optimizer)
         optimizer.step()
 
-Run it with `colossal run --nproc_per_node 2 python train.py`.
+Run it with `colossal run --nproc_per_node 2 python train.py`. The applications are functions
+with their command-line flags as keywords: colossal.llama.train(max_steps=100, plugin="zero2"),
+colossal.llama.generate(model_dir, prompts), colossal.llama.serve(model_dir),
+colossal.vit.train(epochs=1); recipes are in apps/python/recipes/.
 """
 import torch  # noqa: F401  (first: the extension links against the LibTorch torch loaded)
 
 from . import _C
 from . import dist
 from .booster import Booster, BoostedOptimizer, launch, plugins
+from . import llama
+from . import vit
 
-__all__ = ["Booster", "BoostedOptimizer", "dist", "launch", "plugins"]
+__all__ = ["Booster", "BoostedOptimizer", "dist", "launch", "llama", "plugins", "vit"]

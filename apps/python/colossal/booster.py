@@ -90,6 +90,9 @@ class BoostedOptimizer:
         """Returns False when the step was skipped (fp16 loss scaling found an overflow)."""
         for i, g in enumerate(self._original.param_groups):
             self._b.set_lr(i, float(g["lr"]))
+        # What torch's lr schedulers look for to know the optimizer stepped before them (they
+        # wrap your optimizer's own step(), which the plugin's step replaces).
+        self._original._opt_called = True
         return self._b.step()
 
     def zero_grad(self, set_to_none=True):
@@ -117,21 +120,27 @@ class Booster:
         return f"Booster({self._cxx.describe()})"
 
     def boost(self, model, optimizer, criterion=None, dataloader=None, lr_scheduler=None):
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"colossal: boost() takes a torch.nn.Module, got {type(model).__name__}")
+        cpp_model = hasattr(model, "_cpp_module")  # colossal.llama.LlamaForCausalLM
+        if not (cpp_model or isinstance(model, torch.nn.Module)):
+            raise TypeError(f"colossal: boost() takes a torch.nn.Module or a colossal model, got {type(model).__name__}")
         if id(model) in self._by_model:
             raise ValueError("colossal: this model is boosted already; boost each model once")
         # What a Python module cannot do yet: ZeRO-3 gathers its chunks around C++ module calls
         # (colossal::nn::call), and tp/pp/sp/ep split a model by its C++ parallel plan.
-        if self._plugin in ("gemini", "zero3"):
+        if self._plugin in ("gemini", "zero3") and not cpp_model:
             raise ValueError(f"colossal: plugin '{self._plugin}' (ZeRO-3) cannot run a Python module yet: it gathers "
                              "parameters around C++ module calls; use ddp, zero1 or zero2")
         split = {k: v for k, v in self._splits.items() if v > 1}
         if split:
-            raise ValueError(f"colossal: {split} splits the model by a C++ parallel plan, which a Python module does "
-                             "not have; use data parallelism: ddp, zero1 or zero2")
+            raise ValueError(f"colossal: {split} splits the model by a parallel plan applied while the model is built; "
+                             "from Python use data parallelism (ddp, zero1, zero2; gemini for colossal models), or "
+                             "colossal.llama.train(plugin='hybrid', tp=...) for the whole job")
         kind, groups = _describe_optimizer(optimizer, model)
-        boosted = self._cxx.boost(list(model.named_parameters()), list(model.named_buffers()), kind, groups)
+        if cpp_model:
+            boosted = self._cxx.boost_module(model._cpp_module(), kind, groups)
+            model._boosted = boosted
+        else:
+            boosted = self._cxx.boost(list(model.named_parameters()), list(model.named_buffers()), kind, groups)
         self._by_model[id(model)] = boosted
         return model, BoostedOptimizer(boosted, optimizer), criterion, dataloader, lr_scheduler
 

@@ -1,0 +1,39 @@
+#pragma once
+// The applications as functions: each app's job is `RunSummary NAME(arguments)` in its library
+// (train_llama, train_vit), which the binary's main() and the Python module (colossal.llama.train)
+// both call with the same command-line arguments. The function throws on errors; main() prints
+// them, Python raises them.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace colossal::apps {
+
+/// What a finished job reports back to a caller that is not reading its standard output.
+struct RunSummary {
+  int exit_code = 0;                           // non-zero only for --help-like early exits
+  std::map<std::string, double> metrics;       // "loss", "eval_loss", "steps", ...
+  std::map<std::string, std::string> outputs;  // "model": the directory written, ...
+};
+
+/// argv[1..] as strings.
+std::vector<std::string> arguments_of(int argc, char** argv);
+
+/// Calls `parse(argc, argv)` with `program` as argv[0] and `args` after it (CLI parsers take
+/// mutable C strings).
+template <typename Parse>
+auto with_argv(const std::string& program, const std::vector<std::string>& args, Parse&& parse) {
+  std::vector<std::string> storage;
+  storage.reserve(args.size() + 1);
+  storage.push_back(program);
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  return parse(static_cast<int>(storage.size()), argv.data());
+}
+
+/// main() for an app function: runs it, prints an error as "PROGRAM: message" and returns 1.
+int run_main(const char* program, int argc, char** argv, RunSummary (*job)(const std::vector<std::string>&));
+
+}  // namespace colossal::apps

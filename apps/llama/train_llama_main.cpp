@@ -1,0 +1,6 @@
+// The train_llama binary: the job is apps/llama/train_llama.cpp's function.
+#include "apps/llama/train_llama.h"
+
+int main(int argc, char** argv) {
+  return colossal::apps::run_main("train_llama", argc, argv, &colossal::llama_app::train_llama);
+}

@@ -1,0 +1,39 @@
+// colossal._C.apps: the applications as functions, with the binaries' command-line arguments
+// (colossal/llama.py and colossal/vit.py turn keyword arguments into them).
+#include <torch/csrc/utils/pybind.h>
+
+#include "apps/llama/train_llama.h"
+#include "apps/python/bindings.h"
+#include "apps/python/interruptible.h"
+#include "apps/vit/train_vit.h"
+
+namespace colossal::python {
+namespace py = pybind11;
+namespace {
+
+py::dict summary_dict(const apps::RunSummary& s) {
+  py::dict d;
+  d["exit_code"] = s.exit_code;
+  py::dict metrics, outputs;
+  for (const auto& [k, v] : s.metrics) metrics[py::str(k)] = v;
+  for (const auto& [k, v] : s.outputs) outputs[py::str(k)] = v;
+  d["metrics"] = metrics;
+  d["outputs"] = outputs;
+  return d;
+}
+
+}  // namespace
+
+void bind_apps(py::module_& m) {
+  auto apps = m.def_submodule("apps", "the applications as functions of their command-line arguments");
+  apps.def("train_llama", [](const std::vector<std::string>& args) {
+        return summary_dict(run_interruptible([&] { return llama_app::train_llama(args); }));
+      },
+      py::arg("args"), "train_llama with these arguments; returns {exit_code, metrics, outputs}");
+  apps.def("train_vit", [](const std::vector<std::string>& args) {
+        return summary_dict(run_interruptible([&] { return vit_app::train_vit(args); }));
+      },
+      py::arg("args"), "train_vit with these arguments; returns {exit_code, metrics, outputs}");
+}
+
+}  // namespace colossal::python

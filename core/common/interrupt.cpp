@@ -1,0 +1,31 @@
+#include "core/common/interrupt.h"
+
+#include <mutex>
+
+namespace colossal {
+namespace {
+std::mutex& check_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::function<bool()>& installed_check() {
+  static std::function<bool()> check;
+  return check;
+}
+}  // namespace
+
+void set_interrupt_check(std::function<bool()> check) {
+  std::lock_guard<std::mutex> lock(check_mutex());
+  installed_check() = std::move(check);
+}
+
+void throw_if_interrupted(const std::string& where) {
+  std::function<bool()> check;
+  {
+    std::lock_guard<std::mutex> lock(check_mutex());
+    check = installed_check();
+  }
+  if (check && check()) throw Interrupted("interrupted at " + where);
+}
+
+}  // namespace colossal

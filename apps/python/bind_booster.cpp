@@ -12,6 +12,7 @@
 #include "core/booster/booster.h"
 #include "core/booster/registry.h"
 #include "core/common/check.h"
+#include "core/nn/module_hooks.h"
 
 namespace colossal::python {
 namespace py = pybind11;
@@ -78,6 +79,38 @@ void bind_booster(py::module_& m) {
             COLOSSAL_CHECK(group < groups.size(), "[python] param group ", group, " of ", groups.size());
             groups[group].options().set_lr(lr);
           })
+      // ZeRO-3 (Gemini) over a Python module: the plugin hooks the shell's modules that own
+      // parameters; colossal/booster.py registers torch forward hooks on the same-named Python
+      // modules that run these, so each module's chunks are gathered just before it runs.
+      .def("hooked_module_names", [](BoostedModel& b) {
+            std::vector<std::string> names;
+            for (const auto& item : b.module->named_modules(""))
+              if (nn::detail::hooks_of(item.value().get())) names.push_back(item.key());
+            return names;
+          })
+      .def("run_pre_hook", [](BoostedModel& b, const std::string& name) {
+            auto hooks = nn::detail::hooks_of(b.submodule(name));
+            if (!hooks || !hooks->pre) return;
+            py::gil_scoped_release nogil;  // gathers are collectives
+            hooks->pre();
+          })
+      .def("run_post_hook", [](BoostedModel& b, const std::string& name, const std::vector<at::Tensor>& outputs) {
+            auto hooks = nn::detail::hooks_of(b.submodule(name));
+            if (!hooks || !hooks->post) return;
+            py::gil_scoped_release nogil;
+            hooks->post(outputs);
+          })
+      .def("full_state", [](BoostedModel& b) {
+            checkpoint::NamedTensors state;
+            {
+              py::gil_scoped_release nogil;  // a collective under ZeRO-3: every rank calls it
+              state = b.optimizer().model_wrapper().model_state_to_save(*b.module);
+            }
+            std::map<std::string, at::Tensor> out;
+            for (const auto& [name, t] : state) out[name] = t.detach().clone();
+            return out;
+          },
+          "the whole weights by name, gathered whatever the plugin (every rank calls it)")
       .def("memory_report", [](BoostedModel& b) {
             return b.optimizer().model_wrapper().memory_report(*b.module, b.optimizer().inner()).format();
           });

@@ -3,7 +3,9 @@
 // LLaMA model from colossal.llama), and what boost() returns (BoostedModel).
 #include <torch/nn/module.h>
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "core/booster/booster.h"
 
@@ -22,6 +24,17 @@ struct BoostedModel {
   booster::Boosted boosted;
   std::unique_ptr<booster::NoSyncGuard> no_sync;
   booster::BoostedOptimizer& optimizer() { return *boosted.optimizer; }
+
+  /// The boosted module's submodule by dotted name ("" is the module itself); null if none.
+  torch::nn::Module* submodule(const std::string& name) {
+    if (by_name_.empty())
+      for (const auto& item : module->named_modules("")) by_name_[item.key()] = item.value().get();
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::map<std::string, torch::nn::Module*> by_name_;
 };
 
 }  // namespace colossal::python

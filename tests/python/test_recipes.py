@@ -18,25 +18,27 @@ STEP_LOSS = re.compile(r"step (\d+)/\d+ loss ([0-9.]+)")
 
 @pytest.fixture(scope="module")
 def finetuned(tiny_llama, tmp_path_factory):
-    """The fine-tuning recipe on one process and on two (ZeRO-2): (stdout by ranks, output dirs)."""
+    """The fine-tuning recipe on one process (ZeRO-2, i.e. plain), on two under ZeRO-2 and on two
+    under Gemini (ZeRO-3 on the C++ model): (stdout by run, output dirs by run)."""
     _, model, data = tiny_llama
     out, dirs = {}, {}
-    for n in (1, 2):
-        dirs[n] = tmp_path_factory.mktemp(f"finetuned{n}")
-        _, out[n] = run_recipe(n, "finetune_llama.py", "--model_dir", model, "--data", data, "--max_records", 400,
-                               "--block_size", 64, "--global_batch_size", 8, "--steps", 5, "--log_interval", 1,
-                               "--lr", 1e-3, "--output", dirs[n])
+    for run, n, plugin in ((1, 1, "zero2"), (2, 2, "zero2"), ("gemini", 2, "gemini")):
+        dirs[run] = tmp_path_factory.mktemp(f"finetuned_{run}")
+        _, out[run] = run_recipe(n, "finetune_llama.py", "--model_dir", model, "--data", data, "--max_records", 400,
+                                 "--block_size", 64, "--global_batch_size", 8, "--steps", 5, "--log_interval", 1,
+                                 "--lr", 1e-3, "--plugin", plugin, "--output", dirs[run])
     return out, dirs
 
 
-def test_finetune_on_two_ranks_matches_one(finetuned):
+@pytest.mark.parametrize("run", [2, "gemini"])
+def test_finetune_on_two_ranks_matches_one(finetuned, run):
     out, dirs = finetuned
-    losses = {n: {int(s): float(l) for s, l in STEP_LOSS.findall(out[n])} for n in (1, 2)}
+    losses = {r: {int(s): float(l) for s, l in STEP_LOSS.findall(out[r])} for r in (1, run)}
     assert sorted(losses[1]) == [1, 2, 3, 4, 5], out[1]
     for step, loss in losses[1].items():
-        assert losses[2][step] == pytest.approx(loss, rel=1e-5), (step, losses)
+        assert losses[run][step] == pytest.approx(loss, rel=1e-5), (step, losses)
     assert losses[1][5] < losses[1][1], "five steps at lr 1e-3 should lower the loss"
-    one, two = load_file(dirs[1] / "model.safetensors"), load_file(dirs[2] / "model.safetensors")
+    one, two = load_file(dirs[1] / "model.safetensors"), load_file(dirs[run] / "model.safetensors")
     assert one.keys() == two.keys()
     for name in one:
         scale = one[name].abs().max().item()

@@ -69,6 +69,34 @@ def _describe_optimizer(optimizer, model):
     return kind, groups
 
 
+def _tensors(output):
+    """The tensors in a module's output (a tensor, or tuples, lists and dicts of them)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (tuple, list)):
+        return [t for o in output for t in _tensors(o)]
+    if isinstance(output, dict):
+        return [t for o in output.values() for t in _tensors(o)]
+    return []
+
+
+def _install_forward_hooks(model, boosted):
+    """Where the plugin hooks modules (ZeRO-3 gathers a module's parameters just before it runs and
+    again before its backward), the same-named Python modules run those hooks. A parameter used
+    outside its own module's forward (read directly by a parent) is not covered: as in ColossalAI's
+    Gemini, call the module that owns it."""
+    names = set(boosted.hooked_module_names())
+    if not names:
+        return
+    for name, module in model.named_modules():
+        if name in names:
+            module.register_forward_pre_hook(lambda _m, _args, n=name: boosted.run_pre_hook(n))
+            module.register_forward_hook(lambda _m, _args, out, n=name: boosted.run_post_hook(n, _tensors(out)))
+            names.discard(name)
+    if names:
+        raise RuntimeError(f"colossal: the plugin hooks modules {sorted(names)} that the Python module does not have")
+
+
 class BoostedOptimizer:
     """The optimizer as the plugin runs it: step() and zero_grad() through the plugin."""
 
@@ -127,9 +155,6 @@ class Booster:
             raise ValueError("colossal: this model is boosted already; boost each model once")
         # What a Python module cannot do yet: ZeRO-3 gathers its chunks around C++ module calls
         # (colossal::nn::call), and tp/pp/sp/ep split a model by its C++ parallel plan.
-        if self._plugin in ("gemini", "zero3") and not cpp_model:
-            raise ValueError(f"colossal: plugin '{self._plugin}' (ZeRO-3) cannot run a Python module yet: it gathers "
-                             "parameters around C++ module calls; use ddp, zero1 or zero2")
         split = {k: v for k, v in self._splits.items() if v > 1}
         if split:
             raise ValueError(f"colossal: {split} splits the model by a parallel plan applied while the model is built; "
@@ -141,6 +166,7 @@ class Booster:
             model._boosted = boosted
         else:
             boosted = self._cxx.boost(list(model.named_parameters()), list(model.named_buffers()), kind, groups)
+            _install_forward_hooks(model, boosted)
         self._by_model[id(model)] = boosted
         return model, BoostedOptimizer(boosted, optimizer), criterion, dataloader, lr_scheduler
 
@@ -169,6 +195,10 @@ class Booster:
             yield
         finally:
             self._cxx.exit_no_sync(b)
+
+    def state_dict(self, model):
+        """The whole weights by name (copies), gathered whatever the plugin; every rank calls it."""
+        return self._boosted(model).full_state()
 
     def save_model(self, model, path, shard_bytes=0):
         """Whole (unsplit) weights as Hugging Face safetensors in the directory `path`."""

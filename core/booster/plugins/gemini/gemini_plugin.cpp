@@ -100,7 +100,8 @@ class GeminiModel : public ModelWrapper {
         for (size_t i = 0; i < used_outside_call_.size() && i < 10; ++i) list += (i ? ", " : "") + used_outside_call_[i];
         COLOSSAL_FAIL("[gemini] these parameters were used without colossal::nn::call around their "
                       "module, so they cannot be gathered on demand: ", list,
-                      ". Run each module that owns parameters as colossal::nn::call(module, ...)");
+                      ". Run each module that owns parameters as colossal::nn::call(module, ...) (C++), or "
+                      "call the module itself instead of reading its parameters from outside its forward (Python)");
       }
       release_unpinned();
     }

@@ -18,6 +18,31 @@ namespace colossal::python {
 namespace py = pybind11;
 namespace {
 
+// A pipeline stage written in Python: the runner (core/parallel/pipeline/runner.h) calls these
+// on the calling thread with the GIL released, so each takes it back for the Python call.
+// Python objects are released with the GIL held (the functions outlive no call: the runner
+// holds them only during execute_pipeline).
+parallel::pipeline::StageFunctions python_stage_functions(py::function forward, py::function loss,
+                                                          std::vector<std::vector<at::Tensor>> chunk_parameters) {
+  auto fwd = std::make_shared<py::function>(std::move(forward));
+  auto lss = std::make_shared<py::function>(std::move(loss));
+  parallel::pipeline::StageFunctions f;
+  f.forward = [fwd](int chunk, const torch::Tensor& x) {
+    py::gil_scoped_acquire gil;
+    return (*fwd)(chunk, x).cast<at::Tensor>();
+  };
+  f.loss = [lss](const torch::Tensor& output, const torch::Tensor& target) {
+    py::gil_scoped_acquire gil;
+    return (*lss)(output, target).cast<at::Tensor>();
+  };
+  f.parameters = [chunk_parameters = std::move(chunk_parameters)](int chunk) {
+    COLOSSAL_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_parameters.size()), "[python] pipeline chunk ", chunk,
+                   " of ", chunk_parameters.size());
+    return chunk_parameters[chunk];
+  };
+  return f;
+}
+
 class PyBooster {
  public:
   PyBooster(const std::string& plugin, const std::map<std::string, std::string>& settings) {
@@ -25,7 +50,32 @@ class PyBooster {
     c.name = plugin;
     for (const auto& [key, text] : settings) c.set(key, text, "keyword argument " + key);
     config_ = c.describe();
-    booster_ = std::make_unique<booster::Booster>(booster::make_plugin(c));
+    plugin_ = booster::make_plugin(c);
+    booster_ = std::make_unique<booster::Booster>(plugin_);
+  }
+
+  // Where this rank sits in the pipeline (and the data-parallel replicas), for
+  // colossal.PipelineModule to build this rank's stage.
+  py::dict pipeline_layout() {
+    const auto context = plugin_->parallel_context();
+    const auto& l = context.pipeline;
+    const auto& dims = plugin_->dims();
+    py::dict d;
+    d["stages"] = l.schedule.stages;
+    d["chunks"] = l.schedule.chunks;
+    d["schedule"] = l.schedule.kind;
+    d["microbatches"] = l.schedule.microbatches;
+    d["microbatch_size"] = l.microbatch_size;
+    d["rank"] = l.rank();
+    std::vector<int> virtual_stages;
+    for (int c = 0; c < l.chunks(); ++c) virtual_stages.push_back(l.enabled() ? l.virtual_stage(c) : 0);
+    d["virtual_stages"] = virtual_stages;
+    d["dp"] = dims.dp();
+    d["dp_rank"] = dims.coord(dist::Axis::kDp);
+    return d;
+  }
+  int64_t pipeline_microbatches(int64_t batch_size) {
+    return plugin_->parallel_context().pipeline.microbatches_for(batch_size);
   }
 
   // param_groups: (tensors, {hyperparameter: value}) per group, as colossal/booster.py builds them.
@@ -51,6 +101,7 @@ class PyBooster {
   const std::string& describe() const { return config_; }
 
  private:
+  std::shared_ptr<booster::Plugin> plugin_;
   std::unique_ptr<booster::Booster> booster_;
   std::string config_;
 };
@@ -119,6 +170,19 @@ void bind_booster(py::module_& m) {
       .def(py::init<const std::string&, const std::map<std::string, std::string>&>(), py::arg("plugin"),
            py::arg("settings"))
       .def("describe", &PyBooster::describe)
+      .def("pipeline_layout", &PyBooster::pipeline_layout)
+      .def("pipeline_microbatches", &PyBooster::pipeline_microbatches, py::arg("batch_size"))
+      .def("execute_pipeline", [](PyBooster& self, BoostedModel& b, py::function forward, py::function loss,
+                                  const std::vector<std::vector<at::Tensor>>& chunk_parameters,
+                                  const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& targets,
+                                  bool train) {
+            auto fns = python_stage_functions(std::move(forward), std::move(loss), chunk_parameters);
+            py::gil_scoped_release nogil;
+            return train ? self.get().execute_pipeline(b.optimizer(), fns, inputs, targets)
+                         : self.get().evaluate_pipeline(b.optimizer(), fns, inputs, targets);
+          },
+          py::arg("model"), py::arg("forward"), py::arg("loss"), py::arg("chunk_parameters"), py::arg("inputs"),
+          py::arg("targets"), py::arg("train"))
       .def("boost", &PyBooster::boost, py::arg("parameters"), py::arg("buffers"), py::arg("optimizer_kind"),
            py::arg("param_groups"))
       .def("boost_module", [](PyBooster& self, const CppModule& m, const std::string& kind,

@@ -45,6 +45,12 @@ def test_python_module_under_plugin_matches_torch_ddp(plugin):
     assert out.count(f"{plugin} matches torch DDP") == 2, out
 
 
+@pytest.mark.parametrize("schedule,chunks", [("1f1b", 1), ("interleaved", 2), ("zbv", 2)])
+def test_python_layers_under_pipeline_match_one_process(schedule, chunks, tmp_path):
+    out = run_ranks("pipeline_vs_single.py", schedule, chunks, tmp_path)
+    assert out.count(f"pipeline {schedule} x{chunks} matches one process") == 2, out
+
+
 def test_checkpoints_open_in_python_and_resume(tmp_path):
     out = run_ranks("checkpoints.py", tmp_path)
     assert out.count("checkpoints ok") == 2, out

@@ -25,7 +25,8 @@ import torch  # noqa: F401  (first: the extension links against the LibTorch tor
 from . import _C
 from . import dist
 from .booster import Booster, BoostedOptimizer, launch, plugins
+from .pipeline import PipelineModule
 from . import llama
 from . import vit
 
-__all__ = ["Booster", "BoostedOptimizer", "dist", "launch", "llama", "plugins", "vit"]
+__all__ = ["Booster", "BoostedOptimizer", "PipelineModule", "dist", "launch", "llama", "plugins", "vit"]

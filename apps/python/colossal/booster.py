@@ -13,6 +13,7 @@ import torch
 
 from . import _C
 from . import dist
+from .pipeline import PipelineModule, microbatches
 
 
 def launch(seed=None, timeout_s=0.0, backend="auto"):
@@ -155,11 +156,12 @@ class Booster:
             raise ValueError("colossal: this model is boosted already; boost each model once")
         # What a Python module cannot do yet: ZeRO-3 gathers its chunks around C++ module calls
         # (colossal::nn::call), and tp/pp/sp/ep split a model by its C++ parallel plan.
-        split = {k: v for k, v in self._splits.items() if v > 1}
+        pipelined = isinstance(model, PipelineModule)
+        split = {k: v for k, v in self._splits.items() if v > 1 and not (k == "pp" and pipelined)}
         if split:
             raise ValueError(f"colossal: {split} splits the model by a parallel plan applied while the model is built; "
-                             "from Python use data parallelism (ddp, zero1, zero2; gemini for colossal models), or "
-                             "colossal.llama.train(plugin='hybrid', tp=...) for the whole job")
+                             "from Python use data parallelism (ddp, zero1, zero2, gemini), pp through "
+                             "colossal.PipelineModule, or colossal.llama.train(plugin='hybrid', tp=...) for the whole job")
         kind, groups = _describe_optimizer(optimizer, model)
         if cpp_model:
             boosted = self._cxx.boost_module(model._cpp_module(), kind, groups)
@@ -195,6 +197,34 @@ class Booster:
             yield
         finally:
             self._cxx.exit_no_sync(b)
+
+    def execute_pipeline(self, inputs, targets, model, criterion, optimizer):
+        """One training step's forward and backward through the pipeline schedule (the plugin's
+        pp_schedule over num_microbatches): `inputs` and `targets` are this data-parallel replica's
+        batch (split along dim 0) or lists of microbatches; the first stage reads the inputs, the
+        last the targets. criterion(output, target) is a microbatch's mean loss. Returns the step's
+        loss (the mean over microbatches) on every rank; then call optimizer.step()."""
+        return self._pipeline(inputs, targets, model, criterion, optimizer, train=True)
+
+    def evaluate_pipeline(self, inputs, targets, model, criterion, optimizer):
+        """The pipeline's forward only: the mean loss over the microbatches, on every rank."""
+        with torch.no_grad():
+            return self._pipeline(inputs, targets, model, criterion, optimizer, train=False)
+
+    def _pipeline(self, inputs, targets, model, criterion, optimizer, train):
+        if not isinstance(model, PipelineModule):
+            raise TypeError("colossal: execute_pipeline runs a colossal.PipelineModule")
+        listed = isinstance(inputs, (list, tuple))
+        count = len(inputs) if listed else self._cxx.pipeline_microbatches(inputs.size(0))
+        chunks = [model.chunk_parameters(c) for c in range(len(model.chunk_ranges))]
+        return self._cxx.execute_pipeline(self._boosted(optimizer), model.forward_chunk, criterion, chunks,
+                                          microbatches(inputs, count), microbatches(targets, count), train)
+
+    def pipeline_layout(self):
+        """Where this rank sits: stages, chunks, schedule, microbatches, rank (in the pipeline),
+        virtual_stages (of its chunks), dp and dp_rank (its data-parallel replica: shard the data
+        by these)."""
+        return self._cxx.pipeline_layout()
 
     def state_dict(self, model):
         """The whole weights by name (copies), gathered whatever the plugin; every rank calls it."""

@@ -7,8 +7,8 @@
 # Extra arguments go to train_llama (e.g. --plugin zero2 --max_steps 1000).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/setup.sh"
-bash "$root/scripts/build.sh"
+# setup, build, and the Python module installed (the same steps as CI and the container)
+bash "$root/scripts/install.sh"
 build="${COLOSSAL_BUILD_DIR:-$root/build}"
 "$build/apps/colossal" run --nproc_per_node "${NPROC:-2}" -- "$build/apps/train_llama" --sample_tokens 0 "$@"
 exec "$build/apps/infer_llama" --model out/llama/model --max_new_tokens 48 --seed 1 \

@@ -83,13 +83,17 @@ def test_errors_arrive_with_the_cpp_message(tmp_path):
         colossal.llama.generate("/nonexistent", "x", temprature=0)
 
 
-def test_ctrl_c_stops_training_with_keyboard_interrupt(tmp_path):
+def train_forever(tmp_path, load_checkpoint="auto"):
+    """A script training the tiny model for 100,000 steps, logging every step."""
     (tmp_path / "config.json").write_text(__import__("json").dumps(TINY_LLAMA))
-    script = (f"import colossal; colossal.llama.train(output={str(tmp_path)!r}, model_config="
-              f"{str(tmp_path / 'config.json')!r}, vocab_size=600, max_steps=100000, batch_size=2, max_length=64, "
-              "eval_interval=0, sample_tokens=0, log_interval=1)")
-    proc = subprocess.Popen([sys.executable, "-u", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return (f"import colossal; colossal.llama.train(output={str(tmp_path)!r}, model_config="
+            f"{str(tmp_path / 'config.json')!r}, vocab_size=600, max_steps=100000, batch_size=2, max_length=64, "
+            f"eval_interval=0, sample_tokens=0, log_interval=1, load_checkpoint={load_checkpoint!r})")
+
+
+def interrupt_at_step_3(command):
+    """Starts `command`, sends SIGINT once it logs step 3: (return code, output, seconds to stop)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = ""
     deadline = time.time() + 240
     while "step 3/" not in seen and time.time() < deadline:  # training is under way
@@ -101,33 +105,23 @@ def test_ctrl_c_stops_training_with_keyboard_interrupt(tmp_path):
     proc.send_signal(signal.SIGINT)
     t0 = time.time()
     out, _ = proc.communicate(timeout=60)
-    assert time.time() - t0 < 30, "Ctrl-C took more than 30 s to stop the run"
-    assert proc.returncode != 0
+    return proc.returncode, seen + out, time.time() - t0
+
+
+def test_ctrl_c_stops_training_with_keyboard_interrupt(tmp_path):
+    rc, out, seconds = interrupt_at_step_3([sys.executable, "-u", "-c", train_forever(tmp_path)])
+    assert seconds < 30, "Ctrl-C took more than 30 s to stop the run"
+    assert rc != 0
     assert "KeyboardInterrupt" in out, out[-2000:]
     assert "step 100000/" not in out
 
 
 def test_ctrl_c_to_the_launcher_stops_every_rank(tmp_path):
     """Ctrl-C on `colossal run` reaches each rank's training loop, which stops at its next step."""
-    (tmp_path / "config.json").write_text(__import__("json").dumps(TINY_LLAMA))
-    script = (f"import colossal; colossal.llama.train(output={str(tmp_path)!r}, model_config="
-              f"{str(tmp_path / 'config.json')!r}, vocab_size=600, max_steps=100000, batch_size=2, max_length=64, "
-              "eval_interval=0, sample_tokens=0, log_interval=1, load_checkpoint='none')")
-    proc = subprocess.Popen([f"{APPS}/colossal", "run", "--nproc_per_node", "2", "--", sys.executable, "-u", "-c",
-                             script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = ""
-    deadline = time.time() + 240
-    while "step 3/" not in seen and time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen += line
-    assert "step 3/" in seen, seen
-    proc.send_signal(signal.SIGINT)
-    t0 = time.time()
-    out, _ = proc.communicate(timeout=60)
-    assert time.time() - t0 < 30, "Ctrl-C took more than 30 s to stop the job"
-    assert proc.returncode != 0
+    rc, out, seconds = interrupt_at_step_3([f"{APPS}/colossal", "run", "--nproc_per_node", "2", "--", sys.executable,
+                                            "-u", "-c", train_forever(tmp_path, "none")])
+    assert seconds < 30, "Ctrl-C took more than 30 s to stop the job"
+    assert rc != 0
     # A rank stops in its loop with KeyboardInterrupt; the launcher then stops the rest (one may
     # already wait in a collective for the rank that left) and says why.
     assert "KeyboardInterrupt" in out, out[-3000:]

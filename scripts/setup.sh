@@ -134,6 +134,8 @@ fetch_deb_data() {
 fetch_deb_data r-cran-janeaustenr usr/lib/R/site-library/janeaustenr/data/Rdata.rdb janeaustenr
 # The built-in ViT dataset: Fashion-MNIST in IDX format (vit/data/idx.h).
 fetch_deb_data dataset-fashion-mnist usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz fashion-mnist
+# The built-in recommender data: MovieLens "latest-small" ratings in dslabs (recsys/data reads R's file).
+fetch_deb_data r-cran-dslabs usr/lib/R/site-library/dslabs/data/Rdata.rdb dslabs
 
 # ccache: outside the checkout, large enough for a few LibTorch PCHs (~700 MB each).
 CCACHE_DIR="$CACHE_ROOT/ccache" ccache --max-size=20G >/dev/null

@@ -5,6 +5,7 @@
 #include "apps/llama/train_llama.h"
 #include "apps/python/bindings.h"
 #include "apps/python/interruptible.h"
+#include "apps/recsys/train_recsys.h"
 #include "apps/vit/train_vit.h"
 
 namespace colossal::python {
@@ -34,6 +35,10 @@ void bind_apps(py::module_& m) {
         return summary_dict(run_interruptible([&] { return vit_app::train_vit(args); }));
       },
       py::arg("args"), "train_vit with these arguments; returns {exit_code, metrics, outputs}");
+  apps.def("train_recsys", [](const std::vector<std::string>& args) {
+        return summary_dict(run_interruptible([&] { return recsys_app::train_recsys(args); }));
+      },
+      py::arg("args"), "train_recsys with these arguments; returns {exit_code, metrics, outputs}");
 }
 
 }  // namespace colossal::python

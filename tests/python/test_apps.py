@@ -126,3 +126,10 @@ def test_ctrl_c_to_the_launcher_stops_every_rank(tmp_path):
     # already wait in a collective for the rank that left) and says why.
     assert "KeyboardInterrupt" in out, out[-3000:]
     assert "interrupted by signal 2" in out, out[-3000:]
+
+
+def test_recsys_train_function(tmp_path):
+    s = colossal.recsys.train(max_steps=20, save_dir=str(tmp_path), held_out_fraction=0.9, load_checkpoint="none")
+    assert s["exit_code"] == 0 and s["metrics"]["steps"] == 20
+    assert 0.5 < s["metrics"]["eval_auc"] <= 1
+    assert (tmp_path / "log.jsonl").exists()

@@ -27,6 +27,7 @@ from . import dist
 from .booster import Booster, BoostedOptimizer, launch, plugins
 from .pipeline import PipelineModule
 from . import llama
+from . import recsys
 from . import vit
 
-__all__ = ["Booster", "BoostedOptimizer", "PipelineModule", "dist", "launch", "llama", "plugins", "vit"]
+__all__ = ["Booster", "BoostedOptimizer", "PipelineModule", "dist", "launch", "llama", "plugins", "recsys", "vit"]

@@ -1,0 +1,127 @@
+#include "apps/recsys/train_args.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include "apps/common/plugin_flags.h"
+#include "core/booster/registry.h"
+#include "core/common/check.h"
+#include "core/common/config.h"
+
+namespace colossal::recsys_app {
+
+void TrainArgs::validate() const {
+  COLOSSAL_CHECK(data == "movielens" || data == "synthetic", "--data: expected movielens or synthetic, got '", data, "'");
+  COLOSSAL_CHECK(held_out_fraction > 0 && held_out_fraction < 1, "--held_out_fraction: expected in (0, 1), got ",
+                 held_out_fraction);
+  COLOSSAL_CHECK(synthetic_samples >= 2 && synthetic_table_size >= 1 && synthetic_fields >= 1,
+                 "--synthetic_samples, --synthetic_table_size, --synthetic_fields: expected >= 2, >= 1, >= 1");
+  COLOSSAL_CHECK(model == "dlrm" || model == "deepfm", "--model: expected dlrm or deepfm, got '", model, "'");
+  COLOSSAL_CHECK(pooling == "sum" || pooling == "mean", "--pooling: expected sum or mean, got '", pooling, "'");
+  COLOSSAL_CHECK(embedding_dim >= 1, "--embedding_dim: expected >= 1, got ", embedding_dim);
+  COLOSSAL_CHECK(batch_size >= 1, "--batch_size: expected >= 1, got ", batch_size);
+  COLOSSAL_CHECK(epochs >= 1 || max_steps > 0, "--epochs: expected >= 1, got ", epochs);
+  COLOSSAL_CHECK(max_steps >= 0, "--max_steps: expected >= 0, got ", max_steps);
+  COLOSSAL_CHECK(lr > 0, "--lr: expected > 0, got ", lr);
+  COLOSSAL_CHECK(weight_decay >= 0, "--weight_decay: expected >= 0, got ", weight_decay);
+  COLOSSAL_CHECK(save_interval >= 0, "--save_interval: expected >= 0 (0: none), got ", save_interval);
+  COLOSSAL_CHECK(log_interval >= 1, "--log_interval: expected >= 1, got ", log_interval);
+  COLOSSAL_CHECK(keep_checkpoints >= 0, "--keep_checkpoints: expected >= 0 (0: keep all), got ", keep_checkpoints);
+}
+
+namespace {
+
+void read_config_file(const std::string& path, TrainArgs& a) {
+  auto c = ConfigNode::load_file(path);
+  c.read("data", a.data);
+  c.read("r_data", a.r_data);
+  c.read("held_out_fraction", a.held_out_fraction);
+  c.read("synthetic_samples", a.synthetic_samples);
+  c.read("synthetic_table_size", a.synthetic_table_size);
+  c.read("synthetic_fields", a.synthetic_fields);
+  c.read("synthetic_zipf", a.synthetic_zipf);
+  c.read("model", a.model);
+  c.read("embedding_dim", a.embedding_dim);
+  c.read("pooling", a.pooling);
+  c.read("batch_size", a.batch_size);
+  c.read("epochs", a.epochs);
+  c.read("max_steps", a.max_steps);
+  c.read("lr", a.lr);
+  c.read("weight_decay", a.weight_decay);
+  if (c.has("seed")) {
+    int64_t seed = 0;
+    c.read("seed", seed);
+    a.seed = static_cast<uint64_t>(seed);
+  }
+  c.read("save_dir", a.save_dir);
+  c.read("load_checkpoint", a.load_checkpoint);
+  c.read("save_interval", a.save_interval);
+  c.read("log_interval", a.log_interval);
+  c.read("log_file", a.log_file);
+  c.read("keep_checkpoints", a.keep_checkpoints);
+  // The plugin's settings ("plugin", "precision", "tp", ... and its options): a key no setting
+  // has is an error naming it and the file.
+  a.plugin.read(c);
+  c.check_all_keys_used();
+}
+
+}  // namespace
+
+bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--config") == 0) a.config = argv[i + 1];
+  if (!a.config.empty()) read_config_file(a.config, a);
+
+  CLI::App app{"Train a recommender (default: DLRM on MovieLens ratings as clicks, split by time)"};
+  app.add_option("--config", a.config, "YAML or JSON file with any of these settings (flags override it)");
+  app.add_option("--data", a.data, "movielens | synthetic (Criteo-shaped, power-law ids)")->capture_default_str();
+  app.add_option("--r_data", a.r_data, "movielens: dslabs' data/Rdata (.rdx/.rdb; default: setup's copy)");
+  app.add_option("--held_out_fraction", a.held_out_fraction, "held-out share (movielens: the latest ratings)")
+      ->capture_default_str();
+  app.add_option("--synthetic_samples", a.synthetic_samples, "synthetic: samples")->capture_default_str();
+  app.add_option("--synthetic_table_size", a.synthetic_table_size, "synthetic: rows per table")->capture_default_str();
+  app.add_option("--synthetic_fields", a.synthetic_fields, "synthetic: sparse fields")->capture_default_str();
+  app.add_option("--synthetic_zipf", a.synthetic_zipf, "synthetic: id popularity exponent")->capture_default_str();
+  app.add_option("--model", a.model, "dlrm | deepfm")->capture_default_str();
+  app.add_option("--embedding_dim", a.embedding_dim, "embedding width")->capture_default_str();
+  app.add_option("--pooling", a.pooling, "sum | mean: how a bag's embeddings combine")->capture_default_str();
+  app.add_option("--bottom_mlp", a.bottom_mlp, "DLRM's bottom MLP widths (then embedding_dim)")->capture_default_str();
+  app.add_option("--top_mlp", a.top_mlp, "DLRM's top / DeepFM's deep MLP widths (then 1)")->capture_default_str();
+  apps::PluginFlags plugin_flags;
+  plugin_flags.add_to(app, a.plugin.name);
+  app.add_option("--batch_size", a.batch_size, "samples per step over all ranks")->capture_default_str();
+  app.add_option("--epochs", a.epochs, "passes over the training samples")->capture_default_str();
+  app.add_option("--max_steps", a.max_steps, "stop after this many steps (0: --epochs decides)")->capture_default_str();
+  app.add_option("--lr", a.lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--weight_decay", a.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--seed", a.seed, "random seed (weights, order)")->capture_default_str();
+  app.add_option("--save_dir", a.save_dir, "checkpoints/ and the log go here")->capture_default_str();
+  app.add_option("--load_checkpoint", a.load_checkpoint,
+                 "checkpoint to resume (root or step directory); auto: the newest in the save directory, if any; "
+                 "none: start over")
+      ->capture_default_str();
+  app.add_option("--save_interval", a.save_interval, "steps between checkpoints besides each epoch's end (0: none)")
+      ->capture_default_str();
+  app.add_option("--log_interval", a.log_interval, "steps between progress updates")->capture_default_str();
+  app.add_option("--log_file", a.log_file, "metrics as JSON lines (default SAVE_DIR/log.jsonl; colossal plot draws it)");
+  app.add_option("--keep_checkpoints", a.keep_checkpoints, "checkpoints kept (0: all)")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) throw std::invalid_argument(std::string(e.what()) + " (--help lists the flags)");
+    exit_code = app.exit(e);
+    return false;
+  }
+  plugin_flags.apply(a.plugin);
+  if (a.plugin.name == "help") {
+    std::fputs(booster::plugins_help().c_str(), stdout);
+    exit_code = 0;
+    return false;
+  }
+  a.validate();
+  return true;
+}
+
+}  // namespace colossal::recsys_app

@@ -1,0 +1,222 @@
+// train_recsys: train a recommender (DLRM or DeepFM) on click-through data with a Booster plugin,
+// on one process or many; held-out AUC and log loss every epoch; checkpoints that resume.
+//
+// With no arguments it trains DLRM on MovieLens (dslabs' copy, fetched by scripts/setup.sh:
+// ratings of 4 or more are clicks, the latest 20% held out) and writes out/recsys/log.jsonl,
+// which `colossal plot` draws:
+//   build/apps/colossal run --nproc_per_node 2 -- build/apps/train_recsys
+//   build/apps/train_recsys --model deepfm --plugin zero2 --epochs 8
+//   build/apps/train_recsys --data synthetic --synthetic_table_size 1000000
+#include "apps/recsys/train_recsys.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "apps/common/resume.h"
+#include "apps/recsys/train_args.h"
+#include "core/booster/booster.h"
+#include "core/booster/registry.h"
+#include "core/common/check.h"
+#include "core/common/fs.h"
+#include "core/common/interrupt.h"
+#include "core/common/progress.h"
+#include "core/data/distributed_sampler.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "core/optim/lr_scheduler.h"
+#include "recsys/data/movielens.h"
+#include "recsys/data/synthetic.h"
+#include "recsys/metrics.h"
+#include "recsys/models/rec_model.h"
+
+namespace dist = colossal::dist;
+namespace booster = colossal::booster;
+using colossal::recsys_app::TrainArgs;
+using namespace colossal::recsys;
+
+namespace {
+
+CtrSplit load_data(const TrainArgs& a) {
+  if (a.data == "movielens") return load_movielens({.r_data = a.r_data, .held_out_fraction = a.held_out_fraction});
+  SyntheticOptions o{.samples = a.synthetic_samples, .fields = a.synthetic_fields,
+                     .table_size = a.synthetic_table_size, .zipf = a.synthetic_zipf, .seed = a.seed};
+  const auto held_out = std::max<int64_t>(1, static_cast<int64_t>(a.held_out_fraction * o.samples));
+  return {make_synthetic(o, 0, o.samples - held_out), make_synthetic(o, o.samples - held_out, held_out)};
+}
+
+struct Evaluation {
+  double auc = 0, log_loss = 0;
+};
+
+// Every rank scores the whole held-out split (the dense parts are replicated under the
+// data-parallel plugins), so every rank reports the same figures without communicating.
+Evaluation evaluate(RecModel& model, const CtrDataset& held_out) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  std::vector<torch::Tensor> logits;
+  const int64_t chunk = 4096;
+  for (int64_t begin = 0; begin < held_out.size(); begin += chunk) {
+    std::vector<int64_t> rows;
+    for (int64_t i = begin; i < std::min(held_out.size(), begin + chunk); ++i) rows.push_back(i);
+    logits.push_back(model.forward(held_out.batch(rows)));
+  }
+  model.train();
+  auto all = torch::cat(logits);
+  return {auc(all, held_out.labels), log_loss(all, held_out.labels)};
+}
+
+void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
+  const bool own_runtime = !dist::is_initialized();
+  if (own_runtime) dist::init();
+  const int r = dist::rank();
+  COLOSSAL_CHECK(a.plugin.name != "gemini" && a.plugin.name != "zero3", "--plugin ", a.plugin.name,
+                 ": the recommenders' dense parts run under ddp, zero1 or zero2 (their embedding tables are "
+                 "replicated here; sharding them over ranks comes with --sharding)");
+  auto plugin = booster::make_plugin(a.plugin);
+  const int n = plugin->dims().dp();
+  COLOSSAL_CHECK(a.batch_size % n == 0, "--batch_size ", a.batch_size, " does not split over ", n,
+                 " data-parallel ranks");
+  const int64_t per_rank = a.batch_size / n;
+  colossal::fs::make_dirs(a.save_dir);
+  if (a.log_file.empty()) a.log_file = a.save_dir + "/log.jsonl";
+
+  auto t0 = std::chrono::steady_clock::now();
+  const CtrSplit data = load_data(a);
+  if (r == 0) {
+    std::printf("data: %s, %ld training and %ld held-out samples (%.1f%% and %.1f%% clicks); %zu sparse fields "
+                "(tables:", a.data.c_str(), data.train.size(), data.held_out.size(), 100 * data.train.positive_rate(),
+                100 * data.held_out.positive_rate(), data.train.fields.size());
+    for (const auto& f : data.train.fields) std::printf(" %s %ld", f.name.c_str(), f.table_size);
+    std::printf("), %zu dense (%.1f s to load)\n", data.train.dense_names.size(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+
+  torch::manual_seed(a.seed);
+  RecModelOptions mo{.kind = a.model, .dense_features = static_cast<int64_t>(data.train.dense_names.size()),
+                     .table_sizes = data.train.table_sizes(), .embedding_dim = a.embedding_dim,
+                     .bottom_mlp = a.bottom_mlp, .top_mlp = a.top_mlp, .pooling = a.pooling};
+  auto model = make_rec_model(mo);
+  int64_t parameters = 0;
+  for (const auto& p : model->parameters()) parameters += p.numel();
+  const int64_t steps_per_epoch = std::max<int64_t>(1, data.train.size() / a.batch_size);
+  const int64_t total_steps = a.max_steps > 0 ? a.max_steps : a.epochs * steps_per_epoch;
+  auto optimizer = std::make_shared<torch::optim::AdamW>(
+      model->parameters(), torch::optim::AdamWOptions(a.lr).weight_decay(a.weight_decay));
+  auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
+      *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = total_steps / 20,
+                                                        .total_steps = total_steps, .min_lr_ratio = 0.1});
+  auto sampler = std::make_shared<colossal::data::DistributedSampler>(colossal::data::DistributedSampler::Options{
+      .dataset_size = data.train.size(), .seed = a.seed, .drop_last = true});
+  booster::Booster booster(plugin);
+  auto b = booster.boost(model, optimizer, scheduler, sampler);
+  if (r == 0)
+    std::printf("model: %s, %.2fM parameters, embedding dim %ld (%s pooling); %s, %d rank(s), batch %ld (%ld per "
+                "rank), %ld steps\n", a.model.c_str(), parameters / 1e6, a.embedding_dim, a.pooling.c_str(),
+                a.plugin.describe().c_str(), dist::world_size(), a.batch_size, per_rank, total_steps);
+  const int64_t first_step = colossal::apps::resume_training(
+      booster, b, {.flag = a.load_checkpoint, .save_dir = a.save_dir + "/checkpoints", .total_steps = total_steps,
+                   .length_flags = "--epochs or --max_steps"});
+
+  colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
+  auto report_eval = [&](int64_t step) {
+    const auto e = evaluate(*model, data.held_out);
+    progress.event("eval", step, {{"auc", e.auc}, {"log_loss", e.log_loss}});
+    summary.metrics["eval_auc"] = e.auc;
+    summary.metrics["eval_log_loss"] = e.log_loss;
+  };
+  auto save = [&](int64_t step) {
+    booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
+                            {.keep_last = static_cast<int>(a.keep_checkpoints)});
+    progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
+  };
+  auto next_rows = [&] {
+    auto rows = sampler->next(per_rank);
+    if (static_cast<int64_t>(rows.size()) < per_rank) {  // the epoch ends: the rest from the next
+      sampler->set_epoch(sampler->epoch() + 1);
+      auto more = sampler->next(per_rank - static_cast<int64_t>(rows.size()));
+      rows.insert(rows.end(), more.begin(), more.end());
+    }
+    return rows;
+  };
+  if (first_step == 1) report_eval(0);
+  auto window_start = std::chrono::steady_clock::now();
+  double window_loss = 0;
+  int64_t window_steps = 0;
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    colossal::throw_if_interrupted("training step " + std::to_string(step));
+    const auto batch = data.train.batch(next_rows());
+    b.optimizer->zero_grad();
+    auto loss = torch::binary_cross_entropy_with_logits(model->forward(batch), batch.labels);
+    booster.backward(loss, *b.optimizer);
+    const double lr = b.lr_scheduler->lr();
+    const bool stepped = b.optimizer->step();
+    b.lr_scheduler->step();
+    window_loss += loss.item<double>();
+    ++window_steps;
+    if (step % a.log_interval == 0 || step == total_steps) {
+      auto l = torch::tensor({window_loss / window_steps}, torch::kFloat64);
+      dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+      std::vector<std::pair<std::string, double>> m = {{"loss", l.item<double>()}, {"lr", lr},
+                                                       {"samples/s", window_steps * a.batch_size / s},
+                                                       {"mem_gib", colossal::resident_gib()}};
+      if (!stepped) m.push_back({"skipped", 1});
+      progress.step(step, m);
+      summary.metrics["loss"] = l.item<double>();
+      summary.metrics["steps"] = static_cast<double>(step);
+      window_loss = 0;
+      window_steps = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+    const bool epoch_end = step % steps_per_epoch == 0;
+    if (step != total_steps && (epoch_end || (a.save_interval > 0 && step % a.save_interval == 0))) {
+      if (epoch_end) report_eval(step);
+      save(step);
+      window_start = std::chrono::steady_clock::now();  // throughput counts training only
+    }
+  }
+  if (first_step <= total_steps) {
+    report_eval(total_steps);
+    save(total_steps);
+  }
+  if (r == 0) {
+    std::printf("result: held-out AUC %.4f, log loss %.4f (always guessing the training click rate: %.4f); "
+                "%.0f s in all; log %s (colossal plot --log_file %s)\n",
+                summary.metrics["eval_auc"], summary.metrics["eval_log_loss"],
+                [&] {
+                  const double p = data.train.positive_rate(), q = data.held_out.positive_rate();
+                  return -(q * std::log(p) + (1 - q) * std::log(1 - p));
+                }(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), a.log_file.c_str(),
+                a.log_file.c_str());
+    std::fflush(stdout);
+  }
+  summary.outputs["checkpoints"] = a.save_dir + "/checkpoints";
+  summary.outputs["log"] = a.log_file;
+  dist::barrier(dist::world_group());
+  if (own_runtime) dist::shutdown();
+}
+
+}  // namespace
+
+namespace colossal::recsys_app {
+
+colossal::apps::RunSummary train_recsys(const std::vector<std::string>& args) {
+  colossal::apps::RunSummary summary;
+  TrainArgs a;
+  int code = 0;
+  const bool go = colossal::apps::with_argv("train_recsys", args, [&](int argc, char** argv) {
+    return parse_train_args(argc, argv, a, code);
+  });
+  if (!go) {
+    summary.exit_code = code;
+    return summary;
+  }
+  train(a, summary);
+  return summary;
+}
+
+}  // namespace colossal::recsys_app

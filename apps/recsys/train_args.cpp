@@ -20,6 +20,12 @@ void TrainArgs::validate() const {
                  "--synthetic_samples, --synthetic_table_size, --synthetic_fields: expected >= 2, >= 1, >= 1");
   COLOSSAL_CHECK(model == "dlrm" || model == "deepfm", "--model: expected dlrm or deepfm, got '", model, "'");
   COLOSSAL_CHECK(pooling == "sum" || pooling == "mean", "--pooling: expected sum or mean, got '", pooling, "'");
+  COLOSSAL_CHECK(cache_ratio >= 0 && cache_ratio <= 1, "--cache_ratio: expected in [0, 1] (0: off), got ", cache_ratio);
+  COLOSSAL_CHECK(eviction == "lfu" || eviction == "lru", "--eviction: expected lfu or lru, got '", eviction, "'");
+  COLOSSAL_CHECK(sparse_optimizer == "adagrad" || sparse_optimizer == "adamw",
+                 "--sparse_optimizer: expected adagrad or adamw, got '", sparse_optimizer, "'");
+  COLOSSAL_CHECK(cache_min_slots >= 0, "--cache_min_slots: expected >= 0, got ", cache_min_slots);
+  COLOSSAL_CHECK(sparse_lr > 0, "--sparse_lr: expected > 0, got ", sparse_lr);
   COLOSSAL_CHECK(embedding_dim >= 1, "--embedding_dim: expected >= 1, got ", embedding_dim);
   COLOSSAL_CHECK(batch_size >= 1, "--batch_size: expected >= 1, got ", batch_size);
   COLOSSAL_CHECK(epochs >= 1 || max_steps > 0, "--epochs: expected >= 1, got ", epochs);
@@ -45,6 +51,11 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("model", a.model);
   c.read("embedding_dim", a.embedding_dim);
   c.read("pooling", a.pooling);
+  c.read("cache_ratio", a.cache_ratio);
+  c.read("eviction", a.eviction);
+  c.read("sparse_optimizer", a.sparse_optimizer);
+  c.read("sparse_lr", a.sparse_lr);
+  c.read("cache_min_slots", a.cache_min_slots);
   c.read("batch_size", a.batch_size);
   c.read("epochs", a.epochs);
   c.read("max_steps", a.max_steps);
@@ -89,6 +100,15 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--pooling", a.pooling, "sum | mean: how a bag's embeddings combine")->capture_default_str();
   app.add_option("--bottom_mlp", a.bottom_mlp, "DLRM's bottom MLP widths (then embedding_dim)")->capture_default_str();
   app.add_option("--top_mlp", a.top_mlp, "DLRM's top / DeepFM's deep MLP widths (then 1)")->capture_default_str();
+  app.add_option("--cache_ratio", a.cache_ratio,
+                 "cached embedding tables: share of each table's rows in the cache (0: plain tables)")
+      ->capture_default_str();
+  app.add_option("--eviction", a.eviction, "cached tables: lfu | lru")->capture_default_str();
+  app.add_option("--sparse_optimizer", a.sparse_optimizer, "cached tables' row-wise optimizer: adagrad | adamw")
+      ->capture_default_str();
+  app.add_option("--sparse_lr", a.sparse_lr, "cached tables' learning rate")->capture_default_str();
+  app.add_option("--cache_min_slots", a.cache_min_slots, "cached tables: tables up to this many rows are cached whole")
+      ->capture_default_str();
   apps::PluginFlags plugin_flags;
   plugin_flags.add_to(app, a.plugin.name);
   app.add_option("--batch_size", a.batch_size, "samples per step over all ranks")->capture_default_str();

@@ -21,6 +21,13 @@ struct TrainArgs {
   int64_t embedding_dim = 16;
   std::string pooling = "mean";  // sum | mean (a bag of genres averages)
   std::vector<int64_t> bottom_mlp = {64}, top_mlp = {64, 32};
+  // Cached embedding tables (recsys/embedding/cached_embedding.h): > 0 keeps each table in host
+  // memory with this share of its rows cached, updated by a sparse row-wise optimizer.
+  double cache_ratio = 0;
+  std::string eviction = "lfu";            // lfu | lru
+  std::string sparse_optimizer = "adagrad";  // adagrad | adamw (the cached tables' optimizer)
+  double sparse_lr = 0.05;
+  int64_t cache_min_slots = 4096;          // tables up to this many rows are cached whole
   // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
   booster::PluginConfig plugin;
   // Optimisation

@@ -72,6 +72,8 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   const bool own_runtime = !dist::is_initialized();
   if (own_runtime) dist::init();
   const int r = dist::rank();
+  COLOSSAL_CHECK(a.cache_ratio == 0 || a.plugin.precision == "fp32", "--cache_ratio with --precision ",
+                 a.plugin.precision, ": the cached tables and their row-wise optimizer are fp32 (use --precision fp32)");
   COLOSSAL_CHECK(a.plugin.name != "gemini" && a.plugin.name != "zero3", "--plugin ", a.plugin.name,
                  ": the recommenders' dense parts run under ddp, zero1 or zero2 (their embedding tables are "
                  "replicated here; sharding them over ranks comes with --sharding)");
@@ -97,8 +99,27 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   torch::manual_seed(a.seed);
   RecModelOptions mo{.kind = a.model, .dense_features = static_cast<int64_t>(data.train.dense_names.size()),
                      .table_sizes = data.train.table_sizes(), .embedding_dim = a.embedding_dim,
-                     .bottom_mlp = a.bottom_mlp, .top_mlp = a.top_mlp, .pooling = a.pooling};
+                     .bottom_mlp = a.bottom_mlp, .top_mlp = a.top_mlp, .pooling = a.pooling,
+                     .cache_ratio = a.cache_ratio};
+  mo.cache.eviction = a.eviction;
+  mo.cache.optimizer.kind = a.sparse_optimizer;
+  mo.cache.optimizer.lr = a.sparse_lr;
+  mo.cache.seed = a.seed;
+  mo.cache.min_slots = a.cache_min_slots;
   auto model = make_rec_model(mo);
+  const bool cached = a.cache_ratio > 0;
+  // Frequency-aware warm-up: each cached table starts holding its most frequent training ids.
+  if (cached)
+    for (auto& tables : model->embedding_tables())
+      for (size_t f = 0; f < tables->cached_tables.size(); ++f) {
+        std::vector<int64_t> counts(data.train.fields[f].table_size, 0);
+        for (int64_t id : data.train.fields[f].ids) ++counts[id];
+        tables->cached_tables[f]->warm_up(counts);
+      }
+  const auto dp_group = plugin->dims().group(dist::Axis::kDp);
+  auto flush_tables = [&] {
+    for (auto& tables : model->embedding_tables()) tables->flush();
+  };
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
   const int64_t steps_per_epoch = std::max<int64_t>(1, data.train.size() / a.batch_size);
@@ -119,6 +140,8 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   const int64_t first_step = colossal::apps::resume_training(
       booster, b, {.flag = a.load_checkpoint, .save_dir = a.save_dir + "/checkpoints", .total_steps = total_steps,
                    .length_flags = "--epochs or --max_steps"});
+  if (first_step > 1)  // the cached tables' buffers were loaded: their caches start over
+    for (auto& tables : model->embedding_tables()) tables->invalidate();
 
   colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
   auto report_eval = [&](int64_t step) {
@@ -128,6 +151,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     summary.metrics["eval_log_loss"] = e.log_loss;
   };
   auto save = [&](int64_t step) {
+    flush_tables();  // the cached tables' buffers hold every row's latest values
     booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
                             {.keep_last = static_cast<int>(a.keep_checkpoints)});
     progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
@@ -151,6 +175,8 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     b.optimizer->zero_grad();
     auto loss = torch::binary_cross_entropy_with_logits(model->forward(batch), batch.labels);
     booster.backward(loss, *b.optimizer);
+    if (cached)  // the touched rows, averaged over the data-parallel ranks
+      for (auto& tables : model->embedding_tables()) tables->sparse_step(&dp_group);
     const double lr = b.lr_scheduler->lr();
     const bool stepped = b.optimizer->step();
     b.lr_scheduler->step();
@@ -164,6 +190,15 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                                                        {"samples/s", window_steps * a.batch_size / s},
                                                        {"mem_gib", colossal::resident_gib()}};
       if (!stepped) m.push_back({"skipped", 1});
+      if (cached) {
+        CacheStats c;
+        for (auto& tables : model->embedding_tables()) {
+          const auto t = tables->cache_stats();
+          c.lookups += t.lookups, c.hits += t.hits, c.evictions += t.evictions;
+        }
+        m.push_back({"cache_hit_rate", c.hit_rate()});
+        m.push_back({"cache_evictions", static_cast<double>(c.evictions)});
+      }
       progress.step(step, m);
       summary.metrics["loss"] = l.item<double>();
       summary.metrics["steps"] = static_cast<double>(step);

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/common/check.h"
+#include "core/dist/collectives.h"
+#include "core/dist/group.h"
 
 namespace colossal::recsys {
 namespace {
@@ -15,7 +17,8 @@ class Dlrm : public RecModel {
     auto bottom_widths = o.bottom_mlp;
     bottom_widths.push_back(o.embedding_dim);
     bottom_ = register_module("bottom", mlp(o.dense_features, bottom_widths));
-    tables_ = register_module("embeddings", EmbeddingTables(o.table_sizes, o.embedding_dim, o.pooling));
+    tables_ = register_module("embeddings",
+                              EmbeddingTables(o.table_sizes, o.embedding_dim, o.pooling, o.cache_ratio, o.cache));
     const int64_t vectors = static_cast<int64_t>(o.table_sizes.size()) + 1;
     pairs_ = torch::triu_indices(vectors, vectors, 1);
     auto top_widths = o.top_mlp;
@@ -32,6 +35,7 @@ class Dlrm : public RecModel {
     auto pairs = z.index({torch::indexing::Slice(), pairs_[0], pairs_[1]});  // [B, (F + 1) F / 2]
     return top_->forward(torch::cat({x, pairs}, 1)).squeeze(1);
   }
+  std::vector<EmbeddingTables> embedding_tables() override { return {tables_}; }
 
  private:
   torch::nn::Sequential bottom_{nullptr}, top_{nullptr};
@@ -42,8 +46,9 @@ class Dlrm : public RecModel {
 class DeepFm : public RecModel {
  public:
   explicit DeepFm(const RecModelOptions& o) : RecModel("DeepFm") {
-    tables_ = register_module("embeddings", EmbeddingTables(o.table_sizes, o.embedding_dim, o.pooling));
-    weights_ = register_module("first_order", EmbeddingTables(o.table_sizes, 1, o.pooling));
+    tables_ = register_module("embeddings",
+                              EmbeddingTables(o.table_sizes, o.embedding_dim, o.pooling, o.cache_ratio, o.cache));
+    weights_ = register_module("first_order", EmbeddingTables(o.table_sizes, 1, o.pooling, o.cache_ratio, o.cache));
     dense_linear_ = register_module("dense_linear", torch::nn::Linear(o.dense_features, 1));
     dense_vector_ = register_module("dense_vector", torch::nn::Linear(o.dense_features, o.embedding_dim));
     auto deep_widths = o.top_mlp;
@@ -63,6 +68,7 @@ class DeepFm : public RecModel {
     auto deep = deep_->forward(v.flatten(1)).squeeze(1);
     return first + second + deep;
   }
+  std::vector<EmbeddingTables> embedding_tables() override { return {tables_, weights_}; }
 
  private:
   EmbeddingTables tables_{nullptr}, weights_{nullptr};
@@ -80,15 +86,32 @@ void RecModelOptions::validate() const {
   COLOSSAL_CHECK(embedding_dim >= 1, "[recsys] embedding_dim ", embedding_dim, ": expected >= 1");
   for (size_t i = 0; i < table_sizes.size(); ++i)
     COLOSSAL_CHECK(table_sizes[i] >= 1, "[recsys] table ", i, " has ", table_sizes[i], " rows");
+  COLOSSAL_CHECK(cache_ratio >= 0 && cache_ratio <= 1, "[recsys] cache_ratio ", cache_ratio,
+                 ": expected in [0, 1] (0: plain embedding bags)");
 }
 
-EmbeddingTablesImpl::EmbeddingTablesImpl(const std::vector<int64_t>& sizes, int64_t dim, const std::string& pooling) {
+EmbeddingTablesImpl::EmbeddingTablesImpl(const std::vector<int64_t>& sizes, int64_t dim, const std::string& pooling,
+                                         double cache_ratio, const CachedEmbeddingOptions& cache) {
   const auto mode = pooling == "mean" ? torch::nn::EmbeddingBagMode(torch::kMean) : torch::nn::EmbeddingBagMode(torch::kSum);
   auto list = register_module("tables", std::make_shared<torch::nn::Module>("Tables"));
   for (size_t i = 0; i < sizes.size(); ++i) {
+    if (cache_ratio > 0) {
+      CachedEmbeddingOptions o = cache;
+      o.rows = sizes[i];
+      o.dim = dim;
+      o.pooling = pooling;
+      o.cache_ratio = cache_ratio;
+      o.seed = cache.seed * 1000003 + i * 7919 + static_cast<uint64_t>(dim);  // each table its own values
+      auto bag = std::make_shared<CachedEmbeddingBag>(o);
+      auto holder = list->register_module(std::to_string(i), std::make_shared<torch::nn::Module>("CachedTable"));
+      holder->register_buffer("weight", bag->table());
+      holder->register_buffer("state", bag->state());
+      cached_tables.push_back(bag);
+      continue;
+    }
     auto t = torch::nn::EmbeddingBag(torch::nn::EmbeddingBagOptions(sizes[i], dim).mode(mode));
     torch::NoGradGuard no_grad;
-    // Small, as DLRM's uniform(+-1/sqrt(rows)) : an id seen rarely (or only at test time, after
+    // Small, as DLRM's uniform(+-1/sqrt(rows)): an id seen rarely (or only at test time, after
     // a time split) contributes little until training has moved it.
     const double bound = 1 / std::sqrt(static_cast<double>(sizes[i]));
     t->weight.uniform_(-bound, bound);
@@ -97,11 +120,71 @@ EmbeddingTablesImpl::EmbeddingTablesImpl(const std::vector<int64_t>& sizes, int6
 }
 
 std::vector<torch::Tensor> EmbeddingTablesImpl::forward(const CtrBatch& b) {
-  COLOSSAL_CHECK(b.ids.size() == tables.size(), "[recsys] a batch of ", b.ids.size(), " sparse fields for ",
-                 tables.size(), " embedding tables");
+  const size_t n = cached() ? cached_tables.size() : tables.size();
+  COLOSSAL_CHECK(b.ids.size() == n, "[recsys] a batch of ", b.ids.size(), " sparse fields for ", n,
+                 " embedding tables");
   std::vector<torch::Tensor> out;
-  for (size_t i = 0; i < tables.size(); ++i) out.push_back(tables[i]->forward(b.ids[i], b.offsets[i]));
+  for (size_t i = 0; i < n; ++i) {
+    if (!cached()) out.push_back(tables[i]->forward(b.ids[i], b.offsets[i]));
+    // Training goes through the cache; evaluation (eval mode) reads the table, whatever the batch.
+    else if (is_training()) out.push_back(cached_tables[i]->forward(b.ids[i], b.offsets[i]));
+    else out.push_back(cached_tables[i]->lookup(b.ids[i], b.offsets[i]));
+  }
   return out;
+}
+
+void EmbeddingTablesImpl::sparse_step(const dist::Group* group) {
+  for (auto& bag : cached_tables) {
+    auto [rows, grads] = bag->gradients();
+    if (group && group->is_member() && group->size() > 1) {
+      // Sparse all-reduce: every rank's (rows, gradients), padded to the longest, gathered;
+      // summed per row and divided by the ranks (the data-parallel mean).
+      const int n = group->size();
+      auto count = torch::tensor({rows.numel()}, torch::kInt64);
+      auto counts = torch::empty({n}, torch::kInt64);
+      dist::all_gather(counts, count, *group);
+      const int64_t longest = counts.max().item<int64_t>();
+      auto padded_rows = torch::full({longest}, -1, torch::kInt64);
+      auto padded_grads = torch::zeros({longest, grads.size(1)});
+      padded_rows.narrow(0, 0, rows.numel()).copy_(rows);
+      padded_grads.narrow(0, 0, rows.numel()).copy_(grads);
+      auto all_rows = torch::empty({n * longest}, torch::kInt64);
+      auto all_grads = torch::empty({n * longest, grads.size(1)});
+      dist::all_gather(all_rows, padded_rows, *group);
+      dist::all_gather(all_grads, padded_grads.flatten(), *group);
+      const auto valid = all_rows.ge(0).nonzero().squeeze(1);
+      all_rows = all_rows.index_select(0, valid);
+      all_grads = all_grads.view({n * longest, grads.size(1)}).index_select(0, valid);
+      auto [unique, inverse] = at::_unique(all_rows, /*sorted=*/true, /*return_inverse=*/true);
+      auto merged = torch::zeros({unique.numel(), grads.size(1)}).index_add_(0, inverse, all_grads) / n;
+      rows = unique;
+      grads = merged;
+    }
+    bag->apply(rows, grads);
+  }
+}
+
+void EmbeddingTablesImpl::flush() {
+  for (auto& bag : cached_tables) bag->flush();
+}
+
+void EmbeddingTablesImpl::invalidate() {
+  for (auto& bag : cached_tables) bag->load(bag->table().clone(), bag->state().clone());
+}
+
+void EmbeddingTablesImpl::reset_cache_stats() {
+  for (auto& bag : cached_tables) bag->reset_stats();
+}
+
+CacheStats EmbeddingTablesImpl::cache_stats() const {
+  CacheStats s;
+  for (const auto& bag : cached_tables) {
+    s.lookups += bag->stats().lookups;
+    s.hits += bag->stats().hits;
+    s.misses += bag->stats().misses;
+    s.evictions += bag->stats().evictions;
+  }
+  return s;
 }
 
 torch::nn::Sequential mlp(int64_t in, const std::vector<int64_t>& widths) {

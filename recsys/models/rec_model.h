@@ -14,6 +14,11 @@
 #include <vector>
 
 #include "recsys/data/ctr_data.h"
+#include "recsys/embedding/cached_embedding.h"
+
+namespace colossal::dist {
+class Group;
+}
 
 namespace colossal::recsys {
 
@@ -25,24 +30,47 @@ struct RecModelOptions {
   std::vector<int64_t> bottom_mlp = {64};   // DLRM: then a layer to embedding_dim
   std::vector<int64_t> top_mlp = {64, 32};  // DLRM's top, DeepFM's deep part; then a layer to 1
   std::string pooling = "sum";          // sum | mean: how a bag's embeddings combine
+  /// > 0: every table is a CachedEmbeddingBag with this cache share, updated by its own sparse
+  /// optimizer (cache.optimizer) instead of the model's; 0: plain embedding bags.
+  double cache_ratio = 0;
+  CachedEmbeddingOptions cache;  // eviction, optimizer, (rows, dim, pooling, ratio set per table)
   void validate() const;
 };
+
+/// One embedding bag per sparse field (tables named "tables.<field index>.weight"): LibTorch's
+/// EmbeddingBag, whose weights the model's optimizer updates, or (cache_ratio > 0) a
+/// CachedEmbeddingBag each, whose table and optimizer state are buffers under the same names
+/// ("tables.<i>.weight", "tables.<i>.state"), so checkpoints hold them, and whose rows are updated
+/// by sparse_step().
+class EmbeddingTablesImpl : public torch::nn::Module {
+ public:
+  EmbeddingTablesImpl(const std::vector<int64_t>& sizes, int64_t dim, const std::string& pooling,
+                      double cache_ratio = 0, const CachedEmbeddingOptions& cache = {});
+  std::vector<torch::Tensor> forward(const CtrBatch& batch);
+  bool cached() const { return !cached_tables.empty(); }
+  /// Cached tables: the touched rows' gradients averaged over `group`'s ranks (every rank then
+  /// applies the same updates to the same rows, so the replicas stay equal), then applied.
+  void sparse_step(const dist::Group* group);
+  /// Cached tables: every cached row written back (before a checkpoint or reading the buffers).
+  void flush();
+  /// Cached tables: the cache forgotten without writing back (after the buffers were loaded).
+  void invalidate();
+  CacheStats cache_stats() const;
+  void reset_cache_stats();
+
+  std::vector<torch::nn::EmbeddingBag> tables;
+  std::vector<std::shared_ptr<CachedEmbeddingBag>> cached_tables;
+};
+TORCH_MODULE(EmbeddingTables);
 
 class RecModel : public torch::nn::Module {
  public:
   explicit RecModel(const std::string& name) : torch::nn::Module(name) {}
   /// Logits [B].
   virtual torch::Tensor forward(const CtrBatch& batch) = 0;
+  /// The model's embedding tables (DeepFM has two sets: vectors and first-order weights).
+  virtual std::vector<EmbeddingTables> embedding_tables() = 0;
 };
-
-/// One embedding bag per sparse field (tables named "tables.<field index>.weight").
-class EmbeddingTablesImpl : public torch::nn::Module {
- public:
-  EmbeddingTablesImpl(const std::vector<int64_t>& sizes, int64_t dim, const std::string& pooling);
-  std::vector<torch::Tensor> forward(const CtrBatch& batch);
-  std::vector<torch::nn::EmbeddingBag> tables;
-};
-TORCH_MODULE(EmbeddingTables);
 
 std::shared_ptr<RecModel> make_rec_model(const RecModelOptions& options);
 

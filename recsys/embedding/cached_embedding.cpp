@@ -1,0 +1,263 @@
+#include "recsys/embedding/cached_embedding.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/common/check.h"
+
+namespace colossal::recsys {
+
+int64_t SparseOptimizerOptions::state_width(int64_t dim) const { return kind == "adamw" ? 2 * dim + 1 : dim; }
+
+void SparseOptimizerOptions::validate() const {
+  COLOSSAL_CHECK(kind == "adagrad" || kind == "adamw", "[cached_embedding] optimizer '", kind,
+                 "': expected adagrad or adamw");
+  COLOSSAL_CHECK(lr > 0 && eps > 0 && beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1 && weight_decay >= 0,
+                 "[cached_embedding] optimizer: lr ", lr, ", eps ", eps, ", betas (", beta1, ", ", beta2,
+                 "), weight_decay ", weight_decay, " out of range");
+}
+
+void CachedEmbeddingOptions::validate() const {
+  COLOSSAL_CHECK(rows >= 1 && dim >= 1, "[cached_embedding] rows ", rows, ", dim ", dim, ": expected >= 1");
+  COLOSSAL_CHECK(cache_ratio > 0 && cache_ratio <= 1, "[cached_embedding] cache_ratio ", cache_ratio,
+                 ": expected in (0, 1]");
+  COLOSSAL_CHECK(min_slots >= 0, "[cached_embedding] min_slots ", min_slots, ": expected >= 0");
+  COLOSSAL_CHECK(eviction == "lfu" || eviction == "lru", "[cached_embedding] eviction '", eviction,
+                 "': expected lfu or lru");
+  COLOSSAL_CHECK(pooling == "sum" || pooling == "mean", "[cached_embedding] pooling '", pooling,
+                 "': expected sum or mean");
+  optimizer.validate();
+}
+
+CachedEmbeddingBag::CachedEmbeddingBag(CachedEmbeddingOptions options) : options_(std::move(options)) {
+  options_.validate();
+  const int64_t rows = options_.rows, dim = options_.dim;
+  slots_ = std::clamp<int64_t>(std::max(static_cast<int64_t>(std::ceil(options_.cache_ratio * rows)),
+                                         std::min(options_.min_slots, rows)),
+                                1, rows);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
+  const double bound = 1 / std::sqrt(static_cast<double>(rows));
+  table_ = torch::empty({rows, dim}).uniform_(-bound, bound, gen);
+  state_ = torch::zeros({rows, options_.optimizer.state_width(dim)});
+  cache_ = torch::zeros({slots_, dim}).set_requires_grad(true);
+  cache_state_ = torch::zeros({slots_, options_.optimizer.state_width(dim)});
+  row_slot_.assign(rows, -1);
+  slot_row_.assign(slots_, -1);
+  slot_tag_.assign(slots_, -1);
+  last_use_.assign(slots_, 0);
+  frequency_.assign(rows, 0);
+  for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(s);
+}
+
+std::tuple<double, int64_t, int64_t> CachedEmbeddingBag::key(int64_t slot) const {
+  const double priority = options_.eviction == "lfu" ? frequency_[slot_row_[slot]] : 0.0;
+  return {priority, last_use_[slot], slot};
+}
+
+void CachedEmbeddingBag::write_back(int64_t slot) {
+  const int64_t row = slot_row_[slot];
+  const int64_t dim = options_.dim, width = state_.size(1);
+  std::memcpy(table_.data_ptr<float>() + row * dim, cache_.data_ptr<float>() + slot * dim, dim * sizeof(float));
+  std::memcpy(state_.data_ptr<float>() + row * width, cache_state_.data_ptr<float>() + slot * width,
+              width * sizeof(float));
+}
+
+int64_t CachedEmbeddingBag::slot_for(int64_t row, int64_t tag) {
+  ++stats_.lookups;
+  int64_t slot = row_slot_[row];
+  if (slot >= 0) {
+    ++stats_.hits;
+    order_.erase(key(slot));  // re-keyed below with the new count and time
+    frequency_[row] += 1;
+  } else {
+    ++stats_.misses;
+    frequency_[row] += 1;
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      // The least valuable slot the current batch does not hold (LFU: fewest accesses, then
+      // oldest; LRU: oldest).
+      auto it = order_.begin();
+      while (it != order_.end() && slot_tag_[std::get<2>(*it)] == tag) ++it;
+      if (it == order_.end()) return -1;  // every slot holds this batch's rows
+      slot = std::get<2>(*it);
+      order_.erase(it);
+      write_back(slot);
+      row_slot_[slot_row_[slot]] = -1;
+      ++stats_.evictions;
+    }
+    const int64_t dim = options_.dim, width = state_.size(1);
+    std::memcpy(cache_.data_ptr<float>() + slot * dim, table_.data_ptr<float>() + row * dim, dim * sizeof(float));
+    std::memcpy(cache_state_.data_ptr<float>() + slot * width, state_.data_ptr<float>() + row * width,
+                width * sizeof(float));
+    row_slot_[row] = slot;
+    slot_row_[slot] = row;
+  }
+  last_use_[slot] = ++clock_;
+  slot_tag_[slot] = tag;
+  order_.insert(key(slot));
+  return slot;
+}
+
+void CachedEmbeddingBag::warm_up(const std::vector<int64_t>& counts) {
+  COLOSSAL_CHECK(static_cast<int64_t>(counts.size()) == options_.rows, "[cached_embedding] warm_up: ", counts.size(),
+                 " counts for ", options_.rows, " rows");
+  std::vector<int64_t> order(counts.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto n = std::min<size_t>(slots_, order.size());
+  std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                    [&](int64_t a, int64_t b) { return counts[a] > counts[b]; });
+  torch::NoGradGuard no_grad;
+  const int64_t tag = ++batch_tag_;
+  for (size_t i = 0; i < n && counts[order[i]] > 0; ++i) slot_for(order[i], tag);
+  for (size_t r = 0; r < counts.size(); ++r) frequency_[r] = static_cast<double>(counts[r]);
+  // Re-key the cached slots by the seeded frequencies.
+  order_.clear();
+  for (int64_t s = 0; s < slots_; ++s)
+    if (slot_row_[s] >= 0) order_.insert(key(s));
+  stats_ = {};
+}
+
+void CachedEmbeddingBag::prefetch(const torch::Tensor& ids) {
+  torch::NoGradGuard no_grad;
+  const auto unique = std::get<0>(at::_unique(ids.to(torch::kInt64).contiguous()));
+  const int64_t* p = unique.data_ptr<int64_t>();
+  const int64_t tag = ++batch_tag_;
+  for (int64_t i = 0; i < unique.numel(); ++i) slot_for(p[i], tag);
+}
+
+torch::Tensor CachedEmbeddingBag::forward(const torch::Tensor& ids, const torch::Tensor& offsets) {
+  const auto flat = ids.to(torch::kInt64).contiguous();
+  COLOSSAL_CHECK(flat.numel() == 0 || (flat.min().item<int64_t>() >= 0 && flat.max().item<int64_t>() < options_.rows),
+                 "[cached_embedding] an id outside the table of ", options_.rows, " rows");
+  last_rows_ = std::get<0>(at::_unique(flat));
+  const int64_t* rows = last_rows_.data_ptr<int64_t>();
+  const int64_t tag = ++batch_tag_;
+  std::vector<int64_t> slots(last_rows_.numel());
+  {
+    torch::NoGradGuard no_grad;
+    for (int64_t i = 0; i < last_rows_.numel(); ++i) {
+      slots[i] = slot_for(rows[i], tag);
+      COLOSSAL_CHECK(slots[i] >= 0, "[cached_embedding] a batch with ", last_rows_.numel(),
+                     " distinct ids does not fit the cache's ", slots_, " slots: raise cache_ratio");
+    }
+  }
+  last_slots_ = torch::tensor(slots, torch::kInt64);
+  const auto slot_ids = torch::from_blob(row_slot_.data(), {options_.rows}, torch::kInt64).index_select(0, flat);
+  const int64_t mode = options_.pooling == "mean" ? 1 : 0;
+  // A sparse gradient: the backward's cost follows the rows the batch touched, not the cache size.
+  return std::get<0>(torch::embedding_bag(cache_, slot_ids, offsets, false, mode, /*sparse=*/true));
+}
+
+torch::Tensor CachedEmbeddingBag::lookup(const torch::Tensor& ids, const torch::Tensor& offsets) {
+  torch::NoGradGuard no_grad;
+  flush();
+  const int64_t mode = options_.pooling == "mean" ? 1 : 0;
+  return std::get<0>(torch::embedding_bag(table_, ids.to(torch::kInt64), offsets, false, mode));
+}
+
+std::pair<torch::Tensor, torch::Tensor> CachedEmbeddingBag::gradients() const {
+  COLOSSAL_CHECK(last_rows_.defined(), "[cached_embedding] gradients() before any forward");
+  const auto& g = cache_.grad();
+  if (!g.defined()) return {last_rows_, torch::zeros({last_rows_.numel(), options_.dim})};
+  if (!g.is_sparse()) return {last_rows_, g.index_select(0, last_slots_)};
+  // The batch's slots, each once, with its summed gradient; every slot of the batch, so the rows
+  // are last_rows_ (a slot whose bags were all empty would have no entry: zeros then).
+  const auto coalesced = g.coalesce();
+  const auto slots = coalesced.indices()[0];
+  auto grads = torch::zeros({last_rows_.numel(), options_.dim});
+  const int64_t* ls = last_slots_.data_ptr<int64_t>();
+  std::unordered_map<int64_t, int64_t> where;
+  where.reserve(last_slots_.numel() * 2);
+  for (int64_t i = 0; i < last_slots_.numel(); ++i) where[ls[i]] = i;
+  const int64_t* sp = slots.data_ptr<int64_t>();
+  std::vector<int64_t> targets(slots.numel());
+  for (int64_t k = 0; k < slots.numel(); ++k) targets[k] = where.at(sp[k]);
+  grads.index_copy_(0, torch::tensor(targets, torch::kInt64), coalesced.values());
+  return {last_rows_, grads};
+}
+
+void CachedEmbeddingBag::update(float* w, float* s, const float* grad) const {
+  const auto& o = options_.optimizer;
+  const int64_t dim = options_.dim;
+  const auto lr = static_cast<float>(o.lr), eps = static_cast<float>(o.eps);
+  if (o.kind == "adagrad") {
+    for (int64_t j = 0; j < dim; ++j) {
+      const float g = grad[j] + static_cast<float>(o.weight_decay) * w[j];
+      s[j] += g * g;
+      w[j] -= lr * g / (std::sqrt(s[j]) + eps);
+    }
+    return;
+  }
+  float* m = s;
+  float* v = s + dim;
+  float& t = s[2 * dim];
+  t += 1;
+  const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2);
+  const float bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+  for (int64_t j = 0; j < dim; ++j) {
+    w[j] *= 1 - lr * static_cast<float>(o.weight_decay);
+    m[j] = b1 * m[j] + (1 - b1) * grad[j];
+    v[j] = b2 * v[j] + (1 - b2) * grad[j] * grad[j];
+    w[j] -= (lr / bc1) * m[j] / (std::sqrt(v[j]) / std::sqrt(bc2) + eps);
+  }
+}
+
+void CachedEmbeddingBag::apply(const torch::Tensor& ids, const torch::Tensor& grads) {
+  torch::NoGradGuard no_grad;
+  const auto rows = ids.to(torch::kInt64).contiguous();
+  const auto g = grads.to(torch::kFloat).contiguous();
+  COLOSSAL_CHECK(g.dim() == 2 && g.size(0) == rows.numel() && g.size(1) == options_.dim, "[cached_embedding] apply: ",
+                 rows.numel(), " ids with gradients of shape ", g.sizes());
+  const int64_t dim = options_.dim, width = state_.size(1);
+  const int64_t* r = rows.data_ptr<int64_t>();
+  const float* gp = g.data_ptr<float>();
+  const int64_t tag = ++batch_tag_;
+  for (int64_t i = 0; i < rows.numel(); ++i) {
+    COLOSSAL_CHECK(r[i] >= 0 && r[i] < options_.rows, "[cached_embedding] apply: id ", r[i], " outside the table of ",
+                   options_.rows, " rows");
+    // A row touched on this rank is cached (its slot is held by the batch). A row another rank
+    // touched may not be: it is updated where it lives, in the table.
+    const int64_t slot = row_slot_[r[i]];
+    if (slot >= 0) {
+      slot_tag_[slot] = tag;
+      update(cache_.data_ptr<float>() + slot * dim, cache_state_.data_ptr<float>() + slot * width, gp + i * dim);
+    } else {
+      update(table_.data_ptr<float>() + r[i] * dim, state_.data_ptr<float>() + r[i] * width, gp + i * dim);
+    }
+  }
+  cache_.mutable_grad() = torch::Tensor();  // the next backward starts a new (sparse) gradient
+}
+
+void CachedEmbeddingBag::step() {
+  const auto [rows, grads] = gradients();
+  apply(rows, grads);
+}
+
+void CachedEmbeddingBag::flush() {
+  for (int64_t s = 0; s < slots_; ++s)
+    if (slot_row_[s] >= 0) write_back(s);
+}
+
+void CachedEmbeddingBag::load(const torch::Tensor& table, const torch::Tensor& state) {
+  COLOSSAL_CHECK(table.sizes() == table_.sizes() && state.sizes() == state_.sizes(), "[cached_embedding] load: table ",
+                 table.sizes(), " and state ", state.sizes(), ", expected ", table_.sizes(), " and ", state_.sizes());
+  table_.copy_(table);
+  state_.copy_(state);
+  std::fill(row_slot_.begin(), row_slot_.end(), -1);
+  std::fill(slot_row_.begin(), slot_row_.end(), -1);
+  std::fill(slot_tag_.begin(), slot_tag_.end(), -1);
+  order_.clear();
+  free_.clear();
+  for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(s);
+}
+
+}  // namespace colossal::recsys

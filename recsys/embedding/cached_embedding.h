@@ -1,0 +1,113 @@
+#pragma once
+// An embedding bag whose table lives in host memory while a cache of its hot rows is what the
+// forward reads (ColossalAI's frequency-aware cached embedding): before a batch, its ids are
+// admitted into the cache (a row missing from it is loaded; when the cache is full the least
+// frequently — or least recently — used row not needed by this batch is written back to the
+// table and its slot reused). The backward leaves gradients on the cache's rows, and step()
+// updates only the rows the batch touched with a row-wise (sparse) optimizer whose state travels
+// with each row, so cached training is the same computation as keeping the whole table resident.
+//
+//   CachedEmbeddingBag bag({.rows = 1'000'000, .dim = 16, .cache_ratio = 0.05});
+//   bag.warm_up(id_counts);                       // the hottest ids first
+//   auto pooled = bag.forward(ids, offsets);      // [B, dim], differentiable
+//   loss.backward();
+//   bag.step();                                   // touched rows only
+//
+// With a cache the size of the table (cache_ratio 1) nothing is ever evicted. The cache is
+// a tensor on the host here; on a GPU machine it would live in device memory (issue 21).
+#include <torch/types.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace colossal::recsys {
+
+struct SparseOptimizerOptions {
+  std::string kind = "adagrad";  // adagrad | adamw (lazy: a row's moments and step count advance
+                                 // only when the row has a gradient)
+  double lr = 0.01, eps = 1e-10, beta1 = 0.9, beta2 = 0.999, weight_decay = 0;
+  int64_t state_width(int64_t dim) const;  // floats of state per row
+  void validate() const;
+};
+
+struct CachedEmbeddingOptions {
+  int64_t rows = 0, dim = 16;
+  double cache_ratio = 0.1;      // cache slots as a share of the rows (at least one batch's ids)
+  int64_t min_slots = 4096;      // small tables are cached whole (up to this many rows)
+  std::string eviction = "lfu";  // lfu | lru
+  std::string pooling = "sum";   // sum | mean
+  SparseOptimizerOptions optimizer;
+  uint64_t seed = 0;             // the table's initial values: uniform(+-1/sqrt(rows)), by row
+  void validate() const;
+};
+
+struct CacheStats {
+  int64_t lookups = 0, hits = 0, misses = 0, evictions = 0;
+  double hit_rate() const { return lookups ? static_cast<double>(hits) / lookups : 0.0; }
+};
+
+class CachedEmbeddingBag {
+ public:
+  explicit CachedEmbeddingBag(CachedEmbeddingOptions options);
+
+  /// Loads the most frequent ids (counts[id]) into the cache, hottest first, and seeds the
+  /// frequency counts LFU evicts by.
+  void warm_up(const std::vector<int64_t>& counts);
+  /// Admits `ids` ahead of the batch that uses them (look-ahead prefetch); forward() admits
+  /// whatever is still missing. Rows the current batch holds are never evicted for it.
+  void prefetch(const torch::Tensor& ids);
+  /// Pooled embeddings [B, dim] of the bags (ids, offsets as torch::embedding_bag takes them).
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& offsets);
+  /// The same from the table itself (after a flush), without admitting anything: evaluation
+  /// over batches larger than the cache. No gradient.
+  torch::Tensor lookup(const torch::Tensor& ids, const torch::Tensor& offsets);
+  /// The unique table rows the last forward read, and their gradients [rows, dim] (summed over
+  /// the batch), for a caller that merges them across ranks before apply().
+  std::pair<torch::Tensor, torch::Tensor> gradients() const;
+  /// Updates the rows `ids` with `grads` (as gradients() gives them, or merged), admitting rows
+  /// that are not cached; clears the cache's gradient.
+  void apply(const torch::Tensor& ids, const torch::Tensor& grads);
+  /// apply(gradients()).
+  void step();
+  /// Writes every cached row (and its state) back to the table.
+  void flush();
+
+  /// The whole table (after flush(): current) and its optimizer state.
+  const torch::Tensor& table() const { return table_; }
+  const torch::Tensor& state() const { return state_; }
+  /// Replaces table and state (a checkpoint); the cache starts empty.
+  void load(const torch::Tensor& table, const torch::Tensor& state);
+  const CacheStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+  int64_t cache_slots() const { return slots_; }
+  const CachedEmbeddingOptions& options() const { return options_; }
+
+ private:
+  int64_t slot_for(int64_t row, int64_t batch_tag);  // admits the row; its slot, or -1 if none is free
+  void write_back(int64_t slot);
+  /// One row's optimizer update: weights w, state s, gradient g (dim floats each; state as wide
+  /// as state_width).
+  void update(float* w, float* s, const float* g) const;
+  std::tuple<double, int64_t, int64_t> key(int64_t slot) const;  // eviction order: (count, time, slot)
+
+  CachedEmbeddingOptions options_;
+  int64_t slots_ = 0;
+  torch::Tensor table_, state_;          // [rows, dim], [rows, state width]: the host tier
+  torch::Tensor cache_, cache_state_;    // [slots, dim] (a leaf that collects gradients), [slots, state]
+  std::vector<int64_t> row_slot_;        // row -> slot, -1 when not cached
+  std::vector<int64_t> slot_row_;        // slot -> row, -1 when free
+  std::vector<int64_t> slot_tag_;        // the batch that last used the slot (protects it from eviction)
+  std::vector<double> frequency_;        // per row: accesses (LFU)
+  std::vector<int64_t> last_use_;        // per slot: a clock (LRU)
+  std::set<std::tuple<double, int64_t, int64_t>> order_;  // cached slots, least valuable first
+  std::vector<int64_t> free_;            // slots holding no row
+  int64_t clock_ = 0, batch_tag_ = 0;
+  torch::Tensor last_rows_, last_slots_;  // the last forward's unique rows and their slots
+  CacheStats stats_;
+};
+
+}  // namespace colossal::recsys

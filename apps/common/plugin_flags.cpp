@@ -1,5 +1,10 @@
 #include "apps/common/plugin_flags.h"
 
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/booster/registry.h"
 #include "core/common/check.h"
 
 namespace colossal::apps {
@@ -52,6 +57,31 @@ void PluginFlags::apply(booster::PluginConfig& config) const {
     COLOSSAL_CHECK(eq != std::string::npos && eq > 0, "--plugin_option '", kv, "': expected KEY=VALUE");
     config.set(kv.substr(0, eq), kv.substr(eq + 1), "flag --plugin_option " + kv);
   }
+}
+
+std::string config_argument(int argc, char** argv) {
+  std::string path;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--config") == 0) path = argv[i + 1];
+  return path;
+}
+
+bool parse_job_flags(CLI::App& app, int argc, char** argv, const PluginFlags& flags, booster::PluginConfig& plugin,
+                     int& exit_code) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) throw std::invalid_argument(std::string(e.what()) + " (--help lists the flags)");
+    exit_code = app.exit(e);
+    return false;
+  }
+  flags.apply(plugin);
+  if (plugin.name == "help") {
+    std::fputs(booster::plugins_help().c_str(), stdout);
+    exit_code = 0;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace colossal::apps

@@ -38,4 +38,16 @@ class PluginFlags {
   CLI::Option* plugin_option_flag_ = nullptr;
 };
 
+/// The --config value among the arguments ("" when absent). Apps read the file before parsing
+/// the flags, so flags given on the command line override it (CLI11 leaves absent options as
+/// they are).
+std::string config_argument(int argc, char** argv);
+
+/// app.parse() with every training app's conventions: --help and --version print and return
+/// false (exit_code 0); a bad flag throws std::invalid_argument naming it (the binary prints it,
+/// Python raises it); the plugin flags given are applied to `plugin`, and `--plugin help` prints
+/// the plugins and returns false.
+bool parse_job_flags(CLI::App& app, int argc, char** argv, const PluginFlags& flags, booster::PluginConfig& plugin,
+                     int& exit_code);
+
 }  // namespace colossal::apps

@@ -1,13 +1,9 @@
 #include "apps/llama/train_args.h"
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
-#include <cstring>
-#include <stdexcept>
 
 #include "core/common/check.h"
 #include "apps/common/plugin_flags.h"
-#include "core/booster/registry.h"
 #include "core/common/config.h"
 
 namespace colossal::llama_app {
@@ -97,10 +93,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
 }  // namespace
 
 bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
-  // The file first, so that flags given on the command line override it (CLI11 leaves options
-  // that are not on the command line untouched).
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--config") == 0) a.config = argv[i + 1];
+  a.config = apps::config_argument(argc, argv);  // the file first: flags override it
   if (!a.config.empty()) read_config_file(a.config, a);
 
   CLI::App app{"Train a LLaMA-style model (default: a small one on Jane Austen's novels, then generate from it)"};
@@ -148,21 +141,7 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--prompt", a.prompt, "text to continue after training")->capture_default_str();
   app.add_option("--sample_tokens", a.sample_tokens, "tokens to generate after training (0: none)")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --help and --version print and stop; a bad flag is an error the caller reports (the
-    // binary prints it, Python raises it).
-    if (e.get_exit_code() != 0) throw std::invalid_argument(std::string(e.what()) + " (--help lists the flags)");
-    exit_code = app.exit(e);
-    return false;
-  }
-  plugin_flags.apply(a.plugin);
-  if (a.plugin.name == "help") {
-    std::fputs(booster::plugins_help().c_str(), stdout);
-    exit_code = 0;
-    return false;
-  }
+  if (!apps::parse_job_flags(app, argc, argv, plugin_flags, a.plugin, exit_code)) return false;
   a.validate();
   return true;
 }

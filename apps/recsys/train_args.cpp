@@ -1,12 +1,8 @@
 #include "apps/recsys/train_args.h"
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
-#include <cstring>
-#include <stdexcept>
 
 #include "apps/common/plugin_flags.h"
-#include "core/booster/registry.h"
 #include "core/common/check.h"
 #include "core/common/config.h"
 
@@ -81,8 +77,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
 }  // namespace
 
 bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--config") == 0) a.config = argv[i + 1];
+  a.config = apps::config_argument(argc, argv);  // the file first: flags override it
   if (!a.config.empty()) read_config_file(a.config, a);
 
   CLI::App app{"Train a recommender (default: DLRM on MovieLens ratings as clicks, split by time)"};
@@ -127,19 +122,7 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--log_interval", a.log_interval, "steps between progress updates")->capture_default_str();
   app.add_option("--log_file", a.log_file, "metrics as JSON lines (default SAVE_DIR/log.jsonl; colossal plot draws it)");
   app.add_option("--keep_checkpoints", a.keep_checkpoints, "checkpoints kept (0: all)")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() != 0) throw std::invalid_argument(std::string(e.what()) + " (--help lists the flags)");
-    exit_code = app.exit(e);
-    return false;
-  }
-  plugin_flags.apply(a.plugin);
-  if (a.plugin.name == "help") {
-    std::fputs(booster::plugins_help().c_str(), stdout);
-    exit_code = 0;
-    return false;
-  }
+  if (!apps::parse_job_flags(app, argc, argv, plugin_flags, a.plugin, exit_code)) return false;
   a.validate();
   return true;
 }

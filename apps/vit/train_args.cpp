@@ -1,12 +1,8 @@
 #include "apps/vit/train_args.h"
 
 #include <CLI/CLI.hpp>
-#include <stdexcept>
-#include <cstdio>
-#include <cstring>
 
 #include "apps/common/plugin_flags.h"
-#include "core/booster/registry.h"
 #include "core/common/check.h"
 #include "core/common/config.h"
 
@@ -95,8 +91,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
 }  // namespace
 
 bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--config") == 0) a.config = argv[i + 1];
+  a.config = apps::config_argument(argc, argv);  // the file first: flags override it
   if (!a.config.empty()) read_config_file(a.config, a);
 
   CLI::App app{"Train a vision transformer (default: the nano ViT on Fashion-MNIST), or classify images with one"};
@@ -156,21 +151,7 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--predict", a.predict, "classify these image files with a saved model instead of training");
   app.add_option("--model_dir", a.model_dir, "--predict's model (default: --pretrained, else SAVE_DIR/model)");
   app.add_option("--top_k", a.top_k, "--predict: classes printed per image")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --help and --version print and stop; a bad flag is an error the caller reports (the
-    // binary prints it, Python raises it).
-    if (e.get_exit_code() != 0) throw std::invalid_argument(std::string(e.what()) + " (--help lists the flags)");
-    exit_code = app.exit(e);
-    return false;
-  }
-  plugin_flags.apply(a.plugin);
-  if (a.plugin.name == "help") {
-    std::fputs(booster::plugins_help().c_str(), stdout);
-    exit_code = 0;
-    return false;
-  }
+  if (!apps::parse_job_flags(app, argc, argv, plugin_flags, a.plugin, exit_code)) return false;
   a.validate();
   return true;
 }

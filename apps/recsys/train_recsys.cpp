@@ -219,7 +219,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   }
   if (r == 0) {
     std::printf("result: held-out AUC %.4f, log loss %.4f (always guessing the training click rate: %.4f); "
-                "%.0f s in all; log %s (colossal plot --log_file %s)\n",
+                "%.0f s in all; log %s (AUC per epoch as a PNG: colossal plot %s --metrics loss \"eval auc\")\n",
                 summary.metrics["eval_auc"], summary.metrics["eval_log_loss"],
                 [&] {
                   const double p = data.train.positive_rate(), q = data.held_out.positive_rate();

@@ -8,7 +8,10 @@ if(NOT Torch_DIR)
   if(NOT EXISTS "${COLOSSAL_PYTHON}")
     message(FATAL_ERROR "colossal: no python with torch at '${COLOSSAL_PYTHON}'; run scripts/setup.sh first")
   endif()
-  execute_process(COMMAND ${COLOSSAL_PYTHON} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+  # Without PYTHONPATH: under `pip install .`'s build isolation it points the interpreter at the
+  # isolated build environment, which hides the project environment's torch.
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE
+                          ${COLOSSAL_PYTHON} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
                   OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
                   RESULT_VARIABLE _torch_rc)
   if(NOT _torch_rc EQUAL 0)

@@ -33,6 +33,21 @@ auto with_argv(const std::string& program, const std::vector<std::string>& args,
   return parse(static_cast<int>(storage.size()), argv.data());
 }
 
+/// The body of every app function: parses `args` with parse(argc, argv, settings, exit_code)
+/// (false: a --help-like stop, whose exit code is returned), then runs job(settings, summary).
+template <typename Settings, typename Parse, typename Job>
+RunSummary run_job(const std::string& program, const std::vector<std::string>& args, Parse&& parse, Job&& job) {
+  RunSummary summary;
+  Settings settings;
+  int code = 0;
+  if (!with_argv(program, args, [&](int argc, char** argv) { return parse(argc, argv, settings, code); })) {
+    summary.exit_code = code;
+    return summary;
+  }
+  job(settings, summary);
+  return summary;
+}
+
 /// main() for an app function: runs it, prints an error as "PROGRAM: message" and returns 1.
 int run_main(const char* program, int argc, char** argv, RunSummary (*job)(const std::vector<std::string>&));
 

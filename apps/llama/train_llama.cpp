@@ -401,15 +401,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   };
   if (first_step == 1) report_eval(0);
 
-  auto next_indices = [&] {
-    auto idx = sampler->next(a.batch_size);
-    if (static_cast<int64_t>(idx.size()) < a.batch_size) {  // epoch ends: the rest from the next
-      sampler->set_epoch(sampler->epoch() + 1);
-      auto more = sampler->next(a.batch_size - static_cast<int64_t>(idx.size()));
-      idx.insert(idx.end(), more.begin(), more.end());
-    }
-    return idx;
-  };
+  auto next_indices = [&] { return sampler->next_across_epochs(a.batch_size); };
 
   // Every checkpoint's model/ opens as a model: config and tokenizer files beside the weights.
   const auto model_files = model_dir_files(cfg, &tok);
@@ -542,20 +534,12 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
 namespace colossal::llama_app {
 
 colossal::apps::RunSummary train_llama(const std::vector<std::string>& args) {
-  colossal::apps::RunSummary summary;
-  TrainArgs a;
-  int code = 0;
-  const bool go = colossal::apps::with_argv("train_llama", args, [&](int argc, char** argv) {
-    return parse_train_args(argc, argv, a, code);
+  return colossal::apps::run_job<TrainArgs>("train_llama", args, &parse_train_args,
+                                            [](TrainArgs& a, colossal::apps::RunSummary& summary) {
+    // Counting from the start, so the traced step's "at start" includes the model and its state.
+    if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
+    run(a, summary);
   });
-  if (!go) {
-    summary.exit_code = code;
-    return summary;
-  }
-  // Counting from the start, so the traced step's "at start" includes the model and its state.
-  if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
-  run(a, summary);
-  return summary;
 }
 
 }  // namespace colossal::llama_app

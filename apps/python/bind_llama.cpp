@@ -33,7 +33,6 @@ struct Generator {
   std::shared_ptr<const Tokenizer> tokenizer;
   std::shared_ptr<llama::LlamaInference> model;
   std::unique_ptr<inference::Engine> engine;
-  std::string model_dir;
 };
 
 std::shared_ptr<Generator> make_generator(const std::string& dir, const std::string& dtype, int64_t kv_cache_mib,
@@ -41,7 +40,6 @@ std::shared_ptr<Generator> make_generator(const std::string& dir, const std::str
                                           uint64_t seed) {
   COLOSSAL_CHECK(dtype == "fp32" || dtype == "bf16", "[llama] dtype: expected fp32 or bf16, got '", dtype, "'");
   auto g = std::make_shared<Generator>();
-  g->model_dir = dir;
   g->tokenizer = std::make_shared<Tokenizer>(Tokenizer::load(dir + "/tokenizer.model"));
   g->model = llama::LlamaInference::load(dir, {.dtype = dtype == "bf16" ? at::kBFloat16 : at::kFloat});
   inference::EngineOptions eo;

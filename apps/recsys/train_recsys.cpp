@@ -156,22 +156,13 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                             {.keep_last = static_cast<int>(a.keep_checkpoints)});
     progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
   };
-  auto next_rows = [&] {
-    auto rows = sampler->next(per_rank);
-    if (static_cast<int64_t>(rows.size()) < per_rank) {  // the epoch ends: the rest from the next
-      sampler->set_epoch(sampler->epoch() + 1);
-      auto more = sampler->next(per_rank - static_cast<int64_t>(rows.size()));
-      rows.insert(rows.end(), more.begin(), more.end());
-    }
-    return rows;
-  };
   if (first_step == 1) report_eval(0);
   auto window_start = std::chrono::steady_clock::now();
   double window_loss = 0;
   int64_t window_steps = 0;
   for (int64_t step = first_step; step <= total_steps; ++step) {
     colossal::throw_if_interrupted("training step " + std::to_string(step));
-    const auto batch = data.train.batch(next_rows());
+    const auto batch = data.train.batch(sampler->next_across_epochs(per_rank));
     b.optimizer->zero_grad();
     auto loss = torch::binary_cross_entropy_with_logits(model->forward(batch), batch.labels);
     booster.backward(loss, *b.optimizer);
@@ -240,18 +231,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
 namespace colossal::recsys_app {
 
 colossal::apps::RunSummary train_recsys(const std::vector<std::string>& args) {
-  colossal::apps::RunSummary summary;
-  TrainArgs a;
-  int code = 0;
-  const bool go = colossal::apps::with_argv("train_recsys", args, [&](int argc, char** argv) {
-    return parse_train_args(argc, argv, a, code);
-  });
-  if (!go) {
-    summary.exit_code = code;
-    return summary;
-  }
-  train(a, summary);
-  return summary;
+  return colossal::apps::run_job<TrainArgs>("train_recsys", args, &parse_train_args, &train);
 }
 
 }  // namespace colossal::recsys_app

@@ -630,24 +630,13 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
 namespace colossal::vit_app {
 
 colossal::apps::RunSummary train_vit(const std::vector<std::string>& args) {
-  colossal::apps::RunSummary summary;
-  TrainArgs a;
-  int code = 0;
-  const bool go = colossal::apps::with_argv("train_vit", args, [&](int argc, char** argv) {
-    return parse_train_args(argc, argv, a, code);
+  return colossal::apps::run_job<TrainArgs>("train_vit", args, &parse_train_args,
+                                            [](TrainArgs& a, colossal::apps::RunSummary& summary) {
+    // Counting from the start, so the traced step's "at start" includes the model and its state.
+    if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
+    if (!a.predict.empty()) summary.exit_code = predict(a);
+    else train(a, summary);
   });
-  if (!go) {
-    summary.exit_code = code;
-    return summary;
-  }
-  // Counting from the start, so the traced step's "at start" includes the model and its state.
-  if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
-  if (!a.predict.empty()) {
-    summary.exit_code = predict(a);
-    return summary;
-  }
-  train(a, summary);
-  return summary;
 }
 
 }  // namespace colossal::vit_app

@@ -63,6 +63,16 @@ std::vector<int64_t> DistributedSampler::next(int64_t count) {
   return out;
 }
 
+std::vector<int64_t> DistributedSampler::next_across_epochs(int64_t count) {
+  auto out = next(count);
+  if (static_cast<int64_t>(out.size()) < count) {
+    set_epoch(epoch_ + 1);
+    auto more = next(count - static_cast<int64_t>(out.size()));
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
 std::map<std::string, int64_t> DistributedSampler::state_dict() const {
   return {{"epoch", epoch_}, {"position", position_}, {"num_replicas", num_replicas_}};
 }

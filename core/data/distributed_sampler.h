@@ -30,6 +30,9 @@ class DistributedSampler {
   const std::vector<int64_t>& indices() const { return indices_; }
   /// The next `count` indices (fewer at the end of the epoch); advances the position.
   std::vector<int64_t> next(int64_t count);
+  /// The next `count` indices, always `count`: when the epoch runs out the rest come from the
+  /// next epoch (which it starts).
+  std::vector<int64_t> next_across_epochs(int64_t count);
   bool epoch_done() const { return position_ >= static_cast<int64_t>(indices_.size()); }
   int64_t samples_per_rank() const { return static_cast<int64_t>(indices_.size()); }
 

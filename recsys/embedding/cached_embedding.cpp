@@ -8,7 +8,6 @@
 #include <cstring>
 #include <numeric>
 #include <tuple>
-#include <unordered_map>
 
 #include "core/common/check.h"
 
@@ -53,7 +52,7 @@ CachedEmbeddingBag::CachedEmbeddingBag(CachedEmbeddingOptions options) : options
   slot_tag_.assign(slots_, -1);
   last_use_.assign(slots_, 0);
   frequency_.assign(rows, 0);
-  for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(s);
+  drop_cache();
 }
 
 std::tuple<double, int64_t, int64_t> CachedEmbeddingBag::key(int64_t slot) const {
@@ -136,53 +135,42 @@ void CachedEmbeddingBag::prefetch(const torch::Tensor& ids) {
 
 torch::Tensor CachedEmbeddingBag::forward(const torch::Tensor& ids, const torch::Tensor& offsets) {
   const auto flat = ids.to(torch::kInt64).contiguous();
-  COLOSSAL_CHECK(flat.numel() == 0 || (flat.min().item<int64_t>() >= 0 && flat.max().item<int64_t>() < options_.rows),
-                 "[cached_embedding] an id outside the table of ", options_.rows, " rows");
-  last_rows_ = std::get<0>(at::_unique(flat));
+  last_rows_ = std::get<0>(at::_unique(flat));  // sorted: its ends bound every id
   const int64_t* rows = last_rows_.data_ptr<int64_t>();
+  const int64_t unique = last_rows_.numel();
+  COLOSSAL_CHECK(unique == 0 || (rows[0] >= 0 && rows[unique - 1] < options_.rows),
+                 "[cached_embedding] an id outside the table of ", options_.rows, " rows");
   const int64_t tag = ++batch_tag_;
-  std::vector<int64_t> slots(last_rows_.numel());
   {
     torch::NoGradGuard no_grad;
-    for (int64_t i = 0; i < last_rows_.numel(); ++i) {
-      slots[i] = slot_for(rows[i], tag);
-      COLOSSAL_CHECK(slots[i] >= 0, "[cached_embedding] a batch with ", last_rows_.numel(),
+    for (int64_t i = 0; i < unique; ++i)
+      COLOSSAL_CHECK(slot_for(rows[i], tag) >= 0, "[cached_embedding] a batch with ", unique,
                      " distinct ids does not fit the cache's ", slots_, " slots: raise cache_ratio");
-    }
   }
-  last_slots_ = torch::tensor(slots, torch::kInt64);
   const auto slot_ids = torch::from_blob(row_slot_.data(), {options_.rows}, torch::kInt64).index_select(0, flat);
-  const int64_t mode = options_.pooling == "mean" ? 1 : 0;
   // A sparse gradient: the backward's cost follows the rows the batch touched, not the cache size.
-  return std::get<0>(torch::embedding_bag(cache_, slot_ids, offsets, false, mode, /*sparse=*/true));
+  return std::get<0>(torch::embedding_bag(cache_, slot_ids, offsets, false, bag_mode(), /*sparse=*/true));
 }
 
 torch::Tensor CachedEmbeddingBag::lookup(const torch::Tensor& ids, const torch::Tensor& offsets) {
   torch::NoGradGuard no_grad;
   flush();
-  const int64_t mode = options_.pooling == "mean" ? 1 : 0;
-  return std::get<0>(torch::embedding_bag(table_, ids.to(torch::kInt64), offsets, false, mode));
+  return std::get<0>(torch::embedding_bag(table_, ids.to(torch::kInt64), offsets, false, bag_mode()));
 }
 
 std::pair<torch::Tensor, torch::Tensor> CachedEmbeddingBag::gradients() const {
   COLOSSAL_CHECK(last_rows_.defined(), "[cached_embedding] gradients() before any forward");
   const auto& g = cache_.grad();
-  if (!g.defined()) return {last_rows_, torch::zeros({last_rows_.numel(), options_.dim})};
-  if (!g.is_sparse()) return {last_rows_, g.index_select(0, last_slots_)};
-  // The batch's slots, each once, with its summed gradient; every slot of the batch, so the rows
-  // are last_rows_ (a slot whose bags were all empty would have no entry: zeros then).
+  if (!g.defined()) return {last_rows_, torch::zeros({last_rows_.numel(), options_.dim})};  // no backward
+  // Each slot the batch read once, with its summed gradient; its row is the slot's (the batch's
+  // slots are not evicted before the step).
   const auto coalesced = g.coalesce();
-  const auto slots = coalesced.indices()[0];
-  auto grads = torch::zeros({last_rows_.numel(), options_.dim});
-  const int64_t* ls = last_slots_.data_ptr<int64_t>();
-  std::unordered_map<int64_t, int64_t> where;
-  where.reserve(last_slots_.numel() * 2);
-  for (int64_t i = 0; i < last_slots_.numel(); ++i) where[ls[i]] = i;
+  const auto slots = coalesced.indices()[0].contiguous();
+  auto rows = torch::empty_like(slots);
   const int64_t* sp = slots.data_ptr<int64_t>();
-  std::vector<int64_t> targets(slots.numel());
-  for (int64_t k = 0; k < slots.numel(); ++k) targets[k] = where.at(sp[k]);
-  grads.index_copy_(0, torch::tensor(targets, torch::kInt64), coalesced.values());
-  return {last_rows_, grads};
+  int64_t* rp = rows.data_ptr<int64_t>();
+  for (int64_t k = 0; k < slots.numel(); ++k) rp[k] = slot_row_[sp[k]];
+  return {rows, coalesced.values()};
 }
 
 void CachedEmbeddingBag::update(float* w, float* s, const float* grad) const {
@@ -229,6 +217,7 @@ void CachedEmbeddingBag::apply(const torch::Tensor& ids, const torch::Tensor& gr
     const int64_t slot = row_slot_[r[i]];
     if (slot >= 0) {
       slot_tag_[slot] = tag;
+      dirty_ = true;
       update(cache_.data_ptr<float>() + slot * dim, cache_state_.data_ptr<float>() + slot * width, gp + i * dim);
     } else {
       update(table_.data_ptr<float>() + r[i] * dim, state_.data_ptr<float>() + r[i] * width, gp + i * dim);
@@ -243,8 +232,10 @@ void CachedEmbeddingBag::step() {
 }
 
 void CachedEmbeddingBag::flush() {
+  if (!dirty_) return;  // nothing updated in the cache since the last flush
   for (int64_t s = 0; s < slots_; ++s)
     if (slot_row_[s] >= 0) write_back(s);
+  dirty_ = false;
 }
 
 void CachedEmbeddingBag::load(const torch::Tensor& table, const torch::Tensor& state) {
@@ -252,12 +243,17 @@ void CachedEmbeddingBag::load(const torch::Tensor& table, const torch::Tensor& s
                  table.sizes(), " and state ", state.sizes(), ", expected ", table_.sizes(), " and ", state_.sizes());
   table_.copy_(table);
   state_.copy_(state);
+  drop_cache();
+}
+
+void CachedEmbeddingBag::drop_cache() {
   std::fill(row_slot_.begin(), row_slot_.end(), -1);
   std::fill(slot_row_.begin(), slot_row_.end(), -1);
   std::fill(slot_tag_.begin(), slot_tag_.end(), -1);
   order_.clear();
   free_.clear();
   for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(s);
+  dirty_ = false;
 }
 
 }  // namespace colossal::recsys

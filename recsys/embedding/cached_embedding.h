@@ -66,14 +66,15 @@ class CachedEmbeddingBag {
   /// over batches larger than the cache. No gradient.
   torch::Tensor lookup(const torch::Tensor& ids, const torch::Tensor& offsets);
   /// The unique table rows the last forward read, and their gradients [rows, dim] (summed over
-  /// the batch), for a caller that merges them across ranks before apply().
+  /// the batch; in any order), for a caller that merges them across ranks before apply().
   std::pair<torch::Tensor, torch::Tensor> gradients() const;
   /// Updates the rows `ids` with `grads` (as gradients() gives them, or merged), admitting rows
   /// that are not cached; clears the cache's gradient.
   void apply(const torch::Tensor& ids, const torch::Tensor& grads);
   /// apply(gradients()).
   void step();
-  /// Writes every cached row (and its state) back to the table.
+  /// Writes every cached row (and its state) back to the table (nothing when no row changed
+  /// since the last flush).
   void flush();
 
   /// The whole table (after flush(): current) and its optimizer state.
@@ -81,6 +82,8 @@ class CachedEmbeddingBag {
   const torch::Tensor& state() const { return state_; }
   /// Replaces table and state (a checkpoint); the cache starts empty.
   void load(const torch::Tensor& table, const torch::Tensor& state);
+  /// Forgets the cache without writing it back (the table was replaced in place).
+  void drop_cache();
   const CacheStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
   int64_t cache_slots() const { return slots_; }
@@ -89,6 +92,7 @@ class CachedEmbeddingBag {
  private:
   int64_t slot_for(int64_t row, int64_t batch_tag);  // admits the row; its slot, or -1 if none is free
   void write_back(int64_t slot);
+  int64_t bag_mode() const { return options_.pooling == "mean" ? 1 : 0; }  // torch::embedding_bag's
   /// One row's optimizer update: weights w, state s, gradient g (dim floats each; state as wide
   /// as state_width).
   void update(float* w, float* s, const float* g) const;
@@ -106,7 +110,8 @@ class CachedEmbeddingBag {
   std::set<std::tuple<double, int64_t, int64_t>> order_;  // cached slots, least valuable first
   std::vector<int64_t> free_;            // slots holding no row
   int64_t clock_ = 0, batch_tag_ = 0;
-  torch::Tensor last_rows_, last_slots_;  // the last forward's unique rows and their slots
+  bool dirty_ = false;  // a cached row was updated since the last flush
+  torch::Tensor last_rows_;  // the last forward's unique rows
   CacheStats stats_;
 };
 

@@ -169,7 +169,7 @@ void EmbeddingTablesImpl::flush() {
 }
 
 void EmbeddingTablesImpl::invalidate() {
-  for (auto& bag : cached_tables) bag->load(bag->table().clone(), bag->state().clone());
+  for (auto& bag : cached_tables) bag->drop_cache();
 }
 
 void EmbeddingTablesImpl::reset_cache_stats() {

@@ -4,7 +4,6 @@ plugins against PyTorch's own DDP, checkpoints, and errors as Python exceptions.
 Run by CTest with the built package on PYTHONPATH and the build's apps in COLOSSAL_APPS.
 Multi-rank parts run real processes under `colossal run --nproc_per_node 2`.
 """
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,17 +12,14 @@ import pytest
 import torch
 
 import colossal
+from conftest import colossal_run
 
-APPS = os.environ["COLOSSAL_APPS"]
 RANKS = Path(__file__).parent / "ranks"
 
 
 def run_ranks(script, *args, timeout=240):
-    cmd = [f"{APPS}/colossal", "run", "--nproc_per_node", "2", "--", sys.executable, str(RANKS / script),
-           *map(str, args)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, f"{' '.join(cmd)} exited {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r.stdout
+    """The script under `colossal run --nproc_per_node 2`; its output."""
+    return colossal_run(2, sys.executable, RANKS / script, *args, timeout=timeout)[1]
 
 
 def test_imports_with_its_api():

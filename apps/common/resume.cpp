@@ -34,6 +34,7 @@ int64_t resume_training(booster::Booster& booster, booster::Boosted& boosted, co
   const auto resume = resolve_resume(options.flag, options.save_dir);
   if (resume.checkpoint.empty()) return 1;
   const auto state = booster.load_checkpoint(boosted, resume.checkpoint);
+  if (options.load_rank_state) options.load_rank_state(state.dir);
   const bool talk = !dist::is_initialized() || dist::rank() == 0;
   if (talk) {
     std::printf("resumed: %s at step %ld (epoch %ld)%s\n", resume.checkpoint.c_str(), state.step, state.epoch,

@@ -3,6 +3,7 @@
 // "auto" (the default: the newest complete checkpoint in the save directory, if there is one, so
 // a job restarted by `colossal run --max_restarts` continues where it last saved) or "none".
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/booster/booster.h"
@@ -23,6 +24,9 @@ struct ResumeOptions {
   std::string save_dir;        // where "auto" looks
   int64_t total_steps = 0;     // of the run
   std::string length_flags;    // what raises total_steps, for the "nothing left" line
+  // State the application keeps outside the model (sharded tables): loaded from the step
+  // directory after the Booster's checkpoint.
+  std::function<void(const std::string& step_dir)> load_rank_state;
 };
 
 /// Resolves the flag, loads the checkpoint into `boosted` and says so (rank 0), including when

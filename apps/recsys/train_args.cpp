@@ -18,8 +18,15 @@ void TrainArgs::validate() const {
   COLOSSAL_CHECK(pooling == "sum" || pooling == "mean", "--pooling: expected sum or mean, got '", pooling, "'");
   COLOSSAL_CHECK(cache_ratio >= 0 && cache_ratio <= 1, "--cache_ratio: expected in [0, 1] (0: off), got ", cache_ratio);
   COLOSSAL_CHECK(eviction == "lfu" || eviction == "lru", "--eviction: expected lfu or lru, got '", eviction, "'");
-  COLOSSAL_CHECK(sparse_optimizer == "adagrad" || sparse_optimizer == "adamw",
-                 "--sparse_optimizer: expected adagrad or adamw, got '", sparse_optimizer, "'");
+  COLOSSAL_CHECK(sparse_optimizer == "adagrad" || sparse_optimizer == "rowwise_adagrad" || sparse_optimizer == "adamw",
+                 "--sparse_optimizer: expected adagrad, rowwise_adagrad or adamw, got '", sparse_optimizer, "'");
+  COLOSSAL_CHECK(sharding == "none" || sharding == "auto" || sharding == "table" || sharding == "row" ||
+                     sharding == "column",
+                 "--sharding: expected none, auto, table, row or column, got '", sharding, "'");
+  COLOSSAL_CHECK(embedding_memory_gib >= 0, "--embedding_memory_gib: expected >= 0 (0: automatic), got ",
+                 embedding_memory_gib);
+  COLOSSAL_CHECK(offload_dir.empty() || cache_ratio > 0 || sharding != "none", "--offload_dir holds cached or "
+                 "sharded tables: add --cache_ratio or --sharding");
   COLOSSAL_CHECK(cache_min_slots >= 0, "--cache_min_slots: expected >= 0, got ", cache_min_slots);
   COLOSSAL_CHECK(sparse_lr > 0, "--sparse_lr: expected > 0, got ", sparse_lr);
   COLOSSAL_CHECK(embedding_dim >= 1, "--embedding_dim: expected >= 1, got ", embedding_dim);
@@ -52,6 +59,9 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("sparse_optimizer", a.sparse_optimizer);
   c.read("sparse_lr", a.sparse_lr);
   c.read("cache_min_slots", a.cache_min_slots);
+  c.read("offload_dir", a.offload_dir);
+  c.read("sharding", a.sharding);
+  c.read("embedding_memory_gib", a.embedding_memory_gib);
   c.read("batch_size", a.batch_size);
   c.read("epochs", a.epochs);
   c.read("max_steps", a.max_steps);
@@ -99,11 +109,20 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
                  "cached embedding tables: share of each table's rows in the cache (0: plain tables)")
       ->capture_default_str();
   app.add_option("--eviction", a.eviction, "cached tables: lfu | lru")->capture_default_str();
-  app.add_option("--sparse_optimizer", a.sparse_optimizer, "cached tables' row-wise optimizer: adagrad | adamw")
+  app.add_option("--sparse_optimizer", a.sparse_optimizer,
+                 "cached or sharded tables' row-wise optimizer: adagrad | rowwise_adagrad | adamw")
       ->capture_default_str();
-  app.add_option("--sparse_lr", a.sparse_lr, "cached tables' learning rate")->capture_default_str();
+  app.add_option("--sparse_lr", a.sparse_lr, "cached or sharded tables' learning rate")->capture_default_str();
   app.add_option("--cache_min_slots", a.cache_min_slots, "cached tables: tables up to this many rows are cached whole")
       ->capture_default_str();
+  app.add_option("--offload_dir", a.offload_dir,
+                 "cached or sharded tables and their optimizer state in memory-mapped files in this directory "
+                 "(tables larger than memory)");
+  app.add_option("--sharding", a.sharding,
+                 "none (every rank holds every table) | auto | table | row | column: shard the tables over the ranks")
+      ->capture_default_str();
+  app.add_option("--embedding_memory_gib", a.embedding_memory_gib,
+                 "sharding: GiB of tables a rank may hold (0: the available memory's share)")->capture_default_str();
   apps::PluginFlags plugin_flags;
   plugin_flags.add_to(app, a.plugin.name);
   app.add_option("--batch_size", a.batch_size, "samples per step over all ranks")->capture_default_str();

@@ -28,6 +28,11 @@ struct TrainArgs {
   std::string sparse_optimizer = "adagrad";  // adagrad | adamw (the cached tables' optimizer)
   double sparse_lr = 0.05;
   int64_t cache_min_slots = 4096;          // tables up to this many rows are cached whole
+  std::string offload_dir;  // cached tables: the tables (and their state) in memory-mapped files here
+  // none: every rank holds every table; auto | table | row | column: the tables are sharded over
+  // the data-parallel ranks (recsys/embedding/sharding_plan.h) and trained by the sparse optimizer
+  std::string sharding = "none";
+  double embedding_memory_gib = 0;  // sharding: table memory a rank may use (0: the available memory's share)
   // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
   booster::PluginConfig plugin;
   // Optimisation

@@ -20,6 +20,7 @@
 #include "core/booster/booster.h"
 #include "core/booster/registry.h"
 #include "core/common/check.h"
+#include "core/checkpoint/safetensors.h"
 #include "core/common/fs.h"
 #include "core/common/interrupt.h"
 #include "core/common/progress.h"
@@ -47,6 +48,48 @@ CtrSplit load_data(const TrainArgs& a) {
   return {make_synthetic(o, 0, o.samples - held_out), make_synthetic(o, o.samples - held_out, held_out)};
 }
 
+// Table memory a rank may use for sharded tables: --embedding_memory_gib, or the available
+// memory's share among this machine's ranks; the smallest over the ranks, so every rank plans
+// with the same budget.
+double table_memory_per_rank(const TrainArgs& a, const dist::Group& group) {
+  if (a.sharding == "none") return 0;
+  double gib = a.embedding_memory_gib;
+  if (gib == 0) gib = 0.8 * colossal::available_memory_gib() / std::max(1, dist::environment().local_world_size);
+  auto t = torch::tensor({gib}, torch::kFloat64);
+  if (group.is_member() && group.size() > 1) dist::all_reduce(t, group, dist::ReduceOp::kMin);
+  return t.item<double>() * (1 << 30);
+}
+
+// Each rank's shards of the sharded tables: step-N/embeddings/rank-R.safetensors.
+void save_sharded_tables(RecModel& model, const std::string& step_dir) {
+  colossal::checkpoint::NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+  for (auto& tables : model.embedding_tables())
+    if (tables->sharded) tables->sharded->collect(tensors, metadata);
+  colossal::fs::make_dirs(step_dir + "/embeddings");
+  colossal::checkpoint::save_safetensors(step_dir + "/embeddings/rank-" + std::to_string(dist::rank()) + ".safetensors",
+                                         tensors, metadata);
+}
+
+void load_sharded_tables(RecModel& model, const std::string& step_dir) {
+  bool any = false;
+  for (auto& tables : model.embedding_tables()) any = any || tables->sharded;
+  const std::string dir = step_dir + "/embeddings";
+  if (!any) {
+    COLOSSAL_CHECK(!colossal::fs::is_directory(dir), "checkpoint '", step_dir, "' holds sharded embedding tables (",
+                   dir, "): resume it with --sharding auto, table, row or column");
+    return;
+  }
+  COLOSSAL_CHECK(colossal::fs::is_directory(dir), "checkpoint '", step_dir, "' holds no sharded embedding tables (no ",
+                 dir, "; it was written with --sharding none): resume it with --sharding none");
+  std::vector<std::shared_ptr<colossal::checkpoint::SafetensorsFile>> files;
+  for (const auto& name : colossal::fs::list_dir(dir))
+    if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors")
+      files.push_back(colossal::checkpoint::SafetensorsFile::open(dir + "/" + name));
+  for (auto& tables : model.embedding_tables())
+    if (tables->sharded) tables->sharded->load(files);
+}
+
 struct Evaluation {
   double auc = 0, log_loss = 0;
 };
@@ -72,11 +115,13 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   const bool own_runtime = !dist::is_initialized();
   if (own_runtime) dist::init();
   const int r = dist::rank();
-  COLOSSAL_CHECK(a.cache_ratio == 0 || a.plugin.precision == "fp32", "--cache_ratio with --precision ",
-                 a.plugin.precision, ": the cached tables and their row-wise optimizer are fp32 (use --precision fp32)");
+  const bool sharded = a.sharding != "none";
+  COLOSSAL_CHECK((a.cache_ratio == 0 && !sharded) || a.plugin.precision == "fp32", "--cache_ratio or --sharding with "
+                 "--precision ", a.plugin.precision, ": the cached or sharded tables and their row-wise optimizer are "
+                 "fp32 (use --precision fp32)");
   COLOSSAL_CHECK(a.plugin.name != "gemini" && a.plugin.name != "zero3", "--plugin ", a.plugin.name,
                  ": the recommenders' dense parts run under ddp, zero1 or zero2 (their embedding tables are "
-                 "replicated here; sharding them over ranks comes with --sharding)");
+                 "sharded with --sharding instead)");
   auto plugin = booster::make_plugin(a.plugin);
   const int n = plugin->dims().dp();
   COLOSSAL_CHECK(a.batch_size % n == 0, "--batch_size ", a.batch_size, " does not split over ", n,
@@ -96,27 +141,34 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 
+  const auto dp_group = plugin->dims().group(dist::Axis::kDp);
   torch::manual_seed(a.seed);
   RecModelOptions mo{.kind = a.model, .dense_features = static_cast<int64_t>(data.train.dense_names.size()),
                      .table_sizes = data.train.table_sizes(), .embedding_dim = a.embedding_dim,
                      .bottom_mlp = a.bottom_mlp, .top_mlp = a.top_mlp, .pooling = a.pooling,
-                     .cache_ratio = a.cache_ratio};
+                     .cache_ratio = a.cache_ratio, .sharding = a.sharding, .group = &dp_group,
+                     .memory_per_rank = table_memory_per_rank(a, dp_group)};
   mo.cache.eviction = a.eviction;
   mo.cache.optimizer.kind = a.sparse_optimizer;
   mo.cache.optimizer.lr = a.sparse_lr;
   mo.cache.seed = a.seed;
   mo.cache.min_slots = a.cache_min_slots;
+  mo.cache.offload_dir = a.offload_dir;
   auto model = make_rec_model(mo);
   const bool cached = a.cache_ratio > 0;
+  const bool sparse_tables = cached || sharded;  // updated by the row-wise optimizer, not the model's
   // Frequency-aware warm-up: each cached table starts holding its most frequent training ids.
-  if (cached)
+  if (cached) {
+    std::vector<std::vector<int64_t>> counts;
+    for (const auto& field : data.train.fields) {
+      counts.emplace_back(field.table_size, 0);
+      for (int64_t id : field.ids) ++counts.back()[id];
+    }
+    for (auto& tables : model->embedding_tables()) tables->warm_up(counts);
+  }
+  if (sharded && r == 0)
     for (auto& tables : model->embedding_tables())
-      for (size_t f = 0; f < tables->cached_tables.size(); ++f) {
-        std::vector<int64_t> counts(data.train.fields[f].table_size, 0);
-        for (int64_t id : data.train.fields[f].ids) ++counts[id];
-        tables->cached_tables[f]->warm_up(counts);
-      }
-  const auto dp_group = plugin->dims().group(dist::Axis::kDp);
+      std::printf("%s", describe_plan(tables->sharded->plan(), tables->sharded->options().name).c_str());
   auto flush_tables = [&] {
     for (auto& tables : model->embedding_tables()) tables->flush();
   };
@@ -139,8 +191,9 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                 a.plugin.describe().c_str(), dist::world_size(), a.batch_size, per_rank, total_steps);
   const int64_t first_step = colossal::apps::resume_training(
       booster, b, {.flag = a.load_checkpoint, .save_dir = a.save_dir + "/checkpoints", .total_steps = total_steps,
-                   .length_flags = "--epochs or --max_steps"});
-  if (first_step > 1)  // the cached tables' buffers were loaded: their caches start over
+                   .length_flags = "--epochs or --max_steps",
+                   .load_rank_state = [&](const std::string& dir) { load_sharded_tables(*model, dir); }});
+  if (first_step > 1)  // the cached tables' buffers were loaded: their caches start over (sharded: load() did)
     for (auto& tables : model->embedding_tables()) tables->invalidate();
 
   colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
@@ -152,8 +205,9 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   };
   auto save = [&](int64_t step) {
     flush_tables();  // the cached tables' buffers hold every row's latest values
-    booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
-                            {.keep_last = static_cast<int>(a.keep_checkpoints)});
+    booster::CheckpointOptions options{.keep_last = static_cast<int>(a.keep_checkpoints)};
+    if (sharded) options.write_rank_state = [&](const std::string& dir) { save_sharded_tables(*model, dir); };
+    booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()}, options);
     progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
   };
   if (first_step == 1) report_eval(0);
@@ -163,10 +217,15 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   for (int64_t step = first_step; step <= total_steps; ++step) {
     colossal::throw_if_interrupted("training step " + std::to_string(step));
     const auto batch = data.train.batch(sampler->next_across_epochs(per_rank));
+    if (!a.offload_dir.empty()) {  // look-ahead: the disk starts reading the next batch's rows now
+      auto peek = *sampler;
+      const auto next = data.train.batch(peek.next_across_epochs(per_rank));
+      for (auto& tables : model->embedding_tables()) tables->advise(next);
+    }
     b.optimizer->zero_grad();
     auto loss = torch::binary_cross_entropy_with_logits(model->forward(batch), batch.labels);
     booster.backward(loss, *b.optimizer);
-    if (cached)  // the touched rows, averaged over the data-parallel ranks
+    if (sparse_tables)  // the touched rows, averaged over the data-parallel ranks (or sent to their shards)
       for (auto& tables : model->embedding_tables()) tables->sparse_step(&dp_group);
     const double lr = b.lr_scheduler->lr();
     const bool stepped = b.optimizer->step();
@@ -183,10 +242,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
       if (!stepped) m.push_back({"skipped", 1});
       if (cached) {
         CacheStats c;
-        for (auto& tables : model->embedding_tables()) {
-          const auto t = tables->cache_stats();
-          c.lookups += t.lookups, c.hits += t.hits, c.evictions += t.evictions;
-        }
+        for (auto& tables : model->embedding_tables()) c += tables->cache_stats();
         m.push_back({"cache_hit_rate", c.hit_rate()});
         m.push_back({"cache_evictions", static_cast<double>(c.evictions)});
       }

@@ -66,6 +66,7 @@ class Booster;
 struct TrainingState {
   int64_t step = 0;
   int64_t epoch = 0;
+  std::string dir;  // load_checkpoint: the step directory it read
 };
 
 struct CheckpointOptions {
@@ -78,6 +79,10 @@ struct CheckpointOptions {
   // Files written beside the weights in step-N/model/ (name -> bytes) before the checkpoint
   // counts as complete, so any step opens as a model: an application's config.json, tokenizer...
   std::map<std::string, std::string> model_files;
+  // State the model does not hold that each rank writes itself (an application's sharded
+  // embedding tables): called on every rank with the step directory, before the checkpoint
+  // counts as complete (with async, before save_checkpoint returns).
+  std::function<void(const std::string& step_dir)> write_rank_state;
   void validate() const;  // keep_last >= 0, the model options', plain file names
 };
 

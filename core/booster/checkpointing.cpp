@@ -217,6 +217,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
   if (!options.async) {
     barrier();  // the directories exist everywhere
     write_rank_files(*s);
+    if (options.write_rank_state) options.write_rank_state(s->dir);
     barrier();  // every rank's files are complete
     if (s->rank == 0) publish(*s);
     barrier();
@@ -225,6 +226,10 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
 
   // Asynchronous: ranks count their completed writes in the store; rank 0 publishes when all
   // have. No collective runs on the background thread (it would race the training's).
+  if (options.write_rank_state) {  // live state: written before training goes on
+    barrier();  // the directories exist everywhere
+    options.write_rank_state(s->dir);
+  }
   last_snapshot_bytes_ = s->bytes();
   c10::intrusive_ptr<c10d::Store> store = distributed() ? dist::store() : nullptr;
   std::string key = "colossal/checkpoint/" + root + "/" + std::to_string(state.step);
@@ -328,6 +333,7 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[checkpoint] '", dir,
                  "/state.json' is not valid JSON");
   TrainingState state;
+  state.dir = dir;
   state.step = js.value("step", int64_t{0});
   state.epoch = js.value("epoch", int64_t{0});
   if (boosted.lr_scheduler && js.contains("lr_scheduler_step")) {

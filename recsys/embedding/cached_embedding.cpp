@@ -10,41 +10,19 @@
 #include <tuple>
 
 #include "core/common/check.h"
+#include "recsys/embedding/table_init.h"
 
 namespace colossal::recsys {
 
-int64_t SparseOptimizerOptions::state_width(int64_t dim) const { return kind == "adamw" ? 2 * dim + 1 : dim; }
-
-void SparseOptimizerOptions::validate() const {
-  COLOSSAL_CHECK(kind == "adagrad" || kind == "adamw", "[cached_embedding] optimizer '", kind,
-                 "': expected adagrad or adamw");
-  COLOSSAL_CHECK(lr > 0 && eps > 0 && beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1 && weight_decay >= 0,
-                 "[cached_embedding] optimizer: lr ", lr, ", eps ", eps, ", betas (", beta1, ", ", beta2,
-                 "), weight_decay ", weight_decay, " out of range");
-}
-
-void CachedEmbeddingOptions::validate() const {
-  COLOSSAL_CHECK(rows >= 1 && dim >= 1, "[cached_embedding] rows ", rows, ", dim ", dim, ": expected >= 1");
-  COLOSSAL_CHECK(cache_ratio > 0 && cache_ratio <= 1, "[cached_embedding] cache_ratio ", cache_ratio,
-                 ": expected in (0, 1]");
-  COLOSSAL_CHECK(min_slots >= 0, "[cached_embedding] min_slots ", min_slots, ": expected >= 0");
-  COLOSSAL_CHECK(eviction == "lfu" || eviction == "lru", "[cached_embedding] eviction '", eviction,
-                 "': expected lfu or lru");
-  COLOSSAL_CHECK(pooling == "sum" || pooling == "mean", "[cached_embedding] pooling '", pooling,
-                 "': expected sum or mean");
-  optimizer.validate();
-}
-
-CachedEmbeddingBag::CachedEmbeddingBag(CachedEmbeddingOptions options) : options_(std::move(options)) {
-  options_.validate();
+CachedEmbeddingBag::CachedEmbeddingBag(CachedEmbeddingOptions options) : EmbeddingStore(std::move(options)) {
   const int64_t rows = options_.rows, dim = options_.dim;
   slots_ = std::clamp<int64_t>(std::max(static_cast<int64_t>(std::ceil(options_.cache_ratio * rows)),
                                          std::min(options_.min_slots, rows)),
                                 1, rows);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(options_.seed);
-  const double bound = 1 / std::sqrt(static_cast<double>(rows));
-  table_ = torch::empty({rows, dim}).uniform_(-bound, bound, gen);
-  state_ = torch::zeros({rows, options_.optimizer.state_width(dim)});
+  table_ = allocate(dim, "embedding table");
+  init_table_slice(table_, {.seed = options_.seed, .total_rows = options_.total_rows, .total_dim = options_.total_dim,
+                            .row_begin = options_.row_begin, .col_begin = options_.col_begin});
+  state_ = allocate(options_.optimizer.state_width(dim), "embedding optimizer state");
   cache_ = torch::zeros({slots_, dim}).set_requires_grad(true);
   cache_state_ = torch::zeros({slots_, options_.optimizer.state_width(dim)});
   row_slot_.assign(rows, -1);
@@ -138,8 +116,7 @@ torch::Tensor CachedEmbeddingBag::forward(const torch::Tensor& ids, const torch:
   last_rows_ = std::get<0>(at::_unique(flat));  // sorted: its ends bound every id
   const int64_t* rows = last_rows_.data_ptr<int64_t>();
   const int64_t unique = last_rows_.numel();
-  COLOSSAL_CHECK(unique == 0 || (rows[0] >= 0 && rows[unique - 1] < options_.rows),
-                 "[cached_embedding] an id outside the table of ", options_.rows, " rows");
+  check_rows(last_rows_, options_.rows, "cached_embedding");
   const int64_t tag = ++batch_tag_;
   {
     torch::NoGradGuard no_grad;
@@ -173,32 +150,6 @@ std::pair<torch::Tensor, torch::Tensor> CachedEmbeddingBag::gradients() const {
   return {rows, coalesced.values()};
 }
 
-void CachedEmbeddingBag::update(float* w, float* s, const float* grad) const {
-  const auto& o = options_.optimizer;
-  const int64_t dim = options_.dim;
-  const auto lr = static_cast<float>(o.lr), eps = static_cast<float>(o.eps);
-  if (o.kind == "adagrad") {
-    for (int64_t j = 0; j < dim; ++j) {
-      const float g = grad[j] + static_cast<float>(o.weight_decay) * w[j];
-      s[j] += g * g;
-      w[j] -= lr * g / (std::sqrt(s[j]) + eps);
-    }
-    return;
-  }
-  float* m = s;
-  float* v = s + dim;
-  float& t = s[2 * dim];
-  t += 1;
-  const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2);
-  const float bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
-  for (int64_t j = 0; j < dim; ++j) {
-    w[j] *= 1 - lr * static_cast<float>(o.weight_decay);
-    m[j] = b1 * m[j] + (1 - b1) * grad[j];
-    v[j] = b2 * v[j] + (1 - b2) * grad[j] * grad[j];
-    w[j] -= (lr / bc1) * m[j] / (std::sqrt(v[j]) / std::sqrt(bc2) + eps);
-  }
-}
-
 void CachedEmbeddingBag::apply(const torch::Tensor& ids, const torch::Tensor& grads) {
   torch::NoGradGuard no_grad;
   const auto rows = ids.to(torch::kInt64).contiguous();
@@ -218,17 +169,12 @@ void CachedEmbeddingBag::apply(const torch::Tensor& ids, const torch::Tensor& gr
     if (slot >= 0) {
       slot_tag_[slot] = tag;
       dirty_ = true;
-      update(cache_.data_ptr<float>() + slot * dim, cache_state_.data_ptr<float>() + slot * width, gp + i * dim);
+      update_row(options_.optimizer, cache_.data_ptr<float>() + slot * dim, cache_state_.data_ptr<float>() + slot * width, gp + i * dim, dim);
     } else {
-      update(table_.data_ptr<float>() + r[i] * dim, state_.data_ptr<float>() + r[i] * width, gp + i * dim);
+      update_row(options_.optimizer, table_.data_ptr<float>() + r[i] * dim, state_.data_ptr<float>() + r[i] * width, gp + i * dim, dim);
     }
   }
   cache_.mutable_grad() = torch::Tensor();  // the next backward starts a new (sparse) gradient
-}
-
-void CachedEmbeddingBag::step() {
-  const auto [rows, grads] = gradients();
-  apply(rows, grads);
 }
 
 void CachedEmbeddingBag::flush() {

@@ -14,7 +14,9 @@
 //   bag.step();                                   // touched rows only
 //
 // With a cache the size of the table (cache_ratio 1) nothing is ever evicted. The cache is
-// a tensor on the host here; on a GPU machine it would live in device memory (issue 21).
+// a tensor on the host here; on a GPU machine it would live in device memory (issue 21). The
+// table itself is in host memory or, with offload_dir, in a memory-mapped file on the offload
+// disk: tables larger than memory.
 #include <torch/types.h>
 
 #include <cstdint>
@@ -24,81 +26,51 @@
 #include <utility>
 #include <vector>
 
+#include "recsys/embedding/embedding_store.h"
+
 namespace colossal::recsys {
 
-struct SparseOptimizerOptions {
-  std::string kind = "adagrad";  // adagrad | adamw (lazy: a row's moments and step count advance
-                                 // only when the row has a gradient)
-  double lr = 0.01, eps = 1e-10, beta1 = 0.9, beta2 = 0.999, weight_decay = 0;
-  int64_t state_width(int64_t dim) const;  // floats of state per row
-  void validate() const;
-};
-
-struct CachedEmbeddingOptions {
-  int64_t rows = 0, dim = 16;
-  double cache_ratio = 0.1;      // cache slots as a share of the rows (at least one batch's ids)
-  int64_t min_slots = 4096;      // small tables are cached whole (up to this many rows)
-  std::string eviction = "lfu";  // lfu | lru
-  std::string pooling = "sum";   // sum | mean
-  SparseOptimizerOptions optimizer;
-  uint64_t seed = 0;             // the table's initial values: uniform(+-1/sqrt(rows)), by row
-  void validate() const;
-};
-
-struct CacheStats {
-  int64_t lookups = 0, hits = 0, misses = 0, evictions = 0;
-  double hit_rate() const { return lookups ? static_cast<double>(hits) / lookups : 0.0; }
-};
-
-class CachedEmbeddingBag {
+class CachedEmbeddingBag : public EmbeddingStore {
  public:
   explicit CachedEmbeddingBag(CachedEmbeddingOptions options);
 
   /// Loads the most frequent ids (counts[id]) into the cache, hottest first, and seeds the
   /// frequency counts LFU evicts by.
-  void warm_up(const std::vector<int64_t>& counts);
+  void warm_up(const std::vector<int64_t>& counts) override;
   /// Admits `ids` ahead of the batch that uses them (look-ahead prefetch); forward() admits
   /// whatever is still missing. Rows the current batch holds are never evicted for it.
-  void prefetch(const torch::Tensor& ids);
+  void prefetch(const torch::Tensor& ids) override;
   /// Pooled embeddings [B, dim] of the bags (ids, offsets as torch::embedding_bag takes them).
-  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& offsets);
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& offsets) override;
   /// The same from the table itself (after a flush), without admitting anything: evaluation
   /// over batches larger than the cache. No gradient.
-  torch::Tensor lookup(const torch::Tensor& ids, const torch::Tensor& offsets);
+  torch::Tensor lookup(const torch::Tensor& ids, const torch::Tensor& offsets) override;
   /// The unique table rows the last forward read, and their gradients [rows, dim] (summed over
   /// the batch; in any order), for a caller that merges them across ranks before apply().
-  std::pair<torch::Tensor, torch::Tensor> gradients() const;
+  std::pair<torch::Tensor, torch::Tensor> gradients() const override;
   /// Updates the rows `ids` with `grads` (as gradients() gives them, or merged), admitting rows
   /// that are not cached; clears the cache's gradient.
-  void apply(const torch::Tensor& ids, const torch::Tensor& grads);
-  /// apply(gradients()).
-  void step();
+  void apply(const torch::Tensor& ids, const torch::Tensor& grads) override;
   /// Writes every cached row (and its state) back to the table (nothing when no row changed
   /// since the last flush).
-  void flush();
+  void flush() override;
 
   /// The whole table (after flush(): current) and its optimizer state.
-  const torch::Tensor& table() const { return table_; }
-  const torch::Tensor& state() const { return state_; }
+  const torch::Tensor& table() const override { return table_; }
+  const torch::Tensor& state() const override { return state_; }
   /// Replaces table and state (a checkpoint); the cache starts empty.
   void load(const torch::Tensor& table, const torch::Tensor& state);
   /// Forgets the cache without writing it back (the table was replaced in place).
-  void drop_cache();
-  const CacheStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
+  void drop_cache() override;
+  CacheStats stats() const override { return stats_; }
+  void reset_stats() override { stats_ = {}; }
   int64_t cache_slots() const { return slots_; }
-  const CachedEmbeddingOptions& options() const { return options_; }
 
  private:
   int64_t slot_for(int64_t row, int64_t batch_tag);  // admits the row; its slot, or -1 if none is free
   void write_back(int64_t slot);
-  int64_t bag_mode() const { return options_.pooling == "mean" ? 1 : 0; }  // torch::embedding_bag's
-  /// One row's optimizer update: weights w, state s, gradient g (dim floats each; state as wide
-  /// as state_width).
-  void update(float* w, float* s, const float* g) const;
   std::tuple<double, int64_t, int64_t> key(int64_t slot) const;  // eviction order: (count, time, slot)
 
-  CachedEmbeddingOptions options_;
   int64_t slots_ = 0;
   torch::Tensor table_, state_;          // [rows, dim], [rows, state width]: the host tier
   torch::Tensor cache_, cache_state_;    // [slots, dim] (a leaf that collects gradients), [slots, state]

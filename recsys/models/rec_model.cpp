@@ -18,7 +18,7 @@ class Dlrm : public RecModel {
     bottom_widths.push_back(o.embedding_dim);
     bottom_ = register_module("bottom", mlp(o.dense_features, bottom_widths));
     tables_ = register_module("embeddings",
-                              EmbeddingTables(o.table_sizes, o.embedding_dim, o.pooling, o.cache_ratio, o.cache));
+                              EmbeddingTables("embeddings", o.embedding_dim, o));
     const int64_t vectors = static_cast<int64_t>(o.table_sizes.size()) + 1;
     pairs_ = torch::triu_indices(vectors, vectors, 1);
     auto top_widths = o.top_mlp;
@@ -46,9 +46,8 @@ class Dlrm : public RecModel {
 class DeepFm : public RecModel {
  public:
   explicit DeepFm(const RecModelOptions& o) : RecModel("DeepFm") {
-    tables_ = register_module("embeddings",
-                              EmbeddingTables(o.table_sizes, o.embedding_dim, o.pooling, o.cache_ratio, o.cache));
-    weights_ = register_module("first_order", EmbeddingTables(o.table_sizes, 1, o.pooling, o.cache_ratio, o.cache));
+    tables_ = register_module("embeddings", EmbeddingTables("embeddings", o.embedding_dim, o));
+    weights_ = register_module("first_order", EmbeddingTables("first_order", 1, o));
     dense_linear_ = register_module("dense_linear", torch::nn::Linear(o.dense_features, 1));
     dense_vector_ = register_module("dense_vector", torch::nn::Linear(o.dense_features, o.embedding_dim));
     auto deep_widths = o.top_mlp;
@@ -88,21 +87,33 @@ void RecModelOptions::validate() const {
     COLOSSAL_CHECK(table_sizes[i] >= 1, "[recsys] table ", i, " has ", table_sizes[i], " rows");
   COLOSSAL_CHECK(cache_ratio >= 0 && cache_ratio <= 1, "[recsys] cache_ratio ", cache_ratio,
                  ": expected in [0, 1] (0: plain embedding bags)");
+  COLOSSAL_CHECK(sharding == "none" || sharding == "auto" || sharding == "table" || sharding == "row" ||
+                     sharding == "column",
+                 "[recsys] sharding '", sharding, "': expected none, auto, table, row or column");
 }
 
-EmbeddingTablesImpl::EmbeddingTablesImpl(const std::vector<int64_t>& sizes, int64_t dim, const std::string& pooling,
-                                         double cache_ratio, const CachedEmbeddingOptions& cache) {
-  const auto mode = pooling == "mean" ? torch::nn::EmbeddingBagMode(torch::kMean) : torch::nn::EmbeddingBagMode(torch::kSum);
+EmbeddingTablesImpl::EmbeddingTablesImpl(const std::string& name, int64_t dim, const RecModelOptions& o) {
+  const auto& sizes = o.table_sizes;
+  if (o.sharding != "none") {
+    ShardedEmbeddingOptions so{.name = name, .table_sizes = sizes, .dim = dim, .pooling = o.pooling,
+                               .sharding = o.sharding, .cached = o.cache_ratio > 0, .store = o.cache,
+                               .memory_per_rank = o.memory_per_rank};
+    so.store.cache_ratio = o.cache_ratio > 0 ? o.cache_ratio : 1;
+    sharded = std::make_shared<ShardedEmbeddings>(so, o.group);
+    return;
+  }
+  const auto mode = o.pooling == "mean" ? torch::nn::EmbeddingBagMode(torch::kMean) : torch::nn::EmbeddingBagMode(torch::kSum);
   auto list = register_module("tables", std::make_shared<torch::nn::Module>("Tables"));
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (cache_ratio > 0) {
-      CachedEmbeddingOptions o = cache;
-      o.rows = sizes[i];
-      o.dim = dim;
-      o.pooling = pooling;
-      o.cache_ratio = cache_ratio;
-      o.seed = cache.seed * 1000003 + i * 7919 + static_cast<uint64_t>(dim);  // each table its own values
-      auto bag = std::make_shared<CachedEmbeddingBag>(o);
+    if (o.cache_ratio > 0) {
+      CachedEmbeddingOptions c = o.cache;
+      c.rows = sizes[i];
+      c.dim = dim;
+      c.pooling = o.pooling;
+      c.cache_ratio = o.cache_ratio;
+      // Each table its own values; the same as a sharded table's (ShardedEmbeddingOptions::table_seed).
+      c.seed = ShardedEmbeddingOptions{.dim = dim, .store = o.cache}.table_seed(i);
+      auto bag = std::make_shared<CachedEmbeddingBag>(c);
       auto holder = list->register_module(std::to_string(i), std::make_shared<torch::nn::Module>("CachedTable"));
       holder->register_buffer("weight", bag->table());
       holder->register_buffer("state", bag->state());
@@ -120,6 +131,7 @@ EmbeddingTablesImpl::EmbeddingTablesImpl(const std::vector<int64_t>& sizes, int6
 }
 
 std::vector<torch::Tensor> EmbeddingTablesImpl::forward(const CtrBatch& b) {
+  if (sharded) return sharded->forward(b.ids, b.offsets, is_training());
   const size_t n = cached() ? cached_tables.size() : tables.size();
   COLOSSAL_CHECK(b.ids.size() == n, "[recsys] a batch of ", b.ids.size(), " sparse fields for ", n,
                  " embedding tables");
@@ -134,6 +146,7 @@ std::vector<torch::Tensor> EmbeddingTablesImpl::forward(const CtrBatch& b) {
 }
 
 void EmbeddingTablesImpl::sparse_step(const dist::Group* group) {
+  if (sharded) return sharded->step();
   for (auto& bag : cached_tables) {
     auto [rows, grads] = bag->gradients();
     if (group && group->is_member() && group->size() > 1) {
@@ -165,6 +178,7 @@ void EmbeddingTablesImpl::sparse_step(const dist::Group* group) {
 }
 
 void EmbeddingTablesImpl::flush() {
+  if (sharded) sharded->flush();
   for (auto& bag : cached_tables) bag->flush();
 }
 
@@ -172,18 +186,28 @@ void EmbeddingTablesImpl::invalidate() {
   for (auto& bag : cached_tables) bag->drop_cache();
 }
 
+void EmbeddingTablesImpl::advise(const CtrBatch& next) {
+  for (size_t i = 0; i < next.ids.size(); ++i) {
+    if (sharded) sharded->advise(i, next.ids[i]);
+    else if (i < cached_tables.size()) cached_tables[i]->advise(next.ids[i]);
+  }
+}
+
+void EmbeddingTablesImpl::warm_up(const std::vector<std::vector<int64_t>>& counts) {
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (sharded) sharded->warm_up(i, counts[i]);
+    else if (i < cached_tables.size()) cached_tables[i]->warm_up(counts[i]);
+  }
+}
+
 void EmbeddingTablesImpl::reset_cache_stats() {
+  if (sharded) sharded->reset_cache_stats();
   for (auto& bag : cached_tables) bag->reset_stats();
 }
 
 CacheStats EmbeddingTablesImpl::cache_stats() const {
-  CacheStats s;
-  for (const auto& bag : cached_tables) {
-    s.lookups += bag->stats().lookups;
-    s.hits += bag->stats().hits;
-    s.misses += bag->stats().misses;
-    s.evictions += bag->stats().evictions;
-  }
+  CacheStats s = sharded ? sharded->cache_stats() : CacheStats{};
+  for (const auto& bag : cached_tables) s += bag->stats();
   return s;
 }
 

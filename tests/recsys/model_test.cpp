@@ -56,7 +56,10 @@ TEST(Models, DlrmInteractionAndDeepFmSecondOrderMatchTheirDefinitions) {
 }
 
 TEST(Models, MeanPoolingAveragesABag) {
-  EmbeddingTables tables(std::vector<int64_t>{10}, int64_t{3}, std::string("mean"));
+  RecModelOptions o;
+  o.table_sizes = {10};
+  o.pooling = "mean";
+  EmbeddingTables tables(std::string("embeddings"), int64_t{3}, o);
   CtrBatch b;
   b.ids = {torch::tensor({1, 2, 7}, torch::kInt64)};
   b.offsets = {torch::tensor({0, 2}, torch::kInt64)};  // sample 0: ids 1, 2; sample 1: id 7

@@ -33,8 +33,9 @@ ResumeChoice resolve_resume(const std::string& flag, const std::string& save_dir
 int64_t resume_training(booster::Booster& booster, booster::Boosted& boosted, const ResumeOptions& options) {
   const auto resume = resolve_resume(options.flag, options.save_dir);
   if (resume.checkpoint.empty()) return 1;
+  // The application's own state first: a checkpoint of another layout is named for what it is.
+  if (options.load_rank_state) options.load_rank_state(booster::Booster::step_directory(resume.checkpoint));
   const auto state = booster.load_checkpoint(boosted, resume.checkpoint);
-  if (options.load_rank_state) options.load_rank_state(state.dir);
   const bool talk = !dist::is_initialized() || dist::rank() == 0;
   if (talk) {
     std::printf("resumed: %s at step %ld (epoch %ld)%s\n", resume.checkpoint.c_str(), state.step, state.epoch,

@@ -25,7 +25,7 @@ struct ResumeOptions {
   int64_t total_steps = 0;     // of the run
   std::string length_flags;    // what raises total_steps, for the "nothing left" line
   // State the application keeps outside the model (sharded tables): loaded from the step
-  // directory after the Booster's checkpoint.
+  // directory before the Booster's checkpoint.
   std::function<void(const std::string& step_dir)> load_rank_state;
 };
 

@@ -66,7 +66,6 @@ class Booster;
 struct TrainingState {
   int64_t step = 0;
   int64_t epoch = 0;
-  std::string dir;  // load_checkpoint: the step directory it read
 };
 
 struct CheckpointOptions {
@@ -152,6 +151,8 @@ class Booster {
   /// The step directory `root`/latest names when it is a complete checkpoint, else nothing: what
   /// `--load_checkpoint auto` resumes from (a restarted job continues where it last saved).
   static std::optional<std::string> latest_checkpoint(const std::string& root);
+  /// The step directory load_checkpoint(root) reads (root itself, or the one root/latest names).
+  static std::string step_directory(const std::string& root);
   /// Blocks until an asynchronous save has finished; rethrows its error.
   void wait_for_checkpoint();
   /// Bytes the last asynchronous save held in memory for its snapshot.

@@ -314,15 +314,18 @@ std::optional<std::string> Booster::latest_checkpoint(const std::string& root) {
   return dir;
 }
 
-TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {
-  std::string dir = root;
+std::string Booster::step_directory(const std::string& root) {
   COLOSSAL_CHECK(fs::is_directory(root), "[checkpoint] no checkpoint at '", root,
                  "' (expected a checkpoint root with a 'latest' file, or one of its step-N directories)");
-  if (!fs::is_directory(root + "/model")) {
-    dir = latest_step_dir(root);
-    COLOSSAL_CHECK(!dir.empty(), "[checkpoint] '", root,
-                   "' is neither a checkpoint root (no 'latest' file) nor a step directory (no 'model/')");
-  }
+  if (fs::is_directory(root + "/model")) return root;
+  const std::string dir = latest_step_dir(root);
+  COLOSSAL_CHECK(!dir.empty(), "[checkpoint] '", root,
+                 "' is neither a checkpoint root (no 'latest' file) nor a step directory (no 'model/')");
+  return dir;
+}
+
+TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {
+  const std::string dir = step_directory(root);
   auto& wrapper = boosted.optimizer->model_wrapper();
   auto params = wrapper.full_model_state(*boosted.model);
   auto report = checkpoint::load_state_into(params, dir + "/model", {}, wrapper.state_held_elsewhere());
@@ -333,7 +336,6 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[checkpoint] '", dir,
                  "/state.json' is not valid JSON");
   TrainingState state;
-  state.dir = dir;
   state.step = js.value("step", int64_t{0});
   state.epoch = js.value("epoch", int64_t{0});
   if (boosted.lr_scheduler && js.contains("lr_scheduler_step")) {

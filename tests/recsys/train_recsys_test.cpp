@@ -149,6 +149,63 @@ TEST(TrainRecsys, BadInputIsNamed) {
   std::tie(rc, out) = run("--plugin gemini --save_dir " + ::testing::TempDir() + "rs_bad");
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--plugin gemini"), std::string::npos) << out;
+  std::tie(rc, out) = run("--sharding diagonal");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--sharding: expected none, auto, table, row or column, got 'diagonal'"), std::string::npos) << out;
+  std::tie(rc, out) = run("--offload_dir /tmp");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--offload_dir holds cached or sharded tables"), std::string::npos) << out;
+  std::tie(rc, out) = run("--cache_ratio 0.5 --offload_dir /nonexistent/tier --save_dir " + ::testing::TempDir() + "rs_bad");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("offload_dir '/nonexistent/tier' is not an existing directory"), std::string::npos) << out;
+}
+
+// Sharded tables (table-, row- and column-wise; DeepFM's first-order tables are one column
+// wide) on 2 and 4 ranks take the steps one process takes with the same flags.
+TEST(TrainRecsys, ShardedTablesEqualOneProcess) {
+  const std::string flags = kShort + "--model deepfm --batch_size 256 --sparse_optimizer adamw --sparse_lr 0.01 ";
+  for (const char* sharding : {"table", "row", "column"}) {
+    const std::string name = std::string("shard_one_") + sharding;
+    fs::remove_all(dir_of(name));
+    const auto one = train_recsys(1, name, flags + "--sharding " + sharding);
+    ASSERT_EQ(one.rc, 0) << one.output;
+    ASSERT_EQ(one.loss.size(), 12u) << one.output;
+    EXPECT_NE(one.loss.at(12), one.loss.at(1));
+    for (int ranks : {2, 4}) {
+      const std::string many = std::string("shard_") + sharding + "_" + std::to_string(ranks);
+      fs::remove_all(dir_of(many));
+      const auto r = train_recsys(ranks, many, flags + "--sharding " + sharding);
+      ASSERT_EQ(r.rc, 0) << r.output;
+      for (const auto& [step, loss] : one.loss)
+        EXPECT_NEAR(r.loss.at(step), loss, 1e-5 * std::abs(loss)) << sharding << " " << ranks << " ranks, step " << step;
+      EXPECT_NEAR(r.auc.at(12), one.auc.at(12), 1e-5) << sharding << " " << ranks << " ranks";
+    }
+  }
+}
+
+// A checkpoint of row-wise shards from 2 ranks resumes on 1 rank column-wise and on 4 ranks
+// table-wise, continuing the straight run's steps.
+TEST(TrainRecsys, ShardedTablesResumeOnAnotherNumberOfRanksAndPlan) {
+  const std::string flags = "--model deepfm --batch_size 256 --held_out_fraction 0.9 --max_steps 12 ";
+  fs::remove_all(dir_of("shard_straight"));
+  const auto straight = train_recsys(2, "shard_straight", flags + "--sharding row --load_checkpoint none "
+                                                          "--save_interval 6 --keep_checkpoints 0");
+  ASSERT_EQ(straight.rc, 0) << straight.output;
+  const std::string step6 = dir_of("shard_straight") + "/checkpoints/step-6";
+  for (const auto& [ranks, sharding] : std::vector<std::pair<int, std::string>>{{1, "column"}, {4, "table"}}) {
+    const std::string name = "shard_resumed_" + sharding;
+    fs::remove_all(dir_of(name));
+    const auto resumed = train_recsys(ranks, name, flags + "--sharding " + sharding + " --load_checkpoint " + step6);
+    ASSERT_EQ(resumed.rc, 0) << resumed.output;
+    for (int64_t step = 7; step <= 12; ++step)
+      EXPECT_NEAR(resumed.loss.at(step), straight.loss.at(step), 1e-5 * std::abs(straight.loss.at(step)))
+          << sharding << " step " << step;
+  }
+  // Replicated tables cannot resume sharded ones: named, not half-loaded.
+  fs::remove_all(dir_of("shard_none"));
+  const auto none = train_recsys(1, "shard_none", flags + "--load_checkpoint " + step6);
+  EXPECT_NE(none.rc, 0);
+  EXPECT_NE(none.output.find("holds sharded embedding tables"), std::string::npos) << none.output;
 }
 
 }  // namespace recsys_train_test

@@ -68,7 +68,9 @@ class CachedEmbeddingBag : public EmbeddingStore {
 
  private:
   int64_t slot_for(int64_t row, int64_t batch_tag);  // admits the row; its slot, or -1 if none is free
-  void write_back(int64_t slot);
+  void write_back(int64_t slot, int64_t row);  // the slot's row and state to the table's row
+  void load_row(int64_t slot, int64_t row);    // the table's row and state into the slot
+  void run_transfers();                        // the copies slot_for() queued, on io_threads
   std::tuple<double, int64_t, int64_t> key(int64_t slot) const;  // eviction order: (count, time, slot)
 
   int64_t slots_ = 0;
@@ -81,6 +83,11 @@ class CachedEmbeddingBag : public EmbeddingStore {
   std::vector<int64_t> last_use_;        // per slot: a clock (LRU)
   std::set<std::tuple<double, int64_t, int64_t>> order_;  // cached slots, least valuable first
   std::vector<int64_t> free_;            // slots holding no row
+  struct Transfer {
+    int64_t slot, evicted, row;  // write the slot back to `evicted` (if >= 0), then load `row`
+  };
+  std::vector<Transfer> pending_;
+  size_t io_threads_ = 1;
   int64_t clock_ = 0, batch_tag_ = 0;
   bool dirty_ = false;  // a cached row was updated since the last flush
   torch::Tensor last_rows_;  // the last forward's unique rows

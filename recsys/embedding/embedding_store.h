@@ -36,6 +36,7 @@ struct EmbeddingStoreOptions {
   /// "": the table and its optimizer state in host memory; else in a memory-mapped file in this
   /// directory (core/offload/mapped_tensor.h): tables larger than memory.
   std::string offload_dir;
+  int io_threads = 0;  // cache misses copied at once (0: 16 on the offload disk, else 1)
   // The slice of a larger table this store holds (0: the whole table is rows x dim).
   int64_t total_rows = 0, total_dim = 0, row_begin = 0, col_begin = 0;
   void validate() const;

@@ -196,8 +196,10 @@ TEST(EmbeddingOffload, MappedTablesEqualTablesInMemory) {
   const std::string dir = ::testing::TempDir() + "offload_" + std::to_string(::getpid());
   colossal::fs::make_dirs(dir);
   for (bool cached : {false, true}) {
-    EmbeddingStoreOptions o{.rows = 300, .dim = 4, .cache_ratio = 0.1, .min_slots = 0, .optimizer = {.kind = "rowwise_adagrad", .lr = 0.1},
-                            .seed = 9};
+    // 600 ids a step through 1,000 slots of 4,000 rows: hundreds of misses and evictions a step,
+    // copied by several threads on the disk tier.
+    EmbeddingStoreOptions o{.rows = 4000, .dim = 4, .cache_ratio = 0.25, .min_slots = 0,
+                            .optimizer = {.kind = "rowwise_adagrad", .lr = 0.1}, .seed = 9};
     auto memory = make_embedding_store(o, cached);
     o.offload_dir = dir;
     auto disk = make_embedding_store(o, cached);
@@ -205,8 +207,8 @@ TEST(EmbeddingOffload, MappedTablesEqualTablesInMemory) {
     std::mt19937 rng(1);
     for (int step = 0; step < 20; ++step) {
       std::vector<int64_t> ids;
-      for (int i = 0; i < 24; ++i) ids.push_back(static_cast<int64_t>(rng() % 300));
-      const auto t = torch::tensor(ids, torch::kInt64), offsets = torch::arange(0, 24, 3, torch::kInt64);
+      for (int i = 0; i < 600; ++i) ids.push_back(static_cast<int64_t>(rng() % 4000));
+      const auto t = torch::tensor(ids, torch::kInt64), offsets = torch::arange(0, 600, 3, torch::kInt64);
       disk->advise(t);
       for (auto* s : {memory.get(), disk.get()}) {
         (s->forward(t, offsets) * torch::arange(4)).sum().backward();
@@ -217,6 +219,7 @@ TEST(EmbeddingOffload, MappedTablesEqualTablesInMemory) {
     disk->flush();
     EXPECT_TRUE(torch::equal(memory->table(), disk->table())) << "cached " << cached;
     EXPECT_TRUE(torch::equal(memory->state(), disk->state())) << "cached " << cached;
+    if (cached) EXPECT_GT(disk->stats().evictions, 2000) << "the cache was too large to evict";
     EXPECT_FALSE(torch::equal(memory->table(), make_embedding_store(o, cached)->table()));  // it trained
   }
   // Nothing is left behind in the directory: the files were unlinked when created.

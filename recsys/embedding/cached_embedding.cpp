@@ -186,26 +186,23 @@ std::pair<torch::Tensor, torch::Tensor> CachedEmbeddingBag::gradients() const {
 
 void CachedEmbeddingBag::apply(const torch::Tensor& ids, const torch::Tensor& grads) {
   torch::NoGradGuard no_grad;
-  const auto rows = ids.to(torch::kInt64).contiguous();
-  const auto g = grads.to(torch::kFloat).contiguous();
-  COLOSSAL_CHECK(g.dim() == 2 && g.size(0) == rows.numel() && g.size(1) == options_.dim, "[cached_embedding] apply: ",
-                 rows.numel(), " ids with gradients of shape ", g.sizes());
+  const auto [rows, g] = checked_updates(ids, grads, "cached_embedding");
   const int64_t dim = options_.dim, width = state_.size(1);
   const int64_t* r = rows.data_ptr<int64_t>();
   const float* gp = g.data_ptr<float>();
   const int64_t tag = ++batch_tag_;
   for (int64_t i = 0; i < rows.numel(); ++i) {
-    COLOSSAL_CHECK(r[i] >= 0 && r[i] < options_.rows, "[cached_embedding] apply: id ", r[i], " outside the table of ",
-                   options_.rows, " rows");
     // A row touched on this rank is cached (its slot is held by the batch). A row another rank
     // touched may not be: it is updated where it lives, in the table.
     const int64_t slot = row_slot_[r[i]];
     if (slot >= 0) {
       slot_tag_[slot] = tag;
       dirty_ = true;
-      update_row(options_.optimizer, cache_.data_ptr<float>() + slot * dim, cache_state_.data_ptr<float>() + slot * width, gp + i * dim, dim);
+      update_row(options_.optimizer, cache_.data_ptr<float>() + slot * dim,
+                 cache_state_.data_ptr<float>() + slot * width, gp + i * dim, dim);
     } else {
-      update_row(options_.optimizer, table_.data_ptr<float>() + r[i] * dim, state_.data_ptr<float>() + r[i] * width, gp + i * dim, dim);
+      update_row(options_.optimizer, table_.data_ptr<float>() + r[i] * dim, state_.data_ptr<float>() + r[i] * width,
+                 gp + i * dim, dim);
     }
   }
   cache_.mutable_grad() = torch::Tensor();  // the next backward starts a new (sparse) gradient

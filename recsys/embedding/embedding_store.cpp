@@ -81,22 +81,30 @@ std::pair<torch::Tensor, torch::Tensor> ResidentEmbeddingBag::gradients() const 
   return {coalesced.indices()[0].contiguous(), coalesced.values()};
 }
 
+std::pair<torch::Tensor, torch::Tensor> EmbeddingStore::checked_updates(const torch::Tensor& ids,
+                                                                        const torch::Tensor& grads,
+                                                                        const char* who) const {
+  auto rows = ids.to(torch::kInt64).contiguous();
+  auto g = grads.to(torch::kFloat).contiguous();
+  COLOSSAL_CHECK(g.dim() == 2 && g.size(0) == rows.numel() && g.size(1) == options_.dim, "[", who, "] apply: ",
+                 rows.numel(), " ids with gradients of shape ", g.sizes());
+  const int64_t* r = rows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows.numel(); ++i)
+    COLOSSAL_CHECK(r[i] >= 0 && r[i] < options_.rows, "[", who, "] apply: id ", r[i], " outside the table of ",
+                   options_.rows, " rows");
+  return {rows, g};
+}
+
 void ResidentEmbeddingBag::apply(const torch::Tensor& ids, const torch::Tensor& grads) {
   torch::NoGradGuard no_grad;
-  const auto rows = ids.to(torch::kInt64).contiguous();
-  const auto g = grads.to(torch::kFloat).contiguous();
-  COLOSSAL_CHECK(g.dim() == 2 && g.size(0) == rows.numel() && g.size(1) == options_.dim, "[embedding] apply: ",
-                 rows.numel(), " ids with gradients of shape ", g.sizes());
+  const auto [rows, g] = checked_updates(ids, grads, "embedding");
   const int64_t dim = options_.dim, width = state_.size(1);
   const int64_t* r = rows.data_ptr<int64_t>();
   const float* gp = g.data_ptr<float>();
   float* w = weight_.data_ptr<float>();
   float* s = state_.data_ptr<float>();
-  for (int64_t i = 0; i < rows.numel(); ++i) {
-    COLOSSAL_CHECK(r[i] >= 0 && r[i] < options_.rows, "[embedding] apply: id ", r[i], " outside the table of ",
-                   options_.rows, " rows");
+  for (int64_t i = 0; i < rows.numel(); ++i)
     update_row(options_.optimizer, w + r[i] * dim, s + r[i] * width, gp + i * dim, dim);
-  }
   weight_.mutable_grad() = torch::Tensor();
 }
 

@@ -90,6 +90,10 @@ class EmbeddingStore {
  protected:
   explicit EmbeddingStore(EmbeddingStoreOptions options);
   int64_t bag_mode() const { return options_.pooling == "mean" ? 1 : 0; }  // torch::embedding_bag's
+  /// apply()'s inputs as contiguous int64 rows and float gradients, checked (shapes, every row
+  /// inside the table).
+  std::pair<torch::Tensor, torch::Tensor> checked_updates(const torch::Tensor& ids, const torch::Tensor& grads,
+                                                          const char* who) const;
   /// A new [rows, width] float tensor in the store's tier (host memory or the offload disk).
   torch::Tensor allocate(int64_t width, const std::string& what) const;
   EmbeddingStoreOptions options_;

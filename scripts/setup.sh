@@ -137,6 +137,31 @@ fetch_deb_data dataset-fashion-mnist usr/share/datasets/fashion-mnist/train-imag
 # The built-in recommender data: MovieLens "latest-small" ratings in dslabs (recsys/data reads R's file).
 fetch_deb_data r-cran-dslabs usr/lib/R/site-library/dslabs/data/Rdata.rdb dslabs
 
+# The built-in video clips (sora/): imageio's and OpenCV's sample clips, only the clips unpacked.
+fetch_deb_files() {
+  local pkg="$1" dir="$CACHE_ROOT/corpus/$2"; shift 2
+  local missing=0 f
+  for f in "$@"; do [ -s "$dir/$f" ] || missing=1; done
+  [ "$missing" = 0 ] && return 0
+  log "fetching $pkg (clips only)"
+  local tmp_deb
+  tmp_deb="$(mktemp -d)"
+  chmod 777 "$tmp_deb"
+  if ! (cd "$tmp_deb" && apt-get download -q "$pkg" >/dev/null 2>&1); then
+    log "apt-get download $pkg failed (is Debian's archive reachable?)"; exit 1
+  fi
+  mkdir -p "$dir"
+  local members=()
+  for f in "$@"; do members+=("./$f"); done
+  dpkg-deb --fsys-tarfile "$tmp_deb"/"$pkg"_*.deb | tar -x -C "$dir" "${members[@]}"
+  rm -rf "$tmp_deb"
+  for f in "$@"; do [ -s "$dir/$f" ] || { log "$pkg has no $f"; exit 1; }; done
+}
+fetch_deb_files python3-imageio clips usr/lib/python3/dist-packages/imageio/resources/images/cockatoo.mp4 \
+  usr/lib/python3/dist-packages/imageio/resources/images/realshort.mp4
+fetch_deb_files opencv-doc clips usr/share/doc/opencv-doc/examples/data/vtest.avi \
+  usr/share/doc/opencv-doc/examples/data/Megamind.avi usr/share/doc/opencv-doc/examples/data/Megamind_bugy.avi
+
 # ccache: outside the checkout, large enough for a few LibTorch PCHs (~700 MB each).
 CCACHE_DIR="$CACHE_ROOT/ccache" ccache --max-size=20G >/dev/null
 

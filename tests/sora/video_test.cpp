@@ -9,6 +9,7 @@
 
 #include "core/common/env.h"
 #include "core/common/fs.h"
+#include "sora/io/contact_sheet.h"
 #include "sora/io/video.h"
 #include "tests/support/errors.h"
 
@@ -96,6 +97,20 @@ TEST(VideoIO, BrokenFilesAreNamed) {
   EXPECT_NE(msg.find(text), std::string::npos) << msg;
   msg = colossal::testing::error_message_of([] { write_video("/tmp/x.mp4", torch::zeros({2, 5, 6, 3}, torch::kUInt8)); });
   EXPECT_NE(msg.find("even height and width"), std::string::npos) << msg;
+}
+
+TEST(VideoIO, ContactSheetTilesTheFrames) {
+  const auto frames = read_video(clip("realshort.mp4"), {.num_frames = 6, .height = 20, .width = 30});
+  const std::string out = ::testing::TempDir() + "sheet_" + std::to_string(::getpid()) + ".png";
+  write_contact_sheet(out, frames, {.columns = 4, .scale = 2, .gap = 2});
+  const auto info = probe_video(out);  // FFmpeg reads a PNG as a one-frame video
+  EXPECT_EQ(info.width, 2 + 4 * (60 + 2));
+  EXPECT_EQ(info.height, 2 + 2 * (40 + 2));
+  const auto sheet = read_video(out)[0];
+  // The first tile is the first frame, doubled.
+  const auto tile = sheet.narrow(0, 2, 40).narrow(1, 2, 60);
+  const auto doubled = frames[0].repeat_interleave(2, 0).repeat_interleave(2, 1);
+  EXPECT_LT((tile.to(torch::kFloat) - doubled.to(torch::kFloat)).abs().max().item<double>(), 2);
 }
 
 }  // namespace sora_video_test

@@ -1,0 +1,62 @@
+// The clip CSV (Open-Sora's format) and the windows cut from real clips.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "sora/data/clip_csv.h"
+#include "sora/data/video_windows.h"
+#include "sora/io/video.h"
+#include "tests/support/errors.h"
+
+namespace sora_data_test {
+using namespace colossal::sora;
+
+TEST(ClipData, TheBuiltInCsvListsTheRealClips) {
+  const auto clips = read_clip_csv(default_clip_csv());
+  ASSERT_EQ(clips.size(), 3u);
+  EXPECT_EQ(clips[0].text, "a white cockatoo looks into the camera");
+  EXPECT_EQ(clips[0].num_frames, 280);
+  EXPECT_EQ(clips[0].width, 1280);
+  EXPECT_EQ(clips[2].height, 576);
+  EXPECT_NEAR(clips[2].fps, 10, 1e-9);
+  // Written and read back, quoting a caption with a comma and a quote.
+  auto edited = clips;
+  edited[1].text = "a tree, \"potted\"";
+  const std::string path = ::testing::TempDir() + "clips_" + std::to_string(::getpid()) + ".csv";
+  write_clip_csv(path, edited);
+  EXPECT_EQ(read_clip_csv(path)[1].text, "a tree, \"potted\"");
+}
+
+TEST(ClipData, WindowsAreCutFromTheDecodedClips) {
+  auto clips = read_clip_csv(default_clip_csv());
+  clips.resize(2);  // cockatoo (280 frames) and realshort (36)
+  const auto w = load_windows(clips, {.frames = 8, .frame_stride = 4, .height = 24, .width = 32});
+  // 280 / 4 = 70 kept frames -> 8 windows; 36 / 4 = 9 -> 1 window.
+  ASSERT_EQ(w.size(), 9);
+  EXPECT_EQ(w.videos.sizes(), (std::vector<int64_t>{9, 8, 24, 32, 3}));
+  EXPECT_EQ(w.captions[8], "a potted tree on a windowsill");
+  EXPECT_NE(w.origins[1].find("cockatoo.mp4 @ frame 32"), std::string::npos) << w.origins[1];
+  const auto direct = read_video(clips[0].path, {.start_frame = 32, .num_frames = 8, .stride = 4, .height = 24, .width = 32});
+  EXPECT_TRUE(torch::equal(w.videos[1], direct));
+}
+
+TEST(ClipData, BadRowsAreNamed) {
+  const std::string path = ::testing::TempDir() + "bad_" + std::to_string(::getpid()) + ".csv";
+  std::ofstream(path) << "path,text,num_frames,height,width,fps\nclip.mp4,a cat,12,64,64,8\nclip.mp4,\"unclosed,1,2,3,4\n";
+  auto msg = colossal::testing::error_message_of([&] { read_clip_csv(path); });
+  EXPECT_NE(msg.find("'" + path + "' line 3: a quote is not closed"), std::string::npos) << msg;
+  std::ofstream(path) << "path,text,num_frames,height,width,fps\nclip.mp4,a cat,twelve,64,64,8\n";
+  msg = colossal::testing::error_message_of([&] { read_clip_csv(path); });
+  EXPECT_NE(msg.find("line 2: num_frames 'twelve': expected a positive number"), std::string::npos) << msg;
+  std::ofstream(path) << "file,caption\n";
+  msg = colossal::testing::error_message_of([&] { read_clip_csv(path); });
+  EXPECT_NE(msg.find("line 1: expected the header path,text,num_frames,height,width,fps"), std::string::npos) << msg;
+  // A clip shorter than one window.
+  auto clips = read_clip_csv(default_clip_csv());
+  msg = colossal::testing::error_message_of([&] { load_windows({clips[1]}, {.frames = 40, .frame_stride = 1}); });
+  EXPECT_NE(msg.find("realshort.mp4' gives 36 frames at stride 1, fewer than one window of 40"), std::string::npos) << msg;
+}
+
+}  // namespace sora_data_test

@@ -58,7 +58,50 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   }
 };
 
+struct MultiBlockHolder : torch::CustomClassHolder {
+  explicit MultiBlockHolder(MultiBlock b) : block(std::move(b)) {}
+  MultiBlock block;
+};
+
+struct MultiCheckpointFunction : torch::autograd::Function<MultiCheckpointFunction> {
+  // A TensorList (not a std::vector) so that autograd tracks each tensor in it as an input.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs,
+                               c10::intrusive_ptr<MultiBlockHolder> holder) {
+    ctx->save_for_backward(inputs.vec());
+    ctx->saved_data["block"] = c10::IValue::make_capsule(holder);
+    torch::NoGradGuard no_grad;
+    return holder->block(inputs.vec());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto holder = ctx->saved_data["block"].toCapsule();
+    auto* block = static_cast<MultiBlockHolder*>(holder.get());
+    std::vector<torch::Tensor> xs;
+    for (const auto& t : saved) xs.push_back(t.detach().requires_grad_(t.requires_grad()));
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = block->block(xs);
+    }
+    torch::autograd::backward({y}, {grads[0]});
+    torch::autograd::variable_list out;
+    for (const auto& x : xs) out.push_back(x.requires_grad() ? x.grad() : torch::Tensor());
+    out.push_back(torch::Tensor());  // the holder
+    return out;
+  }
+};
+
 }  // namespace
+
+torch::Tensor checkpoint(MultiBlock block, const std::vector<torch::Tensor>& inputs) {
+  if (!torch::GradMode::is_enabled()) return block(inputs);
+  TORCH_CHECK(deferring_store() == nullptr,
+              "[activation checkpoint] a block of several inputs under split backward (a weight-gradient store) "
+              "is not supported");
+  return MultiCheckpointFunction::apply(at::TensorList(inputs), c10::make_intrusive<MultiBlockHolder>(std::move(block)));
+}
 
 torch::Tensor checkpoint(Block block, const torch::Tensor& input) {
   if (!torch::GradMode::is_enabled()) return block(input);

@@ -13,11 +13,19 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <vector>
 
 namespace colossal::nn {
 
 using Block = std::function<torch::Tensor(const torch::Tensor&)>;
 
 torch::Tensor checkpoint(Block block, const torch::Tensor& input);
+
+/// The same for a block of several inputs (an activation and its conditioning, say): every input
+/// that requires a gradient gets it. A block that captured a tensor with a gradient history
+/// instead would backward through that history once per recomputation; pass it as an input.
+/// Not under split backward (a weight-gradient store in force): that is refused by name.
+using MultiBlock = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+torch::Tensor checkpoint(MultiBlock block, const std::vector<torch::Tensor>& inputs);
 
 }  // namespace colossal::nn

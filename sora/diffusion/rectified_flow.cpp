@@ -30,16 +30,22 @@ double resolution_shift(int64_t tokens, int64_t base_tokens) {
   return std::max(1.0, std::sqrt(static_cast<double>(tokens) / static_cast<double>(base_tokens)));
 }
 
-torch::Tensor sample_timesteps(int64_t batch, const FlowOptions& o) {
+torch::Tensor timesteps_from(const torch::Tensor& normal, const torch::Tensor& uniform, const FlowOptions& o) {
   o.validate();
-  auto t = o.timesteps == "uniform" ? torch::rand({batch})
-                                    : torch::sigmoid(torch::randn({batch}) * o.logit_std + o.logit_mean);
+  auto t = o.timesteps == "uniform" ? uniform : torch::sigmoid(normal * o.logit_std + o.logit_mean);
   return shifted(t, o.shift).clamp(1e-5, 1 - 1e-5);
 }
 
+torch::Tensor sample_timesteps(int64_t batch, const FlowOptions& o) {
+  return timesteps_from(torch::randn({batch}), torch::rand({batch}), o);
+}
+
 FlowSample flow_training_pair(const torch::Tensor& x0, const FlowOptions& o) {
-  const auto noise = torch::randn_like(x0);
-  const auto t = sample_timesteps(x0.size(0), o).to(x0.dtype());
+  return flow_training_pair(x0, torch::randn_like(x0), sample_timesteps(x0.size(0), o));
+}
+
+FlowSample flow_training_pair(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& t_in) {
+  const auto t = t_in.to(x0.dtype());
   std::vector<int64_t> shape(x0.dim(), 1);
   shape[0] = x0.size(0);
   const auto tt = t.view(shape);

@@ -36,6 +36,11 @@ struct FlowSample {
 
 /// The training pair for data `x0` [B, ...]: noise drawn here, timesteps from `options`.
 FlowSample flow_training_pair(const torch::Tensor& x0, const FlowOptions& options);
+/// The same with the noise and timesteps [B] given (a caller that keys them to samples).
+FlowSample flow_training_pair(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& t);
+/// Maps uniform or standard-normal draws [B] to timesteps as sample_timesteps does (logit-normal
+/// takes the normal draw, uniform the uniform one).
+torch::Tensor timesteps_from(const torch::Tensor& normal, const torch::Tensor& uniform, const FlowOptions& options);
 
 /// The velocity model: (x_t, t [B], conditional?) -> velocity.
 using VelocityFn = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t, bool conditional)>;

@@ -185,9 +185,9 @@ torch::Tensor VideoVaeImpl::decode(const torch::Tensor& latent) {
   return dec_out_->forward(F::silu(frame_norm(dec_norm_, h)));
 }
 
-VaeLoss VideoVaeImpl::loss(const torch::Tensor& video, bool sample) {
+VaeLoss VideoVaeImpl::loss(const torch::Tensor& video, const torch::Tensor& noise) {
   const auto e = encode(video);
-  auto recon = decode(e.sample(sample && is_training()));
+  auto recon = decode(!is_training() ? e.mean : noise.defined() ? e.sample_with(noise) : e.sample());
   VaeLoss l;
   l.reconstruction = (recon - video).abs().mean();
   l.kl = e.kl();

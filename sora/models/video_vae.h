@@ -34,6 +34,7 @@ struct VideoVaeOptions {
 struct VaeEncoding {
   torch::Tensor mean, logvar;  // [B, C, T', H', W']
   torch::Tensor sample(bool random = true) const;  // mean + std * noise (or the mean)
+  torch::Tensor sample_with(const torch::Tensor& noise) const { return mean + torch::exp(0.5 * logvar) * noise; }
   torch::Tensor kl() const;                        // mean over elements of KL(q || N(0, 1))
 };
 
@@ -47,8 +48,10 @@ class VideoVaeImpl : public torch::nn::Module {
   explicit VideoVaeImpl(VideoVaeOptions options = {});
   VaeEncoding encode(const torch::Tensor& video);
   torch::Tensor decode(const torch::Tensor& latent);
-  /// Reconstruction (mean absolute error, as Open-Sora's VAE stage) plus kl_weight x KL.
-  VaeLoss loss(const torch::Tensor& video, bool sample = true);
+  /// Reconstruction (mean absolute error, as Open-Sora's VAE stage) plus kl_weight x KL. In
+  /// training the latent is sampled with `noise` (drawn here when not given: a caller that keys
+  /// noise to samples passes its own, so any split of a batch over ranks draws the same).
+  VaeLoss loss(const torch::Tensor& video, const torch::Tensor& noise = {});
   /// The latent shape of a clip of shape [B, 3, T, H, W]; throws naming what does not divide.
   std::vector<int64_t> latent_shape(torch::IntArrayRef video_shape) const;
   const VideoVaeOptions& options() const { return options_; }

@@ -1,0 +1,332 @@
+// train_sora: Open-Sora's recipe at a size this machine trains. Stage "vae" trains the video VAE
+// on windows of real clips (held-out PSNR every epoch); stage "dit" freezes it, encodes every
+// window once (the latent cache) and trains STDiT with a caption encoder by rectified flow
+// (held-out flow loss every epoch); "all" (the default) runs both. Each stage writes
+// SAVE_DIR/<stage>/ (checkpoints/, model/ with config.json, log.jsonl) and resumes.
+//
+//   build/apps/colossal run --nproc_per_node 2 -- build/apps/train_sora
+//   build/apps/train_sora --stage dit --dit_epochs 300 --plugin zero2
+#include "apps/sora/train_sora.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <nlohmann/json.hpp>
+
+#include "apps/common/resume.h"
+#include "apps/sora/train_args.h"
+#include "core/booster/booster.h"
+#include "core/booster/registry.h"
+#include "core/checkpoint/atomic_file.h"
+#include "core/checkpoint/model_io.h"
+#include "core/common/check.h"
+#include "core/common/fs.h"
+#include "core/common/interrupt.h"
+#include "core/common/progress.h"
+#include "core/data/distributed_sampler.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "core/optim/lr_scheduler.h"
+#include "sora/data/clip_csv.h"
+#include "sora/data/video_windows.h"
+#include "sora/diffusion/rectified_flow.h"
+#include "sora/io/video.h"
+#include "sora/models/stdit.h"
+#include "sora/models/text_encoder.h"
+#include "sora/models/video_vae.h"
+
+namespace dist = colossal::dist;
+namespace booster = colossal::booster;
+using colossal::sora_app::TrainArgs;
+using namespace colossal::sora;
+
+namespace {
+
+struct Split {
+  VideoWindows train, held_out;
+};
+
+// Every n-th window held out (n from the fraction), so every clip is in both parts.
+Split load_data(const TrainArgs& a) {
+  const auto clips = read_clip_csv(a.data.empty() ? default_clip_csv() : a.data);
+  const auto all = load_windows(clips, {.frames = a.frames, .frame_stride = a.frame_stride, .height = a.height,
+                                        .width = a.width, .step = a.window_step});
+  const int64_t every = std::max<int64_t>(2, static_cast<int64_t>(std::lround(1 / a.held_out_fraction)));
+  std::vector<int64_t> train, held;
+  for (int64_t i = 0; i < all.size(); ++i) (i % every == every / 2 ? held : train).push_back(i);
+  auto take = [&](const std::vector<int64_t>& rows) {
+    VideoWindows w;
+    w.videos = all.videos.index_select(0, torch::tensor(rows, torch::kInt64));
+    for (int64_t r : rows) {
+      w.captions.push_back(all.captions[r]);
+      w.origins.push_back(all.origins[r]);
+    }
+    return w;
+  };
+  return {take(train), take(held)};
+}
+
+// Random draws keyed to (seed, step, window, purpose): a window draws the same numbers whichever
+// rank trains it, so any number of ranks takes the steps one process takes.
+at::Generator keyed_generator(uint64_t seed, int64_t step, int64_t window, uint64_t purpose) {
+  uint64_t h = seed * 0x9E3779B97F4A7C15ULL;
+  for (uint64_t v : {static_cast<uint64_t>(step), static_cast<uint64_t>(window), purpose}) {
+    h ^= v + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    h *= 0xBF58476D1CE4E5B9ULL;
+  }
+  return at::make_generator<at::CPUGeneratorImpl>(h);
+}
+
+// Per window of `rows`: `make(generator)`, stacked.
+torch::Tensor keyed(uint64_t seed, int64_t step, const std::vector<int64_t>& rows, uint64_t purpose,
+                    const std::function<torch::Tensor(at::Generator&)>& make) {
+  std::vector<torch::Tensor> out;
+  for (int64_t row : rows) {
+    auto gen = keyed_generator(seed, step, row, purpose);
+    out.push_back(make(gen));
+  }
+  return torch::stack(out);
+}
+
+VideoVaeOptions vae_options(const TrainArgs& a) {
+  return {.latent_channels = a.latent_channels, .base_channels = a.vae_channels, .multipliers = {1, 2},
+          .temporal_factor = a.temporal_factor, .kl_weight = a.kl_weight};
+}
+
+// What one stage needs from the shared loop: the trainable module, its loss on a batch of
+// window indices, and an evaluation.
+struct Stage {
+  std::string name;
+  std::shared_ptr<torch::nn::Module> model;
+  int64_t epochs = 1;
+  double lr = 1e-3;
+  int64_t windows = 0;
+  std::function<torch::Tensor(const std::vector<int64_t>& rows, int64_t step)> loss;
+  std::function<std::pair<std::string, double>()> evaluate;  // (metric, value) on the held-out windows
+};
+
+void run_stage(const TrainArgs& a, Stage& s, colossal::apps::RunSummary& summary) {
+  const int r = dist::rank();
+  auto plugin = booster::make_plugin(a.plugin);
+  const int n = plugin->dims().dp();
+  COLOSSAL_CHECK(a.batch_size % n == 0, "--batch_size ", a.batch_size, " does not split over ", n,
+                 " data-parallel ranks");
+  const int64_t per_rank = a.batch_size / n;
+  const std::string dir = a.save_dir + "/" + s.name;
+  colossal::fs::make_dirs(dir);
+  const int64_t steps_per_epoch = std::max<int64_t>(1, s.windows / a.batch_size);
+  const int64_t total_steps = a.max_steps > 0 ? a.max_steps : s.epochs * steps_per_epoch;
+  auto optimizer = std::make_shared<torch::optim::AdamW>(
+      s.model->parameters(), torch::optim::AdamWOptions(s.lr).weight_decay(a.weight_decay));
+  auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
+      *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = total_steps / 20,
+                                                        .total_steps = total_steps, .min_lr_ratio = 0.1});
+  auto sampler = std::make_shared<colossal::data::DistributedSampler>(colossal::data::DistributedSampler::Options{
+      .dataset_size = s.windows, .seed = a.seed, .drop_last = true});
+  booster::Booster booster(plugin);
+  auto b = booster.boost(s.model, optimizer, scheduler, sampler);
+  int64_t parameters = 0;
+  for (const auto& p : s.model->parameters()) parameters += p.numel();
+  if (r == 0)
+    std::printf("%s: %.2fM parameters; %s, %d rank(s), batch %ld (%ld per rank), %ld steps (%ld windows)\n",
+                s.name.c_str(), parameters / 1e6, a.plugin.describe().c_str(), dist::world_size(), a.batch_size,
+                per_rank, total_steps, s.windows);
+  const int64_t first_step = colossal::apps::resume_training(
+      booster, b, {.flag = a.load_checkpoint, .save_dir = dir + "/checkpoints", .total_steps = total_steps,
+                   .length_flags = "--" + s.name + "_epochs or --max_steps"});
+  colossal::Progress progress({.enabled = r == 0, .log_file = dir + "/log.jsonl", .total_steps = total_steps});
+  auto report_eval = [&](int64_t step) {
+    const auto [metric, value] = s.evaluate();
+    progress.event("eval", step, {{metric, value}});
+    summary.metrics[s.name + "_" + metric] = value;
+  };
+  auto save = [&](int64_t step) {
+    booster.save_checkpoint(b, dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
+                            {.keep_last = static_cast<int>(a.keep_checkpoints)});
+  };
+  if (first_step == 1) report_eval(0);
+  auto window_start = std::chrono::steady_clock::now();
+  double window_loss = 0;
+  int64_t window_steps = 0;
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    colossal::throw_if_interrupted(s.name + " step " + std::to_string(step));
+    const auto rows = sampler->next_across_epochs(per_rank);
+    b.optimizer->zero_grad();
+    const auto loss = s.loss(rows, step);
+    booster.backward(loss, *b.optimizer);
+    const double lr = b.lr_scheduler->lr();
+    b.optimizer->step();
+    b.lr_scheduler->step();
+    window_loss += loss.item<double>();
+    ++window_steps;
+    if (step % a.log_interval == 0 || step == total_steps) {
+      auto l = torch::tensor({window_loss / window_steps}, torch::kFloat64);
+      dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+      progress.step(step, {{"loss", l.item<double>()}, {"lr", lr}, {"windows/s", window_steps * a.batch_size / secs},
+                           {"mem_gib", colossal::resident_gib()}});
+      summary.metrics[s.name + "_loss"] = l.item<double>();
+      window_loss = 0;
+      window_steps = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+    if (step != total_steps && step % steps_per_epoch == 0 && (step / steps_per_epoch) % 10 == 0) {
+      report_eval(step);
+      save(step);
+      window_start = std::chrono::steady_clock::now();
+    }
+  }
+  if (first_step <= total_steps) {
+    report_eval(total_steps);
+    save(total_steps);
+  }
+  booster.save_model(*b.optimizer, *s.model, dir + "/model");
+  summary.outputs[s.name] = dir + "/model";
+}
+
+void write_config(const std::string& path, const nlohmann::json& j) {
+  if (dist::rank() == 0) colossal::checkpoint::write_text_atomically(path, j.dump(2) + "\n");
+}
+
+void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
+  const bool own_runtime = !dist::is_initialized();
+  if (own_runtime) dist::init();
+  const int r = dist::rank();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Split data = load_data(a);
+  if (r == 0)
+    std::printf("data: %ld training and %ld held-out windows of %ld frames at %ldx%ld (stride %ld) from %s (%.1f s)\n",
+                data.train.size(), data.held_out.size(), a.frames, a.height, a.width, a.frame_stride,
+                a.data.empty() ? "the built-in clips" : a.data.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const auto train_video = frames_to_video(data.train.videos), held_video = frames_to_video(data.held_out.videos);
+
+  torch::manual_seed(a.seed);
+  VideoVae vae(vae_options(a));
+  const std::string vae_dir = a.save_dir + "/vae";
+  if (a.stage != "dit") {
+    Stage s{.name = "vae", .model = vae.ptr(), .epochs = a.vae_epochs, .lr = a.vae_lr, .windows = data.train.size()};
+    const auto latent = vae->latent_shape({1, 3, a.frames, a.height, a.width});
+    s.loss = [&, latent](const std::vector<int64_t>& rows, int64_t step) {
+      const auto noise = keyed(a.seed, step, rows, 1, [&](at::Generator& g) {
+        return torch::randn(torch::IntArrayRef(latent).slice(1), g);
+      });
+      return vae->loss(train_video.index_select(0, torch::tensor(rows, torch::kInt64)), noise).total;
+    };
+    s.evaluate = [&] {
+      torch::NoGradGuard no_grad;
+      vae->eval();
+      const auto recon = vae->loss(held_video).recon;
+      vae->train();
+      return std::make_pair(std::string("psnr"), psnr(video_to_frames(recon), video_to_frames(held_video)));
+    };
+    run_stage(a, s, summary);
+    write_config(vae_dir + "/model/config.json",
+                 {{"latent_channels", a.latent_channels}, {"vae_channels", a.vae_channels},
+                  {"temporal_factor", a.temporal_factor}, {"kl_weight", a.kl_weight}});
+  } else {
+    colossal::checkpoint::load_model_state(*vae, vae_dir + "/model");
+  }
+  if (a.stage == "vae") {
+    if (own_runtime) dist::shutdown();
+    return;
+  }
+
+  // The latent cache: every window encoded once by the frozen VAE (its mean), scaled to unit
+  // variance as Stable Diffusion's and Open-Sora's latents are.
+  vae->eval();
+  torch::Tensor train_latents, held_latents;
+  {
+    torch::NoGradGuard no_grad;
+    train_latents = vae->encode(train_video).mean;
+    held_latents = vae->encode(held_video).mean;
+  }
+  const double scale = 1 / train_latents.std().item<double>();
+  train_latents.mul_(scale);
+  held_latents.mul_(scale);
+  if (r == 0)
+    std::printf("latent cache: %ld windows as %s latents (scale %.4f)\n", train_latents.size(0),
+                c10::str(train_latents.sizes().slice(1)).c_str(), scale);
+
+  // The DiT and the caption encoder train together as one module.
+  struct Denoiser : torch::nn::Module {
+    Denoiser(const StditOptions& o, const TextEncoderOptions& t) {
+      dit = register_module("dit", Stdit(o));
+      text = register_module("text", TextEncoder(t));
+    }
+    Stdit dit{nullptr};
+    TextEncoder text{nullptr};
+  };
+  const TextEncoderOptions text_options{.dim = a.hidden, .layers = 2, .heads = a.heads, .max_tokens = 64};
+  const StditOptions dit_options{.in_channels = a.latent_channels, .hidden = a.hidden, .depth = a.depth,
+                                 .heads = a.heads, .text_dim = a.hidden, .text_tokens = 64,
+                                 .activation_checkpointing = a.grad_checkpoint};
+  torch::manual_seed(a.seed + 1);
+  auto denoiser = std::make_shared<Denoiser>(dit_options, text_options);
+  const int64_t tokens = train_latents.size(2) * (train_latents.size(3) / 2) * (train_latents.size(4) / 2);
+  const FlowOptions flow{.shift = resolution_shift(tokens, 256)};
+  // draws [B, 3]: a uniform for caption dropout, a normal and a uniform for the timestep.
+  auto velocity_loss = [&](const torch::Tensor& x0, const std::vector<std::string>& captions, const torch::Tensor& noise,
+                           const torch::Tensor& draws, bool drop) {
+    auto caption = denoiser->text->forward(captions);
+    if (drop) {  // caption dropout: these samples see the null caption
+      const auto dropped = draws.select(1, 0).lt(a.caption_dropout);
+      const auto [null_tokens, null_mask] = denoiser->dit->null_text(x0.size(0));
+      caption.tokens = torch::where(dropped.view({-1, 1, 1}), null_tokens, caption.tokens);
+      caption.mask = torch::where(dropped.view({-1, 1}), null_mask, caption.mask);
+    }
+    const auto pair = flow_training_pair(x0, noise, timesteps_from(draws.select(1, 1), draws.select(1, 2), flow));
+    return (denoiser->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean();
+  };
+  Stage s{.name = "dit", .model = denoiser, .epochs = a.dit_epochs, .lr = a.dit_lr, .windows = data.train.size()};
+  auto noise_and_draws = [&](const std::vector<int64_t>& rows, int64_t step) {
+    const auto shape = train_latents.sizes().slice(1);
+    auto noise = keyed(a.seed, step, rows, 2, [&](at::Generator& g) { return torch::randn(shape, g); });
+    auto draws = keyed(a.seed, step, rows, 3, [&](at::Generator& g) {
+      return torch::cat({torch::rand({1}, g), torch::randn({1}, g), torch::rand({1}, g)});
+    });
+    return std::make_pair(noise, draws);
+  };
+  s.loss = [&](const std::vector<int64_t>& rows, int64_t step) {
+    std::vector<std::string> captions;
+    for (int64_t i : rows) captions.push_back(data.train.captions[i]);
+    const auto [noise, draws] = noise_and_draws(rows, step);
+    return velocity_loss(train_latents.index_select(0, torch::tensor(rows, torch::kInt64)), captions, noise, draws,
+                         true);
+  };
+  s.evaluate = [&] {  // the held-out flow loss at fixed noise and timesteps
+    torch::NoGradGuard no_grad;
+    denoiser->eval();
+    std::vector<int64_t> rows(held_latents.size(0));
+    std::iota(rows.begin(), rows.end(), 0);
+    const auto [noise, draws] = noise_and_draws(rows, -1);
+    const double l = velocity_loss(held_latents, data.held_out.captions, noise, draws, false).item<double>();
+    denoiser->train();
+    return std::make_pair(std::string("flow_loss"), l);
+  };
+  run_stage(a, s, summary);
+  write_config(a.save_dir + "/dit/model/config.json",
+               {{"hidden", a.hidden}, {"depth", a.depth}, {"heads", a.heads}, {"latent_channels", a.latent_channels},
+                {"latent_scale", scale}, {"flow_shift", flow.shift}, {"frames", a.frames}, {"height", a.height},
+                {"width", a.width}, {"text_tokens", 64}, {"fps", 8}});
+  if (r == 0)
+    std::printf("result: %s in %.0f s; models in %s/vae/model and %s/dit/model\n", a.stage.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), a.save_dir.c_str(),
+                a.save_dir.c_str());
+  dist::barrier(dist::world_group());
+  if (own_runtime) dist::shutdown();
+}
+
+}  // namespace
+
+namespace colossal::sora_app {
+
+colossal::apps::RunSummary train_sora(const std::vector<std::string>& args) {
+  return colossal::apps::run_job<TrainArgs>("train_sora", args, &parse_train_args, &train);
+}
+
+}  // namespace colossal::sora_app

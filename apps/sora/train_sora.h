@@ -1,0 +1,12 @@
+#pragma once
+// train_sora as a function (the binary's main and the Python module call it).
+#include <string>
+#include <vector>
+
+#include "apps/common/app_entry.h"
+
+namespace colossal::sora_app {
+
+colossal::apps::RunSummary train_sora(const std::vector<std::string>& args);
+
+}  // namespace colossal::sora_app

@@ -1,0 +1,103 @@
+// train_sora driven as a user drives it: both stages on 2 ranks take the steps one process
+// takes (noise and timesteps are keyed to the windows), and bad input is named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/common/fs.h"
+#include "tests/support/multirank.h"
+
+namespace sora_train_test {
+
+struct Run {
+  int rc = 0;
+  std::string output;
+  std::map<std::string, std::map<int64_t, double>> loss;  // stage -> step -> loss
+  std::map<std::string, std::map<int64_t, double>> eval;  // stage -> step -> psnr / flow loss
+};
+
+std::string dir_of(const std::string& name) {
+  return ::testing::TempDir() + "train_sora_" + name + "_" + std::to_string(::getpid());
+}
+
+Run train_sora(int ranks, const std::string& name, const std::string& flags, bool fresh = true) {
+  const std::string bin = colossal::testing::binary_dir();
+  const std::string dir = dir_of(name), out = dir + ".out";
+  if (fresh) colossal::fs::remove_all(dir);
+  const std::string prefix = ranks > 1 ? bin + "/colossal run --nproc_per_node " + std::to_string(ranks) + " -- " : "";
+  const std::string cmd = prefix + bin + "/train_sora --save_dir " + dir + " --log_interval 1 " + flags + " > " + out + " 2>&1";
+  Run r;
+  r.rc = std::system(cmd.c_str());
+  std::ifstream so(out);
+  r.output = cmd + "\n" + std::string(std::istreambuf_iterator<char>(so), std::istreambuf_iterator<char>());
+  for (const char* stage : {"vae", "dit"}) {
+    std::ifstream log(dir + "/" + stage + "/log.jsonl");
+    std::string line;
+    while (std::getline(log, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("event") && j["event"] == "eval") {
+        for (const char* m : {"psnr", "flow_loss"})
+          if (j.contains(m)) r.eval[stage][j["step"]] = j[m];
+      } else if (j.contains("loss")) {
+        r.loss[stage][j["step"]] = j["loss"];
+      }
+    }
+  }
+  return r;
+}
+
+const std::string kTiny = "--frames 4 --height 16 --width 16 --frame_stride 8 --window_step 0 --vae_channels 8 "
+                          "--hidden 32 --depth 1 --heads 2 --batch_size 4 --max_steps 4 --load_checkpoint none ";
+
+TEST(TrainSora, BothStagesOnTwoRanksEqualOneProcess) {
+  const auto one = train_sora(1, "one", kTiny);
+  ASSERT_EQ(one.rc, 0) << one.output;
+  ASSERT_EQ(one.loss.at("vae").size(), 4u) << one.output;
+  ASSERT_EQ(one.loss.at("dit").size(), 4u) << one.output;
+  const auto two = train_sora(2, "two", kTiny + "--plugin ddp");
+  ASSERT_EQ(two.rc, 0) << two.output;
+  for (const char* stage : {"vae", "dit"}) {
+    for (const auto& [step, loss] : one.loss.at(stage))
+      EXPECT_NEAR(two.loss.at(stage).at(step), loss, 1e-5 * std::abs(loss)) << stage << " step " << step;
+    for (const auto& [step, value] : one.eval.at(stage))
+      EXPECT_NEAR(two.eval.at(stage).at(step), value, 1e-4 * std::abs(value)) << stage << " eval at " << step;
+  }
+  EXPECT_GT(one.eval.at("vae").at(4), one.eval.at("vae").at(0)) << "the VAE's held-out PSNR did not rise";
+  EXPECT_NE(one.loss.at("dit").at(4), one.loss.at("dit").at(1));
+  // The models were written for generate_video.
+  std::ifstream config(dir_of("one") + "/dit/model/config.json");
+  ASSERT_TRUE(config.good());
+  EXPECT_GT(nlohmann::json::parse(config)["latent_scale"].get<double>(), 0);
+  // The DiT stage alone reuses the saved VAE and takes the same steps.
+  colossal::fs::remove_all(dir_of("one") + "/dit");
+  const auto dit = train_sora(1, "one", kTiny + "--stage dit", /*fresh=*/false);  // "one"'s VAE
+  ASSERT_EQ(dit.rc, 0) << dit.output;
+  for (const auto& [step, loss] : one.loss.at("dit"))
+    EXPECT_NEAR(dit.loss.at("dit").at(step), loss, 1e-5 * std::abs(loss)) << "dit alone, step " << step;
+}
+
+TEST(TrainSora, BadInputIsNamed) {
+  const std::string bin = colossal::testing::binary_dir();
+  auto run = [&](const std::string& flags) {
+    const std::string out = ::testing::TempDir() + "train_sora_bad_" + std::to_string(::getpid());
+    const int rc = std::system((bin + "/train_sora --save_dir " + dir_of("bad") + " " + flags + " > " + out + " 2>&1").c_str());
+    std::ifstream in(out);
+    return std::make_pair(rc, std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  };
+  auto [rc, out] = run("--stage paint");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--stage: expected vae, dit or all, got 'paint'"), std::string::npos) << out;
+  std::tie(rc, out) = run("--data /nonexistent/clips.csv");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("cannot read '/nonexistent/clips.csv'"), std::string::npos) << out;
+  std::tie(rc, out) = run("--frames 7 --max_steps 1");  // 7 frames do not divide by the VAE's temporal factor 2
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("frames must divide by 2"), std::string::npos) << out;
+}
+
+}  // namespace sora_train_test

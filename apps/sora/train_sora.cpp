@@ -37,6 +37,7 @@
 #include "sora/io/video.h"
 #include "sora/models/stdit.h"
 #include "sora/models/text_encoder.h"
+#include "sora/models/video_denoiser.h"
 #include "sora/models/video_vae.h"
 
 namespace dist = colossal::dist;
@@ -253,20 +254,12 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                 c10::str(train_latents.sizes().slice(1)).c_str(), scale);
 
   // The DiT and the caption encoder train together as one module.
-  struct Denoiser : torch::nn::Module {
-    Denoiser(const StditOptions& o, const TextEncoderOptions& t) {
-      dit = register_module("dit", Stdit(o));
-      text = register_module("text", TextEncoder(t));
-    }
-    Stdit dit{nullptr};
-    TextEncoder text{nullptr};
-  };
   const TextEncoderOptions text_options{.dim = a.hidden, .layers = 2, .heads = a.heads, .max_tokens = 64};
   const StditOptions dit_options{.in_channels = a.latent_channels, .hidden = a.hidden, .depth = a.depth,
                                  .heads = a.heads, .text_dim = a.hidden, .text_tokens = 64,
                                  .activation_checkpointing = a.grad_checkpoint};
   torch::manual_seed(a.seed + 1);
-  auto denoiser = std::make_shared<Denoiser>(dit_options, text_options);
+  VideoDenoiser denoiser(dit_options, text_options);
   const int64_t tokens = train_latents.size(2) * (train_latents.size(3) / 2) * (train_latents.size(4) / 2);
   const FlowOptions flow{.shift = resolution_shift(tokens, 256)};
   // draws [B, 3]: a uniform for caption dropout, a normal and a uniform for the timestep.
@@ -282,7 +275,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     const auto pair = flow_training_pair(x0, noise, timesteps_from(draws.select(1, 1), draws.select(1, 2), flow));
     return (denoiser->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean();
   };
-  Stage s{.name = "dit", .model = denoiser, .epochs = a.dit_epochs, .lr = a.dit_lr, .windows = data.train.size()};
+  Stage s{.name = "dit", .model = denoiser.ptr(), .epochs = a.dit_epochs, .lr = a.dit_lr, .windows = data.train.size()};
   auto noise_and_draws = [&](const std::vector<int64_t>& rows, int64_t step) {
     const auto shape = train_latents.sizes().slice(1);
     auto noise = keyed(a.seed, step, rows, 2, [&](at::Generator& g) { return torch::randn(shape, g); });
@@ -312,7 +305,8 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   write_config(a.save_dir + "/dit/model/config.json",
                {{"hidden", a.hidden}, {"depth", a.depth}, {"heads", a.heads}, {"latent_channels", a.latent_channels},
                 {"latent_scale", scale}, {"flow_shift", flow.shift}, {"frames", a.frames}, {"height", a.height},
-                {"width", a.width}, {"text_tokens", 64}, {"fps", 8}});
+                {"width", a.width}, {"text_tokens", 64}, {"text_layers", 2}, {"fps", 8},
+                {"vae_channels", a.vae_channels}, {"temporal_factor", a.temporal_factor}});
   if (r == 0)
     std::printf("result: %s in %.0f s; models in %s/vae/model and %s/dit/model\n", a.stage.c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), a.save_dir.c_str(),

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/common/fs.h"
+#include "sora/io/video.h"
 #include "tests/support/multirank.h"
 
 namespace sora_train_test {
@@ -73,6 +74,17 @@ TEST(TrainSora, BothStagesOnTwoRanksEqualOneProcess) {
   std::ifstream config(dir_of("one") + "/dit/model/config.json");
   ASSERT_TRUE(config.good());
   EXPECT_GT(nlohmann::json::parse(config)["latent_scale"].get<double>(), 0);
+  // generate_video writes an .mp4 of the asked length and size, and its contact sheet.
+  const std::string bin = colossal::testing::binary_dir(), video = dir_of("one") + "/sample.mp4";
+  const std::string gen = bin + "/generate_video --model_dir " + dir_of("one") + " --prompt 'a potted tree' --steps 3 "
+                          "--num_frames 8 --resolution 24x32 --out " + video + " > " + video + ".out 2>&1";
+  ASSERT_EQ(std::system(gen.c_str()), 0) << gen;
+  const auto info = colossal::sora::probe_video(video);
+  EXPECT_EQ(info.frames, 8);
+  EXPECT_EQ(info.height, 24);
+  EXPECT_EQ(info.width, 32);
+  EXPECT_EQ(info.codec, "h264");
+  EXPECT_TRUE(std::ifstream(dir_of("one") + "/sample_frames.png").good());
   // The DiT stage alone reuses the saved VAE and takes the same steps.
   colossal::fs::remove_all(dir_of("one") + "/dit");
   const auto dit = train_sora(1, "one", kTiny + "--stage dit", /*fresh=*/false);  // "one"'s VAE

@@ -1,11 +1,13 @@
 // colossal._C.apps: the applications as functions, with the binaries' command-line arguments
-// (colossal/llama.py and colossal/vit.py turn keyword arguments into them).
+// (colossal/llama.py, vit.py, recsys.py and sora.py turn keyword arguments into them).
 #include <torch/csrc/utils/pybind.h>
 
 #include "apps/llama/train_llama.h"
 #include "apps/python/bindings.h"
 #include "apps/python/interruptible.h"
 #include "apps/recsys/train_recsys.h"
+#include "apps/sora/generate_video.h"
+#include "apps/sora/train_sora.h"
 #include "apps/vit/train_vit.h"
 
 namespace colossal::python {
@@ -39,6 +41,14 @@ void bind_apps(py::module_& m) {
         return summary_dict(run_interruptible([&] { return recsys_app::train_recsys(args); }));
       },
       py::arg("args"), "train_recsys with these arguments; returns {exit_code, metrics, outputs}");
+  apps.def("train_sora", [](const std::vector<std::string>& args) {
+        return summary_dict(run_interruptible([&] { return sora_app::train_sora(args); }));
+      },
+      py::arg("args"), "train_sora with these arguments; returns {exit_code, metrics, outputs}");
+  apps.def("generate_video", [](const std::vector<std::string>& args) {
+        return summary_dict(run_interruptible([&] { return sora_app::generate_video(args); }));
+      },
+      py::arg("args"), "generate_video with these arguments; returns {exit_code, metrics, outputs}");
 }
 
 }  // namespace colossal::python

@@ -128,6 +128,15 @@ def test_ctrl_c_to_the_launcher_stops_every_rank(tmp_path):
     assert "interrupted by signal 2" in out, out[-3000:]
 
 
+def test_sora_train_and_generate_functions(tmp_path):
+    s = colossal.sora.train(frames=4, height=16, width=16, frame_stride=8, window_step=0, vae_channels=8, hidden=32,
+                            depth=1, heads=2, batch_size=4, max_steps=3, save_dir=str(tmp_path), load_checkpoint="none")
+    assert s["exit_code"] == 0 and s["metrics"]["vae_psnr"] > 0 and s["metrics"]["dit_flow_loss"] > 0
+    g = colossal.sora.generate(model_dir=str(tmp_path), prompt="a potted tree", steps=2, out=str(tmp_path / "a.mp4"))
+    assert g["exit_code"] == 0 and (tmp_path / "a.mp4").stat().st_size > 0
+    assert (tmp_path / "a_frames.png").exists()
+
+
 def test_recsys_train_function(tmp_path):
     s = colossal.recsys.train(max_steps=20, save_dir=str(tmp_path), held_out_fraction=0.9, load_checkpoint="none")
     assert s["exit_code"] == 0 and s["metrics"]["steps"] == 20

@@ -28,6 +28,7 @@ from .booster import Booster, BoostedOptimizer, launch, plugins
 from .pipeline import PipelineModule
 from . import llama
 from . import recsys
+from . import sora
 from . import vit
 
-__all__ = ["Booster", "BoostedOptimizer", "PipelineModule", "dist", "launch", "llama", "plugins", "recsys", "vit"]
+__all__ = ["Booster", "BoostedOptimizer", "PipelineModule", "dist", "launch", "llama", "plugins", "recsys", "sora", "vit"]

@@ -68,12 +68,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("warmup_steps", a.warmup_steps);
   c.read("num_epochs", a.num_epochs);
   c.read("max_steps", a.max_steps);
-  if (c.has("seed")) {
-    int64_t seed = 0;
-    c.read("seed", seed);
-    COLOSSAL_CHECK(seed >= 0, c.describe("seed"), ": expected a non-negative integer, got ", seed);
-    a.seed = static_cast<uint64_t>(seed);
-  }
+  c.read("seed", a.seed);
   c.read("save_dir", a.save_dir);
   c.read("save_interval", a.save_interval);
   c.read("eval_interval", a.eval_interval);

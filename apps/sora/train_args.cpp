@@ -52,11 +52,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("batch_size", a.batch_size);
   c.read("max_steps", a.max_steps);
   c.read("weight_decay", a.weight_decay);
-  if (c.has("seed")) {
-    int64_t seed = 0;
-    c.read("seed", seed);
-    a.seed = static_cast<uint64_t>(seed);
-  }
+  c.read("seed", a.seed);
   c.read("save_dir", a.save_dir);
   c.read("load_checkpoint", a.load_checkpoint);
   c.read("log_interval", a.log_interval);

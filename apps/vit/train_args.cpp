@@ -69,12 +69,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("warmup_ratio", a.warmup_ratio);
   c.read("label_smoothing", a.label_smoothing);
   c.read("grad_clip", a.grad_clip);
-  if (c.has("seed")) {
-    int64_t seed = 0;
-    c.read("seed", seed);
-    COLOSSAL_CHECK(seed >= 0, c.describe("seed"), ": expected a non-negative integer, got ", seed);
-    a.seed = static_cast<uint64_t>(seed);
-  }
+  c.read("seed", a.seed);
   a.auto_layout.read(c);
   c.read("save_dir", a.save_dir);
   c.read("load_checkpoint", a.load_checkpoint);

@@ -208,6 +208,13 @@ int64_t ConfigNode::convert<int64_t>(const nlohmann::json& v, const std::string&
 }
 
 template <>
+uint64_t ConfigNode::convert<uint64_t>(const nlohmann::json& v, const std::string& key) const {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());  // from YAML
+  type_error(key, "a non-negative integer", v);
+}
+
+template <>
 int ConfigNode::convert<int>(const nlohmann::json& v, const std::string& key) const {
   int64_t x = convert<int64_t>(v, key);
   if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())

@@ -93,6 +93,8 @@ int ConfigNode::convert<int>(const nlohmann::json& v, const std::string& key) co
 template <>
 int64_t ConfigNode::convert<int64_t>(const nlohmann::json& v, const std::string& key) const;
 template <>
+uint64_t ConfigNode::convert<uint64_t>(const nlohmann::json& v, const std::string& key) const;
+template <>
 double ConfigNode::convert<double>(const nlohmann::json& v, const std::string& key) const;
 template <>
 std::string ConfigNode::convert<std::string>(const nlohmann::json& v,

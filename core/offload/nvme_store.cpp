@@ -1,12 +1,6 @@
 #include "core/offload/nvme_store.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "core/common/check.h"
 #include "core/offload/reserved_file.h"
@@ -16,7 +10,6 @@ namespace {
 
 constexpr int64_t kAlign = 4096;
 
-std::string gib(int64_t bytes) { return format_gib(bytes); }
 void check_tensor(const at::Tensor& t, const char* what) {
   COLOSSAL_CHECK(t.device().is_cpu() && t.is_contiguous(), "[offload] ", what,
                  ": expected a contiguous CPU tensor");
@@ -38,7 +31,7 @@ int64_t NvmeStore::allocate(int64_t bytes) {
   int64_t offset = used_;
   int64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
   COLOSSAL_CHECK(used_ + size <= reserved_, "[offload] the reservation in '", dir_, "' (",
-                 gib(reserved_), ") is too small for another ", bytes, " bytes");
+                 format_gib(reserved_), ") is too small for another ", bytes, " bytes");
   used_ += size;
   return offset;
 }

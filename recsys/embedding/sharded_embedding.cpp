@@ -192,7 +192,6 @@ std::vector<torch::Tensor> ShardedEmbeddings::forward(const std::vector<torch::T
     outputs_ = out;
     bag_lengths_.clear();
     for (const auto& b : bags) bag_lengths_.push_back(b.lengths);
-    batch_ = B;
   }
   return out;
 }

@@ -101,7 +101,6 @@ class ShardedEmbeddings {
   std::vector<std::pair<size_t, size_t>> all_shards_;  // flat list of (table, shard index)
   // The last training forward, for step().
   std::vector<torch::Tensor> outputs_, bag_lengths_;
-  int64_t batch_ = 0;
 };
 
 }  // namespace colossal::recsys

@@ -110,9 +110,16 @@ struct Stage {
   std::function<std::pair<std::string, double>()> evaluate;  // (metric, value) on the held-out windows
 };
 
-void run_stage(const TrainArgs& a, Stage& s, colossal::apps::RunSummary& summary) {
+// The VAE has no sequence to split: its stage runs the same plugin with sp folded into dp.
+booster::PluginConfig without_sequence_parallelism(booster::PluginConfig c) {
+  c.layout.sp = 1;
+  c.layout.sp_mode = "none";
+  return c;
+}
+
+void run_stage(const TrainArgs& a, Stage& s, const std::shared_ptr<booster::Plugin>& plugin,
+               colossal::apps::RunSummary& summary) {
   const int r = dist::rank();
-  auto plugin = booster::make_plugin(a.plugin);
   const int n = plugin->dims().dp();
   COLOSSAL_CHECK(a.batch_size % n == 0, "--batch_size ", a.batch_size, " does not split over ", n,
                  " data-parallel ranks");
@@ -134,7 +141,7 @@ void run_stage(const TrainArgs& a, Stage& s, colossal::apps::RunSummary& summary
   for (const auto& p : s.model->parameters()) parameters += p.numel();
   if (r == 0)
     std::printf("%s: %.2fM parameters; %s, %d rank(s), batch %ld (%ld per rank), %ld steps (%ld windows)\n",
-                s.name.c_str(), parameters / 1e6, a.plugin.describe().c_str(), dist::world_size(), a.batch_size,
+                s.name.c_str(), parameters / 1e6, (plugin->name() + ", " + plugin->precision() + ", " + plugin->dims().describe()).c_str(), dist::world_size(), a.batch_size,
                 per_rank, total_steps, s.windows);
   const int64_t first_step = colossal::apps::resume_training(
       booster, b, {.flag = a.load_checkpoint, .save_dir = dir + "/checkpoints", .total_steps = total_steps,
@@ -225,7 +232,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
       vae->train();
       return std::make_pair(std::string("psnr"), psnr(video_to_frames(recon), video_to_frames(held_video)));
     };
-    run_stage(a, s, summary);
+    run_stage(a, s, booster::make_plugin(without_sequence_parallelism(a.plugin)), summary);
     write_config(vae_dir + "/model/config.json",
                  {{"latent_channels", a.latent_channels}, {"vae_channels", a.vae_channels},
                   {"temporal_factor", a.temporal_factor}, {"kl_weight", a.kl_weight}});
@@ -258,8 +265,9 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   const StditOptions dit_options{.in_channels = a.latent_channels, .hidden = a.hidden, .depth = a.depth,
                                  .heads = a.heads, .text_dim = a.hidden, .text_tokens = 64,
                                  .activation_checkpointing = a.grad_checkpoint};
+  auto plugin = booster::make_plugin(a.plugin);
   torch::manual_seed(a.seed + 1);
-  VideoDenoiser denoiser(dit_options, text_options);
+  VideoDenoiser denoiser(dit_options, text_options, plugin->parallel_context());
   const int64_t tokens = train_latents.size(2) * (train_latents.size(3) / 2) * (train_latents.size(4) / 2);
   const FlowOptions flow{.shift = resolution_shift(tokens, 256)};
   // draws [B, 3]: a uniform for caption dropout, a normal and a uniform for the timestep.
@@ -301,7 +309,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     denoiser->train();
     return std::make_pair(std::string("flow_loss"), l);
   };
-  run_stage(a, s, summary);
+  run_stage(a, s, plugin, summary);
   write_config(a.save_dir + "/dit/model/config.json",
                {{"hidden", a.hidden}, {"depth", a.depth}, {"heads", a.heads}, {"latent_channels", a.latent_channels},
                 {"latent_scale", scale}, {"flow_shift", flow.shift}, {"frames", a.frames}, {"height", a.height},

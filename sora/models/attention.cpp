@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include "core/common/check.h"
+#include "core/parallel/sequence/sequence_ops.h"
+
 namespace colossal::sora {
 namespace {
 
@@ -16,12 +19,28 @@ torch::Tensor merge_heads(const torch::Tensor& x) {
 
 }  // namespace
 
-SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t heads) : heads_(heads) {
+SelfAttentionImpl::SelfAttentionImpl(int64_t dim, int64_t heads, dist::Group sequence_group)
+    : heads_(heads), sequence_group_(std::move(sequence_group)) {
+  if (sequence_group_.is_member())
+    COLOSSAL_CHECK(heads % sequence_group_.size() == 0, "[sora] attention: ", heads,
+                   " heads do not split over the ", sequence_group_.size(), " sequence-parallel ranks (",
+                   sequence_group_.describe(), "); all_to_all gives each rank heads / sp of them");
   qkv_ = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
   proj_ = register_module("proj", torch::nn::Linear(dim, dim));
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& key_mask) {
+  if (sequence_group_.is_member() && sequence_group_.size() > 1) {
+    COLOSSAL_CHECK(!key_mask.defined(), "[sora] attention: a key mask needs whole sequences, not sequence shards");
+    // [N, L/n, 3D] -> q, k, v as [N, L/n, H, Dh] -> [N, L, H/n, Dh], attention, and back.
+    const auto parts = qkv_->forward(x).view({x.size(0), x.size(1), 3, heads_, -1}).unbind(2);
+    auto whole = [&](const torch::Tensor& t) {
+      return parallel::sequence_to_heads(t, sequence_group_).transpose(1, 2);  // [N, H/n, L, Dh]
+    };
+    const auto out = at::scaled_dot_product_attention(whole(parts[0]), whole(parts[1]), whole(parts[2]));
+    const auto local = parallel::heads_to_sequence(out.transpose(1, 2).contiguous(), sequence_group_);
+    return proj_->forward(local.flatten(2));
+  }
   const auto parts = qkv_->forward(x).chunk(3, -1);
   std::optional<torch::Tensor> mask;
   if (key_mask.defined()) mask = key_mask.view({x.size(0), 1, 1, x.size(1)});

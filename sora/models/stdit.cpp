@@ -6,6 +6,7 @@
 
 #include "core/common/check.h"
 #include "core/nn/activation_checkpoint.h"
+#include "core/parallel/tensor/comm_ops.h"
 #include "sora/models/attention.h"
 
 namespace colossal::sora {
@@ -23,9 +24,9 @@ torch::Tensor layer_norm(const torch::Tensor& x) {
 // positions for temporal ones); `mod` [N, 6, D] the timestep's modulation for each row.
 class StditBlockImpl : public torch::nn::Module {
  public:
-  StditBlockImpl(int64_t dim, int64_t heads, int64_t mlp_ratio, int64_t text_dim) {
+  StditBlockImpl(int64_t dim, int64_t heads, int64_t mlp_ratio, int64_t text_dim, dist::Group sequence_group = {}) {
     table_ = register_parameter("scale_shift_table", torch::randn({6, dim}) / std::sqrt(static_cast<double>(dim)));
-    attn_ = register_module("attn", SelfAttention(dim, heads));
+    attn_ = register_module("attn", SelfAttention(dim, heads, std::move(sequence_group)));
     cross_ = register_module("cross_attn", CrossAttention(dim, text_dim, heads));
     fc1_ = register_module("fc1", torch::nn::Linear(dim, mlp_ratio * dim));
     fc2_ = register_module("fc2", torch::nn::Linear(mlp_ratio * dim, dim));
@@ -66,9 +67,20 @@ void StditOptions::validate() const {
                  ": expected three sizes (t, h, w) >= 1");
 }
 
-StditImpl::StditImpl(StditOptions options) : options_(std::move(options)) {
+StditImpl::StditImpl(StditOptions options, parallel::ParallelContext parallel)
+    : options_(std::move(options)), parallel_(std::move(parallel)) {
   options_.validate();
   const auto& o = options_;
+  COLOSSAL_CHECK(!parallel_.tensor_parallel() && parallel_.ep_size() == 1 && !parallel_.pipeline.enabled(),
+                 "[stdit] tensor, expert and pipeline parallelism do not apply to STDiT (tp ", parallel_.tp_size(),
+                 ", ep ", parallel_.ep_size(), "); use data parallelism and --sp N --sp_mode all_to_all");
+  const int sp = parallel_.sp_size();
+  COLOSSAL_CHECK(sp == 1 || parallel_.sp_mode == parallel::SequenceParallelMode::kAllToAll, "[stdit] sp_mode ",
+                 parallel::to_string(parallel_.sp_mode), ": STDiT's attention is bidirectional, so its sequence "
+                 "parallelism is all_to_all (ring_attn is causal, split_gather needs tensor parallelism)");
+  COLOSSAL_CHECK(o.heads % sp == 0, "[stdit] ", o.heads,
+                 " heads do not split over sp ", sp, " (all_to_all gives each rank heads / sp)");
+  const dist::Group sequence_group = sp > 1 ? parallel_.sp : dist::Group();
   const int64_t D = o.hidden;
   patch_embed_ = register_module(
       "patch_embed", torch::nn::Conv3d(torch::nn::Conv3dOptions(o.in_channels, D, o.patch).stride(o.patch)));
@@ -78,7 +90,7 @@ StditImpl::StditImpl(StditOptions options) : options_(std::move(options)) {
   spatial_ = register_module("spatial_blocks", torch::nn::ModuleList());
   temporal_ = register_module("temporal_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < o.depth; ++i) {
-    spatial_->push_back(StditBlock(D, o.heads, o.mlp_ratio, o.text_dim));
+    spatial_->push_back(StditBlock(D, o.heads, o.mlp_ratio, o.text_dim, sequence_group));
     temporal_->push_back(StditBlock(D, o.heads, o.mlp_ratio, o.text_dim));
   }
   final_table_ = register_parameter("final_scale_shift_table", torch::randn({2, D}) / std::sqrt(static_cast<double>(D)));
@@ -108,13 +120,25 @@ torch::Tensor StditImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
                  " samples of width ", o.text_dim);
   const int64_t B = x.size(0), D = o.hidden;
   const auto patches = patch_embed_->forward(x);  // [B, D, T', H', W']
-  const int64_t T = patches.size(2), Hp = patches.size(3), Wp = patches.size(4), S = Hp * Wp;
+  const int64_t T = patches.size(2), Hp = patches.size(3), Wp = patches.size(4);
+  int64_t S = Hp * Wp;
   auto h = patches.flatten(3).permute({0, 2, 3, 1});  // [B, T', S, D]
   const auto grid = torch::stack(torch::meshgrid({torch::arange(Hp), torch::arange(Wp)}, "ij"), -1).view({S, 2});
   const auto spatial_pos = torch::cat({sinusoidal_embedding(grid.select(1, 0), D / 2),
                                        sinusoidal_embedding(grid.select(1, 1), D - D / 2)}, -1);  // [S, D]
   const auto temporal_pos = sinusoidal_embedding(torch::arange(T), D);                               // [T', D]
   h = h + spatial_pos;
+  // Sequence parallelism: this rank's S / n of every frame's tokens from here to the final layer.
+  // A plain slice: its backward leaves the other ranks' rows at zero, so the gradients of what
+  // came before are this rank's part of a sum over the group.
+  const int sp = parallel_.sp_size();
+  COLOSSAL_CHECK(S % sp == 0, "[stdit] ", S, " spatial tokens per frame (", Hp, " x ", Wp,
+                 " patches) do not split over sp ", sp);
+  const int64_t S_all = S;
+  if (sp > 1) {
+    S = S_all / sp;
+    h = h.narrow(2, parallel_.sp_rank() * S, S);
+  }
   const auto time = time_embed_->forward(sinusoidal_embedding(t * 1000, 256));  // [B, D]
   const auto mod = time_modulation_->forward(torch::silu(time)).view({B, 6, D});
   // Per-row conditioning for the spatial layout (rows: sample-major frames) and the temporal one
@@ -149,6 +173,10 @@ torch::Tensor StditImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
   }
   const auto fin = (final_table_.unsqueeze(0) + time.unsqueeze(1)).unbind(1);  // shift, scale
   auto out = final_linear_->forward(modulate(layer_norm(h.reshape({B, T * S, D})), fin[0], fin[1]));
+  if (sp > 1) {  // every rank's tokens, in order: [B, T' S/n, P] -> [B, T' S, P]; backward: own slice
+    const auto local = out.view({B, T, S, out.size(-1)}).transpose(2, 3);  // [B, T', P, S/n]
+    out = parallel::gather_last_dim(local, parallel_.sp).transpose(2, 3).reshape({B, T * S_all, out.size(-1)});
+  }
   // Unpatchify: [B, T' S, pt ph pw C] -> [B, C, T' pt, H' ph, W' pw].
   const int64_t pt = o.patch[0], ph = o.patch[1], pw = o.patch[2], C = o.in_channels;
   out = out.view({B, T, Hp, Wp, pt, ph, pw, C}).permute({0, 7, 1, 4, 2, 5, 3, 6});

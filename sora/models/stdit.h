@@ -7,6 +7,14 @@
 // one MLP turns the timestep into six modulation vectors (shift, scale and gate for attention
 // and MLP), and each block adds its own learned table to them. A learned "null caption" stands
 // in for dropped captions, which classifier-free guidance needs at sampling time.
+//
+// Sequence parallelism (sp_mode all_to_all, as Open-Sora's): each of the n sequence-parallel
+// ranks keeps S/n of every frame's spatial tokens from the patch embedding to the final layer.
+// Temporal blocks, cross-attention and MLPs are then local (a position's frames are all on one
+// rank); spatial attention trades token shards for head shards (attention.h). The output is
+// gathered, so every rank returns the whole velocity and computes the same loss; backward hands
+// each rank the gradient of its own tokens, and the parameters' gradients are partial sums that
+// the plugin adds up over the sp group (ParallelDims::gradient_group), as for LLaMA.
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -15,6 +23,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "core/parallel/context.h"
 
 namespace colossal::sora {
 
@@ -30,7 +40,9 @@ struct StditOptions {
 
 class StditImpl : public torch::nn::Module {
  public:
-  explicit StditImpl(StditOptions options = {});
+  /// `parallel`: the job's groups (the plugin's parallel_context()); only sequence parallelism
+  /// in the all_to_all mode applies to STDiT, any other split is refused by name.
+  explicit StditImpl(StditOptions options = {}, parallel::ParallelContext parallel = {});
   /// The velocity for latents x [B, C, T, H, W] at timesteps t [B] in [0, 1], given caption
   /// tokens [B, L, text_dim] and their mask [B, L].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& text,
@@ -41,6 +53,7 @@ class StditImpl : public torch::nn::Module {
 
  private:
   StditOptions options_;
+  parallel::ParallelContext parallel_;
   torch::nn::Conv3d patch_embed_{nullptr};
   torch::nn::Sequential time_embed_{nullptr};
   torch::nn::Linear time_modulation_{nullptr}, final_linear_{nullptr};

@@ -10,8 +10,10 @@ namespace colossal::sora {
 
 class VideoDenoiserImpl : public torch::nn::Module {
  public:
-  VideoDenoiserImpl(const StditOptions& dit_options, const TextEncoderOptions& text_options) {
-    dit = register_module("dit", Stdit(dit_options));
+  /// `parallel`: STDiT's groups (sequence parallelism); the caption encoder is replicated.
+  VideoDenoiserImpl(const StditOptions& dit_options, const TextEncoderOptions& text_options,
+                    parallel::ParallelContext parallel = {}) {
+    dit = register_module("dit", Stdit(dit_options, std::move(parallel)));
     text = register_module("text", TextEncoder(text_options));
   }
   Stdit dit{nullptr};

@@ -1,11 +1,17 @@
 // STDiT and the caption encoder: shapes, the zero-velocity start, conditioning that reaches the
-// output, activation checkpointing that changes no gradient, and padding the encoder ignores.
+// output, activation checkpointing that changes no gradient, padding the encoder ignores, and
+// sequence parallelism (2 real ranks) that equals one process in the velocity and every gradient.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
+
+#include "core/dist/collectives.h"
+#include "core/dist/parallel_dims.h"
 #include "sora/models/stdit.h"
 #include "sora/models/text_encoder.h"
 #include "tests/support/errors.h"
+#include "tests/support/multirank.h"
 
 namespace sora_stdit_test {
 using namespace colossal::sora;
@@ -98,3 +104,84 @@ TEST(TextEncoderTest, PaddingIsIgnored) {
 }
 
 }  // namespace sora_stdit_test
+
+namespace sora_stdit_sp_test {
+using namespace colossal::sora;
+namespace dist = colossal::dist;
+namespace parallel = colossal::parallel;
+
+colossal::parallel::ParallelContext sequence_parallel(int sp, const std::string& mode) {
+  dist::ParallelDims::Options o;
+  o.sp = sp;
+  o.sp_mode = mode;
+  return parallel::ParallelContext::from(dist::ParallelDims(o));
+}
+
+struct Pass {
+  torch::Tensor velocity, loss;
+  std::map<std::string, torch::Tensor> grads;
+};
+
+// One forward and backward of a mean-squared loss on the whole velocity; under sequence
+// parallelism the gradients are summed over the group, as the hybrid plugin does.
+Pass run(const parallel::ParallelContext& ctx, bool checkpointing) {
+  torch::manual_seed(11);
+  StditOptions o{.in_channels = 4, .hidden = 32, .depth = 2, .heads = 4, .text_dim = 16, .text_tokens = 6,
+                 .activation_checkpointing = checkpointing};
+  Stdit model(o, ctx);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters())
+      if (p.key().find("final_linear") != std::string::npos) p.value().normal_(0, 0.1);
+  }
+  const auto x = torch::randn({2, 4, 2, 8, 4}), target = torch::randn({2, 4, 2, 8, 4});  // S = 4 x 2 patches
+  const auto text = torch::randn({2, 6, 16});
+  auto mask = torch::ones({2, 6}, torch::kBool);
+  mask[1].narrow(0, 4, 2).fill_(false);
+  Pass out;
+  out.velocity = model->forward(x, torch::tensor({0.2, 0.7}), text, mask);
+  out.loss = (out.velocity - target).pow(2).mean();
+  out.loss.backward();
+  for (const auto& p : model->named_parameters()) {
+    if (p.key() == "null_text") continue;  // used only for dropped captions
+    auto g = p.value().grad().clone();
+    if (ctx.sp_size() > 1) dist::all_reduce(g, ctx.sp);
+    out.grads[p.key()] = g;
+  }
+  return out;
+}
+
+TEST(Stdit, SequenceParallelEqualsOneProcess) {
+  colossal::testing::run_ranks(2, [] {
+    const auto want = run({}, false);
+    for (bool checkpointing : {false, true}) {
+      const auto got = run(sequence_parallel(2, "all_to_all"), checkpointing);
+      const std::string what = checkpointing ? "sp 2, checkpointed" : "sp 2";
+      EXPECT_TRUE(torch::allclose(got.velocity, want.velocity, 1e-5, 1e-6)) << what;
+      EXPECT_NEAR(got.loss.item<double>(), want.loss.item<double>(), 1e-5 * want.loss.item<double>()) << what;
+      ASSERT_EQ(got.grads.size(), want.grads.size());
+      for (const auto& [name, g] : want.grads) {
+        const double scale = g.abs().max().item<double>();
+        EXPECT_GT(scale, 0) << name;
+        EXPECT_LE((got.grads.at(name) - g).abs().max().item<double>(), 1e-5 * scale + 1e-7) << what << ": " << name;
+      }
+    }
+  });
+}
+
+TEST(Stdit, SequenceParallelRefusesWhatItCannotSplit) {
+  colossal::testing::run_ranks(2, [] {
+    using colossal::testing::error_message_of;
+    auto msg = error_message_of([] { Stdit(StditOptions{.hidden = 24, .heads = 3}, sequence_parallel(2, "all_to_all")); });
+    EXPECT_NE(msg.find("3 heads do not split over sp 2"), std::string::npos) << msg;
+    msg = error_message_of([] { Stdit(StditOptions{}, sequence_parallel(2, "ring_attn")); });
+    EXPECT_NE(msg.find("sp_mode ring_attn: STDiT's attention is bidirectional"), std::string::npos) << msg;
+    Stdit model(StditOptions{.in_channels = 4, .hidden = 16, .depth = 1, .heads = 2, .text_dim = 8, .text_tokens = 4},
+                 sequence_parallel(2, "all_to_all"));
+    const auto [tokens, mask] = model->null_text(1);
+    msg = error_message_of([&] { model->forward(torch::randn({1, 4, 2, 6, 6}), torch::tensor({0.5}), tokens, mask); });
+    EXPECT_NE(msg.find("9 spatial tokens per frame (3 x 3 patches) do not split over sp 2"), std::string::npos) << msg;
+  });
+}
+
+}  // namespace sora_stdit_sp_test

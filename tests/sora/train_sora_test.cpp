@@ -1,5 +1,6 @@
-// train_sora driven as a user drives it: both stages on 2 ranks take the steps one process
-// takes (noise and timesteps are keyed to the windows), and bad input is named.
+// train_sora driven as a user drives it: both stages on 2 ranks (DDP, ZeRO-2, sequence-parallel
+// STDiT) take the steps one process takes (noise and timesteps are keyed to the windows), and
+// bad input is named.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -60,13 +61,17 @@ TEST(TrainSora, BothStagesOnTwoRanksEqualOneProcess) {
   ASSERT_EQ(one.rc, 0) << one.output;
   ASSERT_EQ(one.loss.at("vae").size(), 4u) << one.output;
   ASSERT_EQ(one.loss.at("dit").size(), 4u) << one.output;
-  const auto two = train_sora(2, "two", kTiny + "--plugin ddp");
-  ASSERT_EQ(two.rc, 0) << two.output;
-  for (const char* stage : {"vae", "dit"}) {
-    for (const auto& [step, loss] : one.loss.at(stage))
-      EXPECT_NEAR(two.loss.at(stage).at(step), loss, 1e-5 * std::abs(loss)) << stage << " step " << step;
-    for (const auto& [step, value] : one.eval.at(stage))
-      EXPECT_NEAR(two.eval.at(stage).at(step), value, 1e-4 * std::abs(value)) << stage << " eval at " << step;
+  // DDP and ZeRO-2 over 2 ranks; hybrid with sp 2 (all_to_all) shards STDiT's spatial tokens
+  // (its VAE stage folds sp into dp: 2 data-parallel ranks).
+  for (const std::string plugin : {"--plugin ddp", "--plugin zero2", "--plugin hybrid --sp 2 --sp_mode all_to_all"}) {
+    const auto two = train_sora(2, "two", kTiny + plugin);
+    ASSERT_EQ(two.rc, 0) << two.output;
+    for (const char* stage : {"vae", "dit"}) {
+      for (const auto& [step, loss] : one.loss.at(stage))
+        EXPECT_NEAR(two.loss.at(stage).at(step), loss, 1e-5 * std::abs(loss)) << plugin << ": " << stage << " step " << step;
+      for (const auto& [step, value] : one.eval.at(stage))
+        EXPECT_NEAR(two.eval.at(stage).at(step), value, 1e-4 * std::abs(value)) << plugin << ": " << stage << " eval at " << step;
+    }
   }
   EXPECT_GT(one.eval.at("vae").at(4), one.eval.at("vae").at(0)) << "the VAE's held-out PSNR did not rise";
   EXPECT_NE(one.loss.at("dit").at(4), one.loss.at("dit").at(1));

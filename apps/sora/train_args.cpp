@@ -49,6 +49,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("grad_checkpoint", a.grad_checkpoint);
   c.read("dit_epochs", a.dit_epochs);
   c.read("dit_lr", a.dit_lr);
+  c.read("latent_cache", a.latent_cache);
   c.read("batch_size", a.batch_size);
   c.read("max_steps", a.max_steps);
   c.read("weight_decay", a.weight_decay);
@@ -90,6 +91,9 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_flag("--grad_checkpoint", a.grad_checkpoint, "activation checkpointing in the DiT blocks");
   app.add_option("--dit_epochs", a.dit_epochs, "DiT epochs")->capture_default_str();
   app.add_option("--dit_lr", a.dit_lr, "DiT learning rate")->capture_default_str();
+  app.add_option("--latent_cache", a.latent_cache,
+                 "the VAE-encoded windows on disk, mapped by later runs: auto (SAVE_DIR/dit/latent_cache.safetensors) "
+                 "| none (in memory only) | a file path")->capture_default_str();
   apps::PluginFlags plugin_flags;
   plugin_flags.add_to(app, a.plugin.name);
   app.add_option("--batch_size", a.batch_size, "windows per step over all ranks")->capture_default_str();

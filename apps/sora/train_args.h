@@ -26,6 +26,8 @@ struct TrainArgs {
   bool grad_checkpoint = false;
   int64_t dit_epochs = 150;
   double dit_lr = 5e-4;
+  // The latent cache: auto (SAVE_DIR/dit/latent_cache.safetensors), none, or a path
+  std::string latent_cache = "auto";
   // Both stages
   booster::PluginConfig plugin;
   int64_t batch_size = 8;  // windows per step over all ranks

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "apps/common/resume.h"
@@ -32,6 +33,7 @@
 #include "core/dist/runtime.h"
 #include "core/optim/lr_scheduler.h"
 #include "sora/data/clip_csv.h"
+#include "sora/data/latent_cache.h"
 #include "sora/data/video_windows.h"
 #include "sora/diffusion/rectified_flow.h"
 #include "sora/io/video.h"
@@ -51,11 +53,14 @@ struct Split {
   VideoWindows train, held_out;
 };
 
+WindowOptions window_options(const TrainArgs& a) {
+  return {.frames = a.frames, .frame_stride = a.frame_stride, .height = a.height, .width = a.width,
+          .step = a.window_step};
+}
+
 // Every n-th window held out (n from the fraction), so every clip is in both parts.
-Split load_data(const TrainArgs& a) {
-  const auto clips = read_clip_csv(a.data.empty() ? default_clip_csv() : a.data);
-  const auto all = load_windows(clips, {.frames = a.frames, .frame_stride = a.frame_stride, .height = a.height,
-                                        .width = a.width, .step = a.window_step});
+Split load_data(const std::vector<ClipEntry>& clips, const TrainArgs& a) {
+  const auto all = load_windows(clips, window_options(a));
   const int64_t every = std::max<int64_t>(2, static_cast<int64_t>(std::lround(1 / a.held_out_fraction)));
   std::vector<int64_t> train, held;
   for (int64_t i = 0; i < all.size(); ++i) (i % every == every / 2 ? held : train).push_back(i);
@@ -205,19 +210,33 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   if (own_runtime) dist::init();
   const int r = dist::rank();
   const auto t0 = std::chrono::steady_clock::now();
-  const Split data = load_data(a);
-  if (r == 0)
-    std::printf("data: %ld training and %ld held-out windows of %ld frames at %ldx%ld (stride %ld) from %s (%.1f s)\n",
-                data.train.size(), data.held_out.size(), a.frames, a.height, a.width, a.frame_stride,
-                a.data.empty() ? "the built-in clips" : a.data.c_str(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  const auto train_video = frames_to_video(data.train.videos), held_video = frames_to_video(data.held_out.videos);
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  const std::string csv = a.data.empty() ? default_clip_csv() : a.data;
+  const auto clips = read_clip_csv(csv);
+  // The clips are decoded when a stage needs them: a DiT stage that finds its latent cache never does.
+  std::optional<Split> decoded;
+  torch::Tensor train_video, held_video;
+  auto data = [&]() -> const Split& {
+    if (!decoded) {
+      const auto t = std::chrono::steady_clock::now();
+      decoded = load_data(clips, a);
+      train_video = frames_to_video(decoded->train.videos);
+      held_video = frames_to_video(decoded->held_out.videos);
+      if (r == 0)
+        std::printf("data: %ld training and %ld held-out windows of %ld frames at %ldx%ld (stride %ld) from %s (%.1f s)\n",
+                    decoded->train.size(), decoded->held_out.size(), a.frames, a.height, a.width, a.frame_stride,
+                    a.data.empty() ? "the built-in clips" : a.data.c_str(), seconds_since(t));
+    }
+    return *decoded;
+  };
 
   torch::manual_seed(a.seed);
   VideoVae vae(vae_options(a));
   const std::string vae_dir = a.save_dir + "/vae";
   if (a.stage != "dit") {
-    Stage s{.name = "vae", .model = vae.ptr(), .epochs = a.vae_epochs, .lr = a.vae_lr, .windows = data.train.size()};
+    Stage s{.name = "vae", .model = vae.ptr(), .epochs = a.vae_epochs, .lr = a.vae_lr, .windows = data().train.size()};
     const auto latent = vae->latent_shape({1, 3, a.frames, a.height, a.width});
     s.loss = [&, latent](const std::vector<int64_t>& rows, int64_t step) {
       const auto noise = keyed(a.seed, step, rows, 1, [&](at::Generator& g) {
@@ -245,20 +264,56 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   }
 
   // The latent cache: every window encoded once by the frozen VAE (its mean), scaled to unit
-  // variance as Stable Diffusion's and Open-Sora's latents are.
+  // variance as Stable Diffusion's and Open-Sora's latents are, and kept on disk (mapped by later
+  // runs) under a key of the VAE's weights, the clips and the window options.
   vae->eval();
-  torch::Tensor train_latents, held_latents;
-  {
-    torch::NoGradGuard no_grad;
-    train_latents = vae->encode(train_video).mean;
-    held_latents = vae->encode(held_video).mean;
+  const auto cache_start = std::chrono::steady_clock::now();
+  const std::string cache_path = a.latent_cache == "auto" ? a.save_dir + "/dit/latent_cache.safetensors" : a.latent_cache;
+  std::optional<LatentCache> cache;
+  nlohmann::json key;
+  if (a.latent_cache != "none") {
+    std::vector<std::string> paths;
+    for (const auto& c : clips) paths.push_back(c.path);
+    key = latent_cache_key(weights_fingerprint(*vae),
+                           {{"clips", clip_fingerprint(csv, paths)},
+                            {"windows", {a.frames, a.frame_stride, a.height, a.width, a.window_step}},
+                            {"held_out_fraction", a.held_out_fraction}});
+    std::string why;
+    cache = open_latent_cache(cache_path, key, &why);
+    // Every rank takes the same path (a rank that misses makes all of them encode), so the
+    // ranks train on the same numbers whichever files each one sees.
+    auto all_hit = torch::tensor({cache ? 1 : 0}, torch::kInt32);
+    dist::all_reduce(all_hit, dist::world_group(), dist::ReduceOp::kMin);
+    if (all_hit.item<int>() == 0) {
+      if (r == 0) std::printf("latent cache: %s; encoding\n", why.empty() ? "another rank has none" : why.c_str());
+      cache.reset();
+    }
   }
-  const double scale = 1 / train_latents.std().item<double>();
-  train_latents.mul_(scale);
-  held_latents.mul_(scale);
+  const bool cache_hit = cache.has_value();
+  if (!cache_hit) {
+    torch::NoGradGuard no_grad;
+    data();
+    cache.emplace();
+    cache->train = {vae->encode(train_video).mean, decoded->train.captions};
+    cache->held_out = {vae->encode(held_video).mean, decoded->held_out.captions};
+    cache->scale = 1 / cache->train.latents.std().item<double>();
+    cache->train.latents.mul_(cache->scale);
+    cache->held_out.latents.mul_(cache->scale);
+    if (r == 0 && a.latent_cache != "none") {
+      if (const auto slash = cache_path.find_last_of('/'); slash != std::string::npos)
+        colossal::fs::make_dirs(cache_path.substr(0, slash));
+      write_latent_cache(cache_path, key, *cache);
+    }
+  }
+  const torch::Tensor& train_latents = cache->train.latents;
+  const torch::Tensor& held_latents = cache->held_out.latents;
+  const double scale = cache->scale;
   if (r == 0)
-    std::printf("latent cache: %ld windows as %s latents (scale %.4f)\n", train_latents.size(0),
-                c10::str(train_latents.sizes().slice(1)).c_str(), scale);
+    std::printf("latent cache: %ld + %ld windows as %s latents (scale %.4f), %s in %.1f s\n", train_latents.size(0),
+                held_latents.size(0), c10::str(train_latents.sizes().slice(1)).c_str(), scale,
+                cache_hit ? ("mapped from " + cache_path).c_str()
+                          : a.latent_cache == "none" ? "encoded (not kept)" : ("encoded and written to " + cache_path).c_str(),
+                seconds_since(cache_start));
 
   // The DiT and the caption encoder train together as one module.
   const TextEncoderOptions text_options{.dim = a.hidden, .layers = 2, .heads = a.heads, .max_tokens = 64};
@@ -283,7 +338,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     const auto pair = flow_training_pair(x0, noise, timesteps_from(draws.select(1, 1), draws.select(1, 2), flow));
     return (denoiser->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean();
   };
-  Stage s{.name = "dit", .model = denoiser.ptr(), .epochs = a.dit_epochs, .lr = a.dit_lr, .windows = data.train.size()};
+  Stage s{.name = "dit", .model = denoiser.ptr(), .epochs = a.dit_epochs, .lr = a.dit_lr, .windows = train_latents.size(0)};
   auto noise_and_draws = [&](const std::vector<int64_t>& rows, int64_t step) {
     const auto shape = train_latents.sizes().slice(1);
     auto noise = keyed(a.seed, step, rows, 2, [&](at::Generator& g) { return torch::randn(shape, g); });
@@ -294,7 +349,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   };
   s.loss = [&](const std::vector<int64_t>& rows, int64_t step) {
     std::vector<std::string> captions;
-    for (int64_t i : rows) captions.push_back(data.train.captions[i]);
+    for (int64_t i : rows) captions.push_back(cache->train.captions[i]);
     const auto [noise, draws] = noise_and_draws(rows, step);
     return velocity_loss(train_latents.index_select(0, torch::tensor(rows, torch::kInt64)), captions, noise, draws,
                          true);
@@ -305,7 +360,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     std::vector<int64_t> rows(held_latents.size(0));
     std::iota(rows.begin(), rows.end(), 0);
     const auto [noise, draws] = noise_and_draws(rows, -1);
-    const double l = velocity_loss(held_latents, data.held_out.captions, noise, draws, false).item<double>();
+    const double l = velocity_loss(held_latents, cache->held_out.captions, noise, draws, false).item<double>();
     denoiser->train();
     return std::make_pair(std::string("flow_loss"), l);
   };

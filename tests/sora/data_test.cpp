@@ -1,4 +1,4 @@
-// The clip CSV (Open-Sora's format) and the windows cut from real clips.
+// The clip CSV (Open-Sora's format), the windows cut from real clips, and the latent cache.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "sora/data/clip_csv.h"
+#include "sora/data/latent_cache.h"
 #include "sora/data/video_windows.h"
 #include "sora/io/video.h"
 #include "tests/support/errors.h"
@@ -57,6 +58,50 @@ TEST(ClipData, BadRowsAreNamed) {
   auto clips = read_clip_csv(default_clip_csv());
   msg = colossal::testing::error_message_of([&] { load_windows({clips[1]}, {.frames = 40, .frame_stride = 1}); });
   EXPECT_NE(msg.find("realshort.mp4' gives 36 frames at stride 1, fewer than one window of 40"), std::string::npos) << msg;
+}
+
+TEST(LatentCache, WrittenMappedAndRefusedWhenStale) {
+  const std::string dir = ::testing::TempDir() + "latent_cache_" + std::to_string(::getpid());
+  const std::string path = dir + ".safetensors", csv = dir + ".csv", clip = dir + ".clip";
+  std::ofstream(clip) << "not really a clip";
+  std::ofstream(csv) << "path,text\n" << clip << ",a clip\n";
+  torch::manual_seed(0);
+  torch::nn::Linear vae(3, 4);
+  const auto key = latent_cache_key(weights_fingerprint(*vae), clip_fingerprint(csv, {clip}));
+  LatentCache cache;
+  cache.train = {torch::randn({3, 4, 2, 2, 2}), {"a", "b", "c"}};
+  cache.held_out = {torch::randn({1, 4, 2, 2, 2}), {"held"}};
+  cache.scale = 0.123456789;
+  write_latent_cache(path, key, cache);
+
+  std::string why;
+  const auto back = open_latent_cache(path, key, &why);
+  ASSERT_TRUE(back.has_value()) << why;
+  EXPECT_TRUE(torch::equal(back->train.latents, cache.train.latents));
+  EXPECT_TRUE(torch::equal(back->held_out.latents, cache.held_out.latents));
+  EXPECT_EQ(back->train.captions, cache.train.captions);
+  EXPECT_EQ(back->held_out.captions, cache.held_out.captions);
+  EXPECT_EQ(back->scale, cache.scale);
+
+  // Other weights, or a clip changed on disk: the key differs, the cache is not used.
+  {
+    torch::NoGradGuard no_grad;
+    vae->weight[0][0].add_(1e-3);
+  }
+  EXPECT_FALSE(open_latent_cache(path, latent_cache_key(weights_fingerprint(*vae), clip_fingerprint(csv, {clip})), &why));
+  EXPECT_NE(why.find("is stale: its vae differs"), std::string::npos) << why;
+  std::ofstream(clip, std::ios::app) << " with more bytes";
+  EXPECT_FALSE(open_latent_cache(path, latent_cache_key(key["vae"], clip_fingerprint(csv, {clip})), &why));
+  EXPECT_NE(why.find("is stale: its data differs"), std::string::npos) << why;
+  EXPECT_FALSE(open_latent_cache(dir + ".missing", key, &why));
+  EXPECT_NE(why.find("no cache at"), std::string::npos) << why;
+  auto msg = colossal::testing::error_message_of([&] { clip_fingerprint(csv, {dir + ".gone"}); });
+  EXPECT_NE(msg.find("cannot stat the clip '" + dir + ".gone'"), std::string::npos) << msg;
+
+  // A damaged file is an error naming it, not a silent miss.
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << "garbage";
+  msg = colossal::testing::error_message_of([&] { open_latent_cache(path, key, &why); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
 
 }  // namespace sora_data_test

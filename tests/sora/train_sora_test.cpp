@@ -96,6 +96,16 @@ TEST(TrainSora, BothStagesOnTwoRanksEqualOneProcess) {
   ASSERT_EQ(dit.rc, 0) << dit.output;
   for (const auto& [step, loss] : one.loss.at("dit"))
     EXPECT_NEAR(dit.loss.at("dit").at(step), loss, 1e-5 * std::abs(loss)) << "dit alone, step " << step;
+  // Again: the latent cache that run wrote is mapped, no clip is decoded, the steps are the same.
+  colossal::fs::remove_all(dir_of("one") + "/dit/checkpoints");
+  colossal::fs::remove_all(dir_of("one") + "/dit/log.jsonl");
+  const auto cached = train_sora(1, "one", kTiny + "--stage dit", /*fresh=*/false);
+  ASSERT_EQ(cached.rc, 0) << cached.output;
+  EXPECT_NE(cached.output.find("mapped from " + dir_of("one") + "/dit/latent_cache.safetensors"), std::string::npos)
+      << cached.output;
+  EXPECT_EQ(cached.output.find("data: "), std::string::npos) << cached.output;
+  for (const auto& [step, loss] : one.loss.at("dit"))
+    EXPECT_NEAR(cached.loss.at("dit").at(step), loss, 1e-5 * std::abs(loss)) << "dit from the cache, step " << step;
 }
 
 TEST(TrainSora, BadInputIsNamed) {

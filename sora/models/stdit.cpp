@@ -21,7 +21,10 @@ torch::Tensor layer_norm(const torch::Tensor& x) {
 }
 
 // One transformer block over [N, L, D] (N = samples x frames for spatial blocks, samples x
-// positions for temporal ones); `mod` [N, 6, D] the timestep's modulation for each row.
+// positions for temporal ones, sample-major); `mod` [N, 6, D] the timestep's modulation for each
+// row. Cross-attention sees each sample's rows as one sequence [B, N/B x L, D] against its
+// caption [B, M, E]: every query attends to the same keys either way, and the caption's keys and
+// values are projected once per sample instead of once per row.
 class StditBlockImpl : public torch::nn::Module {
  public:
   StditBlockImpl(int64_t dim, int64_t heads, int64_t mlp_ratio, int64_t text_dim, dist::Group sequence_group = {}) {
@@ -35,7 +38,7 @@ class StditBlockImpl : public torch::nn::Module {
                         const torch::Tensor& mask) {
     const auto m = (table_.unsqueeze(0) + mod).unbind(1);  // shift, scale, gate (attention); shift, scale, gate (MLP)
     auto h = x + m[2].unsqueeze(1) * attn_->forward(modulate(layer_norm(x), m[0], m[1]));
-    h = h + cross_->forward(h, text, mask);
+    h = h + cross_->forward(h.reshape({text.size(0), -1, h.size(2)}), text, mask).reshape(h.sizes());
     return h + m[5].unsqueeze(1) * fc2_->forward(torch::gelu(fc1_->forward(modulate(layer_norm(h), m[3], m[4])), "tanh"));
   }
 
@@ -144,8 +147,6 @@ torch::Tensor StditImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
   // Per-row conditioning for the spatial layout (rows: sample-major frames) and the temporal one
   // (rows: sample-major positions).
   const auto mod_s = mod.repeat_interleave(T, 0), mod_t = mod.repeat_interleave(S, 0);
-  const auto text_s = text.repeat_interleave(T, 0), mask_s = text_mask.repeat_interleave(T, 0);
-  const auto text_t = text.repeat_interleave(S, 0), mask_t = text_mask.repeat_interleave(S, 0);
   for (int64_t i = 0; i < o.depth; ++i) {
     auto* spatial = spatial_[i]->as<StditBlockImpl>();
     auto* temporal = temporal_[i]->as<StditBlockImpl>();
@@ -159,7 +160,7 @@ torch::Tensor StditImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
       if (i == 0) rows = rows + temporal_pos;
       return temporal->forward(rows, in[1], in[2], in[3]).view({B, S, T, D}).permute({0, 2, 1, 3});
     };
-    const std::vector<torch::Tensor> spatial_args = {mod_s, text_s, mask_s}, temporal_args = {mod_t, text_t, mask_t};
+    const std::vector<torch::Tensor> spatial_args = {mod_s, text, text_mask}, temporal_args = {mod_t, text, text_mask};
     auto with = [](const torch::Tensor& x, std::vector<torch::Tensor> rest) {
       rest.insert(rest.begin(), x);
       return rest;

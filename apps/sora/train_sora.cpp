@@ -36,6 +36,7 @@
 #include "sora/data/latent_cache.h"
 #include "sora/data/video_windows.h"
 #include "sora/diffusion/rectified_flow.h"
+#include "sora/io/quality.h"
 #include "sora/io/video.h"
 #include "sora/models/stdit.h"
 #include "sora/models/text_encoder.h"

@@ -279,10 +279,4 @@ void write_video(const std::string& path, const torch::Tensor& frames, const Enc
   COLOSSAL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "[video] cannot rename '", tmp, "' to '", path, "'");
 }
 
-double psnr(const torch::Tensor& a, const torch::Tensor& b) {
-  COLOSSAL_CHECK(a.sizes() == b.sizes(), "[video] psnr of shapes ", a.sizes(), " and ", b.sizes());
-  const double mse = (a.to(torch::kFloat64) - b.to(torch::kFloat64)).pow(2).mean().item<double>();
-  return mse == 0 ? INFINITY : 10 * std::log10(255.0 * 255.0 / mse);
-}
-
 }  // namespace colossal::sora

@@ -48,7 +48,4 @@ torch::Tensor read_video(const std::string& path, const DecodeOptions& options =
 /// Writes frames [T, H, W, 3] uint8 RGB (H and W even) as an H.264 .mp4.
 void write_video(const std::string& path, const torch::Tensor& frames, const EncodeOptions& options = {});
 
-/// Peak signal-to-noise ratio in dB between two uint8 (or [0, 255] float) tensors of one shape.
-double psnr(const torch::Tensor& a, const torch::Tensor& b);
-
 }  // namespace colossal::sora

@@ -4,6 +4,7 @@
 
 #include "sora/data/clip_csv.h"
 #include "sora/data/video_windows.h"
+#include "sora/io/quality.h"
 #include "sora/io/video.h"
 #include "sora/models/video_vae.h"
 #include "tests/support/errors.h"

@@ -1,15 +1,17 @@
 // Video IO on the real clips setup unpacks (imageio's cockatoo.mp4 and realshort.mp4, OpenCV's
 // vtest.avi and Megamind.avi): probing, decoding windows with stride and resizing, an H.264
-// round trip at high quality, and broken files named.
+// round trip at high quality, PSNR and SSIM, and broken files named.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "core/common/env.h"
 #include "core/common/fs.h"
 #include "sora/io/contact_sheet.h"
+#include "sora/io/quality.h"
 #include "sora/io/video.h"
 #include "tests/support/errors.h"
 
@@ -73,7 +75,24 @@ TEST(VideoIO, H264RoundTripKeepsFramesAndQuality) {
   ASSERT_EQ(back.sizes(), frames.sizes());
   const double db = psnr(back, frames);
   EXPECT_GE(db, 35) << "PSNR " << db << " dB";
+  EXPECT_GE(ssim(back, frames), 0.95);
   EXPECT_NE(::access((out + ".partial.mp4").c_str(), F_OK), 0) << "the temporary file was left behind";
+}
+
+TEST(VideoIO, SsimOfKnownPairs) {
+  const auto frames = read_video(clip("realshort.mp4"), {.num_frames = 4, .height = 48, .width = 64});
+  EXPECT_NEAR(ssim(frames, frames), 1, 1e-12);
+  // Flat frames: no variance, so SSIM is the luminance term (2ab + C1) / (a^2 + b^2 + C1).
+  const auto a = torch::full({2, 16, 16, 3}, 100, torch::kUInt8), b = torch::full({2, 16, 16, 3}, 140, torch::kUInt8);
+  const double c1 = std::pow(0.01 * 255, 2);
+  EXPECT_NEAR(ssim(a, b), (2 * 100.0 * 140 + c1) / (100.0 * 100 + 140.0 * 140 + c1), 1e-9);
+  // Noise of the clip's own statistics shares nothing with it.
+  torch::manual_seed(0);
+  const auto noise = (torch::rand(frames.sizes()) * 255).to(torch::kUInt8);
+  EXPECT_LT(ssim(noise, frames), 0.1);
+  EXPECT_LT(ssim(noise, frames), ssim(torch::clamp(frames.to(torch::kInt32) + 20, 0, 255).to(torch::kUInt8), frames));
+  auto msg = colossal::testing::error_message_of([&] { ssim(a, frames); });
+  EXPECT_NE(msg.find("ssim: expected two clips [T, H, W, 3] of one shape"), std::string::npos) << msg;
 }
 
 TEST(VideoIO, BrokenFilesAreNamed) {

@@ -11,16 +11,11 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
-#include "core/checkpoint/model_io.h"
 #include "core/common/check.h"
-#include "sora/diffusion/rectified_flow.h"
 #include "sora/io/contact_sheet.h"
 #include "sora/io/video.h"
-#include "sora/models/video_denoiser.h"
-#include "sora/models/video_vae.h"
+#include "sora/pipeline/text_to_video.h"
 
 using namespace colossal::sora;
 
@@ -59,65 +54,25 @@ bool parse(int argc, char** argv, GenerateArgs& a, int& exit_code) {
   return true;
 }
 
-nlohmann::json read_config(const std::string& path) {
-  std::ifstream in(path);
-  COLOSSAL_CHECK(in.good(), "cannot read '", path, "': train the models first (train_sora --save_dir DIR, then "
-                 "generate_video --model_dir DIR)");
-  return nlohmann::json::parse(in);
-}
-
 void generate(GenerateArgs& a, colossal::apps::RunSummary& summary) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto dit_config = read_config(a.model_dir + "/dit/model/config.json");
-  const auto vae_config = read_config(a.model_dir + "/vae/model/config.json");
-  int64_t height = dit_config["height"], width = dit_config["width"];
+  TextToVideoOptions o{.frames = a.num_frames, .steps = a.steps, .cfg_scale = a.cfg_scale, .seed = a.seed};
   if (!a.resolution.empty()) {
     const auto x = a.resolution.find('x');
     COLOSSAL_CHECK(x != std::string::npos, "--resolution '", a.resolution, "': expected HxW, e.g. 32x32");
-    height = std::stoll(a.resolution.substr(0, x));
-    width = std::stoll(a.resolution.substr(x + 1));
+    o.height = std::stoll(a.resolution.substr(0, x));
+    o.width = std::stoll(a.resolution.substr(x + 1));
   }
-  const int64_t frames = a.num_frames > 0 ? a.num_frames : dit_config["frames"].get<int64_t>();
-  COLOSSAL_CHECK(a.steps >= 1 && a.cfg_scale >= 0, "--steps ", a.steps, ", --cfg_scale ", a.cfg_scale,
-                 ": expected >= 1 and >= 0");
-
-  VideoVae vae(VideoVaeOptions{.latent_channels = vae_config["latent_channels"],
-                               .base_channels = vae_config["vae_channels"], .multipliers = {1, 2},
-                               .temporal_factor = vae_config["temporal_factor"]});
-  colossal::checkpoint::load_model_state(*vae, a.model_dir + "/vae/model");
-  const int64_t hidden = dit_config["hidden"], heads = dit_config["heads"], tokens = dit_config["text_tokens"];
-  VideoDenoiser denoiser(StditOptions{.in_channels = dit_config["latent_channels"], .hidden = hidden,
-                                      .depth = dit_config["depth"], .heads = heads, .text_dim = hidden,
-                                      .text_tokens = tokens},
-                         TextEncoderOptions{.dim = hidden, .layers = dit_config["text_layers"], .heads = heads,
-                                            .max_tokens = tokens});
-  colossal::checkpoint::load_model_state(*denoiser, a.model_dir + "/dit/model");
-  vae->eval();
-  denoiser->eval();
-  torch::NoGradGuard no_grad;
-
-  const auto latent = vae->latent_shape({1, 3, frames, height, width});  // names sizes that do not divide
-  COLOSSAL_CHECK(latent[3] % 2 == 0 && latent[4] % 2 == 0, "--resolution ", height, "x", width,
-                 ": height and width must divide by 8 (the VAE's 4 and STDiT's 2x2 patches)");
-  const auto caption = denoiser->text->forward({a.prompt});
-  const auto [null_tokens, null_mask] = denoiser->dit->null_text(1);
-  const VelocityFn velocity = [&](const torch::Tensor& x, const torch::Tensor& t, bool conditional) {
-    return conditional ? denoiser->dit->forward(x, t, caption.tokens, caption.mask)
-                       : denoiser->dit->forward(x, t, null_tokens, null_mask);
-  };
-  torch::manual_seed(a.seed);
-  const auto noise = torch::randn(latent);
-  const auto z = sample_flow(noise, velocity, {.steps = a.steps, .cfg_scale = a.cfg_scale,
-                                               .shift = dit_config["flow_shift"].get<double>()});
-  const auto video = vae->decode(z / dit_config["latent_scale"].get<double>());
-  const auto clip = video_to_frames(video)[0];
-  const double fps = a.fps > 0 ? a.fps : dit_config["fps"].get<double>();
+  TextToVideo pipeline(a.model_dir);
+  const auto clip = pipeline.generate(a.prompt, o);
+  const double fps = a.fps > 0 ? a.fps : pipeline.config()["fps"].get<double>();
   write_video(a.out, clip, {.fps = fps});
   const std::string sheet = a.out.substr(0, a.out.rfind('.')) + "_frames.png";
-  write_contact_sheet(sheet, clip, {.columns = 8, .scale = std::max<int>(1, static_cast<int>(128 / width))});
+  write_contact_sheet(sheet, clip, {.columns = 8, .scale = std::max<int>(1, static_cast<int>(128 / clip.size(2)))});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s (%ld frames of %ldx%ld at %.0f fps; %ld steps, cfg %.1f, seed %lu) and %s in %.1f s\n",
-              a.out.c_str(), frames, height, width, fps, a.steps, a.cfg_scale, a.seed, sheet.c_str(), secs);
+              a.out.c_str(), clip.size(0), clip.size(1), clip.size(2), fps, a.steps, a.cfg_scale, a.seed, sheet.c_str(),
+              secs);
   summary.outputs["video"] = a.out;
   summary.outputs["contact_sheet"] = sheet;
   summary.metrics["seconds"] = secs;

@@ -369,7 +369,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   write_config(a.save_dir + "/dit/model/config.json",
                {{"hidden", a.hidden}, {"depth", a.depth}, {"heads", a.heads}, {"latent_channels", a.latent_channels},
                 {"latent_scale", scale}, {"flow_shift", flow.shift}, {"frames", a.frames}, {"height", a.height},
-                {"width", a.width}, {"text_tokens", 64}, {"text_layers", 2}, {"fps", 8},
+                {"width", a.width}, {"frame_stride", a.frame_stride}, {"window_step", a.window_step}, {"text_tokens", 64}, {"text_layers", 2}, {"fps", 8},
                 {"vae_channels", a.vae_channels}, {"temporal_factor", a.temporal_factor}});
   if (r == 0)
     std::printf("result: %s in %.0f s; models in %s/vae/model and %s/dit/model\n", a.stage.c_str(),

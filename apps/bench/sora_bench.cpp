@@ -18,6 +18,7 @@
 //    other clips. A side-by-side PNG (generated frames over the nearest window) per caption.
 //
 //   build/apps/bench_sora [--shapes default,L] [--steps 5] [--repeats 2] [--model_dir out/sora]
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@
 #include "apps/bench/bench_util.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
+#include "core/optim/factory.h"
 #include "sora/data/clip_csv.h"
 #include "sora/data/video_windows.h"
 #include "sora/diffusion/rectified_flow.h"
@@ -88,7 +90,8 @@ Row run_ours(const Shape& s, int steps) {
                                    .text_dim = s.hidden, .text_tokens = kTextTokens},
                       TextEncoderOptions{.dim = s.hidden, .layers = kTextLayers, .heads = s.heads,
                                          .max_tokens = kTextTokens});
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  auto optimizer = colossal::optim::make_optimizer(*model, {.name = "fused_adamw", .lr = 1e-4});  // train_sora's
+  auto& opt = *optimizer;
   const auto x0 = torch::randn({s.batch, s.channels, s.frames, s.height, s.width});
   const std::vector<std::string> captions(s.batch, "people walk across a plaza past a lamp post");
   std::vector<double> times, rates;
@@ -103,6 +106,16 @@ Row run_ours(const Shape& s, int steps) {
       opt.step();
     });
     if (step >= 2) times.push_back(t), rates.push_back(rate);
+  }
+  // COLOSSAL_BENCH_TRACE=FILE: a Chrome trace of one more step (chrome://tracing, or summed by
+  // op name with a few lines of Python).
+  if (const char* trace = std::getenv("COLOSSAL_BENCH_TRACE")) {
+    torch::autograd::profiler::RecordProfile guard(trace);
+    const auto caption = model->text->forward(captions);
+    const auto pair = flow_training_pair(x0, torch::randn_like(x0), torch::rand({s.batch}));
+    opt.zero_grad();
+    (model->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean().backward();
+    opt.step();
   }
   Row r{.impl = "colossal", .shape = s.name, .step_s = median(times), .matmul_gflops = median(rates)};
   for (const auto& p : model->parameters()) r.parameters += p.numel();

@@ -36,6 +36,7 @@ void read_config_file(const std::string& path, TrainArgs& a) {
   c.read("width", a.width);
   c.read("window_step", a.window_step);
   c.read("held_out_fraction", a.held_out_fraction);
+  c.read("balance_clips", a.balance_clips);
   c.read("vae_channels", a.vae_channels);
   c.read("latent_channels", a.latent_channels);
   c.read("temporal_factor", a.temporal_factor);
@@ -77,6 +78,8 @@ bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {
   app.add_option("--window_step", a.window_step, "kept frames between window starts (0: no overlap)")
       ->capture_default_str();
   app.add_option("--held_out_fraction", a.held_out_fraction, "windows held out for evaluation")->capture_default_str();
+  app.add_flag("--balance_clips,!--no_balance_clips", a.balance_clips,
+               "repeat short clips' windows so every clip is seen about as often (default on)");
   app.add_option("--vae_channels", a.vae_channels, "VAE base width")->capture_default_str();
   app.add_option("--latent_channels", a.latent_channels, "latent channels")->capture_default_str();
   app.add_option("--temporal_factor", a.temporal_factor, "VAE temporal compression (1, 2 or 4)")->capture_default_str();

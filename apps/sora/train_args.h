@@ -15,16 +15,17 @@ struct TrainArgs {
   int64_t frames = 8, frame_stride = 4, height = 32, width = 32;
   int64_t window_step = 2;          // kept frames between window starts (overlapping windows)
   double held_out_fraction = 0.1;   // windows held out for the evaluation figures
+  bool balance_clips = true;        // short clips repeated so each clip is seen about equally
   // The VAE
   int64_t vae_channels = 32, latent_channels = 4, temporal_factor = 2;
   double kl_weight = 1e-6;
-  int64_t vae_epochs = 40;
+  int64_t vae_epochs = 20;
   double vae_lr = 2e-3;
   // The DiT
   int64_t hidden = 128, depth = 4, heads = 4;
   double caption_dropout = 0.1;  // captions replaced by the null caption (classifier-free guidance)
   bool grad_checkpoint = false;
-  int64_t dit_epochs = 150;
+  int64_t dit_epochs = 100;
   double dit_lr = 5e-4;
   // The latent cache: auto (SAVE_DIR/dit/latent_cache.safetensors), none, or a path
   std::string latent_cache = "auto";

@@ -31,6 +31,7 @@
 #include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
 #include "sora/data/clip_csv.h"
 #include "sora/data/latent_cache.h"
@@ -59,22 +60,29 @@ WindowOptions window_options(const TrainArgs& a) {
           .step = a.window_step};
 }
 
-// Every n-th window held out (n from the fraction), so every clip is in both parts.
+// Every n-th window of each clip held out (split_windows).
 Split load_data(const std::vector<ClipEntry>& clips, const TrainArgs& a) {
   const auto all = load_windows(clips, window_options(a));
-  const int64_t every = std::max<int64_t>(2, static_cast<int64_t>(std::lround(1 / a.held_out_fraction)));
-  std::vector<int64_t> train, held;
-  for (int64_t i = 0; i < all.size(); ++i) (i % every == every / 2 ? held : train).push_back(i);
+  const auto split = split_windows(all.clips, a.held_out_fraction);
   auto take = [&](const std::vector<int64_t>& rows) {
     VideoWindows w;
     w.videos = all.videos.index_select(0, torch::tensor(rows, torch::kInt64));
     for (int64_t r : rows) {
       w.captions.push_back(all.captions[r]);
       w.origins.push_back(all.origins[r]);
+      w.clips.push_back(all.clips[r]);
     }
     return w;
   };
-  return {take(train), take(held)};
+  return {take(split.train), take(split.held_out)};
+}
+
+// The training windows an epoch visits: each once, or clips balanced (balanced_schedule).
+std::vector<int64_t> epoch_schedule(const TrainArgs& a, const std::vector<int64_t>& clip_of_window) {
+  if (a.balance_clips) return balanced_schedule(clip_of_window);
+  std::vector<int64_t> all(clip_of_window.size());
+  std::iota(all.begin(), all.end(), 0);
+  return all;
 }
 
 // Random draws keyed to (seed, step, window, purpose): a window draws the same numbers whichever
@@ -104,15 +112,17 @@ VideoVaeOptions vae_options(const TrainArgs& a) {
           .temporal_factor = a.temporal_factor, .kl_weight = a.kl_weight};
 }
 
-// What one stage needs from the shared loop: the trainable module, its loss on a batch of
-// window indices, and an evaluation.
+// What one stage needs from the shared loop: the trainable module, the windows an epoch visits,
+// its loss on a batch of them, and an evaluation.
 struct Stage {
   std::string name;
   std::shared_ptr<torch::nn::Module> model;
   int64_t epochs = 1;
   double lr = 1e-3;
-  int64_t windows = 0;
-  std::function<torch::Tensor(const std::vector<int64_t>& rows, int64_t step)> loss;
+  std::vector<int64_t> schedule;  // training windows, in the order of the sampler's positions
+  // `windows`: the batch's training windows; `keys`: their positions in the schedule, which key
+  // the random draws (a window scheduled twice in one step draws twice).
+  std::function<torch::Tensor(const std::vector<int64_t>& windows, const std::vector<int64_t>& keys, int64_t step)> loss;
   std::function<std::pair<std::string, double>()> evaluate;  // (metric, value) on the held-out windows
 };
 
@@ -132,23 +142,24 @@ void run_stage(const TrainArgs& a, Stage& s, const std::shared_ptr<booster::Plug
   const int64_t per_rank = a.batch_size / n;
   const std::string dir = a.save_dir + "/" + s.name;
   colossal::fs::make_dirs(dir);
-  const int64_t steps_per_epoch = std::max<int64_t>(1, s.windows / a.batch_size);
+  const int64_t positions = static_cast<int64_t>(s.schedule.size());
+  const int64_t steps_per_epoch = std::max<int64_t>(1, positions / a.batch_size);
   const int64_t total_steps = a.max_steps > 0 ? a.max_steps : s.epochs * steps_per_epoch;
-  auto optimizer = std::make_shared<torch::optim::AdamW>(
-      s.model->parameters(), torch::optim::AdamWOptions(s.lr).weight_decay(a.weight_decay));
+  auto optimizer =
+      colossal::optim::make_optimizer(*s.model, {.name = "fused_adamw", .lr = s.lr, .weight_decay = a.weight_decay});
   auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
       *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = total_steps / 20,
                                                         .total_steps = total_steps, .min_lr_ratio = 0.1});
   auto sampler = std::make_shared<colossal::data::DistributedSampler>(colossal::data::DistributedSampler::Options{
-      .dataset_size = s.windows, .seed = a.seed, .drop_last = true});
+      .dataset_size = positions, .seed = a.seed, .drop_last = true});
   booster::Booster booster(plugin);
   auto b = booster.boost(s.model, optimizer, scheduler, sampler);
   int64_t parameters = 0;
   for (const auto& p : s.model->parameters()) parameters += p.numel();
   if (r == 0)
-    std::printf("%s: %.2fM parameters; %s, %d rank(s), batch %ld (%ld per rank), %ld steps (%ld windows)\n",
+    std::printf("%s: %.2fM parameters; %s, %d rank(s), batch %ld (%ld per rank), %ld steps (%ld windows an epoch)\n",
                 s.name.c_str(), parameters / 1e6, (plugin->name() + ", " + plugin->precision() + ", " + plugin->dims().describe()).c_str(), dist::world_size(), a.batch_size,
-                per_rank, total_steps, s.windows);
+                per_rank, total_steps, positions);
   const int64_t first_step = colossal::apps::resume_training(
       booster, b, {.flag = a.load_checkpoint, .save_dir = dir + "/checkpoints", .total_steps = total_steps,
                    .length_flags = "--" + s.name + "_epochs or --max_steps"});
@@ -170,7 +181,9 @@ void run_stage(const TrainArgs& a, Stage& s, const std::shared_ptr<booster::Plug
     colossal::throw_if_interrupted(s.name + " step " + std::to_string(step));
     const auto rows = sampler->next_across_epochs(per_rank);
     b.optimizer->zero_grad();
-    const auto loss = s.loss(rows, step);
+    std::vector<int64_t> windows;
+    for (int64_t p : rows) windows.push_back(s.schedule[p]);
+    const auto loss = s.loss(windows, rows, step);
     booster.backward(loss, *b.optimizer);
     const double lr = b.lr_scheduler->lr();
     b.optimizer->step();
@@ -237,13 +250,14 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   VideoVae vae(vae_options(a));
   const std::string vae_dir = a.save_dir + "/vae";
   if (a.stage != "dit") {
-    Stage s{.name = "vae", .model = vae.ptr(), .epochs = a.vae_epochs, .lr = a.vae_lr, .windows = data().train.size()};
+    Stage s{.name = "vae", .model = vae.ptr(), .epochs = a.vae_epochs, .lr = a.vae_lr,
+            .schedule = epoch_schedule(a, data().train.clips)};
     const auto latent = vae->latent_shape({1, 3, a.frames, a.height, a.width});
-    s.loss = [&, latent](const std::vector<int64_t>& rows, int64_t step) {
-      const auto noise = keyed(a.seed, step, rows, 1, [&](at::Generator& g) {
+    s.loss = [&, latent](const std::vector<int64_t>& windows, const std::vector<int64_t>& keys, int64_t step) {
+      const auto noise = keyed(a.seed, step, keys, 1, [&](at::Generator& g) {
         return torch::randn(torch::IntArrayRef(latent).slice(1), g);
       });
-      return vae->loss(train_video.index_select(0, torch::tensor(rows, torch::kInt64)), noise).total;
+      return vae->loss(train_video.index_select(0, torch::tensor(windows, torch::kInt64)), noise).total;
     };
     s.evaluate = [&] {
       torch::NoGradGuard no_grad;
@@ -295,8 +309,8 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     torch::NoGradGuard no_grad;
     data();
     cache.emplace();
-    cache->train = {vae->encode(train_video).mean, decoded->train.captions};
-    cache->held_out = {vae->encode(held_video).mean, decoded->held_out.captions};
+    cache->train = {vae->encode(train_video).mean, decoded->train.captions, decoded->train.clips};
+    cache->held_out = {vae->encode(held_video).mean, decoded->held_out.captions, decoded->held_out.clips};
     cache->scale = 1 / cache->train.latents.std().item<double>();
     cache->train.latents.mul_(cache->scale);
     cache->held_out.latents.mul_(cache->scale);
@@ -339,7 +353,8 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     const auto pair = flow_training_pair(x0, noise, timesteps_from(draws.select(1, 1), draws.select(1, 2), flow));
     return (denoiser->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean();
   };
-  Stage s{.name = "dit", .model = denoiser.ptr(), .epochs = a.dit_epochs, .lr = a.dit_lr, .windows = train_latents.size(0)};
+  Stage s{.name = "dit", .model = denoiser.ptr(), .epochs = a.dit_epochs, .lr = a.dit_lr,
+          .schedule = epoch_schedule(a, cache->train.clips)};
   auto noise_and_draws = [&](const std::vector<int64_t>& rows, int64_t step) {
     const auto shape = train_latents.sizes().slice(1);
     auto noise = keyed(a.seed, step, rows, 2, [&](at::Generator& g) { return torch::randn(shape, g); });
@@ -348,11 +363,11 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     });
     return std::make_pair(noise, draws);
   };
-  s.loss = [&](const std::vector<int64_t>& rows, int64_t step) {
+  s.loss = [&](const std::vector<int64_t>& windows, const std::vector<int64_t>& keys, int64_t step) {
     std::vector<std::string> captions;
-    for (int64_t i : rows) captions.push_back(cache->train.captions[i]);
-    const auto [noise, draws] = noise_and_draws(rows, step);
-    return velocity_loss(train_latents.index_select(0, torch::tensor(rows, torch::kInt64)), captions, noise, draws,
+    for (int64_t i : windows) captions.push_back(cache->train.captions[i]);
+    const auto [noise, draws] = noise_and_draws(keys, step);
+    return velocity_loss(train_latents.index_select(0, torch::tensor(windows, torch::kInt64)), captions, noise, draws,
                          true);
   };
   s.evaluate = [&] {  // the held-out flow loss at fixed noise and timesteps

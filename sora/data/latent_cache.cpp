@@ -33,6 +33,7 @@ struct Fingerprint {
 const char* kKey = "colossal.latent_cache.key";
 const char* kScale = "colossal.latent_cache.scale";
 const char* kCaptions = "colossal.latent_cache.captions";
+const char* kClips = "colossal.latent_cache.clips";
 
 }  // namespace
 
@@ -65,7 +66,7 @@ nlohmann::json clip_fingerprint(const std::string& csv_path, const std::vector<s
 }
 
 nlohmann::json latent_cache_key(const std::string& vae_fingerprint, const nlohmann::json& data) {
-  return {{"version", 1}, {"vae", vae_fingerprint}, {"data", data}};
+  return {{"version", 2}, {"vae", vae_fingerprint}, {"data", data}};
 }
 
 std::optional<LatentCache> open_latent_cache(const std::string& path, const nlohmann::json& key, std::string* why) {
@@ -94,22 +95,26 @@ std::optional<LatentCache> open_latent_cache(const std::string& path, const nloh
   }
   LatentCache cache;
   cache.scale = std::stod(field(kScale));
-  const auto captions = nlohmann::json::parse(field(kCaptions));
+  const auto captions = nlohmann::json::parse(field(kCaptions)), clips = nlohmann::json::parse(field(kClips));
   for (auto [split, name] : {std::pair{&cache.train, "train"}, std::pair{&cache.held_out, "held_out"}}) {
     split->latents = file->view(name);  // mapped, not copied; keeps the mapping alive
     split->captions = captions.at(name).get<std::vector<std::string>>();
-    COLOSSAL_CHECK(static_cast<int64_t>(split->captions.size()) == split->latents.size(0), "[latent cache] '", path,
-                   "': ", split->captions.size(), " ", name, " captions for ", split->latents.size(0), " windows");
+    split->clips = clips.at(name).get<std::vector<int64_t>>();
+    COLOSSAL_CHECK(static_cast<int64_t>(split->captions.size()) == split->latents.size(0) &&
+                       split->clips.size() == split->captions.size(),
+                   "[latent cache] '", path, "': ", split->captions.size(), " ", name, " captions and ",
+                   split->clips.size(), " clip indices for ", split->latents.size(0), " windows");
   }
   return cache;
 }
 
 void write_latent_cache(const std::string& path, const nlohmann::json& key, const LatentCache& cache) {
   const nlohmann::json captions = {{"train", cache.train.captions}, {"held_out", cache.held_out.captions}};
+  const nlohmann::json clips = {{"train", cache.train.clips}, {"held_out", cache.held_out.clips}};
   char scale[32];
   std::snprintf(scale, sizeof scale, "%.17g", cache.scale);
   checkpoint::save_safetensors(path, {{"train", cache.train.latents}, {"held_out", cache.held_out.latents}},
-                               {{kKey, key.dump()}, {kScale, scale}, {kCaptions, captions.dump()}});
+                               {{kKey, key.dump()}, {kScale, scale}, {kCaptions, captions.dump()}, {kClips, clips.dump()}});
 }
 
 }  // namespace colossal::sora

@@ -2,7 +2,7 @@
 // The latent cache: every training and held-out window encoded once by the frozen VAE, kept in
 // one safetensors file that later runs map instead of decoding the clips and running the encoder
 // again. The file holds the latents (already scaled to unit variance), the scale, and each
-// window's caption; a key written beside them describes what produced them (the VAE's weights,
+// window's caption and clip; a key written beside them describes what produced them (the VAE's weights,
 // the dataset CSV and its clips' sizes and times, the window options), and a cache whose key
 // differs is stale: it is rebuilt, never used.
 //
@@ -22,6 +22,7 @@ namespace colossal::sora {
 struct LatentSplit {
   torch::Tensor latents;  // [N, C, T, H, W] float, scaled
   std::vector<std::string> captions;
+  std::vector<int64_t> clips;  // each window's clip (its CSV row), for balancing
 };
 
 struct LatentCache {

@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "sora/data/clip_csv.h"
 #include "sora/data/latent_cache.h"
@@ -41,6 +43,30 @@ TEST(ClipData, WindowsAreCutFromTheDecodedClips) {
   EXPECT_NE(w.origins[1].find("cockatoo.mp4 @ frame 32"), std::string::npos) << w.origins[1];
   const auto direct = read_video(clips[0].path, {.start_frame = 32, .num_frames = 8, .stride = 4, .height = 24, .width = 32});
   EXPECT_TRUE(torch::equal(w.videos[1], direct));
+  EXPECT_EQ(w.clips, (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 0, 0, 1}));
+}
+
+TEST(ClipData, SplitAndBalance) {
+  // Clip 0 has 12 windows, clip 1 one, clip 2 four; every 4th window of each clip held out.
+  std::vector<int64_t> clip_of(12, 0);
+  clip_of.push_back(1);
+  for (int i = 0; i < 4; ++i) clip_of.push_back(2);
+  const auto split = split_windows(clip_of, 0.25);
+  EXPECT_EQ(split.held_out, (std::vector<int64_t>{2, 6, 10, 15}));  // windows 2, 6, 10 of clip 0; 2 of clip 2
+  EXPECT_EQ(split.train.size() + split.held_out.size(), clip_of.size());
+  EXPECT_NE(std::find(split.train.begin(), split.train.end(), 12), split.train.end()) << "a one-window clip trains";
+  // Balanced: clip 0's 9 training windows once, clip 1's one window 9 times, clip 2's three 3 times.
+  std::vector<int64_t> train_clips;
+  for (int64_t i : split.train) train_clips.push_back(clip_of[i]);
+  const auto schedule = balanced_schedule(train_clips);
+  std::map<int64_t, int64_t> per_clip;
+  for (int64_t p : schedule) ++per_clip[train_clips[p]];
+  EXPECT_EQ(per_clip[0], 9);
+  EXPECT_EQ(per_clip[1], 9);
+  EXPECT_EQ(per_clip[2], 9);
+  EXPECT_EQ(schedule.size(), 27u);
+  auto msg = colossal::testing::error_message_of([&] { split_windows(clip_of, 1.5); });
+  EXPECT_NE(msg.find("held-out fraction 1.5: expected in (0, 1)"), std::string::npos) << msg;
 }
 
 TEST(ClipData, BadRowsAreNamed) {
@@ -69,8 +95,8 @@ TEST(LatentCache, WrittenMappedAndRefusedWhenStale) {
   torch::nn::Linear vae(3, 4);
   const auto key = latent_cache_key(weights_fingerprint(*vae), clip_fingerprint(csv, {clip}));
   LatentCache cache;
-  cache.train = {torch::randn({3, 4, 2, 2, 2}), {"a", "b", "c"}};
-  cache.held_out = {torch::randn({1, 4, 2, 2, 2}), {"held"}};
+  cache.train = {torch::randn({3, 4, 2, 2, 2}), {"a", "b", "c"}, {0, 0, 1}};
+  cache.held_out = {torch::randn({1, 4, 2, 2, 2}), {"held"}, {1}};
   cache.scale = 0.123456789;
   write_latent_cache(path, key, cache);
 
@@ -81,6 +107,7 @@ TEST(LatentCache, WrittenMappedAndRefusedWhenStale) {
   EXPECT_TRUE(torch::equal(back->held_out.latents, cache.held_out.latents));
   EXPECT_EQ(back->train.captions, cache.train.captions);
   EXPECT_EQ(back->held_out.captions, cache.held_out.captions);
+  EXPECT_EQ(back->train.clips, cache.train.clips);
   EXPECT_EQ(back->scale, cache.scale);
 
   // Other weights, or a clip changed on disk: the key differs, the cache is not used.

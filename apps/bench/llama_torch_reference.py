@@ -18,19 +18,12 @@ import torch
 import torch.distributed as dist
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from matmul_rate import matmul_gflops  # beside this script
+
 SHAPES = {  # must match llama/shapes.cpp
     "S": dict(hidden_size=288, num_hidden_layers=6, num_attention_heads=6, intermediate_size=768, seq=256),
     "M": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=2048, seq=512),
 }
-
-
-def matmul_gflops(a, b, c):
-    t = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        torch.mm(a, b, out=c)
-        t.append(time.perf_counter() - t0)
-    return 2 * 2048**3 / statistics.median(t) / 1e9
 
 
 def main():

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -225,8 +226,11 @@ void generation_table(const std::string& model_dir, int repeats, const TextToVid
       if (n->index >= 0) n->ssim = ssim(video, all.videos[n->index]);
     std::printf("%-44s %8.2f %10.2f / %6.3f %11.2f / %6.3f\n", clip.text.c_str(), median(secs), own.psnr, own.ssim,
                 other.psnr, other.ssim);
-    std::string slug = clip.text.substr(0, clip.text.find(' ', clip.text.find(' ') + 1));
-    for (auto& ch : slug) if (ch == ' ') ch = '_';
+    std::string slug;  // the caption's first three words
+    for (size_t i = 0, words = 0; i < clip.text.size() && words < 3; ++i) {
+      if (clip.text[i] == ' ') ++words;
+      if (words < 3) slug += std::isalnum(static_cast<unsigned char>(clip.text[i])) ? clip.text[i] : '_';
+    }
     const std::string sheet = out_dir + "/" + slug + "_vs_nearest.png";
     write_contact_sheet(sheet, torch::cat({video, all.videos[own.index]}),
                         {.columns = static_cast<int>(video.size(0)),

@@ -19,20 +19,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from matmul_rate import matmul_gflops  # beside this script
+
 SHAPES = {  # must match bench_sora's
     "default": dict(hidden=128, depth=4, heads=4, latent=(4, 4, 8, 8), batch=8),
     "L": dict(hidden=256, depth=6, heads=8, latent=(4, 8, 16, 16), batch=2),
 }
 TEXT_TOKENS, TEXT_LAYERS = 64, 2
-
-
-def matmul_gflops(a, b, c):
-    t = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        torch.mm(a, b, out=c)
-        t.append(time.perf_counter() - t0)
-    return 2 * 2048**3 / statistics.median(t) / 1e9
 
 
 def heads_of(x, h):  # [N, L, D] -> [N, h, L, D/h]

@@ -6,6 +6,7 @@
 
 #include "core/common/check.h"
 #include "core/nn/activation_checkpoint.h"
+#include "core/nn/module_hooks.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "sora/models/attention.h"
 
@@ -39,7 +40,7 @@ class StditBlockImpl : public torch::nn::Module {
     const auto m = (table_.unsqueeze(0) + mod).unbind(1);  // shift, scale, gate (attention); shift, scale, gate (MLP)
     auto h = x + m[2].unsqueeze(1) * attn_->forward(modulate(layer_norm(x), m[0], m[1]));
     h = h + cross_->forward(h.reshape({text.size(0), -1, h.size(2)}), text, mask).reshape(h.sizes());
-    return h + m[5].unsqueeze(1) * fc2_->forward(torch::gelu(fc1_->forward(modulate(layer_norm(h), m[3], m[4])), "tanh"));
+    return h + m[5].unsqueeze(1) * nn::call(fc2_, torch::gelu(nn::call(fc1_, modulate(layer_norm(h), m[3], m[4])), "tanh"));
   }
 
  private:
@@ -49,6 +50,19 @@ class StditBlockImpl : public torch::nn::Module {
   torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
 };
 TORCH_MODULE(StditBlock);
+
+// The learned null caption [L, E] that dropped captions see.
+class NullCaptionImpl : public torch::nn::Module {
+ public:
+  NullCaptionImpl(int64_t tokens, int64_t dim) {
+    tokens_ = register_parameter("tokens", torch::randn({tokens, dim}) / std::sqrt(static_cast<double>(dim)));
+  }
+  torch::Tensor forward(int64_t batch) { return tokens_.unsqueeze(0).expand({batch, -1, -1}); }
+
+ private:
+  torch::Tensor tokens_;
+};
+TORCH_MODULE(NullCaption);
 
 }  // namespace
 
@@ -99,14 +113,16 @@ StditImpl::StditImpl(StditOptions options, parallel::ParallelContext parallel)
   final_table_ = register_parameter("final_scale_shift_table", torch::randn({2, D}) / std::sqrt(static_cast<double>(D)));
   const int64_t patch_volume = o.patch[0] * o.patch[1] * o.patch[2];
   final_linear_ = register_module("final_linear", torch::nn::Linear(D, patch_volume * o.in_channels));
-  null_text_ = register_parameter("null_text", torch::randn({o.text_tokens, o.text_dim}) / std::sqrt(static_cast<double>(o.text_dim)));
+  null_text_ = register_module("null_text", NullCaption(o.text_tokens, o.text_dim));
   torch::NoGradGuard no_grad;
   final_linear_->weight.zero_();  // the untrained model predicts zero velocity, as DiT starts
   final_linear_->bias.zero_();
 }
 
-std::pair<torch::Tensor, torch::Tensor> StditImpl::null_text(int64_t batch) const {
-  return {null_text_.unsqueeze(0).expand({batch, -1, -1}),
+// Every module that owns parameters runs through nn::call (the final table under run_hooked), so
+// ZeRO-3 (gemini) gathers each module's parameters when it runs and again for its backward.
+std::pair<torch::Tensor, torch::Tensor> StditImpl::null_text(int64_t batch) {
+  return {nn::call(*std::static_pointer_cast<NullCaptionImpl>(null_text_), batch),
           torch::ones({batch, options_.text_tokens}, torch::kBool)};
 }
 
@@ -122,7 +138,7 @@ torch::Tensor StditImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
                  "[stdit] caption tokens ", text.sizes(), " with mask ", text_mask.sizes(), " for ", x.size(0),
                  " samples of width ", o.text_dim);
   const int64_t B = x.size(0), D = o.hidden;
-  const auto patches = patch_embed_->forward(x);  // [B, D, T', H', W']
+  const auto patches = nn::call(patch_embed_, x);  // [B, D, T', H', W']
   const int64_t T = patches.size(2), Hp = patches.size(3), Wp = patches.size(4);
   int64_t S = Hp * Wp;
   auto h = patches.flatten(3).permute({0, 2, 3, 1});  // [B, T', S, D]
@@ -142,8 +158,10 @@ torch::Tensor StditImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
     S = S_all / sp;
     h = h.narrow(2, parallel_.sp_rank() * S, S);
   }
-  const auto time = time_embed_->forward(sinusoidal_embedding(t * 1000, 256));  // [B, D]
-  const auto mod = time_modulation_->forward(torch::silu(time)).view({B, 6, D});
+  const auto time = nn::call(*time_embed_->ptr<torch::nn::LinearImpl>(2),  // [B, D]
+                             torch::silu(nn::call(*time_embed_->ptr<torch::nn::LinearImpl>(0),
+                                                  sinusoidal_embedding(t * 1000, 256))));
+  const auto mod = nn::call(time_modulation_, torch::silu(time)).view({B, 6, D});
   // Per-row conditioning for the spatial layout (rows: sample-major frames) and the temporal one
   // (rows: sample-major positions).
   const auto mod_s = mod.repeat_interleave(T, 0), mod_t = mod.repeat_interleave(S, 0);
@@ -153,12 +171,12 @@ torch::Tensor StditImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
     // Conditioning travels as inputs (not captures): checkpointing runs the blocks again during
     // the backward, and their gradients must reach the timestep and caption encoders once.
     auto run_spatial = [=](const std::vector<torch::Tensor>& in) {  // [B, T', S, D] -> same
-      return spatial->forward(in[0].reshape({B * T, S, D}), in[1], in[2], in[3]).view({B, T, S, D});
+      return nn::call(*spatial, in[0].reshape({B * T, S, D}), in[1], in[2], in[3]).view({B, T, S, D});
     };
     auto run_temporal = [=](const std::vector<torch::Tensor>& in) {
       auto rows = in[0].permute({0, 2, 1, 3}).reshape({B * S, T, D});  // [B x S, T', D]
       if (i == 0) rows = rows + temporal_pos;
-      return temporal->forward(rows, in[1], in[2], in[3]).view({B, S, T, D}).permute({0, 2, 1, 3});
+      return nn::call(*temporal, rows, in[1], in[2], in[3]).view({B, S, T, D}).permute({0, 2, 1, 3});
     };
     const std::vector<torch::Tensor> spatial_args = {mod_s, text, text_mask}, temporal_args = {mod_t, text, text_mask};
     auto with = [](const torch::Tensor& x, std::vector<torch::Tensor> rest) {
@@ -172,8 +190,9 @@ torch::Tensor StditImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
       h = run_temporal(with(run_spatial(with(h, spatial_args)), temporal_args));
     }
   }
-  const auto fin = (final_table_.unsqueeze(0) + time.unsqueeze(1)).unbind(1);  // shift, scale
-  auto out = final_linear_->forward(modulate(layer_norm(h.reshape({B, T * S, D})), fin[0], fin[1]));
+  const auto fin = nn::run_hooked(*this, [&] { return final_table_.unsqueeze(0) + time.unsqueeze(1); })
+                       .unbind(1);  // shift, scale
+  auto out = nn::call(final_linear_, modulate(layer_norm(h.reshape({B, T * S, D})), fin[0], fin[1]));
   if (sp > 1) {  // every rank's tokens, in order: [B, T' S/n, P] -> [B, T' S, P]; backward: own slice
     const auto local = out.view({B, T, S, out.size(-1)}).transpose(2, 3);  // [B, T', P, S/n]
     out = parallel::gather_last_dim(local, parallel_.sp).transpose(2, 3).reshape({B, T * S_all, out.size(-1)});

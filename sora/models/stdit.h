@@ -48,7 +48,7 @@ class StditImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& text,
                         const torch::Tensor& text_mask);
   /// The null caption for `batch` samples (tokens and an all-true mask).
-  std::pair<torch::Tensor, torch::Tensor> null_text(int64_t batch) const;
+  std::pair<torch::Tensor, torch::Tensor> null_text(int64_t batch);
   const StditOptions& options() const { return options_; }
 
  private:
@@ -58,7 +58,8 @@ class StditImpl : public torch::nn::Module {
   torch::nn::Sequential time_embed_{nullptr};
   torch::nn::Linear time_modulation_{nullptr}, final_linear_{nullptr};
   torch::nn::ModuleList spatial_, temporal_;
-  torch::Tensor final_table_, null_text_;
+  torch::Tensor final_table_;
+  std::shared_ptr<torch::nn::Module> null_text_;  // its own module: ZeRO-3 gathers it apart from the final table
 };
 TORCH_MODULE(Stdit);
 

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/common/check.h"
+#include "core/nn/module_hooks.h"
 #include "sora/models/attention.h"
 
 namespace colossal::sora {
@@ -20,8 +21,8 @@ class EncoderLayerImpl : public torch::nn::Module {
     fc2_ = register_module("fc2", torch::nn::Linear(4 * dim, dim));
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
-    auto h = x + attn_->forward(norm1_->forward(x), mask);
-    return h + fc2_->forward(torch::gelu(fc1_->forward(norm2_->forward(h)), "tanh"));
+    auto h = x + attn_->forward(nn::call(norm1_, x), mask);
+    return h + nn::call(fc2_, torch::gelu(nn::call(fc1_, nn::call(norm2_, h)), "tanh"));
   }
 
  private:
@@ -66,9 +67,9 @@ std::pair<torch::Tensor, torch::Tensor> TextEncoderImpl::tokenize(const std::vec
 
 EncodedText TextEncoderImpl::forward(const std::vector<std::string>& captions) {
   auto [ids, mask] = tokenize(captions);
-  auto h = embed_->forward(ids) + position_->forward(torch::arange(options_.max_tokens, torch::kInt64));
+  auto h = nn::call(embed_, ids) + nn::call(position_, torch::arange(options_.max_tokens, torch::kInt64));
   for (const auto& layer : *layers_) h = layer->as<EncoderLayerImpl>()->forward(h, mask);
-  return {norm_->forward(h), mask};
+  return {nn::call(norm_, h), mask};
 }
 
 }  // namespace colossal::sora

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/common/check.h"
+#include "core/nn/module_hooks.h"
 
 namespace colossal::sora {
 namespace {
@@ -19,7 +20,7 @@ class CausalTemporalConvImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     // Two frames of the past (the first frame repeated): frame t sees t-2..t.
     const auto first = x.narrow(2, 0, 1);
-    return conv_->forward(torch::cat({first, first, x}, 2).narrow(2, stride_ == 2 ? 1 : 0,
+    return nn::call(conv_, torch::cat({first, first, x}, 2).narrow(2, stride_ == 2 ? 1 : 0,
                                                                    x.size(2) + (stride_ == 2 ? 1 : 2)));
   }
 
@@ -33,7 +34,7 @@ TORCH_MODULE(CausalTemporalConv);
 torch::Tensor frame_norm(torch::nn::GroupNorm& norm, const torch::Tensor& x) {
   const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
   const auto frames = x.permute({0, 2, 1, 3, 4}).reshape({b * t, c, h, w});
-  return norm->forward(frames).reshape({b, t, c, h, w}).permute({0, 2, 1, 3, 4});
+  return nn::call(norm, frames).reshape({b, t, c, h, w}).permute({0, 2, 1, 3, 4});
 }
 
 torch::nn::Conv3d spatial_conv(int64_t in, int64_t out, int64_t stride = 1) {
@@ -53,9 +54,9 @@ class ResBlockImpl : public torch::nn::Module {
     if (in != out) skip_ = register_module("skip", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, 1)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    auto h = temporal1_->forward(spatial1_->forward(F::silu(frame_norm(norm1_, x))));
-    h = temporal2_->forward(spatial2_->forward(F::silu(frame_norm(norm2_, h))));
-    return (skip_ ? skip_->forward(x) : x) + h;
+    auto h = temporal1_->forward(nn::call(spatial1_, F::silu(frame_norm(norm1_, x))));
+    h = temporal2_->forward(nn::call(spatial2_, F::silu(frame_norm(norm2_, h))));
+    return (skip_ ? nn::call(skip_, x) : x) + h;
   }
 
  private:
@@ -73,7 +74,7 @@ class DownsampleImpl : public torch::nn::Module {
     if (time) temporal_ = register_module("temporal", CausalTemporalConv(channels, channels, 2));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    auto h = spatial_->forward(x);
+    auto h = nn::call(spatial_, x);
     return temporal_ ? temporal_->forward(h) : h;
   }
 
@@ -90,7 +91,7 @@ class UpsampleImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     auto h = x.repeat_interleave(2, 3).repeat_interleave(2, 4);
     if (time_) h = h.repeat_interleave(2, 2);
-    return conv_->forward(h);
+    return nn::call(conv_, h);
   }
 
  private:
@@ -164,12 +165,12 @@ std::vector<int64_t> VideoVaeImpl::latent_shape(torch::IntArrayRef s) const {
 
 VaeEncoding VideoVaeImpl::encode(const torch::Tensor& video) {
   latent_shape(video.sizes());
-  auto h = enc_in_->forward(video);
+  auto h = nn::call(enc_in_, video);
   for (const auto& m : *encoder_) {
     if (auto r = m->as<ResBlockImpl>()) h = r->forward(h);
     else h = m->as<DownsampleImpl>()->forward(h);
   }
-  const auto moments = enc_out_->forward(F::silu(frame_norm(enc_norm_, h)));
+  const auto moments = nn::call(enc_out_, F::silu(frame_norm(enc_norm_, h)));
   auto parts = moments.chunk(2, 1);
   return {parts[0], parts[1].clamp(-30, 20)};
 }
@@ -177,12 +178,12 @@ VaeEncoding VideoVaeImpl::encode(const torch::Tensor& video) {
 torch::Tensor VideoVaeImpl::decode(const torch::Tensor& latent) {
   COLOSSAL_CHECK(latent.dim() == 5 && latent.size(1) == options_.latent_channels, "[video vae] expected latents [B, ",
                  options_.latent_channels, ", T, H, W], got ", latent.sizes());
-  auto h = dec_in_->forward(latent);
+  auto h = nn::call(dec_in_, latent);
   for (const auto& m : *decoder_) {
     if (auto r = m->as<ResBlockImpl>()) h = r->forward(h);
     else h = m->as<UpsampleImpl>()->forward(h);
   }
-  return dec_out_->forward(F::silu(frame_norm(dec_norm_, h)));
+  return nn::call(dec_out_, F::silu(frame_norm(dec_norm_, h)));
 }
 
 VaeLoss VideoVaeImpl::loss(const torch::Tensor& video, const torch::Tensor& noise) {

@@ -55,7 +55,7 @@ TEST(Stdit, TimestepCaptionAndEveryParameterMatter) {
   EXPECT_FALSE(torch::allclose(va, model->forward(x, torch::tensor({0.1, 0.5}), a.tokens, a.mask)));
   (va.pow(2).sum() + vb.pow(2).sum()).backward();
   for (const auto& p : model->named_parameters()) {
-    if (p.key() == "null_text") continue;  // used only for dropped captions
+    if (p.key() == "null_text.tokens") continue;  // used only for dropped captions
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
     EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0) << p.key();
   }
@@ -143,7 +143,7 @@ Pass run(const parallel::ParallelContext& ctx, bool checkpointing) {
   out.loss = (out.velocity - target).pow(2).mean();
   out.loss.backward();
   for (const auto& p : model->named_parameters()) {
-    if (p.key() == "null_text") continue;  // used only for dropped captions
+    if (p.key() == "null_text.tokens") continue;  // used only for dropped captions
     auto g = p.value().grad().clone();
     if (ctx.sp_size() > 1) dist::all_reduce(g, ctx.sp);
     out.grads[p.key()] = g;

@@ -1,5 +1,5 @@
-// train_sora driven as a user drives it: both stages on 2 ranks (DDP, ZeRO-2, sequence-parallel
-// STDiT) take the steps one process takes (noise and timesteps are keyed to the windows), and
+// train_sora driven as a user drives it: both stages on 2 ranks (DDP, ZeRO-2, ZeRO-3,
+// sequence-parallel STDiT) take the steps one process takes (noise and timesteps are keyed to the windows), and
 // bad input is named.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -61,9 +61,10 @@ TEST(TrainSora, BothStagesOnTwoRanksEqualOneProcess) {
   ASSERT_EQ(one.rc, 0) << one.output;
   ASSERT_EQ(one.loss.at("vae").size(), 4u) << one.output;
   ASSERT_EQ(one.loss.at("dit").size(), 4u) << one.output;
-  // DDP and ZeRO-2 over 2 ranks; hybrid with sp 2 (all_to_all) shards STDiT's spatial tokens
-  // (its VAE stage folds sp into dp: 2 data-parallel ranks).
-  for (const std::string plugin : {"--plugin ddp", "--plugin zero2", "--plugin hybrid --sp 2 --sp_mode all_to_all"}) {
+  // DDP, ZeRO-2 and ZeRO-3 (gemini) over 2 ranks; hybrid with sp 2 (all_to_all) shards STDiT's
+  // spatial tokens (its VAE stage folds sp into dp: 2 data-parallel ranks).
+  for (const std::string plugin :
+       {"--plugin ddp", "--plugin zero2", "--plugin gemini", "--plugin hybrid --sp 2 --sp_mode all_to_all"}) {
     const auto two = train_sora(2, "two", kTiny + plugin);
     ASSERT_EQ(two.rc, 0) << two.output;
     for (const char* stage : {"vae", "dit"}) {

@@ -1,14 +1,22 @@
 """The plain PyTorch way of training the bench_llama shapes, for side-by-side figures.
 
-Hugging Face transformers' LlamaForCausalLM (SDPA attention), torch.optim.AdamW (fused), and
-DistributedDataParallel over Gloo when launched with more than one rank (torchrun). Measures the
-same things as bench_llama's own jobs, the same way: the fp32 2048x2048 matrix-product rate on
-every rank at once before each step, and the median step time, and writes one row.
+The same architecture as llama/model.h written as a PyTorch user would (RMSNorm, rotary
+embeddings, F.scaled_dot_product_attention with a causal mask, SwiGLU, untied head; not
+transformers' class and its overheads), trained with torch.optim.AdamW (fused) under one of
+  --strategy ddp     DistributedDataParallel over Gloo (one process: no wrapper)
+  --strategy zero1   DDP + ZeroRedundancyOptimizer (optimizer state sharded: ZeRO-1)
+  --strategy fsdp2   fully_shard per decoder layer and at the root (ZeRO-3)
+optionally under torch.compile (--compile) and torch.autocast("cpu", bfloat16) (--precision
+bf16). Measures what bench_llama measures for its own jobs, the same way: the fp32 2048x2048
+matrix-product rate on every rank at once before each step, and the median step time; rank 0
+writes one row.
 
-    python apps/bench/llama_torch_reference.py --shape M --threads 1 --steps 3 --row_file F
-    torchrun --nproc_per_node 2 apps/bench/llama_torch_reference.py --shape M --threads 1 ...
+    python apps/bench/llama_torch_reference.py --shape M --threads 2 --steps 3 --row_file F
+    torchrun --nproc_per_node 2 apps/bench/llama_torch_reference.py --shape M --threads 1 \\
+        --strategy fsdp2 --compile --precision bf16 ...
 """
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -16,14 +24,77 @@ import time
 
 import torch
 import torch.distributed as dist
-from transformers import LlamaConfig, LlamaForCausalLM
+import torch.nn as nn
+import torch.nn.functional as F
 
 from matmul_rate import matmul_gflops  # beside this script
 
 SHAPES = {  # must match llama/shapes.cpp
-    "S": dict(hidden_size=288, num_hidden_layers=6, num_attention_heads=6, intermediate_size=768, seq=256),
-    "M": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=2048, seq=512),
+    "S": dict(dim=288, layers=6, heads=6, ffn=768, seq=256),
+    "M": dict(dim=768, layers=12, heads=12, ffn=2048, seq=512),
 }
+VOCAB, EPS, THETA = 32000, 1e-6, 10000.0
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * self.weight
+
+
+def rotary_tables(seq, head_dim):
+    inv = 1.0 / THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+    angles = torch.cat([angles, angles], -1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x, cos, sin):  # x [B, H, T, D], rotate-half convention as llama/
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, ffn):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm, self.mlp_norm = RMSNorm(dim), RMSNorm(dim)
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.gate, self.up = nn.Linear(dim, ffn, bias=False), nn.Linear(dim, ffn, bias=False)
+        self.down = nn.Linear(ffn, dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, D = x.shape
+        h = self.attn_norm(x)
+        split = lambda t: t.view(B, T, self.heads, -1).transpose(1, 2)
+        q, k, v = split(self.q(h)), split(self.k(h)), split(self.v(h))
+        a = F.scaled_dot_product_attention(rotate(q, cos, sin), rotate(k, cos, sin), v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(B, T, D))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, dim, layers, heads, ffn, seq):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, dim)
+        self.layers = nn.ModuleList(Block(dim, heads, ffn) for _ in range(layers))
+        self.norm = RMSNorm(dim)
+        self.head = nn.Linear(dim, VOCAB, bias=False)
+        cos, sin = rotary_tables(seq, dim // heads)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, ids):  # mean next-token cross-entropy, as LlamaForCausalLM::loss
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB).float(), ids[:, 1:].reshape(-1))
 
 
 def main():
@@ -32,6 +103,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--strategy", default="ddp", choices=["ddp", "zero1", "fsdp2"])
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--row_file", default="")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -42,18 +116,28 @@ def main():
     n = dist.get_world_size() if distributed else 1
     rank = dist.get_rank() if distributed else 0
     s = dict(SHAPES[a.shape])
-    seq = s.pop("seq")
-    cfg = LlamaConfig(vocab_size=32000, num_key_value_heads=s["num_attention_heads"], max_position_embeddings=seq,
-                      tie_word_embeddings=False, attn_implementation="sdpa", **s)
+    seq = s["seq"]
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    if distributed:
+    model = Llama(**s)
+    if distributed and a.strategy == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+    if distributed and a.strategy == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4, fused=True)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    if distributed and a.strategy in ("ddp", "zero1"):
         model = torch.nn.parallel.DistributedDataParallel(model)
-    ids = torch.randint(32000, (a.batch, seq))
+    step_model = torch.compile(model) if a.compile else model
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16" else contextlib.nullcontext
+    ids = torch.randint(VOCAB, (a.batch, seq))
     mats = [torch.randn(2048, 2048), torch.randn(2048, 2048), torch.empty(2048, 2048)]
-    times, rates = [], []
-    for step in range(a.steps + 1):
+    times, rates, losses = [], [], []
+    warmup = 2 if a.compile else 1  # compilation happens in the first step
+    for step in range(a.steps + warmup):
         if distributed:
             dist.barrier()
         rate = torch.tensor([matmul_gflops(*mats)], dtype=torch.float64)
@@ -62,22 +146,28 @@ def main():
             dist.all_reduce(rate)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids).loss.backward()
+        with autocast():
+            loss = step_model(ids)
+        loss.backward()
         opt.step()
         t = time.perf_counter() - t0
-        if step > 0:
+        losses.append(loss.item())
+        if step >= warmup:
             times.append(t)
             rates.append(rate.item())
     step_s = statistics.median(times)
     tokens_s = n * a.batch * seq / step_s
-    d, L, f, V = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, cfg.vocab_size
-    matmul_params = L * (4 * d * d + 3 * d * f) + V * d
-    flops = 3 * (2 * matmul_params + 4 * L * d * seq)
+    d, L, f = s["dim"], s["layers"], s["ffn"]
+    matmul_params = L * (4 * d * d + 3 * d * f) + VOCAB * d
+    flops = 3 * (2 * matmul_params + 4 * L * d * seq)  # llama::training_flops_per_token
     mm = statistics.median(rates)
     model_gflops = tokens_s * flops / 1e9
     peak = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], dtype=torch.float64)
     if distributed:
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        print(f"[reference] {a.strategy}{'+compile' if a.compile else ''} {a.precision}: losses "
+              + " ".join(f"{l:.4f}" for l in losses), flush=True)
     if rank == 0 and a.row_file:
         with open(a.row_file, "w") as out:
             out.write(f"{a.shape} {n}x{a.threads} {step_s} {tokens_s} {mm} {model_gflops} {model_gflops / mm} {peak.item()}\n")

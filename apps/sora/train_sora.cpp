@@ -219,52 +219,126 @@ void write_config(const std::string& path, const nlohmann::json& j) {
   if (dist::rank() == 0) colossal::checkpoint::write_text_atomically(path, j.dump(2) + "\n");
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The dataset: its CSV read at once, its clips decoded when a stage first needs them (a DiT
+// stage that finds its latent cache never does).
+class Clips {
+ public:
+  explicit Clips(const TrainArgs& a) : a_(a), csv_(a.data.empty() ? default_clip_csv() : a.data), clips_(read_clip_csv(csv_)) {}
+  const std::string& csv() const { return csv_; }
+  const std::vector<ClipEntry>& entries() const { return clips_; }
+  const Split& windows() {
+    if (!decoded_) {
+      const auto t = std::chrono::steady_clock::now();
+      decoded_ = load_data(clips_, a_);
+      train_video_ = frames_to_video(decoded_->train.videos);
+      held_video_ = frames_to_video(decoded_->held_out.videos);
+      if (dist::rank() == 0)
+        std::printf("data: %ld training and %ld held-out windows of %ld frames at %ldx%ld (stride %ld) from %s (%.1f s)\n",
+                    decoded_->train.size(), decoded_->held_out.size(), a_.frames, a_.height, a_.width,
+                    a_.frame_stride, a_.data.empty() ? "the built-in clips" : a_.data.c_str(), seconds_since(t));
+    }
+    return *decoded_;
+  }
+  /// The decoded windows as the VAE takes them (frames_to_video).
+  const torch::Tensor& train_video() {
+    windows();
+    return train_video_;
+  }
+  const torch::Tensor& held_video() {
+    windows();
+    return held_video_;
+  }
+
+ private:
+  const TrainArgs& a_;
+  std::string csv_;
+  std::vector<ClipEntry> clips_;
+  std::optional<Split> decoded_;
+  torch::Tensor train_video_, held_video_;
+};
+
+// The latent cache: every window encoded once by the frozen VAE (its mean), scaled to unit
+// variance as Stable Diffusion's and Open-Sora's latents are, and kept on disk (mapped by later
+// runs) under a key of the VAE's weights, the clips and the window options.
+LatentCache latents_for(const TrainArgs& a, VideoVae& vae, Clips& data) {
+  const int r = dist::rank();
+  vae->eval();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string path = a.latent_cache == "auto" ? a.save_dir + "/dit/latent_cache.safetensors" : a.latent_cache;
+  std::optional<LatentCache> cache;
+  nlohmann::json key;
+  if (a.latent_cache != "none") {
+    std::vector<std::string> paths;
+    for (const auto& c : data.entries()) paths.push_back(c.path);
+    key = latent_cache_key(weights_fingerprint(*vae),
+                           {{"clips", clip_fingerprint(data.csv(), paths)},
+                            {"windows", {a.frames, a.frame_stride, a.height, a.width, a.window_step}},
+                            {"held_out_fraction", a.held_out_fraction}});
+    std::string why;
+    cache = open_latent_cache(path, key, &why);
+    // Every rank takes the same path (a rank that misses makes all of them encode), so the
+    // ranks train on the same numbers whichever files each one sees.
+    auto all_hit = torch::tensor({cache ? 1 : 0}, torch::kInt32);
+    dist::all_reduce(all_hit, dist::world_group(), dist::ReduceOp::kMin);
+    if (all_hit.item<int>() == 0) {
+      if (r == 0) std::printf("latent cache: %s; encoding\n", why.empty() ? "another rank has none" : why.c_str());
+      cache.reset();
+    }
+  }
+  const bool hit = cache.has_value();
+  if (!hit) {
+    torch::NoGradGuard no_grad;
+    const Split& windows = data.windows();
+    cache.emplace();
+    cache->train = {vae->encode(data.train_video()).mean, windows.train.captions, windows.train.clips};
+    cache->held_out = {vae->encode(data.held_video()).mean, windows.held_out.captions, windows.held_out.clips};
+    cache->scale = 1 / cache->train.latents.std().item<double>();
+    cache->train.latents.mul_(cache->scale);
+    cache->held_out.latents.mul_(cache->scale);
+    if (r == 0 && a.latent_cache != "none") {
+      if (const auto slash = path.find_last_of('/'); slash != std::string::npos) colossal::fs::make_dirs(path.substr(0, slash));
+      write_latent_cache(path, key, *cache);
+    }
+  }
+  if (r == 0) {
+    const std::string how = hit ? "mapped from " + path
+                                : a.latent_cache == "none" ? std::string("encoded (not kept)") : "encoded and written to " + path;
+    std::printf("latent cache: %ld + %ld windows as %s latents (scale %.4f), %s in %.1f s\n",
+                cache->train.latents.size(0), cache->held_out.latents.size(0),
+                c10::str(cache->train.latents.sizes().slice(1)).c_str(), cache->scale, how.c_str(), seconds_since(start));
+  }
+  return std::move(*cache);
+}
+
 void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   const bool own_runtime = !dist::is_initialized();
   if (own_runtime) dist::init();
   const int r = dist::rank();
   const auto t0 = std::chrono::steady_clock::now();
-  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
-  const std::string csv = a.data.empty() ? default_clip_csv() : a.data;
-  const auto clips = read_clip_csv(csv);
-  // The clips are decoded when a stage needs them: a DiT stage that finds its latent cache never does.
-  std::optional<Split> decoded;
-  torch::Tensor train_video, held_video;
-  auto data = [&]() -> const Split& {
-    if (!decoded) {
-      const auto t = std::chrono::steady_clock::now();
-      decoded = load_data(clips, a);
-      train_video = frames_to_video(decoded->train.videos);
-      held_video = frames_to_video(decoded->held_out.videos);
-      if (r == 0)
-        std::printf("data: %ld training and %ld held-out windows of %ld frames at %ldx%ld (stride %ld) from %s (%.1f s)\n",
-                    decoded->train.size(), decoded->held_out.size(), a.frames, a.height, a.width, a.frame_stride,
-                    a.data.empty() ? "the built-in clips" : a.data.c_str(), seconds_since(t));
-    }
-    return *decoded;
-  };
-
+  Clips data(a);
   torch::manual_seed(a.seed);
   VideoVae vae(vae_options(a));
   const std::string vae_dir = a.save_dir + "/vae";
   if (a.stage != "dit") {
     Stage s{.name = "vae", .model = vae.ptr(), .epochs = a.vae_epochs, .lr = a.vae_lr,
-            .schedule = epoch_schedule(a, data().train.clips)};
+            .schedule = epoch_schedule(a, data.windows().train.clips)};
     const auto latent = vae->latent_shape({1, 3, a.frames, a.height, a.width});
     s.loss = [&, latent](const std::vector<int64_t>& windows, const std::vector<int64_t>& keys, int64_t step) {
       const auto noise = keyed(a.seed, step, keys, 1, [&](at::Generator& g) {
         return torch::randn(torch::IntArrayRef(latent).slice(1), g);
       });
-      return vae->loss(train_video.index_select(0, torch::tensor(windows, torch::kInt64)), noise).total;
+      return vae->loss(data.train_video().index_select(0, torch::tensor(windows, torch::kInt64)), noise).total;
     };
     s.evaluate = [&] {
       torch::NoGradGuard no_grad;
       vae->eval();
-      const auto recon = vae->loss(held_video).recon;
+      const auto recon = vae->loss(data.held_video()).recon;
       vae->train();
-      return std::make_pair(std::string("psnr"), psnr(video_to_frames(recon), video_to_frames(held_video)));
+      return std::make_pair(std::string("psnr"), psnr(video_to_frames(recon), video_to_frames(data.held_video())));
     };
     run_stage(a, s, booster::make_plugin(without_sequence_parallelism(a.plugin)), summary);
     write_config(vae_dir + "/model/config.json",
@@ -278,57 +352,10 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     return;
   }
 
-  // The latent cache: every window encoded once by the frozen VAE (its mean), scaled to unit
-  // variance as Stable Diffusion's and Open-Sora's latents are, and kept on disk (mapped by later
-  // runs) under a key of the VAE's weights, the clips and the window options.
-  vae->eval();
-  const auto cache_start = std::chrono::steady_clock::now();
-  const std::string cache_path = a.latent_cache == "auto" ? a.save_dir + "/dit/latent_cache.safetensors" : a.latent_cache;
-  std::optional<LatentCache> cache;
-  nlohmann::json key;
-  if (a.latent_cache != "none") {
-    std::vector<std::string> paths;
-    for (const auto& c : clips) paths.push_back(c.path);
-    key = latent_cache_key(weights_fingerprint(*vae),
-                           {{"clips", clip_fingerprint(csv, paths)},
-                            {"windows", {a.frames, a.frame_stride, a.height, a.width, a.window_step}},
-                            {"held_out_fraction", a.held_out_fraction}});
-    std::string why;
-    cache = open_latent_cache(cache_path, key, &why);
-    // Every rank takes the same path (a rank that misses makes all of them encode), so the
-    // ranks train on the same numbers whichever files each one sees.
-    auto all_hit = torch::tensor({cache ? 1 : 0}, torch::kInt32);
-    dist::all_reduce(all_hit, dist::world_group(), dist::ReduceOp::kMin);
-    if (all_hit.item<int>() == 0) {
-      if (r == 0) std::printf("latent cache: %s; encoding\n", why.empty() ? "another rank has none" : why.c_str());
-      cache.reset();
-    }
-  }
-  const bool cache_hit = cache.has_value();
-  if (!cache_hit) {
-    torch::NoGradGuard no_grad;
-    data();
-    cache.emplace();
-    cache->train = {vae->encode(train_video).mean, decoded->train.captions, decoded->train.clips};
-    cache->held_out = {vae->encode(held_video).mean, decoded->held_out.captions, decoded->held_out.clips};
-    cache->scale = 1 / cache->train.latents.std().item<double>();
-    cache->train.latents.mul_(cache->scale);
-    cache->held_out.latents.mul_(cache->scale);
-    if (r == 0 && a.latent_cache != "none") {
-      if (const auto slash = cache_path.find_last_of('/'); slash != std::string::npos)
-        colossal::fs::make_dirs(cache_path.substr(0, slash));
-      write_latent_cache(cache_path, key, *cache);
-    }
-  }
-  const torch::Tensor& train_latents = cache->train.latents;
-  const torch::Tensor& held_latents = cache->held_out.latents;
-  const double scale = cache->scale;
-  if (r == 0)
-    std::printf("latent cache: %ld + %ld windows as %s latents (scale %.4f), %s in %.1f s\n", train_latents.size(0),
-                held_latents.size(0), c10::str(train_latents.sizes().slice(1)).c_str(), scale,
-                cache_hit ? ("mapped from " + cache_path).c_str()
-                          : a.latent_cache == "none" ? "encoded (not kept)" : ("encoded and written to " + cache_path).c_str(),
-                seconds_since(cache_start));
+  const LatentCache cache = latents_for(a, vae, data);
+  const torch::Tensor& train_latents = cache.train.latents;
+  const torch::Tensor& held_latents = cache.held_out.latents;
+  const double scale = cache.scale;
 
   // The DiT and the caption encoder train together as one module.
   const TextEncoderOptions text_options{.dim = a.hidden, .layers = 2, .heads = a.heads, .max_tokens = 64};
@@ -354,7 +381,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     return (denoiser->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean();
   };
   Stage s{.name = "dit", .model = denoiser.ptr(), .epochs = a.dit_epochs, .lr = a.dit_lr,
-          .schedule = epoch_schedule(a, cache->train.clips)};
+          .schedule = epoch_schedule(a, cache.train.clips)};
   auto noise_and_draws = [&](const std::vector<int64_t>& rows, int64_t step) {
     const auto shape = train_latents.sizes().slice(1);
     auto noise = keyed(a.seed, step, rows, 2, [&](at::Generator& g) { return torch::randn(shape, g); });
@@ -365,7 +392,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   };
   s.loss = [&](const std::vector<int64_t>& windows, const std::vector<int64_t>& keys, int64_t step) {
     std::vector<std::string> captions;
-    for (int64_t i : windows) captions.push_back(cache->train.captions[i]);
+    for (int64_t i : windows) captions.push_back(cache.train.captions[i]);
     const auto [noise, draws] = noise_and_draws(keys, step);
     return velocity_loss(train_latents.index_select(0, torch::tensor(windows, torch::kInt64)), captions, noise, draws,
                          true);
@@ -376,7 +403,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     std::vector<int64_t> rows(held_latents.size(0));
     std::iota(rows.begin(), rows.end(), 0);
     const auto [noise, draws] = noise_and_draws(rows, -1);
-    const double l = velocity_loss(held_latents, cache->held_out.captions, noise, draws, false).item<double>();
+    const double l = velocity_loss(held_latents, cache.held_out.captions, noise, draws, false).item<double>();
     denoiser->train();
     return std::make_pair(std::string("flow_loss"), l);
   };

@@ -72,13 +72,6 @@ double forward_flops(const Shape& s) {
   return f;
 }
 
-double matmul_gflops() {
-  static auto a = torch::randn({2048, 2048}), b = torch::randn({2048, 2048}), c = torch::empty({2048, 2048});
-  std::vector<double> t;
-  for (int i = 0; i < 3; ++i) t.push_back(colossal::bench::seconds([&] { torch::mm_out(c, a, b); }));
-  return 2.0 * 2048 * 2048 * 2048 / median(t) / 1e9;
-}
-
 struct Row {
   std::string impl, shape;
   double step_s = 0, matmul_gflops = 0;
@@ -92,31 +85,27 @@ Row run_ours(const Shape& s, int steps) {
                       TextEncoderOptions{.dim = s.hidden, .layers = kTextLayers, .heads = s.heads,
                                          .max_tokens = kTextTokens});
   auto optimizer = colossal::optim::make_optimizer(*model, {.name = "fused_adamw", .lr = 1e-4});  // train_sora's
-  auto& opt = *optimizer;
   const auto x0 = torch::randn({s.batch, s.channels, s.frames, s.height, s.width});
   const std::vector<std::string> captions(s.batch, "people walk across a plaza past a lamp post");
+  auto train_step = [&] {
+    const auto caption = model->text->forward(captions);
+    const auto pair = flow_training_pair(x0, torch::randn_like(x0), torch::rand({s.batch}));
+    const auto loss = (model->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean();
+    optimizer->zero_grad();
+    loss.backward();
+    optimizer->step();
+  };
   std::vector<double> times, rates;
   for (int step = 0; step < steps + 2; ++step) {  // two warm-up steps, as the reference
-    const double rate = matmul_gflops();
-    const double t = colossal::bench::seconds([&] {
-      const auto caption = model->text->forward(captions);
-      const auto pair = flow_training_pair(x0, torch::randn_like(x0), torch::rand({s.batch}));
-      const auto loss = (model->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean();
-      opt.zero_grad();
-      loss.backward();
-      opt.step();
-    });
+    const double rate = colossal::bench::matmul_gflops();
+    const double t = colossal::bench::seconds(train_step);
     if (step >= 2) times.push_back(t), rates.push_back(rate);
   }
   // COLOSSAL_BENCH_TRACE=FILE: a Chrome trace of one more step (chrome://tracing, or summed by
   // op name with a few lines of Python).
   if (const char* trace = std::getenv("COLOSSAL_BENCH_TRACE")) {
     torch::autograd::profiler::RecordProfile guard(trace);
-    const auto caption = model->text->forward(captions);
-    const auto pair = flow_training_pair(x0, torch::randn_like(x0), torch::rand({s.batch}));
-    opt.zero_grad();
-    (model->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean().backward();
-    opt.step();
+    train_step();
   }
   Row r{.impl = "colossal", .shape = s.name, .step_s = median(times), .matmul_gflops = median(rates)};
   for (const auto& p : model->parameters()) r.parameters += p.numel();

@@ -360,7 +360,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   // The DiT and the caption encoder train together as one module.
   const TextEncoderOptions text_options{.dim = a.hidden, .layers = 2, .heads = a.heads, .max_tokens = 64};
   const StditOptions dit_options{.in_channels = a.latent_channels, .hidden = a.hidden, .depth = a.depth,
-                                 .heads = a.heads, .text_dim = a.hidden, .text_tokens = 64,
+                                 .heads = a.heads, .text_dim = a.hidden, .text_tokens = text_options.max_tokens,
                                  .activation_checkpointing = a.grad_checkpoint};
   auto plugin = booster::make_plugin(a.plugin);
   torch::manual_seed(a.seed + 1);
@@ -411,12 +411,12 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   write_config(a.save_dir + "/dit/model/config.json",
                {{"hidden", a.hidden}, {"depth", a.depth}, {"heads", a.heads}, {"latent_channels", a.latent_channels},
                 {"latent_scale", scale}, {"flow_shift", flow.shift}, {"frames", a.frames}, {"height", a.height},
-                {"width", a.width}, {"frame_stride", a.frame_stride}, {"window_step", a.window_step}, {"text_tokens", 64}, {"text_layers", 2}, {"fps", 8},
+                {"width", a.width}, {"frame_stride", a.frame_stride}, {"window_step", a.window_step},
+                {"text_tokens", text_options.max_tokens}, {"text_layers", text_options.layers}, {"fps", 8},
                 {"vae_channels", a.vae_channels}, {"temporal_factor", a.temporal_factor}});
   if (r == 0)
-    std::printf("result: %s in %.0f s; models in %s/vae/model and %s/dit/model\n", a.stage.c_str(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), a.save_dir.c_str(),
-                a.save_dir.c_str());
+    std::printf("result: %s in %.0f s; models in %s/vae/model and %s/dit/model\n", a.stage.c_str(), seconds_since(t0),
+                a.save_dir.c_str(), a.save_dir.c_str());
   dist::barrier(dist::world_group());
   if (own_runtime) dist::shutdown();
 }

@@ -1,5 +1,6 @@
-// Optimizer step time: FusedAdamW (kernels/cpu, multi-threaded) versus torch::optim::AdamW on the
-// same parameters, alternating in one run; and the bf16-working/fp32-master variant versus the
+// Optimizer step time: FusedAdamW (kernels/cpu, multi-threaded; one row per implementation the
+// CPU runs) versus torch::optim::AdamW and versus torch's own fused kernel (at::_fused_adamw_, what
+// torch.optim.AdamW(fused=True) runs) on the same sizes, alternating in one run; and the bf16-working/fp32-master variant versus the
 // plain LibTorch way of doing the same (AdamW on the fp32 master, then copy to bf16).
 //   build/apps/bench_optim [--params 100000000] [--tensors 100] [--reps 5]
 // One JSON line per comparison.
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "apps/bench/bench_util.h"
 #include "core/common/check.h"
@@ -46,25 +48,48 @@ int main(int argc, char** argv) {
     auto opts = torch::optim::AdamWOptions(1e-3).weight_decay(0.01);
     int threads = at::get_num_threads();
 
-    {  // fp32
+    {  // fp32: plain LibTorch AdamW, torch's fused kernel (torch.optim.AdamW(fused=True)), ours
       auto a = make_params(total, count, torch::kFloat32);
       auto b = make_params(total, count, torch::kFloat32);
+      auto c = make_params(total, count, torch::kFloat32);
       colossal::optim::FusedAdamW fused(a, opts);
       torch::optim::AdamW plain(b, opts);
+      std::vector<torch::Tensor> tp_grads, tm, tv, tsteps;
+      for (auto& t : c) {
+        tp_grads.push_back(t.grad());
+        tm.push_back(torch::zeros_like(t));
+        tv.push_back(torch::zeros_like(t));
+        tsteps.push_back(torch::zeros({}, torch::kFloat32));
+      }
+      auto torch_fused = [&] {
+        torch::NoGradGuard ng;
+        for (auto& st : tsteps) st.add_(1);
+        at::_fused_adamw_(c, tp_grads, tm, tv, {}, tsteps, opts.lr(), std::get<0>(opts.betas()),
+                          std::get<1>(opts.betas()), opts.weight_decay(), opts.eps(), false, false, {}, {});
+      };
       fused.step();  // allocate state outside the timing
       plain.step();
-      std::vector<double> tf, tp;
+      torch_fused();
+      std::vector<double> tp, tt;
+      std::map<std::string, std::vector<double>> tf;
+      const auto impls = colossal::kernels::cpu::adamw_implementations();
       for (int r = 0; r < reps; ++r) {
         tp.push_back(seconds([&] { plain.step(); }));
-        tf.push_back(seconds([&] { fused.step(); }));
+        tt.push_back(seconds(torch_fused));
+        for (const auto& impl : impls) {
+          auto previous = colossal::kernels::cpu::adamw_use(impl);
+          tf[impl].push_back(seconds([&] { fused.step(); }));
+          colossal::kernels::cpu::adamw_use(previous);
+        }
       }
-      std::printf(
-          "{\"bench\":\"adamw_step\",\"dtype\":\"fp32\",\"params\":%lld,\"tensors\":%lld,"
-          "\"threads\":%d,\"kernel\":\"%s\",\"torch_adamw_ms\":%.1f,\"fused_adamw_ms\":%.1f,"
-          "\"speedup\":%.2f}\n",
-          static_cast<long long>(total), static_cast<long long>(count), threads,
-          colossal::kernels::cpu::adamw_implementation(), median(tp) * 1e3, median(tf) * 1e3,
-          median(tp) / median(tf));
+      for (const auto& impl : impls) {
+        std::printf(
+            "{\"bench\":\"adamw_step\",\"dtype\":\"fp32\",\"params\":%lld,\"tensors\":%lld,"
+            "\"threads\":%d,\"kernel\":\"%s\",\"torch_adamw_ms\":%.1f,\"torch_fused_adamw_ms\":%.1f,"
+            "\"fused_adamw_ms\":%.1f,\"vs_torch_fused\":%.2f}\n",
+            static_cast<long long>(total), static_cast<long long>(count), threads, impl.c_str(),
+            median(tp) * 1e3, median(tt) * 1e3, median(tf[impl]) * 1e3, median(tt) / median(tf[impl]));
+      }
       std::fflush(stdout);
     }
     {  // bf16 working parameters, fp32 master and moments

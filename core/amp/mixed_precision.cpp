@@ -2,11 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <map>
 
 #include "core/common/check.h"
 #include "core/common/log.h"
 #include "core/dist/collectives.h"
+#include "core/optim/fused_adamw.h"
 
 namespace colossal::amp {
 
@@ -52,6 +54,14 @@ void MixedPrecision::wrap(torch::nn::Module& model, torch::optim::Optimizer& opt
       if (it != master_of.end()) p = it->second;
     }
   }
+  // bf16 without loss scaling and a FusedAdamW: the working gradients go to the optimizer as they
+  // are, and its one pass updates the master and rewrites the working copy (see prepare_grads).
+  fused_ = dynamic_cast<optim::FusedAdamW*>(&optimizer);
+  if (fused_ != nullptr && (compute_dtype_ != c10::kBFloat16 || scaler_)) fused_ = nullptr;
+  if (fused_ != nullptr) {
+    for (size_t i = 0; i < working_.size(); ++i)
+      if (masters_[i].defined()) fused_->set_working_copy(masters_[i], working_[i].detach());
+  }
 }
 
 torch::Tensor MixedPrecision::master_of(const torch::Tensor& p) const {
@@ -74,8 +84,13 @@ void MixedPrecision::prepare_grads(const dist::Group& group) {
   for (size_t i = 0; i < working_.size(); ++i) {
     const auto& g = working_[i].grad();
     if (!g.defined()) continue;
-    if (masters_[i].defined()) {
-      masters_[i].mutable_grad() = g.to(torch::kFloat32).mul_(inv_scale);
+    if (masters_[i].defined() && fused_ != nullptr) {
+      // Handed over as it is (bf16, scale 1): FusedAdamW reads it in its update pass.
+      masters_[i].mutable_grad() = g;
+      grads.push_back(g);
+    } else if (masters_[i].defined()) {
+      masters_[i].mutable_grad() = g.to(torch::kFloat32);
+      if (inv_scale != 1.0) masters_[i].mutable_grad().mul_(inv_scale);
       grads.push_back(masters_[i].grad());
     } else {
       if (inv_scale != 1.0) g.mul_(inv_scale);
@@ -93,6 +108,37 @@ void MixedPrecision::prepare_grads(const dist::Group& group) {
   }
 }
 
+void MixedPrecision::scale_master_grad(torch::Tensor& master, float coef) {
+  auto& g = master.mutable_grad();
+  if (!g.defined() || coef == 1.0f) return;  // x * 1 is x: nothing to do
+  // A handed-over bf16 gradient becomes the fp32 one the unfused path would have scaled.
+  if (g.scalar_type() != master.scalar_type()) g = g.to(master.scalar_type());
+  g.mul_(coef);
+}
+
+double MixedPrecision::clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> params;
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params())
+      if (p.grad().defined()) params.push_back(p);
+  if (fused_ == nullptr || params.empty()) return torch::nn::utils::clip_grad_norm_(params, max_norm, norm_type);
+  // torch::nn::utils::clip_grad_norm_'s arithmetic on the fp32 value of each gradient (a bf16
+  // gradient is converted exactly, then reduced as the fp32 copy would be).
+  std::vector<torch::Tensor> norms;
+  const bool inf_norm = std::isinf(norm_type);
+  COLOSSAL_CHECK(norm_type > 0, "[amp] clip_grad_norm: expected a norm type > 0, got ", norm_type);
+  for (const auto& p : params) {
+    auto g = p.grad().to(p.scalar_type());
+    norms.push_back(inf_norm ? g.abs().max() : g.norm(norm_type));
+  }
+  auto total = norms.size() == 1 ? norms[0] : inf_norm ? torch::max(torch::stack(norms))
+                                                       : torch::stack(norms).norm(norm_type);
+  auto coef = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0).item<float>();
+  for (auto& p : params) scale_master_grad(p, coef);
+  return total.item<double>();
+}
+
 bool MixedPrecision::step(torch::optim::Optimizer& optimizer) {
   torch::NoGradGuard no_grad;
   if (scaler_) scaler_->update(overflow_);
@@ -101,11 +147,18 @@ bool MixedPrecision::step(torch::optim::Optimizer& optimizer) {
     COLOSSAL_LOG_INFO("[amp] gradient overflow: step skipped, loss scale now ", loss_scale());
     return false;
   }
+  // Which masters the fused update rewrites the working copy of: those whose gradient is still
+  // the handed-over bf16 one (clipping may have replaced it by a scaled fp32 copy).
+  std::vector<char> written(working_.size(), 0);
+  if (fused_ != nullptr)
+    for (size_t i = 0; i < working_.size(); ++i)
+      written[i] = masters_[i].defined() && masters_[i].grad().defined() &&
+                   masters_[i].grad().scalar_type() == c10::kBFloat16;
   optimizer.step();
   if (has_masters_) {
     for (size_t i = 0; i < working_.size(); ++i) {
       if (!masters_[i].defined()) continue;
-      working_[i].detach().copy_(masters_[i]);
+      if (!written[i]) working_[i].detach().copy_(masters_[i]);
       masters_[i].mutable_grad() = torch::Tensor();  // fp32 gradients live only for the step
     }
   }

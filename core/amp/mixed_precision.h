@@ -11,6 +11,9 @@
 //   step(inner):     runs the inner optimizer unless any rank overflowed, updates the scaler,
 //                    and writes the masters back into the working parameters. Returns whether
 //                    the step ran.
+// With bf16 and a FusedAdamW the masters' gradients are the bf16 working gradients themselves
+// (no fp32 copy, no unscale: bf16 has no loss scale) and the optimizer writes the working copies
+// in its update pass; the results are bit for bit those of the convert-update-copy sequence.
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -21,6 +24,10 @@
 #include "core/amp/loss_scaler.h"
 #include "core/amp/precision.h"
 #include "core/dist/group.h"
+
+namespace colossal::optim {
+class FusedAdamW;
+}
 
 namespace colossal::amp {
 
@@ -33,6 +40,11 @@ class MixedPrecision {
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   void prepare_grads(const dist::Group& group);
   bool step(torch::optim::Optimizer& optimizer);
+  /// torch::nn::utils::clip_grad_norm_ over the optimizer's (master) parameters, aware of
+  /// handed-over bf16 gradients; returns the total norm.
+  double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type);
+  /// master.grad *= coef, as on the fp32 gradient (a handed-over bf16 one is converted first).
+  static void scale_master_grad(torch::Tensor& master, float coef);
 
   /// fp32 value of working parameter `p` (its master), or `p` itself when it has none.
   torch::Tensor master_of(const torch::Tensor& p) const;
@@ -54,6 +66,7 @@ class MixedPrecision {
   std::map<const void*, size_t> index_of_;  // working parameter -> its position
   bool has_masters_ = false;
   bool overflow_ = false;
+  optim::FusedAdamW* fused_ = nullptr;  // set when it updates masters and working copies in one pass
   int64_t skipped_steps_ = 0;
 };
 

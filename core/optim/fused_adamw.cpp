@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "core/common/check.h"
 #include "kernels/cpu/adamw.h"
 
@@ -77,6 +79,38 @@ FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
 FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions defaults)
     : FusedAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
+void FusedAdamW::set_working_copy(const torch::Tensor& master, torch::Tensor working) {
+  check_tensor(working, torch::kBFloat16, "working copy");
+  COLOSSAL_CHECK(master.scalar_type() == torch::kFloat32 && working.numel() == master.numel(),
+                 "[fused_adamw] a working copy needs an fp32 master of its size: master ", master.scalar_type(),
+                 " with ", master.numel(), " elements, working copy ", working.numel());
+  working_[master.unsafeGetTensorImpl()] = std::move(working);
+}
+
+namespace {
+
+// One parameter's share of a step: raw pointers and the step's coefficients.
+struct Update {
+  float* param;
+  float* exp_avg;
+  float* exp_avg_sq;
+  const float* grad = nullptr;        // fp32 gradient, or
+  const uint16_t* grad_bf16 = nullptr;  // bf16 gradient with
+  uint16_t* working = nullptr;        // the bf16 working copy to rewrite
+  int64_t size;
+  kc::AdamWStep step;
+
+  void run(int64_t begin, int64_t end) const {
+    if (grad)
+      kc::adamw_fp32(param + begin, exp_avg + begin, exp_avg_sq + begin, grad + begin, end - begin, step);
+    else
+      kc::adamw_bf16_master(param + begin, exp_avg + begin, exp_avg_sq + begin, grad_bf16 + begin,
+                            working + begin, end - begin, step);
+  }
+};
+
+}  // namespace
+
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
   torch::Tensor loss;
@@ -84,8 +118,11 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     torch::AutoGradMode enable(true);
     loss = closure();
   }
+  std::vector<Update> updates;
+  std::vector<torch::Tensor> keep_alive;  // contiguous copies of non-contiguous gradients
   for (auto& group : param_groups_) {
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
+    COLOSSAL_CHECK(!options.amsgrad(), "[fused_adamw] amsgrad is not supported");
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto key = p.unsafeGetTensorImpl();
@@ -99,13 +136,39 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
       auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
       st.step(st.step() + 1);
-      auto param = p.detach();
-      auto exp_avg = st.exp_avg();
-      auto exp_avg_sq = st.exp_avg_sq();
-      fused_adamw_update(param, exp_avg, exp_avg_sq, p.grad().contiguous(), torch::Tensor(),
-                         options, st.step());
+      check_tensor(p, torch::kFloat32, "parameter");
+      Update u{.param = p.data_ptr<float>(),
+               .exp_avg = st.exp_avg().data_ptr<float>(),
+               .exp_avg_sq = st.exp_avg_sq().data_ptr<float>(),
+               .size = p.numel(),
+               .step = to_step(options, st.step())};
+      auto grad = p.grad().contiguous();
+      if (!p.grad().is_contiguous()) keep_alive.push_back(grad);
+      COLOSSAL_CHECK(grad.numel() == u.size, "[fused_adamw] gradient has ", grad.numel(), " elements, parameter ",
+                     u.size);
+      if (grad.scalar_type() == torch::kBFloat16) {
+        auto w = working_.find(key);
+        COLOSSAL_CHECK(w != working_.end(), "[fused_adamw] a bf16 gradient on an fp32 parameter needs its working "
+                       "copy (set_working_copy)");
+        u.grad_bf16 = reinterpret_cast<const uint16_t*>(grad.data_ptr<at::BFloat16>());
+        u.working = reinterpret_cast<uint16_t*>(w->second.data_ptr<at::BFloat16>());
+      } else {
+        check_tensor(grad, torch::kFloat32, "grad");
+        u.grad = grad.data_ptr<float>();
+      }
+      updates.push_back(u);
     }
   }
+  // All parameters as one range of elements: each thread takes an equal slice of it.
+  std::vector<int64_t> offset(updates.size() + 1, 0);
+  for (size_t i = 0; i < updates.size(); ++i) offset[i + 1] = offset[i] + updates[i].size;
+  at::parallel_for(0, offset.back(), kGrain, [&](int64_t begin, int64_t end) {
+    size_t i = std::upper_bound(offset.begin(), offset.end(), begin) - offset.begin() - 1;
+    for (; i < updates.size() && offset[i] < end; ++i) {
+      const int64_t lo = std::max(begin, offset[i]) - offset[i], hi = std::min(end, offset[i + 1]) - offset[i];
+      if (hi > lo) updates[i].run(lo, hi);
+    }
+  });
   return loss;
 }
 

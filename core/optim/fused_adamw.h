@@ -1,10 +1,14 @@
 #pragma once
 // FusedAdamW: torch::optim::AdamW's update in one pass over memory per parameter, vectorised
-// (kernels/cpu/adamw, AVX2 when available) and split across intra-op threads. Options and
+// (kernels/cpu/adamw: AVX-512 or AVX2 when available). One step is one parallel region over all
+// parameters together, split in equal element ranges across the intra-op threads (not one
+// fork-join per tensor: a LLaMA has many small norm weights). Options and
 // per-parameter state are torch's own (AdamWOptions, AdamWParamState), so state_dicts move
 // between the two. amsgrad is not supported (an error says so).
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
+
+#include <map>
 
 #include "core/common/config.h"
 
@@ -17,6 +21,15 @@ class FusedAdamW : public torch::optim::Optimizer {
   explicit FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions defaults = {});
 
   torch::Tensor step(LossClosure closure = nullptr) override;
+
+  /// Mixed precision: `master` (an fp32 parameter of this optimizer) has the bf16 copy `working`
+  /// that the model computes with. While master's gradient is bf16 (the working gradient itself,
+  /// handed over without a copy), step() updates the master from it and rewrites `working` from
+  /// the updated master in the same pass: bit for bit the separate convert, update and copy.
+  void set_working_copy(const torch::Tensor& master, torch::Tensor working);
+
+ private:
+  std::map<const void*, torch::Tensor> working_;  // master's TensorImpl -> its bf16 working copy
 };
 
 /// One fused AdamW step on a single tensor pair, for optimizers that keep their own state

@@ -1,38 +1,71 @@
-// Run-time choice between the AVX2 and scalar AdamW.
+// Run-time choice among the AVX-512, AVX2 and scalar AdamW.
 #include <atomic>
+#include <stdexcept>
 
 #include "kernels/cpu/adamw.h"
 
 namespace colossal::kernels::cpu {
 namespace {
 
-bool cpu_has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
+enum class Impl : int { kScalar, kAvx2, kAvx512 };
+constexpr const char* kNames[] = {"scalar", "avx2", "avx512"};
+
+Impl widest() {
+  static const Impl best = __builtin_cpu_supports("avx512f")                                   ? Impl::kAvx512
+                           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? Impl::kAvx2
+                                                                                             : Impl::kScalar;
+  return best;
 }
 
-std::atomic<bool> g_force_scalar{false};
+std::atomic<int> g_choice{-1};  // -1: the widest
 
-bool use_avx2() { return cpu_has_avx2_fma() && !g_force_scalar.load(std::memory_order_relaxed); }
+Impl current() {
+  int c = g_choice.load(std::memory_order_relaxed);
+  return c < 0 ? widest() : static_cast<Impl>(c);
+}
 
 }  // namespace
 
 void adamw_fp32(float* param, float* exp_avg, float* exp_avg_sq, const float* grad, int64_t n,
                 const AdamWStep& s) {
   auto c = detail::coefficients(s);
-  if (use_avx2()) detail::adamw_fp32_avx2(param, exp_avg, exp_avg_sq, grad, n, c);
-  else detail::adamw_fp32_scalar(param, exp_avg, exp_avg_sq, grad, n, c);
+  switch (current()) {
+    case Impl::kAvx512: return detail::adamw_fp32_avx512(param, exp_avg, exp_avg_sq, grad, n, c);
+    case Impl::kAvx2: return detail::adamw_fp32_avx2(param, exp_avg, exp_avg_sq, grad, n, c);
+    case Impl::kScalar: return detail::adamw_fp32_scalar(param, exp_avg, exp_avg_sq, grad, n, c);
+  }
 }
 
 void adamw_bf16_master(float* master, float* exp_avg, float* exp_avg_sq, const uint16_t* grad,
                        uint16_t* working, int64_t n, const AdamWStep& s) {
   auto c = detail::coefficients(s);
-  if (use_avx2()) detail::adamw_bf16_avx2(master, exp_avg, exp_avg_sq, grad, working, n, c);
-  else detail::adamw_bf16_scalar(master, exp_avg, exp_avg_sq, grad, working, n, c);
+  switch (current()) {
+    case Impl::kAvx512: return detail::adamw_bf16_avx512(master, exp_avg, exp_avg_sq, grad, working, n, c);
+    case Impl::kAvx2: return detail::adamw_bf16_avx2(master, exp_avg, exp_avg_sq, grad, working, n, c);
+    case Impl::kScalar: return detail::adamw_bf16_scalar(master, exp_avg, exp_avg_sq, grad, working, n, c);
+  }
 }
 
-const char* adamw_implementation() { return use_avx2() ? "avx2" : "scalar"; }
+const char* adamw_implementation() { return kNames[static_cast<int>(current())]; }
 
-bool adamw_force_scalar(bool force) { return g_force_scalar.exchange(force); }
+std::vector<std::string> adamw_implementations() {
+  std::vector<std::string> names;
+  for (int i = static_cast<int>(widest()); i >= 0; --i) names.emplace_back(kNames[i]);
+  return names;
+}
+
+std::string adamw_use(const std::string& name) {
+  std::string previous = g_choice.load() < 0 ? "auto" : adamw_implementation();
+  int choice = -1;
+  for (int i = 0; i <= static_cast<int>(widest()); ++i)
+    if (name == kNames[i]) choice = i;
+  if (name != "auto" && choice < 0) {
+    std::string known;
+    for (const auto& n : adamw_implementations()) known += n + " ";
+    throw std::invalid_argument("adamw_use: '" + name + "' is not one this CPU runs (" + known + "or auto)");
+  }
+  g_choice.store(choice);
+  return previous;
+}
 
 }  // namespace colossal::kernels::cpu

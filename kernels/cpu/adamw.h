@@ -5,8 +5,11 @@
 //   v      = beta2 * v + (1 - beta2) * g^2
 //   param -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // the same arithmetic as torch::optim::AdamW. The caller splits large tensors across threads.
-// An AVX2+FMA implementation is chosen at run time when the CPU has it, else a scalar one.
+// The widest implementation the CPU has is chosen at run time: AVX-512, AVX2+FMA, else scalar.
+// All three give the same bits (tests run each one the CPU can).
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace colossal::kernels::cpu {
 
@@ -30,10 +33,13 @@ void adamw_fp32(float* param, float* exp_avg, float* exp_avg_sq, const float* gr
 void adamw_bf16_master(float* master, float* exp_avg, float* exp_avg_sq, const uint16_t* grad,
                        uint16_t* working, int64_t n, const AdamWStep& s);
 
-/// "avx2" or "scalar": the implementation the calls above use on this CPU.
+/// "avx512", "avx2" or "scalar": the implementation the calls above use now.
 const char* adamw_implementation();
-/// Forces the scalar path (tests compare both); returns the previous setting.
-bool adamw_force_scalar(bool force);
+/// The implementations this CPU can run, widest first.
+std::vector<std::string> adamw_implementations();
+/// Makes the calls above use `name` (one of adamw_implementations(), or "auto" for the widest);
+/// returns the previous choice. For tests and benchmarks that compare implementations.
+std::string adamw_use(const std::string& name);
 
 namespace detail {
 struct AdamWCoefficients {
@@ -46,6 +52,8 @@ void adamw_bf16_scalar(float*, float*, float*, const uint16_t*, uint16_t*, int64
 void adamw_fp32_avx2(float*, float*, float*, const float*, int64_t, const AdamWCoefficients&);
 void adamw_bf16_avx2(float*, float*, float*, const uint16_t*, uint16_t*, int64_t,
                      const AdamWCoefficients&);
+void adamw_fp32_avx512(float*, float*, float*, const float*, int64_t, const AdamWCoefficients&);
+void adamw_bf16_avx512(float*, float*, float*, const uint16_t*, uint16_t*, int64_t, const AdamWCoefficients&);
 float bf16_to_float(uint16_t b);
 uint16_t float_to_bf16(float f);
 }  // namespace detail

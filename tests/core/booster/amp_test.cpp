@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/amp/loss_scaler.h"
 #include "core/amp/precision.h"
@@ -11,6 +12,7 @@
 #include "core/booster/plugins/ddp/ddp_plugin.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/optim/fused_adamw.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 
@@ -137,6 +139,59 @@ TEST(MixedPrecisionDDP, Bf16TrainingFollowsTheFp32Reference) {
       dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
       // bf16 keeps ~3 significant digits: the trajectory stays within a few percent.
       EXPECT_NEAR(l.item<double>(), ref_losses[s], 0.03 * ref_losses[s]) << "step " << s;
+    }
+  });
+}
+
+// bf16 with FusedAdamW hands the bf16 working gradients to the optimizer, whose one pass updates
+// the fp32 master and rewrites the working copy. That must be bit for bit the plain sequence:
+// convert the gradient to fp32, clip (the norm reported the same), update, round the master to
+// bf16. Steps alternate between no clipping and a clip that scales, on 2 ranks with equal data
+// (so the averaged gradient is each rank's own and the plain sequence needs no collective).
+TEST(MixedPrecisionDDP, Bf16FusedUpdateIsBitwiseTheConvertUpdateCopySequence) {
+  if (amp::compute_dtype(amp::Precision::kBf16, c10::Device(c10::kCPU)) != c10::kBFloat16)
+    GTEST_SKIP() << "this CPU computes bf16 in fp32";
+  testing::run_ranks(2, [] {
+    torch::manual_seed(5);
+    auto xs = torch::randn({4, 8, 8}).to(torch::kBFloat16);
+    auto ys = torch::randn({4, 8, 2});
+    auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+    // The plain sequence, written out: bf16 model, fp32 masters with their own FusedAdamW.
+    auto plain = make_net();
+    std::vector<torch::Tensor> masters;
+    for (auto& p : plain->parameters()) masters.push_back(p.detach().clone().requires_grad_(true));
+    for (auto& p : plain->parameters()) p.set_data(p.detach().to(torch::kBFloat16));
+    optim::FusedAdamW plain_opt(masters, options);
+    // The booster's.
+    auto net = make_net();
+    auto opt = std::make_shared<optim::FusedAdamW>(net->parameters(), options);
+    booster::DDPPlugin::Options o;
+    o.precision = "bf16";
+    booster::Booster booster(std::make_shared<booster::DDPPlugin>(o));
+    auto b = booster.boost(net.ptr(), opt);
+    for (int s = 0; s < 4; ++s) {
+      const double max_norm = s % 2 ? 1e-3 : std::numeric_limits<double>::infinity();
+      plain->zero_grad();
+      torch::mse_loss(plain->forward(xs[s]).to(torch::kFloat32), ys[s]).backward();
+      auto params = plain->parameters();
+      for (size_t i = 0; i < params.size(); ++i) masters[i].mutable_grad() = params[i].grad().to(torch::kFloat32);
+      double plain_norm = torch::nn::utils::clip_grad_norm_(masters, max_norm);
+      plain_opt.step();
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < params.size(); ++i) params[i].copy_(masters[i]);
+      }
+      b.optimizer->zero_grad();
+      booster.backward(torch::mse_loss(net->forward(xs[s]).to(torch::kFloat32), ys[s]), *b.optimizer);
+      double norm = booster.clip_grad_norm(*b.optimizer, max_norm);
+      EXPECT_EQ(norm, plain_norm) << "step " << s;
+      EXPECT_TRUE(b.optimizer->step());
+      auto mine = net->parameters();
+      for (size_t i = 0; i < mine.size(); ++i) {
+        EXPECT_TRUE(torch::equal(mine[i], params[i])) << "working parameter " << i << ", step " << s;
+        EXPECT_TRUE(torch::equal(b.optimizer->inner().param_groups()[0].params()[i], masters[i]))
+            << "master " << i << ", step " << s;
+      }
     }
   });
 }

@@ -51,21 +51,41 @@ void run_fp32_against_torch() {
   }
 }
 
-TEST(FusedAdamW, MatchesTorchAdamWFp32) {
-  SCOPED_TRACE(kc::adamw_implementation());
-  run_fp32_against_torch();
+// Every implementation this CPU runs (AVX-512, AVX2, scalar) against torch, one after another.
+TEST(FusedAdamW, EveryImplementationMatchesTorchAdamWFp32) {
+  auto names = kc::adamw_implementations();
+  EXPECT_EQ(names.back(), "scalar");
+  for (const auto& name : names) {
+    auto previous = kc::adamw_use(name);
+    EXPECT_EQ(kc::adamw_implementation(), name);
+    SCOPED_TRACE(name);
+    run_fp32_against_torch();
+    kc::adamw_use(previous);
+  }
+  EXPECT_THROW(kc::adamw_use("avx1024"), std::invalid_argument);
 }
 
-TEST(FusedAdamW, ScalarFallbackMatchesTorchAdamWFp32) {
-  bool previous = kc::adamw_force_scalar(true);
-  EXPECT_STREQ(kc::adamw_implementation(), "scalar");
-  run_fp32_against_torch();
-  kc::adamw_force_scalar(previous);
+// The vector paths give the scalar path's bits, the tails (n not a multiple of the width) included.
+TEST(FusedAdamW, VectorPathsAreBitwiseTheScalarPath) {
+  for (const auto& name : kc::adamw_implementations()) {
+    for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{37}, int64_t{1000}}) {
+      torch::manual_seed(7 + n);
+      auto p = torch::randn({n}), g = torch::randn({n}) * 3, m = torch::randn({n}) * 0.1, v = torch::rand({n});
+      auto p2 = p.clone(), m2 = m.clone(), v2 = v.clone();
+      kc::AdamWStep s{.lr = 1e-2, .weight_decay = 0.1, .step = 3};
+      auto previous = kc::adamw_use(name);
+      kc::adamw_fp32(p.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), g.data_ptr<float>(), n, s);
+      kc::adamw_use("scalar");
+      kc::adamw_fp32(p2.data_ptr<float>(), m2.data_ptr<float>(), v2.data_ptr<float>(), g.data_ptr<float>(), n, s);
+      kc::adamw_use(previous);
+      EXPECT_TRUE(torch::equal(p, p2) && torch::equal(m, m2) && torch::equal(v, v2)) << name << " n=" << n;
+    }
+  }
 }
 
 TEST(FusedAdamW, Bf16WorkingParametersWithFp32Master) {
-  for (bool scalar : {false, true}) {
-    bool previous = kc::adamw_force_scalar(scalar);
+  for (const auto& name : kc::adamw_implementations()) {
+    auto previous = kc::adamw_use(name);
     for (int64_t n : kSizes) {
       torch::manual_seed(100 + n);
       auto master = torch::randn({n});
@@ -79,13 +99,13 @@ TEST(FusedAdamW, Bf16WorkingParametersWithFp32Master) {
         ref.mutable_grad() = g16.to(torch::kFloat32);
         plain.step();
       }
-      std::string what = std::string(scalar ? "scalar" : kc::adamw_implementation()) +
+      std::string what = name +
                          " bf16 n=" + std::to_string(n);
       expect_rel_close(master, ref.detach(), what);
       EXPECT_TRUE(torch::equal(working, master.to(torch::kBFloat16)))
           << what << ": the working copy must be the master rounded to bf16";
     }
-    kc::adamw_force_scalar(previous);
+    kc::adamw_use(previous);
   }
 }
 

@@ -125,15 +125,18 @@ class DDPModel : public ModelWrapper {
   // parallelism the other stages' parameters (scope.h).
   double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) override {
     const auto& scope = options_.scope;
-    if (!scope.norm_spans_ranks()) return ModelWrapper::clip_grad_norm(optimizer, max_norm, norm_type);
+    if (!scope.norm_spans_ranks())
+      return mixed_ ? mixed_->clip_grad_norm(optimizer, max_norm, norm_type)
+                    : ModelWrapper::clip_grad_norm(optimizer, max_norm, norm_type);
     torch::NoGradGuard no_grad;
     const bool inf_norm = std::isinf(norm_type);
-    std::vector<torch::Tensor> grads;
+    std::vector<torch::Tensor> owners;  // the tensors whose gradients are scaled
     double local = 0, local_expert = 0;
     for (size_t i = 0; i < params_.size(); ++i) {
-      auto g = (mixed_ ? mixed_->master_of(params_[i]) : params_[i]).grad();
+      auto owner = mixed_ ? mixed_->master_of(params_[i]) : params_[i];
+      auto g = owner.grad();
       if (!g.defined()) continue;
-      grads.push_back(g);
+      owners.push_back(owner);
       if (!scope.counts_in_norm(names_[i])) continue;
       double n = torch::linalg_vector_norm(g, norm_type, {}, false, torch::kFloat64).item<double>();
       double& into = scope.is_expert(names_[i]) ? local_expert : local;
@@ -141,9 +144,10 @@ class DDPModel : public ModelWrapper {
     }
     double total = scope.combine_over_norm_group(local, inf_norm, local_expert);
     if (!inf_norm) total = std::pow(total, 1.0 / norm_type);
-    // As torch::nn::utils::clip_grad_norm_: the coefficient in fp32, always applied.
+    // As torch::nn::utils::clip_grad_norm_: the coefficient in fp32, applied (a factor of 1 changes
+    // no bit, so it is skipped; a handed-over bf16 gradient becomes the fp32 one, scaled).
     float coef = std::min(1.0f, static_cast<float>(max_norm) / (static_cast<float>(total) + 1e-6f));
-    for (auto& g : grads) g.mul_(coef);
+    for (auto& owner : owners) amp::MixedPrecision::scale_master_grad(owner, coef);
     return total;
   }
 

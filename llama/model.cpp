@@ -275,6 +275,10 @@ torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids)
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor& input) {
+  return run_chunk(chunk, input, /*to_hidden=*/false);
+}
+
+torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& input, bool to_hidden) {
   COLOSSAL_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_layers_.size()), "[llama] model chunk ", chunk,
                  ": this rank holds ", chunk_layers_.size());
   const auto [first, last] = chunk_ends(chunk);
@@ -338,6 +342,7 @@ torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor
     tools::MemoryTracer::Scope traced("norm");
     h = call(model->norm, h);
   }
+  if (to_hidden) return h;
   tools::MemoryTracer::Scope traced("lm_head");
   auto entered = parallel::enter_tensor_parallel(h, parallel_);
   if (lm_head) return call(lm_head, entered);
@@ -390,23 +395,46 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
-  return loss_from_logits(local_logits(input_ids), labels);
+  // The head and the loss fused (nn::linear_cross_entropy) wherever this rank holds the whole
+  // head on the CPU: no logits-sized gradient besides the logits, which are read once. Under
+  // tensor parallelism each rank holds a vocabulary slice (vocab_parallel_cross_entropy).
+  const bool fused = !parallel_.tensor_parallel() && !parallel_.pipeline.enabled() &&
+                     input_ids.device().is_cpu();
+  if (!fused) return loss_from_logits(local_logits(input_ids), labels);
+  auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true);
+  auto flat_target = next_token_targets(labels).reshape({-1});
+  auto flat = hidden.reshape({-1, hidden.size(2)});
+  tools::MemoryTracer::Scope traced("lm_head");  // the loss with it: one fused step
+  torch::nn::Module& head = lm_head ? static_cast<torch::nn::Module&>(*lm_head) : *model->embed_tokens;
+  auto mean = nn::run_hooked(head, [&] {
+    const auto& weight = lm_head ? lm_head->weight : model->embed_tokens->weight;
+    return nn::linear_cross_entropy(flat, weight, flat_target, -100);
+  });
+  return finish_loss(mean, flat_target, flat);
 }
 
-torch::Tensor LlamaForCausalLMImpl::loss_from_logits(const torch::Tensor& logits, const torch::Tensor& labels) {
-  // Position t predicts labels[t + 1]; the last position has nothing to predict (-100). Shifting
-  // the labels rather than slicing the logits keeps backward from building a zero-filled copy of
-  // the whole logits tensor.
+torch::Tensor LlamaForCausalLMImpl::next_token_targets(const torch::Tensor& labels) const {
+  // Shifting the labels rather than slicing the logits keeps backward from building a
+  // zero-filled copy of the whole logits tensor.
   auto target = torch::full_like(labels, -100);
   int64_t T = labels.size(1);
   target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
   if (holds_sequence_shard()) target = parallel::take_local(target, parallel_);
+  return target;
+}
+
+torch::Tensor LlamaForCausalLMImpl::loss_from_logits(const torch::Tensor& logits, const torch::Tensor& labels) {
+  auto flat_target = next_token_targets(labels).reshape({-1});
   tools::MemoryTracer::Scope traced("loss");
   auto flat = logits.reshape({-1, logits.size(2)});
-  auto flat_target = target.reshape({-1});
   auto mean = parallel_.tensor_parallel()  // the full logits never exist on one rank
                   ? parallel::vocab_parallel_cross_entropy(flat, flat_target, parallel_.tp, -100)
                   : nn::cross_entropy(flat, flat_target, -100);
+  return finish_loss(mean, flat_target, flat);
+}
+
+torch::Tensor LlamaForCausalLMImpl::finish_loss(torch::Tensor mean, const torch::Tensor& flat_target,
+                                                const torch::Tensor& anchor) {
   if (config_.is_moe() && is_training() && !router_losses_.empty()) {
     if (config_.router_aux_loss_coef > 0)
       mean = mean + config_.router_aux_loss_coef * router_losses_.load_balancing_loss().to(mean.scalar_type());
@@ -420,7 +448,7 @@ torch::Tensor LlamaForCausalLMImpl::loss_from_logits(const torch::Tensor& logits
   auto local_count = counts.item<double>();
   dist::all_reduce(counts, parallel_.sp);
   const double total = counts.item<double>();
-  auto share = local_count > 0 ? mean * (local_count / total) : (flat.sum() * 0.0).to(mean.scalar_type());
+  auto share = local_count > 0 ? mean * (local_count / total) : (anchor.sum() * 0.0).to(mean.scalar_type());
   return parallel::reduce_from_group(share, parallel_.sp);
 }
 

@@ -161,6 +161,14 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   /// This rank's logits (its vocabulary slice under tensor parallelism, padded columns -inf;
   /// its tokens under all_to_all and ring_attn).
   torch::Tensor local_logits(const torch::Tensor& input_ids);
+  /// forward_chunk, or (to_hidden) up to the head's input: the final norm's output.
+  torch::Tensor run_chunk(int chunk, const torch::Tensor& input, bool to_hidden);
+  /// labels shifted left by one (position t predicts labels[t + 1]), -100 past the end; this
+  /// rank's tokens under all_to_all and ring_attn.
+  torch::Tensor next_token_targets(const torch::Tensor& labels) const;
+  /// The mean loss of this rank's tokens, plus the MoE auxiliary losses, made the mean over the
+  /// sequence-parallel group's tokens (loss_from_logits' and loss()'s common end).
+  torch::Tensor finish_loss(torch::Tensor mean, const torch::Tensor& flat_target, const torch::Tensor& anchor);
   /// Whether model chunk `chunk` holds the embedding (first) and the head (last).
   std::pair<bool, bool> chunk_ends(int chunk) const;
   /// all_to_all and ring_attn: each rank embeds, normalises and predicts only its own tokens.

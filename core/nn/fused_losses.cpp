@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "core/common/check.h"
+#include "kernels/cpu/cross_entropy.h"
 
 namespace colossal::nn {
 namespace {
@@ -68,7 +69,84 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
   }
 };
 
+void check_targets(const torch::Tensor& target, int64_t n, int64_t vocab, int64_t ignore_index, const char* op) {
+  COLOSSAL_CHECK(target.dim() == 1 && target.size(0) == n, "[nn] ", op, ": expected target [", n, "], got ",
+                 target.sizes());
+  COLOSSAL_CHECK(target.scalar_type() == torch::kLong, "[nn] ", op, ": target must be int64, got ",
+                 target.scalar_type());
+  auto in_range = target.eq(ignore_index).logical_or(target.ge(0).logical_and(target.lt(vocab)));
+  COLOSSAL_CHECK(in_range.all().item<bool>(), "[nn] ", op, ": a target is outside [0, ", vocab,
+                 ") and is not ignore_index ", ignore_index);
+}
+
+struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropyFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& target, int64_t ignore_index,
+                               bool want_grad) {
+    auto logits = at::mm(hidden, weight.t());  // becomes the gradient with respect to itself
+    const int64_t n = logits.size(0), v = logits.size(1);
+    const int64_t count = target.ne(ignore_index).sum().item<int64_t>();
+    auto loss_rows = torch::empty({n}, logits.options().dtype(torch::kFloat));
+    namespace kc = colossal::kernels::cpu;
+    kc::CrossEntropyRows rows;
+    rows.vocab = v;
+    rows.ignore_index = ignore_index;
+    rows.write_gradient = want_grad;
+    rows.gradient_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+    const bool bf16 = logits.scalar_type() == torch::kBFloat16;
+    const int64_t* t = target.data_ptr<int64_t>();
+    float* loss = loss_rows.data_ptr<float>();
+    at::parallel_for(0, n, 1, [&](int64_t r0, int64_t r1) {
+      auto part = rows;
+      part.rows = r1 - r0;
+      part.target = t + r0;
+      part.loss = loss + r0;
+      if (bf16) {
+        std::vector<float> scratch(v);
+        kc::cross_entropy_rows_bf16(reinterpret_cast<uint16_t*>(logits.data_ptr<at::BFloat16>()) + r0 * v, part,
+                                    scratch.data());
+      } else {
+        kc::cross_entropy_rows(logits.data_ptr<float>() + r0 * v, part);
+      }
+    });
+    if (want_grad) ctx->save_for_backward({logits, hidden, weight});
+    // No counted target: nan, as torch's mean over nothing gives.
+    return loss_rows.sum() / static_cast<double>(count);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& dlogits = saved[0];
+    const float g = grads[0].item<float>();
+    torch::Tensor d_hidden, d_weight;
+    if (ctx->needs_input_grad(0)) d_hidden = at::mm(dlogits, saved[2]);
+    if (ctx->needs_input_grad(1)) d_weight = at::mm(dlogits.t(), saved[1]);
+    if (g != 1.0f) {  // a scaled loss (fp16) or a weighted sum of losses
+      if (d_hidden.defined()) d_hidden.mul_(g);
+      if (d_weight.defined()) d_weight.mul_(g);
+    }
+    return {d_hidden, d_weight, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& target,
+                                   int64_t ignore_index) {
+  COLOSSAL_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+                 "[nn] linear_cross_entropy: expected hidden [N, D] and weight [V, D], got ", hidden.sizes(), " and ",
+                 weight.sizes());
+  COLOSSAL_CHECK(hidden.scalar_type() == weight.scalar_type() &&
+                     (hidden.scalar_type() == torch::kFloat || hidden.scalar_type() == torch::kBFloat16),
+                 "[nn] linear_cross_entropy: hidden and weight must both be fp32 or both bf16, got ",
+                 hidden.scalar_type(), " and ", weight.scalar_type());
+  COLOSSAL_CHECK(hidden.device().is_cpu(), "[nn] linear_cross_entropy: a CPU kernel; got ", hidden.device());
+  check_targets(target, hidden.size(0), weight.size(0), ignore_index, "linear_cross_entropy");
+  // Decided here: inside forward, autograd is off and the context has no inputs to ask about.
+  const bool want_grad = torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
+  return LinearCrossEntropyFunction::apply(hidden, weight, target.contiguous(), ignore_index, want_grad);
+}
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& target, int64_t ignore_index) {
   COLOSSAL_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),

@@ -5,6 +5,7 @@
 #include "core/nn/activation_checkpoint.h"
 #include "core/nn/fused_losses.h"
 #include "core/nn/rms_norm.h"
+#include "kernels/cpu/cross_entropy.h"
 #include "tests/support/errors.h"
 
 namespace colossal::nn {
@@ -56,6 +57,70 @@ TEST(FusedCrossEntropy, Bf16LogitsComputeInFp32) {
 TEST(FusedCrossEntropy, BadTargetIsNamed) {
   auto msg = testing::error_message_of([] { cross_entropy(torch::zeros({2, 5}), torch::tensor({1, 7}, torch::kLong)); });
   EXPECT_NE(msg.find("a target is outside [0, 5)"), std::string::npos) << msg;
+}
+
+// The head and the loss fused, every kernel this CPU runs, against float64 linear + cross entropy:
+// loss, both gradients, a scaled loss (d loss = 3), ignored rows, vocabularies that are and are
+// not a multiple of the vector width.
+TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyInFloat64) {
+  namespace kc = colossal::kernels::cpu;
+  std::vector<std::string> kernels{"scalar"};
+  if (__builtin_cpu_supports("avx512f")) kernels.push_back("avx512");
+  for (const auto& kernel : kernels) {
+    auto previous = kc::cross_entropy_use(kernel);
+    for (int64_t vocab : {13, 64, 5003}) {
+      torch::manual_seed(vocab);
+      auto hidden = torch::randn({29, 24}).requires_grad_(true);
+      auto weight = (torch::randn({vocab, 24}) * 0.5).requires_grad_(true);
+      auto target = torch::randint(vocab, {29}, torch::kLong);
+      target.index_put_({torch::tensor({0, 7, 28})}, -100);
+      auto ref_h = hidden.detach().to(torch::kDouble).requires_grad_(true);
+      auto ref_w = weight.detach().to(torch::kDouble).requires_grad_(true);
+      auto ref = torch::nn::functional::cross_entropy(torch::mm(ref_h, ref_w.t()), target);
+      auto ours = linear_cross_entropy(hidden, weight, target);
+      SCOPED_TRACE(kernel + ", vocab " + std::to_string(vocab));
+      expect_close(ours, ref, 1e-5, 1e-6, "loss");
+      (ours * 3).backward();
+      (ref * 3).backward();
+      expect_close(hidden.grad(), ref_h.grad(), 1e-4, 1e-6, "hidden gradient");
+      expect_close(weight.grad(), ref_w.grad(), 1e-4, 1e-6, "weight gradient");
+    }
+    kc::cross_entropy_use(previous);
+  }
+  EXPECT_THROW(kc::cross_entropy_use("avx1024"), std::invalid_argument);
+}
+
+TEST(LinearCrossEntropy, Bf16AndNoGradAndErrors) {
+  torch::manual_seed(4);
+  auto hidden = torch::randn({9, 16});
+  auto weight = torch::randn({300, 16});
+  auto target = torch::randint(300, {9}, torch::kLong);
+  auto ref = cross_entropy(torch::mm(hidden, weight.t()), target);
+  {  // evaluation: the same loss, nothing kept for a backward
+    torch::NoGradGuard no_grad;
+    expect_close(linear_cross_entropy(hidden, weight, target), ref, 1e-6, 1e-6, "loss without gradient");
+  }
+  auto h16 = hidden.to(torch::kBFloat16).requires_grad_(true);
+  auto w16 = weight.to(torch::kBFloat16).requires_grad_(true);
+  auto ref16 = cross_entropy(torch::mm(h16, w16.t()), target);
+  auto ours16 = linear_cross_entropy(h16, w16, target);
+  EXPECT_EQ(ours16.scalar_type(), torch::kFloat);
+  expect_close(ours16, ref16, 1e-5, 1e-5, "bf16 loss");
+  ours16.backward();
+  EXPECT_EQ(h16.grad().scalar_type(), torch::kBFloat16);
+  auto g_h = h16.grad().clone(), g_w = w16.grad().clone();
+  h16.mutable_grad() = torch::Tensor(), w16.mutable_grad() = torch::Tensor();
+  ref16.backward();
+  expect_close(g_h, h16.grad(), 2e-2, 1e-3, "bf16 hidden gradient");
+  expect_close(g_w, w16.grad(), 2e-2, 1e-3, "bf16 weight gradient");
+  // Every target ignored: nan, as the mean over nothing; the gradients are zero.
+  auto h = hidden.clone().requires_grad_(true);
+  auto none = linear_cross_entropy(h, weight, torch::full({9}, -100, torch::kLong));
+  EXPECT_TRUE(std::isnan(none.item<float>()));
+  auto msg = testing::error_message_of([&] { linear_cross_entropy(hidden, weight, torch::full({9}, 300, torch::kLong)); });
+  EXPECT_NE(msg.find("a target is outside [0, 300)"), std::string::npos) << msg;
+  msg = testing::error_message_of([&] { linear_cross_entropy(hidden, weight.t(), target); });
+  EXPECT_NE(msg.find("expected hidden [N, D] and weight [V, D]"), std::string::npos) << msg;
 }
 
 TEST(FusedRmsNorm, MatchesComposition) {

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,10 +29,12 @@ double seconds(Fn&& fn) {
 /// GFLOP/s of an fp32 2048x2048 product on this process's threads, median of 3, the way the
 /// PyTorch reference scripts measure it (apps/bench/matmul_rate.py): the MFU denominator, taken
 /// in the same run as the figure it divides.
-inline double matmul_gflops() {
-  static auto a = torch::randn({2048, 2048}), b = torch::randn({2048, 2048}), c = torch::empty({2048, 2048});
+inline double matmul_gflops(torch::ScalarType dtype = torch::kFloat) {
+  static std::map<torch::ScalarType, std::array<torch::Tensor, 3>> mats;
+  auto& m = mats[dtype];
+  if (!m[0].defined()) m = {torch::randn({2048, 2048}).to(dtype), torch::randn({2048, 2048}).to(dtype), torch::empty({2048, 2048}, dtype)};
   std::vector<double> t;
-  for (int i = 0; i < 3; ++i) t.push_back(seconds([&] { torch::mm_out(c, a, b); }));
+  for (int i = 0; i < 3; ++i) t.push_back(seconds([&] { torch::mm_out(m[2], m[0], m[1]); }));
   return 2.0 * 2048 * 2048 * 2048 / median(t) / 1e9;
 }
 

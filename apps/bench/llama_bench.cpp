@@ -15,7 +15,8 @@
 // MFU = tokens/s x model FLOPs per token / matrix-product rate, where
 //   FLOPs per token = 3 x forward, forward = 2 x matmul parameters (lm_head included)
 //                     + 4 x layers x dim x sequence (attention scores and values),
-// and the rate is an fp32 2048x2048 torch::mm measured in the same job with the same threads
+// and the rate is a 2048x2048 torch::mm in the run's compute dtype (fp32, or bf16 for bf16 rows) measured in
+// the same job with the same threads
 // (on every rank at once for 2x1, summed), so a busy machine lowers both sides together. Runs
 // alternate (ours and every reference, --repeats times) and the fastest of each is kept.
 //
@@ -82,9 +83,10 @@ struct Row {
 // GFLOP/s of an fp32 2048x2048 product on this process's threads (median of 3), measured on
 // every rank at once and summed: the rate the job has right now. Taken before every step, so
 // a machine that gets busier or quieter during the run moves both sides of the ratio.
-double job_matmul_gflops() {
+// In the job's compute precision: bf16 rows are measured against the bf16 product rate.
+double job_matmul_gflops(torch::ScalarType dtype) {
   dist::barrier(dist::world_group());
-  auto rate = torch::tensor({colossal::bench::matmul_gflops()}, torch::kFloat64);
+  auto rate = torch::tensor({colossal::bench::matmul_gflops(dtype)}, torch::kFloat64);
   dist::all_reduce(rate, dist::world_group());
   return rate.item<double>();
 }
@@ -103,7 +105,7 @@ Row run_job(const Args& a) {
   auto ids = torch::randint(shape.config.vocab_size, {a.batch, T}, torch::kInt64);
   std::vector<double> times, fwd, bwd, opt, rates;
   for (int s = 0; s <= a.steps; ++s) {  // step 0 warms up
-    double rate = job_matmul_gflops();
+    double rate = job_matmul_gflops(b.compute_dtype);
     dist::barrier(dist::world_group());
     torch::Tensor loss;
     double tf = 0, tb = 0, to = 0;

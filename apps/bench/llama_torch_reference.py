@@ -134,7 +134,9 @@ def main():
     step_model = torch.compile(model) if a.compile else model
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16" else contextlib.nullcontext
     ids = torch.randint(VOCAB, (a.batch, seq))
-    mats = [torch.randn(2048, 2048), torch.randn(2048, 2048), torch.empty(2048, 2048)]
+    mm_dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32  # MFU against this rate
+    mats = [torch.randn(2048, 2048, dtype=mm_dtype), torch.randn(2048, 2048, dtype=mm_dtype),
+            torch.empty(2048, 2048, dtype=mm_dtype)]
     times, rates, losses = [], [], []
     warmup = 2 if a.compile else 1  # compilation happens in the first step
     for step in range(a.steps + warmup):

@@ -1,5 +1,6 @@
-"""The fp32 matrix-product rate the C++ benchmarks measure (bench_util / job_matmul_gflops), for
-the PyTorch reference scripts beside them: median of three 2048x2048 torch.mm into `c`."""
+"""The matrix-product rate the C++ benchmarks measure (bench_util / job_matmul_gflops), for the
+PyTorch reference scripts beside them: median of three 2048x2048 torch.mm into `c`, in the dtype
+of the matrices given (fp32, or bf16 for bf16 runs)."""
 import statistics
 import time
 

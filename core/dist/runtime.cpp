@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/common/allocator.h"
 #include "core/common/check.h"
 #include "core/common/fault.h"
 #include "core/common/env.h"
@@ -154,6 +155,7 @@ void InitOptions::validate() const {
 
 void init(const InitOptions& options) {
   options.validate();
+  keep_freed_memory();  // before the model and its first step allocate (common/allocator.h)
   check_injected_faults();  // a misspelt fault name must not pass for a clean run
   auto& slot = runtime_slot();
   COLOSSAL_CHECK(slot == nullptr, "[dist] init() called twice");

@@ -7,7 +7,9 @@
 #include <map>
 
 #include "core/common/check.h"
+#include "core/amp/mixed_precision.h"
 #include "core/dist/collectives.h"
+#include "core/optim/fused_adamw.h"
 
 namespace colossal::zero {
 
@@ -25,6 +27,13 @@ void MasterShards::bind(torch::optim::Optimizer& optimizer,
   }
 }
 
+void MasterShards::fuse_working_updates(torch::optim::Optimizer& optimizer) {
+  fused_ = scaler_ ? nullptr : dynamic_cast<optim::FusedAdamW*>(&optimizer);
+  if (fused_ == nullptr) return;
+  for (auto& s : slices_)
+    if (s.working.defined()) fused_->set_working_copy(s.master, s.working);
+}
+
 void MasterShards::prepare_grads() {
   torch::NoGradGuard no_grad;
   double inv_scale = 1.0 / loss_scale();
@@ -34,8 +43,10 @@ void MasterShards::prepare_grads() {
                    "[zero] no reduced gradient for the slice of '", s.name, "'");
     bool same = s.grad.scalar_type() == s.master.scalar_type() &&
                 s.grad.device() == s.master.device();
-    if (same && inv_scale == 1.0) {
-      s.master.mutable_grad() = s.grad;  // a view: no copy
+    const bool handed_over = fused_ != nullptr && s.working.defined() && s.grad.scalar_type() == torch::kBFloat16 &&
+                             s.grad.device() == s.master.device() && inv_scale == 1.0;
+    if ((same && inv_scale == 1.0) || handed_over) {
+      s.master.mutable_grad() = s.grad;  // a view: no copy (bf16 handed over: FusedAdamW reads it)
     } else {
       auto g = s.grad.to(s.master.device(), torch::kFloat32, /*non_blocking=*/false,
                          /*copy=*/true);
@@ -77,12 +88,10 @@ double MasterShards::clip_grad_norm(double max_norm, double norm_type, const par
     dist::all_reduce(total_t, group_, inf_norm ? dist::ReduceOp::kMax : dist::ReduceOp::kSum);
   double sum = scope ? scope->combine_over_norm_group(total_t.item<double>(), inf_norm) : total_t.item<double>();
   double total = inf_norm ? sum : std::pow(sum, 1.0 / norm_type);
-  // As torch::nn::utils::clip_grad_norm_: the coefficient is computed in fp32 and always applied.
+  // As torch::nn::utils::clip_grad_norm_: the coefficient is computed in fp32 and applied (a
+  // factor of 1 changes no bit and is skipped; a handed-over bf16 gradient becomes fp32 first).
   float coef = std::min(1.0f, static_cast<float>(max_norm) / (static_cast<float>(total) + 1e-6f));
-  for (auto& s : slices_) {
-    auto g = s.master.grad();
-    if (g.defined()) g.mul_(coef);
-  }
+  for (auto& s : slices_) amp::MixedPrecision::scale_master_grad(s.master, coef);
   streamed_multiplier_ *= coef;
   return total;
 }
@@ -94,6 +103,12 @@ bool MasterShards::step(torch::optim::Optimizer& optimizer) {
     ++skipped_steps_;
     return false;
   }
+  written_.assign(slices_.size(), 0);
+  if (fused_ != nullptr)
+    for (size_t i = 0; i < slices_.size(); ++i) {
+      const auto& g = slices_[i].master.grad();
+      written_[i] = slices_[i].working.defined() && g.defined() && g.scalar_type() == torch::kBFloat16;
+    }
   optimizer.step();
   return true;
 }

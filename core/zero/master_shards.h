@@ -18,6 +18,10 @@
 #include "core/parallel/data/data_parallel_scope.h"
 #include "core/dist/group.h"
 
+namespace colossal::optim {
+class FusedAdamW;
+}
+
 namespace colossal::zero {
 
 struct MasterSlice {
@@ -26,6 +30,8 @@ struct MasterSlice {
   int64_t offset = 0;          // first element of the flattened parameter this slice holds
   torch::Tensor master;        // fp32, 1-D, what the optimizer updates
   torch::Tensor grad;          // this rank's reduced gradient for the slice (any float dtype)
+  torch::Tensor working;       // bf16 CPU view of the working copy of this slice, when the plugin
+                               // lets a FusedAdamW rewrite it in its update pass (else undefined)
 };
 
 class MasterShards {
@@ -40,6 +46,13 @@ class MasterShards {
   /// its slice index, or -1 when this rank owns none of it: the parameter is dropped).
   void bind(torch::optim::Optimizer& optimizer,
             const std::function<int64_t(const torch::Tensor&)>& slice_of);
+
+  /// bf16 without loss scaling and a FusedAdamW: slices with a `working` view get the reduced
+  /// bf16 gradient as it is, and the optimizer's one pass updates the master and rewrites the
+  /// working view (bit for bit convert, update, copy; see core/amp/mixed_precision.h).
+  void fuse_working_updates(torch::optim::Optimizer& optimizer);
+  /// After step(): whether the update pass already wrote slice `i`'s working view.
+  bool working_written(size_t i) const { return i < written_.size() && written_[i]; }
 
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   amp::DynamicLossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
@@ -75,6 +88,8 @@ class MasterShards {
   double streamed_multiplier_ = 1.0;
   bool overflow_ = false;
   int64_t skipped_steps_ = 0;
+  optim::FusedAdamW* fused_ = nullptr;
+  std::vector<char> written_;
 };
 
 }  // namespace colossal::zero

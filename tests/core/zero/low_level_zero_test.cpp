@@ -139,6 +139,33 @@ TEST(LowLevelZero, MixedPrecisionMatchesDDPMixedPrecision) {
   });
 }
 
+// bf16 with FusedAdamW: the reduced bf16 gradient shard goes to the optimizer as it is and its
+// pass rewrites this rank's part of the working copy, which the all-gather then spreads. The run
+// follows the one with torch::optim::AdamW (fp32 gradients, update, copy) step for step; with
+// clipping that scales, too (the shard is made fp32 first).
+TEST(LowLevelZero, Bf16FusedAdamWWritesTheWorkingShardInItsPass) {
+  testing::run_ranks(2, [] {
+    for (int s : {1, 2}) {
+      for (double clip : {0.0, 1e-2}) {
+        SCOPED_TRACE("stage " + std::to_string(s) + ", clip " + std::to_string(clip));
+        auto z = stage(s);
+        z.precision = "bf16";
+        TrainOptions plain;
+        plain.clip = clip;
+        auto want = train_zero(plain, z);
+        TrainOptions fused = plain;
+        fused.fused_adamw = true;
+        auto got = train_zero(fused, z);
+        for (size_t i = 0; i < want.losses.size(); ++i)
+          EXPECT_NEAR(got.losses[i], want.losses[i], 1e-3 * std::abs(want.losses[i])) << "step " << i;
+        for (size_t i = 0; i < want.params.size(); ++i)
+          EXPECT_TRUE(torch::allclose(got.params[i].to(torch::kFloat), want.params[i].to(torch::kFloat), 1e-2, 1e-3))
+              << "parameter " << i;
+      }
+    }
+  });
+}
+
 TEST(LowLevelZero, Bf16CommunicationKeepsFp32Masters) {
   testing::run_ranks(2, [] {
     auto z = stage(2);

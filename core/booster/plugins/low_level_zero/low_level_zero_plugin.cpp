@@ -76,6 +76,7 @@ class ZeroModel : public ModelWrapper {
       auto it = index_of_.find(p.unsafeGetTensorImpl());
       return it == index_of_.end() ? -1 : params_[it->second].slice;
     });
+    shards_.fuse_working_updates(optimizer);
     install_hooks();
   }
 
@@ -128,7 +129,7 @@ class ZeroModel : public ModelWrapper {
     if (!shards_.step(optimizer)) return false;
     torch::NoGradGuard no_grad;
     for (auto& zp : params_) {
-      if (zp.slice >= 0 && !zp.master_is_view)
+      if (zp.slice >= 0 && !zp.master_is_view && !shards_.working_written(zp.slice))
         zp.flat.narrow(0, rank_of(zp) * zp.shard, slice_len(zp)).copy_(shards_.slices()[zp.slice].master);
     }
     gather_parameters();
@@ -252,6 +253,9 @@ class ZeroModel : public ModelWrapper {
       auto piece = zp.flat.narrow(0, rank_of(zp) * zp.shard, len);
       zp.master_is_view = masters_are_views_;
       s.master = masters_are_views_ ? piece : piece.to(torch::kFloat32, false, /*copy=*/true);
+      // bf16 on the CPU: FusedAdamW may rewrite this rank's part of the working copy itself.
+      if (piece.scalar_type() == c10::kBFloat16 && piece.device().is_cpu() && s.master.device().is_cpu())
+        s.working = piece;
       zp.slice = static_cast<int64_t>(shards_.slices().size());
       shards_.slices().push_back(std::move(s));
     }

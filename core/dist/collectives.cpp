@@ -283,6 +283,15 @@ detail::ShmTransport* shm_for(const Group& group, std::initializer_list<const at
 
 bool sums(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; }
 
+// A group of one member: the collective is its own input (sum, average, max of one value; a
+// gather of one piece), done here with at most a copy instead of a round through the transport
+// (a one-rank ZeRO-3 step all-gathers every chunk onto itself).
+c10::intrusive_ptr<c10d::Work> done_locally() {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(c10::NoneType::get());
+  future->markCompleted(c10::IValue());
+  return c10::make_intrusive<ShmWork>(std::move(future));
+}
+
 }  // namespace
 
 struct HandleAccess {
@@ -330,6 +339,7 @@ Handle all_reduce_async(at::Tensor& tensor, const Group& group, ReduceOp op) {
   check_dense(tensor, "all_reduce", "the");
   bool averaged = false;  // by the transport itself
   auto s = launch(group, "all_reduce", [&](c10d::Backend& b) -> c10::intrusive_ptr<c10d::Work> {
+    if (group.size() == 1) return done_locally();
     if (auto* shm = sums(op) ? shm_for(group, {&tensor}) : nullptr) {
       averaged = op == ReduceOp::kAvg;
       return c10::make_intrusive<ShmWork>(shm->all_reduce(tensor, averaged));
@@ -378,6 +388,10 @@ Handle reduce_scatter_async(at::Tensor& output, const at::Tensor& input, const G
   auto s = launch(group, "reduce_scatter", [&](c10d::Backend& b) -> c10::intrusive_ptr<c10d::Work> {
     at::Tensor in = input.view({-1});
     at::Tensor out = output.view({-1});
+    if (group.size() == 1) {
+      if (in.data_ptr() != out.data_ptr()) out.copy_(in);
+      return done_locally();
+    }
     if (auto* shm = sums(op) ? shm_for(group, {&in, &out}) : nullptr) {
       averaged = op == ReduceOp::kAvg;
       return c10::make_intrusive<ShmWork>(shm->reduce_scatter(out, in, averaged));
@@ -409,6 +423,10 @@ Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group
   auto s = launch(group, "all_gather", [&](c10d::Backend& b) -> c10::intrusive_ptr<c10d::Work> {
     at::Tensor in = input.view({-1});
     at::Tensor out = output.view({-1});
+    if (group.size() == 1) {
+      if (in.data_ptr() != out.data_ptr()) out.copy_(in);
+      return done_locally();
+    }
     if (auto* shm = shm_for(group, {&in, &out})) return c10::make_intrusive<ShmWork>(shm->all_gather(out, in));
     c10d::AllgatherOptions o;
     o.timeout = group.timeout();

@@ -420,6 +420,9 @@ class ZeroModel : public ModelWrapper {
       dist::Handle handle;
     };
     const int ranks = ranks_of(expert);
+    // One rank holds every shard: its flats already are the whole parameters (the gather would
+    // copy each one onto itself, through the transport).
+    if (ranks == 1) return;
     const dist::Group& group = expert ? expert_group_ : group_;
     std::deque<Gather> flight;
     auto finish = [&](Gather& g) {

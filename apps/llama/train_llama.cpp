@@ -353,8 +353,9 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
       booster, b,
       {.flag = a.load_checkpoint, .save_dir = a.save_dir, .total_steps = total_steps, .length_flags = "--max_steps"});
 
-  // MFU's denominator: every rank's fp32 matrix-product rate, measured now on its threads.
-  auto rate = torch::tensor({colossal::measure_matmul_gflops()}, torch::kFloat64);
+  // MFU's denominator: every rank's matrix-product rate in the compute dtype, measured now on its
+  // threads.
+  auto rate = torch::tensor({colossal::measure_matmul_gflops(b.compute_dtype)}, torch::kFloat64);
   dist::all_reduce(rate, dist::world_group());
   const double flops_per_token = training_flops_per_token(cfg, a.max_length);
   if (r == 0) {

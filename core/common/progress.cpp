@@ -118,9 +118,10 @@ bool reset_peak_resident() {
   return static_cast<bool>(out);
 }
 
-double measure_matmul_gflops() {
+double measure_matmul_gflops(c10::ScalarType dtype) {
   torch::NoGradGuard no_grad;
-  auto a = torch::randn({2048, 2048}), b = torch::randn({2048, 2048}), c = torch::empty({2048, 2048});
+  auto a = torch::randn({2048, 2048}).to(dtype), b = torch::randn({2048, 2048}).to(dtype);
+  auto c = torch::empty({2048, 2048}, a.options());
   double best = 1e30;
   for (int i = 0; i < 4; ++i) {
     auto t0 = std::chrono::steady_clock::now();

@@ -4,6 +4,8 @@
 //     otherwise so logs stay readable): "step 120/300 [=====>    ] loss 3.412 lr 2.1e-03 ..."
 //   * JSON lines of the same metrics appended to a log file (--log_file), one object per update.
 // Only the process that constructs it with enabled = true writes (rank 0 by convention).
+#include <c10/core/ScalarType.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -49,8 +51,8 @@ double available_memory_gib();
 /// so peak_resident_gib() measures what runs after. False where the kernel does not allow it.
 bool reset_peak_resident();
 
-/// fp32 matrix-product rate of this process's threads (2048 x 2048, best of a few), GFLOP/s:
-/// the denominator of model FLOPs utilisation.
-double measure_matmul_gflops();
+/// Matrix-product rate of this process's threads in `dtype` (2048 x 2048, best of a few),
+/// GFLOP/s: the denominator of model FLOPs utilisation (bf16 training divides by the bf16 rate).
+double measure_matmul_gflops(c10::ScalarType dtype = c10::kFloat);
 
 }  // namespace colossal

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/bf16_avx512.h"
 
 namespace colossal::kernels::cpu::detail {
 namespace {
@@ -30,22 +31,6 @@ inline __m512 update(__m512 p, __m512& m, __m512& v, __m512 g, const Vec& c) {
   return _mm512_add_ps(p, _mm512_div_ps(_mm512_mul_ps(c.neg_step_size, m), denom));
 }
 
-inline __m512 load_bf16(const uint16_t* src) {
-  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
-// Round to nearest even in integer arithmetic, as float_to_bf16 does (the AVX512-BF16
-// conversion instruction would flush denormals and so differ from the scalar path).
-inline void store_bf16(uint16_t* dst, __m512 f) {
-  __m512i bits = _mm512_castps_si512(f);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-  __mmask16 is_nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-  rounded = _mm512_mask_or_epi32(rounded, is_nan, bits, _mm512_set1_epi32(0x400000));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
-}
-
 }  // namespace
 
 void adamw_fp32_avx512(float* p, float* m, float* v, const float* g, int64_t n, const AdamWCoefficients& c) {
@@ -67,11 +52,11 @@ void adamw_bf16_avx512(float* master, float* m, float* v, const uint16_t* g, uin
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m512 mm = _mm512_loadu_ps(m + i), vv = _mm512_loadu_ps(v + i);
-    __m512 pp = update(_mm512_loadu_ps(master + i), mm, vv, load_bf16(g + i), vc);
+    __m512 pp = update(_mm512_loadu_ps(master + i), mm, vv, load_bf16x16(g + i), vc);
     _mm512_storeu_ps(master + i, pp);
     _mm512_storeu_ps(m + i, mm);
     _mm512_storeu_ps(v + i, vv);
-    store_bf16(w + i, pp);
+    store_bf16x16(w + i, pp);
   }
   adamw_bf16_scalar(master + i, m + i, v + i, g + i, w + i, n - i, c);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/adamw.h"  // bf16_to_float, float_to_bf16 for the tails
+#include "kernels/cpu/bf16_avx512.h"
 #include "kernels/cpu/cross_entropy.h"
 
 namespace colossal::kernels::cpu::detail {
@@ -79,25 +80,13 @@ void cross_entropy_row_avx512(float* x, int64_t v, int64_t target, bool grad, fl
 
 void bf16_to_float_avx512(const uint16_t* src, float* dst, int64_t n) {
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j));
-    _mm512_storeu_ps(dst + j, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16)));
-  }
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(dst + j, load_bf16x16(src + j));
   for (; j < n; ++j) dst[j] = bf16_to_float(src[j]);
 }
 
-// Round to nearest even, NaN kept quiet: float_to_bf16's rule, sixteen at a time.
 void float_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n) {
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m512 f = _mm512_loadu_ps(src + j);
-    __m512i bits = _mm512_castps_si512(f);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-    __mmask16 is_nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-    rounded = _mm512_mask_or_epi32(rounded, is_nan, bits, _mm512_set1_epi32(0x400000));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
-  }
+  for (; j + 16 <= n; j += 16) store_bf16x16(dst + j, _mm512_loadu_ps(src + j));
   for (; j < n; ++j) dst[j] = float_to_bf16(src[j]);
 }
 

@@ -147,18 +147,12 @@ bool MixedPrecision::step(torch::optim::Optimizer& optimizer) {
     COLOSSAL_LOG_INFO("[amp] gradient overflow: step skipped, loss scale now ", loss_scale());
     return false;
   }
-  // Which masters the fused update rewrites the working copy of: those whose gradient is still
-  // the handed-over bf16 one (clipping may have replaced it by a scaled fp32 copy).
-  std::vector<char> written(working_.size(), 0);
-  if (fused_ != nullptr)
-    for (size_t i = 0; i < working_.size(); ++i)
-      written[i] = masters_[i].defined() && masters_[i].grad().defined() &&
-                   masters_[i].grad().scalar_type() == c10::kBFloat16;
   optimizer.step();
   if (has_masters_) {
     for (size_t i = 0; i < working_.size(); ++i) {
       if (!masters_[i].defined()) continue;
-      if (!written[i]) working_[i].detach().copy_(masters_[i]);
+      // The fused update wrote the working copy unless clipping had made the gradient fp32.
+      if (fused_ == nullptr || !fused_->wrote_working_copy(masters_[i])) working_[i].detach().copy_(masters_[i]);
       masters_[i].mutable_grad() = torch::Tensor();  // fp32 gradients live only for the step
     }
   }

@@ -154,11 +154,7 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
   COLOSSAL_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
                  "[nn] cross_entropy: expected logits [N, V] and target [N], got ", logits.sizes(), " and ",
                  target.sizes());
-  COLOSSAL_CHECK(target.scalar_type() == torch::kLong, "[nn] cross_entropy: target must be int64, got ",
-                 target.scalar_type());
-  auto in_range = target.eq(ignore_index).logical_or(target.ge(0).logical_and(target.lt(logits.size(1))));
-  COLOSSAL_CHECK(in_range.all().item<bool>(), "[nn] cross_entropy: a target is outside [0, ", logits.size(1),
-                 ") and is not ignore_index ", ignore_index);
+  check_targets(target, logits.size(0), logits.size(1), ignore_index, "cross_entropy");
   return CrossEntropyFunction::apply(logits.contiguous(), target.contiguous(), ignore_index);
 }
 

@@ -35,61 +35,6 @@ void check_tensor(const torch::Tensor& t, torch::ScalarType dtype, const char* w
                  t.device());
 }
 
-}  // namespace
-
-void fused_adamw_update(torch::Tensor& master, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
-                        const torch::Tensor& grad, torch::Tensor working,
-                        const torch::optim::AdamWOptions& options, int64_t step) {
-  COLOSSAL_CHECK(!options.amsgrad(), "[fused_adamw] amsgrad is not supported");
-  check_tensor(master, torch::kFloat32, "parameter");
-  check_tensor(exp_avg, torch::kFloat32, "exp_avg");
-  check_tensor(exp_avg_sq, torch::kFloat32, "exp_avg_sq");
-  const int64_t n = master.numel();
-  COLOSSAL_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n,
-                 "[fused_adamw] sizes differ: parameter ", n, ", grad ", grad.numel());
-  auto s = to_step(options, step);
-  float* p = master.data_ptr<float>();
-  float* m = exp_avg.data_ptr<float>();
-  float* v = exp_avg_sq.data_ptr<float>();
-  if (!working.defined()) {
-    check_tensor(grad, torch::kFloat32, "grad");
-    const float* g = grad.data_ptr<float>();
-    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-      kc::adamw_fp32(p + begin, m + begin, v + begin, g + begin, end - begin, s);
-    });
-    return;
-  }
-  check_tensor(grad, torch::kBFloat16, "grad (bf16 working parameters)");
-  check_tensor(working, torch::kBFloat16, "working parameter");
-  COLOSSAL_CHECK(working.numel() == n, "[fused_adamw] working parameter has ", working.numel(),
-                 " elements, master ", n);
-  auto* g = reinterpret_cast<const uint16_t*>(grad.data_ptr<at::BFloat16>());
-  auto* w = reinterpret_cast<uint16_t*>(working.data_ptr<at::BFloat16>());
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    kc::adamw_bf16_master(p + begin, m + begin, v + begin, g + begin, w + begin, end - begin, s);
-  });
-}
-
-FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
-                       torch::optim::AdamWOptions defaults)
-    : torch::optim::Optimizer(std::move(groups),
-                              std::make_unique<torch::optim::AdamWOptions>(defaults)) {
-  COLOSSAL_CHECK(!defaults.amsgrad(), "[fused_adamw] amsgrad is not supported");
-}
-
-FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions defaults)
-    : FusedAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
-
-void FusedAdamW::set_working_copy(const torch::Tensor& master, torch::Tensor working) {
-  check_tensor(working, torch::kBFloat16, "working copy");
-  COLOSSAL_CHECK(master.scalar_type() == torch::kFloat32 && working.numel() == master.numel(),
-                 "[fused_adamw] a working copy needs an fp32 master of its size: master ", master.scalar_type(),
-                 " with ", master.numel(), " elements, working copy ", working.numel());
-  working_[master.unsafeGetTensorImpl()] = std::move(working);
-}
-
-namespace {
-
 // One parameter's share of a step: raw pointers and the step's coefficients.
 struct Update {
   float* param;
@@ -110,7 +55,74 @@ struct Update {
   }
 };
 
+// All updates as one range of elements: each thread takes an equal slice of it (one fork-join
+// per step, however many tensors).
+void run_in_parallel(const std::vector<Update>& updates) {
+  RECORD_FUNCTION("colossal::fused_adamw", {});  // named in profiler traces
+  std::vector<int64_t> offset(updates.size() + 1, 0);
+  for (size_t i = 0; i < updates.size(); ++i) offset[i + 1] = offset[i] + updates[i].size;
+  at::parallel_for(0, offset.back(), kGrain, [&](int64_t begin, int64_t end) {
+    size_t i = std::upper_bound(offset.begin(), offset.end(), begin) - offset.begin() - 1;
+    for (; i < updates.size() && offset[i] < end; ++i) {
+      const int64_t lo = std::max(begin, offset[i]) - offset[i], hi = std::min(end, offset[i + 1]) - offset[i];
+      if (hi > lo) updates[i].run(lo, hi);
+    }
+  });
+}
+
 }  // namespace
+
+void fused_adamw_update(torch::Tensor& master, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                        const torch::Tensor& grad, torch::Tensor working,
+                        const torch::optim::AdamWOptions& options, int64_t step) {
+  COLOSSAL_CHECK(!options.amsgrad(), "[fused_adamw] amsgrad is not supported");
+  check_tensor(master, torch::kFloat32, "parameter");
+  check_tensor(exp_avg, torch::kFloat32, "exp_avg");
+  check_tensor(exp_avg_sq, torch::kFloat32, "exp_avg_sq");
+  const int64_t n = master.numel();
+  COLOSSAL_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n,
+                 "[fused_adamw] sizes differ: parameter ", n, ", grad ", grad.numel());
+  Update u{.param = master.data_ptr<float>(),
+           .exp_avg = exp_avg.data_ptr<float>(),
+           .exp_avg_sq = exp_avg_sq.data_ptr<float>(),
+           .size = n,
+           .step = to_step(options, step)};
+  if (!working.defined()) {
+    check_tensor(grad, torch::kFloat32, "grad");
+    u.grad = grad.data_ptr<float>();
+  } else {
+    check_tensor(grad, torch::kBFloat16, "grad (bf16 working parameters)");
+    check_tensor(working, torch::kBFloat16, "working parameter");
+    COLOSSAL_CHECK(working.numel() == n, "[fused_adamw] working parameter has ", working.numel(),
+                   " elements, master ", n);
+    u.grad_bf16 = reinterpret_cast<const uint16_t*>(grad.data_ptr<at::BFloat16>());
+    u.working = reinterpret_cast<uint16_t*>(working.data_ptr<at::BFloat16>());
+  }
+  run_in_parallel({u});
+}
+
+FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
+                       torch::optim::AdamWOptions defaults)
+    : torch::optim::Optimizer(std::move(groups),
+                              std::make_unique<torch::optim::AdamWOptions>(defaults)) {
+  COLOSSAL_CHECK(!defaults.amsgrad(), "[fused_adamw] amsgrad is not supported");
+}
+
+FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions defaults)
+    : FusedAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
+
+void FusedAdamW::set_working_copy(const torch::Tensor& master, torch::Tensor working) {
+  check_tensor(working, torch::kBFloat16, "working copy");
+  COLOSSAL_CHECK(master.scalar_type() == torch::kFloat32 && working.numel() == master.numel(),
+                 "[fused_adamw] a working copy needs an fp32 master of its size: master ", master.scalar_type(),
+                 " with ", master.numel(), " elements, working copy ", working.numel());
+  working_[master.unsafeGetTensorImpl()] = {std::move(working), false};
+}
+
+bool FusedAdamW::wrote_working_copy(const torch::Tensor& master) const {
+  auto it = working_.find(master.unsafeGetTensorImpl());
+  return it != working_.end() && it->second.written;
+}
 
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::NoGradGuard no_grad;
@@ -121,6 +133,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
   }
   std::vector<Update> updates;
   std::vector<torch::Tensor> keep_alive;  // contiguous copies of non-contiguous gradients
+  for (auto& [key, w] : working_) w.written = false;
   for (auto& group : param_groups_) {
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
     COLOSSAL_CHECK(!options.amsgrad(), "[fused_adamw] amsgrad is not supported");
@@ -152,7 +165,8 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         COLOSSAL_CHECK(w != working_.end(), "[fused_adamw] a bf16 gradient on an fp32 parameter needs its working "
                        "copy (set_working_copy)");
         u.grad_bf16 = reinterpret_cast<const uint16_t*>(grad.data_ptr<at::BFloat16>());
-        u.working = reinterpret_cast<uint16_t*>(w->second.data_ptr<at::BFloat16>());
+        u.working = reinterpret_cast<uint16_t*>(w->second.tensor.data_ptr<at::BFloat16>());
+        w->second.written = true;
       } else {
         check_tensor(grad, torch::kFloat32, "grad");
         u.grad = grad.data_ptr<float>();
@@ -160,17 +174,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       updates.push_back(u);
     }
   }
-  RECORD_FUNCTION("colossal::fused_adamw", {});  // named in profiler traces
-  // All parameters as one range of elements: each thread takes an equal slice of it.
-  std::vector<int64_t> offset(updates.size() + 1, 0);
-  for (size_t i = 0; i < updates.size(); ++i) offset[i + 1] = offset[i] + updates[i].size;
-  at::parallel_for(0, offset.back(), kGrain, [&](int64_t begin, int64_t end) {
-    size_t i = std::upper_bound(offset.begin(), offset.end(), begin) - offset.begin() - 1;
-    for (; i < updates.size() && offset[i] < end; ++i) {
-      const int64_t lo = std::max(begin, offset[i]) - offset[i], hi = std::min(end, offset[i + 1]) - offset[i];
-      if (hi > lo) updates[i].run(lo, hi);
-    }
-  });
+  run_in_parallel(updates);
   return loss;
 }
 

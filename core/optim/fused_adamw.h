@@ -27,9 +27,16 @@ class FusedAdamW : public torch::optim::Optimizer {
   /// handed over without a copy), step() updates the master from it and rewrites `working` from
   /// the updated master in the same pass: bit for bit the separate convert, update and copy.
   void set_working_copy(const torch::Tensor& master, torch::Tensor working);
+  /// Whether the last step() rewrote `master`'s working copy (its gradient was bf16); otherwise
+  /// the caller copies the master into it.
+  bool wrote_working_copy(const torch::Tensor& master) const;
 
  private:
-  std::map<const void*, torch::Tensor> working_;  // master's TensorImpl -> its bf16 working copy
+  struct WorkingCopy {
+    torch::Tensor tensor;  // bf16, the master's size
+    bool written = false;  // by the last step()
+  };
+  std::map<const void*, WorkingCopy> working_;  // keyed by the master's TensorImpl
 };
 
 /// One fused AdamW step on a single tensor pair, for optimizers that keep their own state

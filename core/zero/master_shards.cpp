@@ -34,6 +34,10 @@ void MasterShards::fuse_working_updates(torch::optim::Optimizer& optimizer) {
     if (s.working.defined()) fused_->set_working_copy(s.master, s.working);
 }
 
+bool MasterShards::working_written(size_t i) const {
+  return fused_ != nullptr && i < slices_.size() && fused_->wrote_working_copy(slices_[i].master);
+}
+
 void MasterShards::prepare_grads() {
   torch::NoGradGuard no_grad;
   double inv_scale = 1.0 / loss_scale();
@@ -103,12 +107,6 @@ bool MasterShards::step(torch::optim::Optimizer& optimizer) {
     ++skipped_steps_;
     return false;
   }
-  written_.assign(slices_.size(), 0);
-  if (fused_ != nullptr)
-    for (size_t i = 0; i < slices_.size(); ++i) {
-      const auto& g = slices_[i].master.grad();
-      written_[i] = slices_[i].working.defined() && g.defined() && g.scalar_type() == torch::kBFloat16;
-    }
   optimizer.step();
   return true;
 }

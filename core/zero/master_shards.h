@@ -52,7 +52,7 @@ class MasterShards {
   /// working view (bit for bit convert, update, copy; see core/amp/mixed_precision.h).
   void fuse_working_updates(torch::optim::Optimizer& optimizer);
   /// After step(): whether the update pass already wrote slice `i`'s working view.
-  bool working_written(size_t i) const { return i < written_.size() && written_[i]; }
+  bool working_written(size_t i) const;
 
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   amp::DynamicLossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
@@ -89,7 +89,6 @@ class MasterShards {
   bool overflow_ = false;
   int64_t skipped_steps_ = 0;
   optim::FusedAdamW* fused_ = nullptr;
-  std::vector<char> written_;
 };
 
 }  // namespace colossal::zero

@@ -51,36 +51,41 @@ void cross_entropy_row_scalar(float* x, int64_t v, int64_t target, bool grad, fl
 
 }  // namespace detail
 
-void cross_entropy_rows(float* logits, const CrossEntropyRows& a) {
+namespace {
+
+// Every row of `logits`: an ignored row gets loss 0 (and a zero gradient), the others `row`.
+template <typename T, typename Row>
+void for_each_row(T* logits, const CrossEntropyRows& a, Row&& row) {
   for (int64_t r = 0; r < a.rows; ++r) {
-    float* x = logits + r * a.vocab;
+    T* x = logits + r * a.vocab;
     const int64_t t = a.target[r];
-    if (t == a.ignore_index) {
-      a.loss[r] = 0;
-      if (a.write_gradient) std::memset(x, 0, sizeof(float) * a.vocab);
+    if (t != a.ignore_index) {
+      row(x, t, &a.loss[r]);
       continue;
     }
-    xent_row(x, a.vocab, t, a.write_gradient, a.gradient_scale, &a.loss[r]);
+    a.loss[r] = 0;
+    if (a.write_gradient) std::memset(x, 0, sizeof(T) * a.vocab);
   }
 }
 
+}  // namespace
+
+void cross_entropy_rows(float* logits, const CrossEntropyRows& a) {
+  for_each_row(logits, a, [&](float* x, int64_t t, float* loss) {
+    xent_row(x, a.vocab, t, a.write_gradient, a.gradient_scale, loss);
+  });
+}
+
 void cross_entropy_rows_bf16(uint16_t* logits, const CrossEntropyRows& a, float* scratch) {
-  for (int64_t r = 0; r < a.rows; ++r) {
-    uint16_t* x = logits + r * a.vocab;
-    const int64_t t = a.target[r];
-    if (t == a.ignore_index) {
-      a.loss[r] = 0;
-      if (a.write_gradient) std::memset(x, 0, sizeof(uint16_t) * a.vocab);
-      continue;
-    }
-    const bool vector = use_avx512();
+  const bool vector = use_avx512();
+  for_each_row(logits, a, [&](uint16_t* x, int64_t t, float* loss) {
     if (vector) detail::bf16_to_float_avx512(x, scratch, a.vocab);
     else for (int64_t j = 0; j < a.vocab; ++j) scratch[j] = detail::bf16_to_float(x[j]);
-    xent_row(scratch, a.vocab, t, a.write_gradient, a.gradient_scale, &a.loss[r]);
-    if (!a.write_gradient) continue;
+    xent_row(scratch, a.vocab, t, a.write_gradient, a.gradient_scale, loss);
+    if (!a.write_gradient) return;
     if (vector) detail::float_to_bf16_avx512(scratch, x, a.vocab);
     else for (int64_t j = 0; j < a.vocab; ++j) x[j] = detail::float_to_bf16(scratch[j]);
-  }
+  });
 }
 
 const char* cross_entropy_implementation() { return use_avx512() ? "avx512" : "scalar"; }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,15 @@ inline double matmul_gflops(torch::ScalarType dtype = torch::kFloat) {
   std::vector<double> t;
   for (int i = 0; i < 3; ++i) t.push_back(seconds([&] { torch::mm_out(m[2], m[0], m[1]); }));
   return 2.0 * 2048 * 2048 * 2048 / median(t) / 1e9;
+}
+
+/// "a,b,,c" -> {"a", "b", "c"}: a comma-separated command-line list, empty items dropped.
+inline std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
 /// This program's own path (driver benchmarks relaunch themselves under `colossal run`).

@@ -29,6 +29,7 @@
 using namespace colossal;
 using namespace colossal::llama;
 using colossal::bench::median;
+using colossal::bench::split_list;
 using colossal::bench::seconds;
 
 namespace {
@@ -38,14 +39,6 @@ struct Args {
   int64_t prompt = 128, decode = 128, stream_tokens = 64, stream_requests = 2;
   bool skip_server = false;
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ',')) out.push_back(x);
-  return out;
-}
 
 // Read bandwidth of this process's threads: sum over a buffer much larger than the caches.
 double read_gbps() {
@@ -183,12 +176,12 @@ int main(int argc, char** argv) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     std::vector<SingleRow> single;
     std::vector<std::string> server_rows;
-    for (const auto& shape : split(a.shapes)) {
+    for (const auto& shape : split_list(a.shapes)) {
       auto s = benchmark_shape(shape);
       s.config.max_position_embeddings = 1024;
       torch::manual_seed(0);
       LlamaForCausalLM model(s.config);
-      for (const auto& dtype : split(a.dtypes))
+      for (const auto& dtype : split_list(a.dtypes))
         for (int threads : {1, 2}) {
           if (threads > cores) continue;
           std::fprintf(stderr, "[bench_infer] %s %s %d thread(s)...\n", shape.c_str(), dtype.c_str(), threads);
@@ -208,7 +201,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       std::fprintf(stderr, "[bench_infer] %s plain LibTorch loop...\n", shape.c_str());
       double plain = plain_loop_tps(model, 12, a.stream_tokens);
-      for (const auto& k : split(a.streams)) {
+      for (const auto& k : split_list(a.streams)) {
         std::fprintf(stderr, "[bench_infer] %s server, %s stream(s)...\n", shape.c_str(), k.c_str());
         double tps = server_tps(so.port, std::stoi(k), a);
         char line[256];

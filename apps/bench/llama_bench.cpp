@@ -49,6 +49,7 @@
 namespace dist = colossal::dist;
 namespace booster = colossal::booster;
 using colossal::bench::median;
+using colossal::bench::split_list;
 using colossal::llama::LlamaConfig;
 
 namespace {
@@ -147,14 +148,6 @@ std::string row_line(const Row& r) {
   s << r.shape << ' ' << r.layout << ' ' << r.step_s << ' ' << r.tokens_s << ' ' << r.matmul_gflops << ' '
     << r.model_gflops << ' ' << r.mfu << ' ' << r.peak_gib << '\n';
   return s.str();
-}
-
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 const Row* find_row(const std::vector<Row>& rows, const Row& like, const std::string& impl) {

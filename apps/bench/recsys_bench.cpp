@@ -56,14 +56,6 @@ struct Variant {
   std::string offload_dir;
 };
 
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 Row measure(const Args& a, const Variant& v, const CtrDataset& data) {
   torch::manual_seed(0);
   booster::PluginConfig pc;
@@ -196,12 +188,12 @@ int main(int argc, char** argv) {
       report("plain tables (AdamW, dense)", plain_row);
       plain = plain_row.samples_s;
     }
-    for (const auto& ratio : split(a.ratios)) {
+    for (const auto& ratio : bench::split_list(a.ratios)) {
       char what[64];
       std::snprintf(what, sizeof what, "cached %5.1f%% (Adagrad, by row)", 100 * std::stod(ratio));
       report(what, measure(a, {.cache_ratio = std::stod(ratio)}, data));
     }
-    for (const auto& sharding : split(a.shardings))
+    for (const auto& sharding : bench::split_list(a.shardings))
       report("sharded " + sharding + "-wise (Adagrad, by row)", measure(a, {.sharding = sharding}, data));
     if (a.offload_gib > 0) {
       COLOSSAL_CHECK(!a.offload_dir.empty(), "--offload_gib needs --offload_dir");

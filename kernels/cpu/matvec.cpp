@@ -1,0 +1,284 @@
+// Formats, packing, input preparation, the scalar matvec (the reference) and the run-time choice.
+#include "kernels/cpu/matvec.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/adamw.h"  // detail::float_to_bf16 / bf16_to_float
+
+namespace colossal::kernels::cpu {
+namespace {
+
+bool quantized(WeightFormat f) { return f == WeightFormat::kQ8 || f == WeightFormat::kQ4; }
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int32_t stored_offset(WeightFormat f) { return f == WeightFormat::kQ8 ? 128 : 8; }
+
+std::atomic<int> g_matvec_choice{-1};  // -1 auto, 0 scalar, 1 avx512
+
+bool use_avx512(WeightFormat f) {
+  int c = g_matvec_choice.load(std::memory_order_relaxed);
+  return c != 0 && detail::matvec_avx512_supports(f);
+}
+
+// Stored value of column c of a quantized row (the +offset form).
+inline int stored_value(WeightFormat f, const uint8_t* row, int64_t c) {
+  if (f == WeightFormat::kQ8) return row[c];
+  const int64_t chunk = c / kQuantChunk, j = c % kQuantChunk;
+  const uint8_t byte = row[chunk * (kQuantChunk / 2) + j % (kQuantChunk / 2)];
+  return j < kQuantChunk / 2 ? (byte & 0x0F) : (byte >> 4);
+}
+
+void matvec_scalar(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin,
+                   int64_t end) {
+  const int64_t cols = w.cols;
+  for (int64_t r = begin; r < end; ++r) {
+    for (int64_t i = 0; i < in.m; ++i) {
+      float acc = 0;
+      switch (w.format) {
+        case WeightFormat::kF32: {
+          const float* wr = static_cast<const float*>(w.data) + r * cols;
+          const float* x = in.f32 + i * in.stride;
+          for (int64_t c = 0; c < cols; ++c) acc += wr[c] * x[c];
+          break;
+        }
+        case WeightFormat::kBF16: {
+          const uint16_t* wr = static_cast<const uint16_t*>(w.data) + r * cols;
+          const uint16_t* x = in.bf16.data() + i * in.stride;
+          for (int64_t c = 0; c < cols; ++c) acc += detail::bf16_to_float(wr[c]) * detail::bf16_to_float(x[c]);
+          break;
+        }
+        case WeightFormat::kQ8:
+        case WeightFormat::kQ4: {
+          const int64_t stored = stored_cols(w.format, cols), blocks = stored / kQuantBlock;
+          const auto* wr = static_cast<const uint8_t*>(w.data) + r * data_bytes(w.format, 1, cols);
+          const int8_t* x = in.q.data() + i * in.stride;
+          const int32_t offset = stored_offset(w.format);
+          for (int64_t b = 0; b < blocks; ++b) {
+            int32_t dot = 0;
+            for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c)
+              dot += (stored_value(w.format, wr, c) - offset) * x[c];
+            acc += half_to_float(w.scales[r * blocks + b]) * in.block_scale[i * blocks + b] * static_cast<float>(dot);
+          }
+          break;
+        }
+      }
+      y[i * ldy + r] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+const char* to_string(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "f32";
+    case WeightFormat::kBF16: return "bf16";
+    case WeightFormat::kQ8: return "int8";
+    case WeightFormat::kQ4: return "int4";
+  }
+  return "?";
+}
+
+WeightFormat weight_format(const std::string& name) {
+  if (name == "f32" || name == "fp32" || name == "float32") return WeightFormat::kF32;
+  if (name == "bf16" || name == "bfloat16") return WeightFormat::kBF16;
+  if (name == "int8" || name == "q8" || name == "q8_0") return WeightFormat::kQ8;
+  if (name == "int4" || name == "q4" || name == "q4_0") return WeightFormat::kQ4;
+  throw std::invalid_argument("unknown weight format '" + name + "' (known: fp32, bf16, int8, int4)");
+}
+
+int64_t stored_cols(WeightFormat f, int64_t cols) { return quantized(f) ? round_up(cols, kQuantChunk) : cols; }
+
+int64_t data_bytes(WeightFormat f, int64_t rows, int64_t cols) {
+  switch (f) {
+    case WeightFormat::kF32: return rows * cols * 4;
+    case WeightFormat::kBF16: return rows * cols * 2;
+    case WeightFormat::kQ8: return rows * stored_cols(f, cols);
+    case WeightFormat::kQ4: return rows * stored_cols(f, cols) / 2;
+  }
+  return 0;
+}
+
+int64_t scale_count(WeightFormat f, int64_t rows, int64_t cols) {
+  return quantized(f) ? rows * stored_cols(f, cols) / kQuantBlock : 0;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24
+    float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  uint32_t bits = exp == 0x1F ? sign | 0x7F800000u | (mant << 13) : sign | ((exp + 112) << 23) | (mant << 13);
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t a = x & 0x7FFFFFFF;
+  if (a >= 0x7F800000) return sign | (a > 0x7F800000 ? 0x7E00 : 0x7C00);  // NaN, inf
+  if (a >= 0x477FF000) return sign | 0x7C00;                              // rounds past 65504
+  if (a < 0x38800000) {  // below 2^-14: a subnormal half, round(|f| * 2^24) to nearest even
+    float v;
+    std::memcpy(&v, &a, sizeof v);
+    return sign | static_cast<uint16_t>(std::nearbyint(v * 16777216.0f));
+  }
+  uint32_t h = ((a >> 23) - 112) << 10 | ((a & 0x7FFFFF) >> 13);
+  const uint32_t rest = a & 0x1FFF;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;  // a carry into the exponent is right
+  return sign | static_cast<uint16_t>(h);
+}
+
+void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void* data, uint16_t* scales) {
+  if (f == WeightFormat::kF32) {
+    std::memcpy(data, w, static_cast<size_t>(rows * cols) * sizeof(float));
+    return;
+  }
+  if (f == WeightFormat::kBF16) {
+    auto* out = static_cast<uint16_t*>(data);
+    for (int64_t i = 0; i < rows * cols; ++i) out[i] = detail::float_to_bf16(w[i]);
+    return;
+  }
+  const int64_t stored = stored_cols(f, cols), blocks = stored / kQuantBlock, row_bytes = data_bytes(f, 1, cols);
+  auto* out = static_cast<uint8_t*>(data);
+  std::vector<int> q(static_cast<size_t>(stored));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = w + r * cols;
+    auto at = [&](int64_t c) { return c < cols ? src[c] : 0.0f; };
+    for (int64_t b = 0; b < blocks; ++b) {
+      float amax = 0, extreme = 0;  // q4 keeps the sign of the largest magnitude (q4_0's rule)
+      for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c)
+        if (std::fabs(at(c)) > amax) amax = std::fabs(at(c)), extreme = at(c);
+      float d;
+      if (f == WeightFormat::kQ8) {
+        d = amax / 127.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c)
+          q[c] = static_cast<int>(std::lround(at(c) * id)) + 128;
+      } else {
+        d = extreme / -8.0f;  // the extreme maps to -8, the full negative range
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c)
+          q[c] = std::min(15, static_cast<int>(at(c) * id + 8.5f));
+      }
+      scales[r * blocks + b] = float_to_half(d);
+    }
+    uint8_t* dst = out + r * row_bytes;
+    if (f == WeightFormat::kQ8) {
+      for (int64_t c = 0; c < stored; ++c) dst[c] = static_cast<uint8_t>(q[c]);
+    } else {
+      for (int64_t chunk = 0; chunk < stored / kQuantChunk; ++chunk)
+        for (int64_t j = 0; j < kQuantChunk / 2; ++j)
+          dst[chunk * kQuantChunk / 2 + j] =
+              static_cast<uint8_t>(q[chunk * kQuantChunk + j] | (q[chunk * kQuantChunk + j + kQuantChunk / 2] << 4));
+    }
+  }
+}
+
+void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
+  const int64_t cols = w.cols;
+  for (int64_t r = begin; r < end; ++r) {
+    float* dst = out + (r - begin) * cols;
+    switch (w.format) {
+      case WeightFormat::kF32:
+        std::memcpy(dst, static_cast<const float*>(w.data) + r * cols, static_cast<size_t>(cols) * sizeof(float));
+        break;
+      case WeightFormat::kBF16: {
+        const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * cols;
+        for (int64_t c = 0; c < cols; ++c) dst[c] = detail::bf16_to_float(src[c]);
+        break;
+      }
+      case WeightFormat::kQ8:
+      case WeightFormat::kQ4: {
+        const int64_t blocks = stored_cols(w.format, cols) / kQuantBlock;
+        const auto* row = static_cast<const uint8_t*>(w.data) + r * data_bytes(w.format, 1, cols);
+        const int32_t offset = stored_offset(w.format);
+        for (int64_t c = 0; c < cols; ++c)
+          dst[c] = half_to_float(w.scales[r * blocks + c / kQuantBlock]) *
+                   static_cast<float>(stored_value(w.format, row, c) - offset);
+        break;
+      }
+    }
+  }
+}
+
+void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, int64_t cols) {
+  if (m < 1 || m > kMaxVectors)
+    throw std::invalid_argument("matvec: " + std::to_string(m) + " input rows (expected 1.." +
+                                std::to_string(kMaxVectors) + ")");
+  in.format = f;
+  in.m = m;
+  in.cols = cols;
+  switch (f) {
+    case WeightFormat::kF32:
+      in.stride = cols;
+      in.f32 = x;
+      return;
+    case WeightFormat::kBF16:
+      in.stride = round_up(cols, 32);
+      in.bf16.assign(static_cast<size_t>(m * in.stride), 0);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < cols; ++c) in.bf16[i * in.stride + c] = detail::float_to_bf16(x[i * cols + c]);
+      return;
+    case WeightFormat::kQ8:
+    case WeightFormat::kQ4: break;
+  }
+  const int64_t stride = stored_cols(f, cols), blocks = stride / kQuantBlock, chunks = stride / kQuantChunk;
+  in.stride = stride;
+  in.q.resize(static_cast<size_t>(m * stride));
+  in.block_scale.resize(static_cast<size_t>(m * blocks));
+  in.lane_scale.resize(static_cast<size_t>(m * chunks * 16));
+  in.lane_offset.resize(static_cast<size_t>(m * chunks * 16));
+  const int32_t offset = stored_offset(f);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* src = x + i * cols;
+    int8_t* q = in.q.data() + i * stride;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t lo = b * kQuantBlock, hi = std::min(cols, lo + kQuantBlock);
+      float amax = 0;
+      for (int64_t c = lo; c < hi; ++c) amax = std::max(amax, std::fabs(src[c]));
+      const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+      for (int64_t c = lo; c < lo + kQuantBlock; ++c)
+        q[c] = c < hi ? static_cast<int8_t>(std::lround(src[c] * id)) : int8_t{0};
+      in.block_scale[i * blocks + b] = d;
+    }
+    for (int64_t k = 0; k < chunks; ++k)
+      for (int lane = 0; lane < 16; ++lane) {
+        const int64_t c0 = k * kQuantChunk + lane * 4;
+        in.lane_scale[(i * chunks + k) * 16 + lane] = in.block_scale[i * blocks + c0 / kQuantBlock];
+        in.lane_offset[(i * chunks + k) * 16 + lane] = -offset * (q[c0] + q[c0 + 1] + q[c0 + 2] + q[c0 + 3]);
+      }
+  }
+}
+
+void matvec(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
+  if (in.format != w.format || in.cols != w.cols)
+    throw std::invalid_argument(std::string("matvec: input prepared for ") + to_string(in.format) + " with " +
+                                std::to_string(in.cols) + " columns, weights are " + to_string(w.format) +
+                                " with " + std::to_string(w.cols));
+  if (use_avx512(w.format)) return detail::matvec_avx512(w, in, y, ldy, begin, end);
+  matvec_scalar(w, in, y, ldy, begin, end);
+}
+
+const char* matvec_implementation(WeightFormat f) { return use_avx512(f) ? "avx512" : "scalar"; }
+
+std::string matvec_use(const std::string& name) {
+  const int before = g_matvec_choice.load();
+  std::string previous = before < 0 ? "auto" : before == 0 ? "scalar" : "avx512";
+  if (name == "auto") g_matvec_choice.store(-1);
+  else if (name == "scalar") g_matvec_choice.store(0);
+  else if (name == "avx512" && detail::matvec_avx512_supports(WeightFormat::kF32)) g_matvec_choice.store(1);
+  else throw std::invalid_argument("matvec_use: '" + name + "' is not one this CPU runs (scalar, avx512 where "
+                                   "the CPU has AVX-512, or auto)");
+  return previous;
+}
+
+}  // namespace colossal::kernels::cpu

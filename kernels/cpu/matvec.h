@@ -1,0 +1,91 @@
+#pragma once
+// Matrix-vector products for the decode step (no LibTorch): y[m, rows] = x[m, cols] W^T for a
+// handful of input rows (m <= kMaxVectors: one decode token per sequence, or a few tokens being
+// verified), streaming W once at memory bandwidth. Decode is bound by the bytes of W, so W is
+// kept in the smallest format the user accepts:
+//
+//   kF32  float      [rows, cols]
+//   kBF16 bfloat16   [rows, cols]                       (x rounded to bf16; AVX512-BF16 dot products)
+//   kQ8   uint8      [rows, padded] = int8 value + 128  plus an fp16 scale per block of 32
+//   kQ4   uint8      [rows, padded / 2], values 0..15 (= int4 + 8), plus an fp16 scale per block
+//
+// Quantized formats (the arithmetic of llama.cpp's q8_0/q4_0: symmetric per-block scales, fp16)
+// pad the columns to a multiple of 64 with zero weights. Their dot products run in integers: x is
+// quantized per call to int8 with one fp32 scale per block of 32 (per token, per block), and
+// AVX512-VNNI multiplies the unsigned stored weights by the signed activations; the +128 (+8)
+// offset is taken back exactly, in integers, from the activations' sums. Layout of a q4 row: each
+// 64-column chunk is 32 bytes, byte j holding column j in its low nibble and column j + 32 in its
+// high nibble (one shift and one mask unpack a chunk into a 64-byte vector in column order).
+//
+// The caller splits rows across threads: matvec(w, x, y, begin, end) computes rows [begin, end).
+// Implementations: AVX-512 (F/BW/VNNI/BF16, chosen at run time per format) and a portable scalar
+// one that is also the tests' reference.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace colossal::kernels::cpu {
+
+enum class WeightFormat : int32_t { kF32 = 0, kBF16 = 1, kQ8 = 2, kQ4 = 3 };
+const char* to_string(WeightFormat f);
+/// "f32"/"fp32", "bf16", "int8"/"q8", "int4"/"q4"; throws std::invalid_argument naming the rest.
+WeightFormat weight_format(const std::string& name);
+
+constexpr int64_t kQuantBlock = 32;  // weights per scale
+constexpr int64_t kQuantChunk = 64;  // quantized rows are padded to a multiple of this
+constexpr int64_t kMaxVectors = 8;   // input rows per matvec call
+
+/// Columns a stored row holds (cols for f32/bf16, padded to 64 for q8/q4).
+int64_t stored_cols(WeightFormat f, int64_t cols);
+/// Bytes of a [rows, cols] matrix's values (without scales).
+int64_t data_bytes(WeightFormat f, int64_t rows, int64_t cols);
+/// fp16 scales of a [rows, cols] matrix (0 for f32/bf16).
+int64_t scale_count(WeightFormat f, int64_t rows, int64_t cols);
+
+struct MatrixView {
+  WeightFormat format = WeightFormat::kF32;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;
+  const uint16_t* scales = nullptr;  // fp16 bits, [rows, stored_cols / 32]
+};
+
+/// Stores fp32 rows w[rows, cols] in `f` (data_bytes(f, ...) bytes, scale_count(f, ...) scales).
+void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void* data, uint16_t* scales);
+/// Rows [begin, end) of w back to fp32, out[(r - begin) * cols + c].
+void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out);
+
+/// The input of one matvec call, prepared once for the format it will meet (quantized, rounded).
+struct MatvecInput {
+  WeightFormat format = WeightFormat::kF32;
+  int64_t m = 0, cols = 0, stride = 0;  // stride: elements between input rows below
+  const float* f32 = nullptr;           // kF32: the caller's x
+  std::vector<uint16_t> bf16;           // kBF16: [m, stride]
+  std::vector<int8_t> q;                // kQ8/kQ4: [m, stride]
+  std::vector<float> block_scale;       // [m, stride / 32]
+  std::vector<float> lane_scale;        // [m, stride / 64, 16]: block_scale laid out per vector lane
+  // [m, stride / 64, 16]: -offset * (sum of q over the lane's 4 columns), the starting value of
+  // each int32 lane's dot product, so the stored weights' +128 (+8) cancels exactly in integers.
+  std::vector<int32_t> lane_offset;
+};
+/// x [m, cols] fp32 (m <= kMaxVectors) for weights in `f`; reuses `in`'s buffers (no allocation once
+/// they are large enough). x must outlive `in` for kF32.
+void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, int64_t cols);
+
+/// y[i * ldy + r] = sum_c x[i, c] * w[r, c] for the prepared rows i < in.m and rows r in [begin, end).
+void matvec(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
+
+/// "avx512" or "scalar": what matvec runs for format f now.
+const char* matvec_implementation(WeightFormat f);
+/// Makes matvec use "scalar", "avx512" (where the CPU has it for a format) or "auto"; returns the
+/// previous choice. For tests and benchmarks.
+std::string matvec_use(const std::string& name);
+
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+
+namespace detail {
+bool matvec_avx512_supports(WeightFormat f);
+void matvec_avx512(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
+}  // namespace detail
+
+}  // namespace colossal::kernels::cpu

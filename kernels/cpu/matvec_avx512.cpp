@@ -1,0 +1,169 @@
+// AVX-512 matvec: fp32 FMAs, AVX512-BF16 pair dot products, AVX512-VNNI u8 x s8 dot products for
+// the quantized formats. Built with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16
+// -mf16c; entered only after matvec_avx512_supports() checked the CPU for the format's needs.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/matvec.h"
+
+namespace colossal::kernels::cpu::detail {
+namespace {
+
+// One output row for M input rows; columns in 16s, the tail masked.
+template <int M>
+void row_f32(const float* w, const MatvecInput& in, int64_t cols, float* y, int64_t ldy, int64_t r) {
+  __m512 acc[M], acc2[M];
+  for (int i = 0; i < M; ++i) acc[i] = acc2[i] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 32 <= cols; c += 32) {  // two independent chains per input row
+    const __m512 w0 = _mm512_loadu_ps(w + c), w1 = _mm512_loadu_ps(w + c + 16);
+    for (int i = 0; i < M; ++i) {
+      const float* x = in.f32 + i * in.stride + c;
+      acc[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[i]);
+      acc2[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc2[i]);
+    }
+  }
+  for (; c < cols; c += 16) {
+    const __mmask16 k = cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
+    const __m512 w0 = _mm512_maskz_loadu_ps(k, w + c);
+    for (int i = 0; i < M; ++i)
+      acc[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, in.f32 + i * in.stride + c), acc[i]);
+  }
+  for (int i = 0; i < M; ++i) y[i * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
+}
+
+// bf16 weights and inputs: 32 columns per dot-product instruction; the input is zero-padded to 32.
+template <int M>
+void row_bf16(const uint16_t* w, const MatvecInput& in, int64_t cols, float* y, int64_t ldy, int64_t r) {
+  __m512 acc[M], acc2[M];
+  for (int i = 0; i < M; ++i) acc[i] = acc2[i] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 64 <= cols; c += 64) {
+    const __m512i w0 = _mm512_loadu_si512(w + c), w1 = _mm512_loadu_si512(w + c + 32);
+    for (int i = 0; i < M; ++i) {
+      const uint16_t* x = in.bf16.data() + i * in.stride + c;
+      acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)w0, (__m512bh)_mm512_loadu_si512(x));
+      acc2[i] = _mm512_dpbf16_ps(acc2[i], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(x + 32));
+    }
+  }
+  for (; c < cols; c += 32) {
+    const __mmask32 k = cols - c >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (cols - c)) - 1);
+    const __m512i w0 = _mm512_maskz_loadu_epi16(k, w + c);
+    for (int i = 0; i < M; ++i)
+      acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)w0,
+                                (__m512bh)_mm512_loadu_si512(in.bf16.data() + i * in.stride + c));
+  }
+  for (int i = 0; i < M; ++i) y[i * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
+}
+
+// 64 stored weights of chunk k as unsigned bytes in column order.
+template <bool Q4>
+inline __m512i load_chunk(const uint8_t* row, int64_t k) {
+  if constexpr (!Q4) {
+    return _mm512_loadu_si512(row + k * kQuantChunk);
+  } else {
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * kQuantChunk / 2));
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(packed, low), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+}
+
+// Quantized rows: per chunk of 64 columns (two blocks), one VNNI instruction per input row gives
+// 16 exact int32 lane sums (started from the lane's offset correction); they are converted and
+// scaled by weight scale x input scale of the lane's block.
+template <int M, bool Q4>
+void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int64_t chunks, float* y,
+               int64_t ldy, int64_t r) {
+  // Lane l of chunk j (of a group of 8) takes scale 2j for l < 8, 2j + 1 otherwise.
+  static const __m512i kPick[8] = {
+      _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+      _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+      _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+      _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
+      _mm512_set_epi32(9, 9, 9, 9, 9, 9, 9, 9, 8, 8, 8, 8, 8, 8, 8, 8),
+      _mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 10, 10, 10, 10, 10, 10, 10, 10),
+      _mm512_set_epi32(13, 13, 13, 13, 13, 13, 13, 13, 12, 12, 12, 12, 12, 12, 12, 12),
+      _mm512_set_epi32(15, 15, 15, 15, 15, 15, 15, 15, 14, 14, 14, 14, 14, 14, 14, 14)};
+  __m512 acc[M];
+  for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t blocks = chunks * 2;
+  for (int64_t k0 = 0; k0 < chunks; k0 += 8) {
+    const int64_t left = blocks - 2 * k0;
+    const __mmask16 km = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+    const __m512 ws = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, scales + 2 * k0));
+    const int64_t n = std::min<int64_t>(8, chunks - k0);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = k0 + j;
+      const __m512i u = load_chunk<Q4>(w, k);
+      const __m512 wl = _mm512_permutexvar_ps(kPick[j], ws);
+      for (int i = 0; i < M; ++i) {
+        const int64_t lane = (i * chunks + k) * 16;
+        const __m512i start = _mm512_loadu_si512(in.lane_offset.data() + lane);
+        const __m512i a = _mm512_loadu_si512(in.q.data() + i * in.stride + k * kQuantChunk);
+        const __m512i dot = _mm512_dpbusd_epi32(start, u, a);
+        const __m512 scale = _mm512_mul_ps(wl, _mm512_loadu_ps(in.lane_scale.data() + lane));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < M; ++i) y[i * ldy + r] = _mm512_reduce_add_ps(acc[i]);
+}
+
+template <int M>
+void rows(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
+  switch (w.format) {
+    case WeightFormat::kF32:
+      for (int64_t r = begin; r < end; ++r) row_f32<M>(static_cast<const float*>(w.data) + r * w.cols, in, w.cols, y, ldy, r);
+      return;
+    case WeightFormat::kBF16:
+      for (int64_t r = begin; r < end; ++r)
+        row_bf16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, w.cols, y, ldy, r);
+      return;
+    case WeightFormat::kQ8:
+    case WeightFormat::kQ4: {
+      const int64_t stored = stored_cols(w.format, w.cols), chunks = stored / kQuantChunk;
+      const int64_t row_bytes = data_bytes(w.format, 1, w.cols), blocks = stored / kQuantBlock;
+      const auto* base = static_cast<const uint8_t*>(w.data);
+      for (int64_t r = begin; r < end; ++r) {
+        if (w.format == WeightFormat::kQ8)
+          row_quant<M, false>(base + r * row_bytes, w.scales + r * blocks, in, chunks, y, ldy, r);
+        else
+          row_quant<M, true>(base + r * row_bytes, w.scales + r * blocks, in, chunks, y, ldy, r);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+bool matvec_avx512_supports(WeightFormat f) {
+  static const bool f32 = __builtin_cpu_supports("avx512f");
+  static const bool bf16 = f32 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+  static const bool vnni = f32 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+  switch (f) {
+    case WeightFormat::kF32: return f32;
+    case WeightFormat::kBF16: return bf16;
+    case WeightFormat::kQ8:
+    case WeightFormat::kQ4: return vnni;
+  }
+  return false;
+}
+
+void matvec_avx512(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
+  switch (in.m) {
+    case 1: return rows<1>(w, in, y, ldy, begin, end);
+    case 2: return rows<2>(w, in, y, ldy, begin, end);
+    case 3: return rows<3>(w, in, y, ldy, begin, end);
+    case 4: return rows<4>(w, in, y, ldy, begin, end);
+    case 5: return rows<5>(w, in, y, ldy, begin, end);
+    case 6: return rows<6>(w, in, y, ldy, begin, end);
+    case 7: return rows<7>(w, in, y, ldy, begin, end);
+    default: return rows<8>(w, in, y, ldy, begin, end);
+  }
+}
+
+}  // namespace colossal::kernels::cpu::detail

@@ -27,3 +27,10 @@ if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
 endif()
 find_package(Torch REQUIRED)
 message(STATUS "colossal: LibTorch ${Torch_VERSION} from ${TORCH_INSTALL_PREFIX}")
+
+# ATen's at::parallel_for is a header template that opens its OpenMP region in the caller's code:
+# compiled without -fopenmp (_OPENMP undefined) it silently runs serially, so every parallel loop
+# of ours (AdamW, attention, the matvec kernels, cross entropy) used one thread while libtorch's own
+# operators used all of them. Everything that includes ATen is compiled with OpenMP; the program
+# loads one libgomp (libtorch's, by its SONAME libgomp.so.1), so there is one thread pool.
+find_package(OpenMP REQUIRED COMPONENTS CXX)

@@ -4,7 +4,15 @@
 
 #include <cmath>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/checkpoint/safetensors.h"
 #include "core/common/check.h"
+#include "core/common/fs.h"
 #include "core/dist/collectives.h"
 #include "core/parallel/tensor/layers.h"
 #include "core/inference/kv_cache.h"
@@ -13,30 +21,117 @@
 namespace colossal::llama {
 
 namespace {
-at::Tensor rms(const at::Tensor& x, const at::Tensor& w, double eps) {
-  auto h = x.to(at::kFloat);
-  h = h * at::rsqrt(h.pow(2).mean(-1, true) + eps);
-  return (w * h).to(x.scalar_type());
+
+using inference::PackedLinear;
+
+// Names, sizes and modification times of a checkpoint's weight files: a packed file made from
+// other weights is not reused.
+std::string checkpoint_signature(const std::string& dir) {
+  std::string sig;
+  auto names = fs::list_dir(dir);
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    if (n.rfind("packed-", 0) == 0) continue;
+    auto ends = [&](const std::string& tail) {
+      return n.size() >= tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (!ends(".safetensors") && !ends(".json")) continue;
+    struct stat st {};
+    if (::stat((dir + "/" + n).c_str(), &st) != 0) continue;
+    sig += n + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec) + ";";
+  }
+  return sig;
+}
+using inference::WeightFormat;
+constexpr int64_t kRowGrain = 4;  // rows per task in the elementwise loops (a prompt splits, a token does not)
+
+// out[r] = w * x[r] / sqrt(mean(x[r]^2) + eps), rows of `dim` floats.
+void rms_norm_rows(const float* x, const float* w, float* out, int64_t rows, int64_t dim, double eps) {
+  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* in = x + r * dim;
+      float* o = out + r * dim;
+      float ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += in[i] * in[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
+      for (int64_t i = 0; i < dim; ++i) o[i] = w[i] * (in[i] * inv);
+    }
+  });
 }
 
-// x [N, heads, d] fp32; cos/sin [N, d].
-at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  auto half = x.size(-1) / 2;
-  auto rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+// LLaMA's rotary embedding (rotate-half layout) of `heads` heads of row r of `src` into `dst`
+// (in place when equal): the cos/sin tables' row is the token's position.
+void rope_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t heads,
+               int64_t d, const int64_t* positions, const float* cos, const float* sin) {
+  const int64_t half = d / 2;
+  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* c = cos + positions[r] * d;
+      const float* s = sin + positions[r] * d;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* x = src + r * src_stride + h * d;
+        float* y = dst + r * dst_stride + h * d;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = x[i], x2 = x[i + half];
+          y[i] = x1 * c[i] - x2 * s[i];
+          y[i + half] = x2 * c[i + half] + x1 * s[i + half];
+        }
+      }
+    }
+  });
 }
 
-at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+// act[r] = silu(gate_up[r, :ffn]) * gate_up[r, ffn:].
+void silu_mul_rows(const float* gate_up, float* act, int64_t rows, int64_t ffn) {
+  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate_up + r * 2 * ffn;
+      float* o = act + r * ffn;
+      for (int64_t i = 0; i < ffn; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * g[ffn + i];
+    }
+  });
 }
+
+void add_rows(float* h, const float* x, int64_t rows, int64_t dim, const float* bias = nullptr) {
+  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      for (int64_t i = 0; i < dim; ++i) h[r * dim + i] += x[r * dim + i] + (bias ? bias[i] : 0.0f);
+  });
+}
+
+// A fresh prompt shorter than this attends through the paged kernel like any other chunk.
+constexpr int64_t kFusedPrefillMin = 8;
+
 }  // namespace
 
-LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options)
+LlamaInference::Options LlamaInference::Options::named(const std::string& name) {
+  Options o;
+  o.weights = kernels::cpu::weight_format(name);
+  o.dtype = *o.weights == WeightFormat::kF32 ? at::kFloat : at::kBFloat16;
+  return o;
+}
+
+inference::WeightFormat LlamaInference::Options::weight_format() const {
+  if (weights) return *weights;
+  return dtype == at::kBFloat16 ? WeightFormat::kBF16 : WeightFormat::kF32;
+}
+
+LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const PackedMatrices* packed)
     : config_(model->config()), options_(options), parallel_(model->parallel_context()) {
   COLOSSAL_CHECK(options.dtype == at::kFloat || options.dtype == at::kBFloat16,
-                 "[llama] inference dtype must be float32 or bfloat16, got ", options.dtype);
+                 "[llama] inference dtype (the KV cache's) must be float32 or bfloat16, got ", options.dtype);
   torch::NoGradGuard no_grad;
-  auto cvt = [&](const at::Tensor& t) { return t.detach().to(options_.dtype).contiguous(); };
+  const auto format = options_.weight_format();
+  auto pack_named = [&](const std::string& name, const at::Tensor& t) {
+    if (packed) {
+      auto it = packed->find(name);
+      if (it != packed->end() && it->second.format() == format && it->second.out_features() == t.size(0) &&
+          it->second.in_features() == t.size(1))
+        return it->second;
+    }
+    return PackedLinear(t, format);
+  };
   auto fp32 = [](const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous(); };
   const int64_t d = config_.resolved_head_dim(), kv = config_.num_key_value_heads;
   const int tp = parallel_.tp_size();
@@ -48,44 +143,158 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options)
   auto kv_rows = [&](const at::Tensor& t) { return kv_whole ? t.narrow(0, kv_select * d, d) : t; };
   for (auto& l : model->model->layers) {
     Layer x;
+    const std::string prefix = "layers." + std::to_string(layers_.size()) + ".";
+    auto pack = [&](const char* name, const at::Tensor& t) { return pack_named(prefix + name, t); };
     auto& a = l->self_attn;
-    x.qkv = cvt(at::cat({a->q_proj->weight, kv_rows(a->k_proj->weight), kv_rows(a->v_proj->weight)}, 0));
+    x.qkv = pack("qkv", at::cat({a->q_proj->weight, kv_rows(a->k_proj->weight), kv_rows(a->v_proj->weight)}, 0));
     if (config_.attention_bias) {
-      x.qkv_bias = cvt(at::cat({a->q_proj->bias, kv_rows(a->k_proj->bias), kv_rows(a->v_proj->bias)}, 0));
+      x.qkv_bias = fp32(at::cat({a->q_proj->bias, kv_rows(a->k_proj->bias), kv_rows(a->v_proj->bias)}, 0));
       // Added once, after the reduction (every rank holds it whole).
-      x.o_bias = cvt(a->o_proj->bias);
+      x.o_bias = fp32(a->o_proj->bias);
     }
-    x.o = cvt(a->o_proj->weight);
+    x.o = pack("o", a->o_proj->weight);
     if (l->block_sparse_moe) {
       const auto& moe = l->block_sparse_moe;
       COLOSSAL_CHECK(moe->placement().ep_size() == 1, "[llama] inference holds every expert on each process (ep 1)");
-      x.router = cvt(moe->gate->weight);
+      x.router = fp32(moe->gate->weight);
       for (auto& e : moe->experts) {
-        x.expert_gate_up.push_back(cvt(at::cat({e->w1->weight, e->w3->weight}, 0)));
-        x.expert_down.push_back(cvt(e->w2->weight));
+        const std::string ex = "experts." + std::to_string(x.expert_down.size()) + ".";
+        x.expert_gate_up.push_back(pack((ex + "gate_up").c_str(), at::cat({e->w1->weight, e->w3->weight}, 0)));
+        x.expert_down.push_back(pack((ex + "down").c_str(), e->w2->weight));
       }
       router_ = moe->router();
     } else {
-      x.gate_up = cvt(at::cat({l->mlp->gate_proj->weight, l->mlp->up_proj->weight}, 0));
-      x.down = cvt(l->mlp->down_proj->weight);
+      x.gate_up = pack("gate_up", at::cat({l->mlp->gate_proj->weight, l->mlp->up_proj->weight}, 0));
+      x.down = pack("down", l->mlp->down_proj->weight);
     }
     x.input_norm = fp32(l->input_layernorm->weight);
     x.post_norm = fp32(l->post_attention_layernorm->weight);
     layers_.push_back(std::move(x));
   }
-  embed_ = cvt(model->model->embed_tokens->weight);
-  vocab_start_ = parallel_.tp_rank() * embed_.size(0);
+  embed_ = pack_named("embed", model->model->embed_tokens->weight);
+  vocab_start_ = parallel_.tp_rank() * embed_.out_features();
   norm_ = fp32(model->model->norm->weight);
-  lm_head_ = model->lm_head ? cvt(model->lm_head->weight) : embed_;
+  lm_head_ = model->lm_head ? pack_named("lm_head", model->lm_head->weight) : embed_;
   auto tables = RotaryTables::make(config_, config_.max_position_embeddings);
-  cos_ = tables.cos;
-  sin_ = tables.sin;
+  cos_ = tables.cos.contiguous();
+  sin_ = tables.sin.contiguous();
+}
+
+int64_t LlamaInference::weight_bytes_per_token() const {
+  int64_t bytes = lm_head_.bytes();
+  for (const auto& l : layers_) {
+    bytes += l.qkv.bytes() + l.o.bytes();
+    if (l.router.defined()) {
+      // A token reads the experts it is routed to.
+      bytes += router_.top_k * (l.expert_gate_up[0].bytes() + l.expert_down[0].bytes()) + l.router.numel() * 4;
+    } else {
+      bytes += l.gate_up.bytes() + l.down.bytes();
+    }
+  }
+  return bytes;
 }
 
 std::shared_ptr<LlamaInference> LlamaInference::load(const std::string& dir, Options options,
                                                      const parallel::ParallelContext& parallel) {
   auto loaded = load_pretrained(dir, {}, parallel);
-  return std::make_shared<LlamaInference>(loaded.model, options);
+  const auto format = options.weight_format();
+  const bool quantized = format == WeightFormat::kQ8 || format == WeightFormat::kQ4;
+  if (!quantized || !options.reuse_packed || parallel.tensor_parallel())
+    return std::make_shared<LlamaInference>(loaded.model, options);
+  // Quantized once: the packed matrices are kept beside the checkpoint, keyed by its files.
+  const std::string file = dir + "/packed-" + kernels::cpu::to_string(format) + ".safetensors";
+  const std::string signature = checkpoint_signature(dir);
+  auto packed = load_packed(file, format, signature);
+  auto model = std::make_shared<LlamaInference>(loaded.model, options, &packed);
+  if (packed.empty()) {
+    try {
+      model->save_packed(file, signature);
+    } catch (const std::exception& e) {  // a read-only model directory: quantize at every start
+      std::fprintf(stderr, "[llama] could not keep the %s matrices in %s (%s); they are quantized again next time\n",
+                   kernels::cpu::to_string(format), file.c_str(), error_text(e).c_str());
+    }
+  }
+  return model;
+}
+
+at::Tensor LlamaInference::logits(const std::vector<int64_t>& ids) {
+  const auto n = static_cast<int64_t>(ids.size());
+  COLOSSAL_CHECK(n >= 1 && n <= config_.max_position_embeddings, "[llama] logits: ", n,
+                 " tokens (expected 1..max_position_embeddings = ", config_.max_position_embeddings, ")");
+  for (auto t : ids)
+    COLOSSAL_CHECK(t >= 0 && t < config_.vocab_size, "[llama] logits: token ", t, " outside the vocabulary");
+  inference::KVCacheOptions o;
+  o.block_size = 16;
+  o.num_blocks = (n + o.block_size - 1) / o.block_size;
+  inference::PagedKVCache cache(cache_shape(), o);
+  inference::ModelInput in;
+  in.tokens = at::tensor(ids, at::kLong);
+  in.positions = at::arange(n, at::kLong);
+  in.attention.block_tables = at::arange(o.num_blocks, at::kInt).view({1, o.num_blocks});
+  in.attention.token_seq = at::zeros({n}, at::kInt);
+  in.attention.token_context = at::arange(1, n + 1, at::kInt);
+  in.attention.slots = at::arange(n, at::kLong);  // block b holds positions [16b, 16b + 16)
+  in.sample_index = at::arange(n, at::kLong);
+  return forward(in, cache);
+}
+
+LlamaInference::PackedMatrices LlamaInference::packed_matrices() const {
+  PackedMatrices out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto& l = layers_[i];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    out[p + "qkv"] = l.qkv;
+    out[p + "o"] = l.o;
+    if (l.gate_up.defined()) out[p + "gate_up"] = l.gate_up;
+    if (l.down.defined()) out[p + "down"] = l.down;
+    for (size_t e = 0; e < l.expert_down.size(); ++e) {
+      out[p + "experts." + std::to_string(e) + ".gate_up"] = l.expert_gate_up[e];
+      out[p + "experts." + std::to_string(e) + ".down"] = l.expert_down[e];
+    }
+  }
+  out["embed"] = embed_;
+  if (lm_head_.data().data_ptr() != embed_.data().data_ptr()) out["lm_head"] = lm_head_;
+  return out;
+}
+
+void LlamaInference::save_packed(const std::string& file, const std::string& signature) const {
+  checkpoint::NamedTensors tensors;
+  std::map<std::string, std::string> meta = {{"format", "colossal-packed-linear"},
+                                             {"weights", kernels::cpu::to_string(options_.weight_format())},
+                                             {"signature", signature}};
+  for (const auto& [name, m] : packed_matrices()) {
+    tensors.emplace_back(name + ".data", m.data());
+    if (m.scales().defined()) tensors.emplace_back(name + ".scales", m.scales());
+    meta[name + ".shape"] = std::to_string(m.out_features()) + "," + std::to_string(m.in_features());
+  }
+  checkpoint::save_safetensors(file, tensors, meta);
+}
+
+LlamaInference::PackedMatrices LlamaInference::load_packed(const std::string& file, WeightFormat format,
+                                                           const std::string& signature) {
+  PackedMatrices out;
+  if (::access(file.c_str(), R_OK) != 0) return out;
+  auto f = checkpoint::SafetensorsFile::open(file);
+  const auto& meta = f->metadata();
+  auto get = [&](const std::string& k) {
+    auto it = meta.find(k);
+    return it == meta.end() ? std::string() : it->second;
+  };
+  if (get("format") != "colossal-packed-linear" || get("weights") != kernels::cpu::to_string(format) ||
+      get("signature") != signature)
+    return out;  // another format, or the checkpoint changed since: packed again (and rewritten)
+  for (const auto& t : f->tensors()) {
+    const std::string suffix = ".data";
+    if (t.name.size() <= suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string name = t.name.substr(0, t.name.size() - suffix.size());
+    const std::string shape = get(name + ".shape");
+    const auto comma = shape.find(',');
+    COLOSSAL_CHECK(comma != std::string::npos, "[llama] ", file, ": no shape recorded for ", name);
+    out[name] = PackedLinear(format, std::stoll(shape.substr(0, comma)), std::stoll(shape.substr(comma + 1)),
+                             f->view(t.name), f->find(name + ".scales") ? f->view(name + ".scales") : at::Tensor());
+  }
+  return out;
 }
 
 inference::CacheShape LlamaInference::cache_shape() const {
@@ -102,11 +311,13 @@ at::Tensor LlamaInference::all_reduced(at::Tensor x) const {
 // Mixtral's block: route every token, run each expert once over its tokens, one all-reduce of
 // every expert's partial output under tensor parallelism.
 at::Tensor LlamaInference::mixture_of_experts(const at::Tensor& x, const Layer& L, int64_t ffn) const {
-  auto routing = parallel::expert::route(project(x, L.router), router_);
+  auto routing = parallel::expert::route(at::linear(x, L.router), router_);
   parallel::expert::LocalExperts experts;
   experts.run = [&](int64_t e, const at::Tensor& rows) {
-    auto gu = project(rows, L.expert_gate_up[e]);
-    return project(at::silu(gu.narrow(1, 0, ffn)) * gu.narrow(1, ffn, ffn), L.expert_down[e]);
+    auto gu = L.expert_gate_up[static_cast<size_t>(e)].forward(rows);
+    auto act = at::empty({gu.size(0), ffn}, at::kFloat);
+    silu_mul_rows(gu.data_ptr<float>(), act.data_ptr<float>(), gu.size(0), ffn);
+    return L.expert_down[static_cast<size_t>(e)].forward(act);
   };
   if (parallel_.tensor_parallel()) experts.finish = [&](const at::Tensor& out) { return all_reduced(out); };
   parallel::expert::ExpertPlacement every;  // inference holds every expert
@@ -114,37 +325,114 @@ at::Tensor LlamaInference::mixture_of_experts(const at::Tensor& x, const Layer& 
   return parallel::expert::dispatch_and_combine(x, routing, every, experts);
 }
 
+LlamaInference::Buffers& LlamaInference::buffers(int64_t n) {
+  auto& b = buffers_;
+  if (n <= b.capacity) return b;
+  const int64_t d = config_.resolved_head_dim(), hidden = config_.hidden_size;
+  const int64_t ffn = config_.intermediate_size / parallel_.tp_size();
+  auto f = at::TensorOptions().dtype(at::kFloat);
+  b.capacity = n;
+  b.h = at::empty({n, hidden}, f);
+  b.normed = at::empty({n, hidden}, f);
+  b.qkv = at::empty({n, (heads_ + 2 * kv_heads_) * d}, f);
+  b.attn = at::empty({2, n, heads_ * d}, f);  // [0]: the rotated queries, [1]: attention's output
+  b.out = at::empty({n, hidden}, f);
+  b.gate_up = at::empty({n, 2 * ffn}, f);
+  b.act = at::empty({n, ffn}, f);
+  return b;
+}
+
+// Rotated queries in attn[0], output in attn[1]. A sequence's fresh prompt (its chunk starts at
+// position 0) runs through ATen's fused causal SDPA on this step's keys and values; the other
+// tokens read the paged cache.
+void LlamaInference::attention(const inference::ModelInput& in, inference::PagedKVCache& cache, int64_t layer,
+                               int64_t n) {
+  auto& b = buffers_;
+  const int64_t d = config_.resolved_head_dim(), heads = heads_, kv = kv_heads_;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const float* q = b.attn[0].data_ptr<float>();
+  float* out = b.attn[1].data_ptr<float>();
+  const int32_t* seq = in.attention.token_seq.const_data_ptr<int32_t>();
+  const int64_t* pos = in.positions.const_data_ptr<int64_t>();
+  int64_t r = 0;
+  while (r < n) {
+    int64_t e = r + 1;
+    while (e < n && seq[e] == seq[r]) ++e;
+    if (pos[r] == 0 && e - r >= kFusedPrefillMin) {
+      const int64_t len = e - r;
+      auto rows = b.qkv.narrow(0, r, len);
+      auto qs = b.attn[0].narrow(0, r, len).view({1, len, heads, d}).transpose(1, 2);
+      auto ks = rows.narrow(1, heads * d, kv * d).view({1, len, kv, d}).transpose(1, 2);
+      auto vs = rows.narrow(1, (heads + kv) * d, kv * d).view({1, len, kv, d}).transpose(1, 2);
+      auto o = at::scaled_dot_product_attention(qs, ks, vs, {}, 0.0, /*is_causal=*/true, scale,
+                                                /*enable_gqa=*/kv != heads);
+      b.attn[1].narrow(0, r, len).view({len, heads, d}).copy_(o[0].transpose(0, 1));
+    } else {
+      inference::paged_attention_rows(q, out, heads, cache, layer, in.attention, scale, r, e);
+    }
+    r = e;
+  }
+}
+
 at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::PagedKVCache& cache) {
   c10::InferenceMode guard;
-  const int64_t n = in.tokens.size(0), heads = heads_, kv = kv_heads_;
+  const int64_t n = in.tokens.size(0), heads = heads_, kv = kv_heads_, hidden = config_.hidden_size;
   const int64_t d = config_.resolved_head_dim(), ffn = config_.intermediate_size / parallel_.tp_size();
-  const double eps = config_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double eps = config_.rms_norm_eps;
+  COLOSSAL_CHECK(in.positions.is_contiguous() && in.attention.slots.is_contiguous() && in.tokens.is_contiguous(),
+                 "[llama] model input must be contiguous");
   COLOSSAL_CHECK(in.positions.max().item<int64_t>() < cos_.size(0), "[llama] position beyond max_position_embeddings ",
                  config_.max_position_embeddings);
-  auto cos = cos_.index_select(0, in.positions), sin = sin_.index_select(0, in.positions);
-  auto h = parallel_.tensor_parallel()  // [N, D]
-               ? all_reduced(parallel::vocab_parallel_partial_lookup(embed_, in.tokens, vocab_start_))
-               : embed_.index_select(0, in.tokens);
+  auto& b = buffers(n);
+  auto h = b.h.narrow(0, 0, n);
+  if (parallel_.tensor_parallel()) {
+    // This rank's slice of the vocabulary: rows it does not hold contribute zeros to the sum.
+    auto local = in.tokens - vocab_start_;
+    auto held = (local >= 0).logical_and(local < embed_.out_features());
+    auto part = embed_.rows(local.clamp(0, embed_.out_features() - 1)) * held.unsqueeze(1).to(at::kFloat);
+    h.copy_(all_reduced(part));
+  } else {
+    h.copy_(embed_.rows(in.tokens));
+  }
+  float* hp = h.data_ptr<float>();
+  float* normed = b.normed.data_ptr<float>();
+  const int64_t width = b.qkv.size(1);
+  const int64_t* positions = in.positions.const_data_ptr<int64_t>();
+  const float* cos = cos_.const_data_ptr<float>();
+  const float* sin = sin_.const_data_ptr<float>();
   for (size_t li = 0; li < layers_.size(); ++li) {
     const auto& L = layers_[li];
-    auto qkv = project(rms(h, L.input_norm, eps), L.qkv, L.qkv_bias);
-    auto q = rope(qkv.narrow(1, 0, heads * d).view({n, heads, d}).to(at::kFloat), cos, sin);
-    auto k = rope(qkv.narrow(1, heads * d, kv * d).view({n, kv, d}).to(at::kFloat), cos, sin);
-    auto v = qkv.narrow(1, (heads + kv) * d, kv * d).reshape({n, kv, d});
-    cache.write(static_cast<int64_t>(li), in.attention.slots, k, v);
-    auto attn = inference::paged_attention(q, cache, static_cast<int64_t>(li), in.attention, scale);
-    auto o = all_reduced(project(attn.view({n, heads * d}).to(options_.dtype), L.o));
-    h = h + (L.o_bias.defined() ? o + L.o_bias : o);
-    auto normed = rms(h, L.post_norm, eps);
+    const auto layer = static_cast<int64_t>(li);
+    rms_norm_rows(hp, L.input_norm.const_data_ptr<float>(), normed, n, hidden, eps);
+    float* qkv = b.qkv.data_ptr<float>();
+    L.qkv.forward_into(normed, n, qkv, width);
+    if (L.qkv_bias.defined()) b.qkv.narrow(0, 0, n).add_(L.qkv_bias);
+    rope_rows(qkv, width, b.attn[0].data_ptr<float>(), heads * d, n, heads, d, positions, cos, sin);
+    rope_rows(qkv + heads * d, width, qkv + heads * d, width, n, kv, d, positions, cos, sin);
+    cache.write_rows(layer, in.attention.slots.const_data_ptr<int64_t>(), n, qkv + heads * d,
+                     qkv + (heads + kv) * d, width);
+    attention(in, cache, layer, n);
+    auto o = b.out.narrow(0, 0, n);
+    L.o.forward_into(b.attn[1].data_ptr<float>(), n, o.data_ptr<float>(), hidden);
+    o = all_reduced(o);
+    add_rows(hp, o.data_ptr<float>(), n, hidden, L.o_bias.defined() ? L.o_bias.const_data_ptr<float>() : nullptr);
+    rms_norm_rows(hp, L.post_norm.const_data_ptr<float>(), normed, n, hidden, eps);
     if (L.router.defined()) {
-      h = h + mixture_of_experts(normed, L, ffn);
+      h.add_(mixture_of_experts(b.normed.narrow(0, 0, n), L, ffn));
       continue;
     }
-    auto gu = project(normed, L.gate_up);
-    h = h + all_reduced(project(at::silu(gu.narrow(1, 0, ffn)) * gu.narrow(1, ffn, ffn), L.down));
+    float* gu = b.gate_up.data_ptr<float>();
+    L.gate_up.forward_into(normed, n, gu, 2 * ffn);
+    silu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn);
+    auto down = b.out.narrow(0, 0, n);
+    L.down.forward_into(b.act.data_ptr<float>(), n, down.data_ptr<float>(), hidden);
+    down = all_reduced(down);
+    add_rows(hp, down.data_ptr<float>(), n, hidden);
   }
-  auto last = rms(h.index_select(0, in.sample_index), norm_, eps);
-  auto logits = project(last, lm_head_).to(at::kFloat).contiguous();  // [S, vocab / tp]
+  auto last = h.index_select(0, in.sample_index).contiguous();
+  const int64_t s = last.size(0);
+  rms_norm_rows(last.data_ptr<float>(), norm_.const_data_ptr<float>(), last.data_ptr<float>(), s, hidden, eps);
+  auto logits = lm_head_.forward(last);  // [S, vocab / tp] fp32
   if (!parallel_.tensor_parallel()) return logits;
   // Every rank's vocabulary slice, in rank order; the padding sits at the end.
   const int tp = parallel_.tp_size();

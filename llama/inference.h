@@ -1,18 +1,26 @@
 #pragma once
-// LLaMA for the generation engine (core/inference): no autograd, weights in fp32 or bf16, the
-// q/k/v projections fused into one matrix and gate/up into another at load time (one matrix
-// product each instead of three and two), rotary embeddings by position, attention through the
-// paged KV cache. Mixtral's experts each run once per step over the tokens routed to them.
+// LLaMA for the generation engine (core/inference): no autograd, the q/k/v projections fused into
+// one matrix and gate/up into another at load time (one product each instead of three and two),
+// every matrix packed for generation (core/inference/packed_linear: fp32, bf16, int8 or int4 with
+// per-block scales; decode tokens through the bandwidth-bound matvec kernels, prompts through one
+// GEMM). The residual stream, norms, rotary embeddings and logits stay in fp32; the elementwise
+// work is plain loops over rows into buffers the model keeps (no allocation per token once they
+// have grown). A fresh prompt attends through ATen's fused causal SDPA; decode tokens and
+// continued prefill chunks through the paged KV cache. Mixtral's experts each run once per step
+// over the tokens routed to them.
 //
 // Tensor parallelism (a model loaded with a ParallelContext): each rank keeps its slices, i.e.
 // its query heads and their key/value heads (one whole kv head when there are fewer than tp),
 // its share of the MLP and of the vocabulary. Attention and MLP outputs and the embedding
 // lookup are all-reduced, the logits all-gathered, so every rank returns the same logits and
 // the engines on all ranks step in lockstep; the KV cache holds only the rank's kv heads.
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/inference/model.h"
+#include "core/inference/packed_linear.h"
 #include "llama/config.h"
 #include "llama/model.h"
 #include "llama/tokenizer.h"
@@ -22,10 +30,20 @@ namespace colossal::llama {
 class LlamaInference : public inference::CausalLM {
  public:
   struct Options {
-    at::ScalarType dtype = at::kFloat;  // weights, activations and the KV cache (norms and logits in fp32)
+    at::ScalarType dtype = at::kFloat;  // the KV cache (fp32 or bf16), and the weights unless `weights` is set
+    std::optional<inference::WeightFormat> weights;  // fp32, bf16, int8, int4
+    /// int8/int4 from load(): keep the packed matrices in `dir`/packed-<format>.safetensors and
+    /// read them from there while the checkpoint's files are unchanged (quantized once, then mapped).
+    bool reuse_packed = true;
+    /// infer_llama's --dtype: "fp32" (fp32 weights and cache), "bf16", "int8", "int4" (bf16 cache).
+    static Options named(const std::string& name);
+    inference::WeightFormat weight_format() const;
   };
-  /// Takes (fused, converted) copies of a trained model's weights.
-  LlamaInference(LlamaForCausalLM& model, Options options);
+  /// Named packed matrices ("layers.3.qkv", "layers.3.experts.1.down", "embed", "lm_head").
+  using PackedMatrices = std::map<std::string, inference::PackedLinear>;
+  /// Takes (fused, converted) copies of a trained model's weights; matrices found in `packed`
+  /// (same format and shape) are taken from there instead of packed again.
+  LlamaInference(LlamaForCausalLM& model, Options options, const PackedMatrices* packed = nullptr);
   /// A Hugging Face directory (config.json + safetensors); under tensor parallelism each rank
   /// reads only its slices.
   static std::shared_ptr<LlamaInference> load(const std::string& dir, Options options,
@@ -34,17 +52,40 @@ class LlamaInference : public inference::CausalLM {
   inference::CacheShape cache_shape() const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_positions() const override { return config_.max_position_embeddings; }
+  /// Not re-entrant: the model keeps its activation buffers between calls.
   at::Tensor forward(const inference::ModelInput& input, inference::PagedKVCache& cache) override;
   const LlamaConfig& config() const { return config_; }
+  const Options& options() const { return options_; }
+  /// Next-token logits [ids, vocab] (fp32) at every position of one fresh sequence, through a
+  /// scratch KV cache of its own: for scoring text (perplexity) and tests.
+  at::Tensor logits(const std::vector<int64_t>& ids);
+  /// Every packed matrix by name (for saving them).
+  PackedMatrices packed_matrices() const;
+  /// Writes packed_matrices() to `file` (safetensors, atomically) with `signature` in its metadata.
+  void save_packed(const std::string& file, const std::string& signature) const;
+  /// The matrices of a file save_packed wrote, if it exists, holds `format` and `signature`
+  /// (otherwise empty: the caller packs again).
+  static PackedMatrices load_packed(const std::string& file, inference::WeightFormat format,
+                                    const std::string& signature);
+  /// Bytes of the matrices one decode token reads (every layer's, the head's): the bandwidth bound.
+  int64_t weight_bytes_per_token() const;
 
  private:
   struct Layer {
-    at::Tensor input_norm, post_norm, qkv, qkv_bias, o, o_bias, gate_up, down;
-    at::Tensor router;                                         // Mixtral: [experts, hidden]
-    std::vector<at::Tensor> expert_gate_up, expert_down;       // per expert, w1 and w3 fused
+    at::Tensor input_norm, post_norm, qkv_bias, o_bias;  // fp32
+    inference::PackedLinear qkv, o, gate_up, down;
+    at::Tensor router;                                              // Mixtral: [experts, hidden] fp32
+    std::vector<inference::PackedLinear> expert_gate_up, expert_down;  // per expert, w1 and w3 fused
+  };
+  // Activations of the last forward, grown to the largest token count seen.
+  struct Buffers {
+    int64_t capacity = 0;
+    at::Tensor h, normed, qkv, attn, out, gate_up, act;
   };
   at::Tensor all_reduced(at::Tensor x) const;
   at::Tensor mixture_of_experts(const at::Tensor& x, const Layer& layer, int64_t ffn) const;
+  void attention(const inference::ModelInput& in, inference::PagedKVCache& cache, int64_t layer, int64_t n);
+  Buffers& buffers(int64_t n);
 
   LlamaConfig config_;
   Options options_;
@@ -52,7 +93,9 @@ class LlamaInference : public inference::CausalLM {
   int64_t heads_ = 0, kv_heads_ = 0, vocab_start_ = 0;  // this rank's
   std::vector<Layer> layers_;
   parallel::expert::RouterOptions router_;  // Mixtral
-  at::Tensor embed_, norm_, lm_head_, cos_, sin_;
+  at::Tensor norm_, cos_, sin_;
+  inference::PackedLinear embed_, lm_head_;
+  Buffers buffers_;
 };
 
 /// The tokenizer as the engine's detokenizer. Ids past the tokenizer's vocabulary (a model whose

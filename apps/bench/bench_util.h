@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <ATen/Parallel.h>
+
 #include "core/common/check.h"
 #include "core/common/stats.h"
+#include "kernels/cpu/matvec.h"
 
 namespace colossal::bench {
 
@@ -37,6 +40,24 @@ inline double matmul_gflops(torch::ScalarType dtype = torch::kFloat) {
   std::vector<double> t;
   for (int i = 0; i < 3; ++i) t.push_back(seconds([&] { torch::mm_out(m[2], m[0], m[1]); }));
   return 2.0 * 2048 * 2048 * 2048 / median(t) / 1e9;
+}
+
+/// Read bandwidth (GB/s) of this process's threads: a parallel streaming sum over 1 GiB with the
+/// widest loads the CPU has, median of 5 after a first touch. The ceiling decode figures are held to.
+inline double stream_read_gbps() {
+  static torch::Tensor buffer = torch::ones({int64_t{256} << 20});
+  const float* p = buffer.data_ptr<float>();
+  const int64_t n = buffer.numel();
+  std::vector<double> t;
+  for (int i = 0; i < 6; ++i)
+    t.push_back(seconds([&] {
+      at::parallel_for(0, n, 1 << 20, [&](int64_t b, int64_t e) {
+        volatile float s = kernels::cpu::stream_sum(p + b, e - b);
+        (void)s;
+      });
+    }));
+  t.erase(t.begin());
+  return static_cast<double>(n) * 4.0 / median(t) / 1e9;
 }
 
 /// "a,b,,c" -> {"a", "b", "c"}: a comma-separated command-line list, empty items dropped.

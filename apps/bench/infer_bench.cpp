@@ -1,17 +1,21 @@
 // Generation throughput on the LLaMA shapes S and M (random weights), side by side in one run:
 //  1. batch 1 through the engine: prompt tokens/s (a 128-token prefill) and decode tokens/s with
-//     1 and 2 threads, against the memory-bandwidth limit measured in the same run with the same
-//     threads (decode reads every weight once per token: limit = bandwidth / weight bytes);
+//     1 and 2 threads for fp32, bf16, int8 and int4 weights, against llama.cpp on the same model
+//     (converted by its own converter, quantized with --pure, timed by llama-bench: see
+//     llama_cpp_peer.h) and against the read bandwidth measured in the same run with the same
+//     threads (decode reads every weight once per token: the fraction of it a token's bytes use);
 //  2. aggregate tokens/s of 1, 4 and 16 concurrent streams through the OpenAI server (HTTP on
 //     localhost) versus a plain LibTorch loop: the model's own forward over the whole sequence
 //     for every new token, one request at a time (no KV cache, no batching).
 //
-//   build/apps/bench_infer [--shapes S,M] [--dtypes fp32,bf16] [--decode 128] [--streams 1,4,16]
+//   build/apps/bench_infer [--shapes S,M] [--dtypes fp32,bf16,int8,int4] [--decode 128] [--streams 1,4,16]
+//                          [--llama_cpp auto|off|BIN_DIR]
 #include <httplib.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,10 +23,12 @@
 #include <thread>
 
 #include "apps/bench/bench_util.h"
+#include "apps/bench/llama_cpp_peer.h"
 #include "apps/llama/openai_server.h"
 #include "core/common/check.h"
 #include "core/inference/engine.h"
 #include "llama/inference.h"
+#include "llama/pretrained.h"
 #include "llama/shapes.h"
 #include "llama/tokenizer.h"
 
@@ -35,19 +41,12 @@ using colossal::bench::seconds;
 namespace {
 
 struct Args {
-  std::string shapes = "S,M", dtypes = "fp32,bf16", streams = "1,4,16";
+  std::string shapes = "S,M", dtypes = "fp32,bf16,int8,int4", streams = "1,4,16";
   int64_t prompt = 128, decode = 128, stream_tokens = 64, stream_requests = 2;
   bool skip_server = false;
+  std::string llama_cpp = "auto";  // auto: build/find it with scripts/build_llama_cpp.sh; off; or its bin dir
+  std::string python = COLOSSAL_DEFAULT_PYTHON;
 };
-
-// Read bandwidth of this process's threads: sum over a buffer much larger than the caches.
-double read_gbps() {
-  auto a = torch::ones({int64_t{128} << 20});  // 512 MiB
-  (void)a.sum();
-  std::vector<double> t;
-  for (int i = 0; i < 5; ++i) t.push_back(seconds([&] { (void)a.sum().item<float>(); }));
-  return a.numel() * 4.0 / median(t) / 1e9;
-}
 
 class Ids : public inference::Detokenizer {
  public:
@@ -64,13 +63,13 @@ struct SingleRow {
   std::string shape, dtype;
   int threads;
   double prompt_tps, decode_tps, gbps, limit_tps;
+  double peer_prompt = 0, peer_decode = 0;  // llama.cpp (0: not run)
 };
 
 SingleRow single_stream(const std::string& shape, const std::string& dtype, int threads, const Args& a,
                         LlamaForCausalLM& model) {
   at::set_num_threads(threads);
-  auto dt = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  auto inf = std::make_shared<LlamaInference>(model, LlamaInference::Options{dt});
+  auto inf = std::make_shared<LlamaInference>(model, LlamaInference::Options::named(dtype));
   inference::EngineOptions o;
   o.cache.memory_bytes = int64_t{512} << 20;
   o.max_batched_tokens = 512;
@@ -91,9 +90,8 @@ SingleRow single_stream(const std::string& shape, const std::string& dtype, int 
     auto d = req(8, a.decode + 1);
     decode.push_back(a.decode / (d.latency_s - d.time_to_first_token_s));
   }
-  SingleRow r{shape, dtype, threads, median(prefill), median(decode), read_gbps(), 0};
-  double bytes = static_cast<double>(matmul_parameters(model->config())) * (dt == at::kBFloat16 ? 2 : 4);
-  r.limit_tps = r.gbps * 1e9 / bytes;
+  SingleRow r{shape, dtype, threads, median(prefill), median(decode), bench::stream_read_gbps(), 0};
+  r.limit_tps = r.gbps * 1e9 / static_cast<double>(inf->weight_bytes_per_token());
   return r;
 }
 
@@ -171,9 +169,21 @@ int main(int argc, char** argv) {
   app.add_option("--stream_tokens", a.stream_tokens, "tokens per server request")->capture_default_str();
   app.add_option("--stream_requests", a.stream_requests, "requests per client")->capture_default_str();
   app.add_flag("--skip_server", a.skip_server, "only the batch-1 part");
+  app.add_option("--llama_cpp", a.llama_cpp, "llama.cpp's bin directory, 'auto' (scripts/build_llama_cpp.sh) or 'off'")
+      ->capture_default_str();
+  app.add_option("--python", a.python, "the python that runs llama.cpp's converter")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    std::vector<int> thread_counts;
+    for (int t : {1, 2})
+      if (t <= cores) thread_counts.push_back(t);
+    std::optional<bench::LlamaCppPeer> peer;
+    if (a.llama_cpp != "off") {
+      std::fprintf(stderr, "[bench_infer] llama.cpp (scripts/build_llama_cpp.sh; the first run builds it)...\n");
+      peer = bench::LlamaCppPeer::locate(COLOSSAL_SOURCE_DIR, a.python, a.llama_cpp == "auto" ? "" : a.llama_cpp);
+    }
+    const std::string scratch = "/tmp/bench_infer_" + std::to_string(::getpid());
     std::vector<SingleRow> single;
     std::vector<std::string> server_rows;
     for (const auto& shape : split_list(a.shapes)) {
@@ -181,12 +191,30 @@ int main(int argc, char** argv) {
       s.config.max_position_embeddings = 1024;
       torch::manual_seed(0);
       LlamaForCausalLM model(s.config);
+      const size_t first = single.size();
       for (const auto& dtype : split_list(a.dtypes))
-        for (int threads : {1, 2}) {
-          if (threads > cores) continue;
+        for (int threads : thread_counts) {
           std::fprintf(stderr, "[bench_infer] %s %s %d thread(s)...\n", shape.c_str(), dtype.c_str(), threads);
           single.push_back(single_stream(shape, dtype, threads, a, model));
         }
+      if (peer) {
+        // The same weights as a Hugging Face directory, converted by llama.cpp's own tools.
+        std::fprintf(stderr, "[bench_infer] %s: llama.cpp conversion and llama-bench...\n", shape.c_str());
+        const std::string dir = scratch + "/" + shape;
+        auto tok = scratch_tokenizer();
+        save_pretrained(model->config(), checkpoint::model_state(*model), dir, {}, tok.get());
+        auto files = peer->convert(dir, dir + "/model", split_list(a.dtypes));
+        std::vector<std::string> list;
+        for (const auto& [_, f] : files) list.push_back(f);
+        auto speeds = peer->bench(list, thread_counts, static_cast<int>(a.prompt), static_cast<int>(a.decode), 3);
+        for (size_t i = first; i < single.size(); ++i) {
+          auto& r = single[i];
+          if (!files.count(r.dtype)) continue;
+          const auto& sp = speeds[files[r.dtype]][r.threads];
+          r.peer_prompt = sp.prompt_tps;
+          r.peer_decode = sp.decode_tps;
+        }
+      }
       if (a.skip_server) continue;
       at::set_num_threads(cores);
       auto tok = scratch_tokenizer();
@@ -212,12 +240,17 @@ int main(int argc, char** argv) {
       server.stop();
       serving.join();
     }
-    std::printf("\nbatch 1 (prompt %ld tokens; decode %ld tokens), median of 3\n", a.prompt, a.decode);
-    std::printf("%-5s %-5s %7s %12s %12s %10s %12s %9s\n", "shape", "dtype", "threads", "prompt tok/s", "decode tok/s",
-                "read GB/s", "limit tok/s", "of limit");
+    (void)!std::system(("rm -rf " + scratch).c_str());
+    std::printf("\nbatch 1 (prompt %ld tokens; decode %ld tokens), ours median of 3, llama.cpp mean of 3 "
+                "(llama-bench); 'of read': decode bytes/s over the streaming read bandwidth\n", a.prompt, a.decode);
+    std::printf("%-5s %-5s %7s | %12s %12s %6s | %12s %12s %6s | %9s %8s\n", "shape", "dtype", "threads", "prompt tok/s",
+                "llama.cpp", "ratio", "decode tok/s", "llama.cpp", "ratio", "read GB/s", "of read");
+    auto ratio = [](double ours, double peer) { return peer > 0 ? ours / peer : 0.0; };
     for (const auto& r : single)
-      std::printf("%-5s %-5s %7d %12.1f %12.1f %10.1f %12.1f %8.1f%%\n", r.shape.c_str(), r.dtype.c_str(), r.threads,
-                  r.prompt_tps, r.decode_tps, r.gbps, r.limit_tps, 100 * r.decode_tps / r.limit_tps);
+      std::printf("%-5s %-5s %7d | %12.1f %12.1f %5.2fx | %12.1f %12.1f %5.2fx | %9.1f %7.1f%%\n", r.shape.c_str(),
+                  r.dtype.c_str(), r.threads, r.prompt_tps, r.peer_prompt, ratio(r.prompt_tps, r.peer_prompt),
+                  r.decode_tps, r.peer_decode, ratio(r.decode_tps, r.peer_decode), r.gbps,
+                  100 * r.decode_tps / r.limit_tps);
     if (!server_rows.empty()) {
       std::printf("\nconcurrent streams through the OpenAI server (fp32, %d threads, %ld tokens per request) vs a "
                   "plain LibTorch loop (full recompute per token, one request at a time)\n", cores, a.stream_tokens);

@@ -28,6 +28,7 @@
 #include "llama/dataset.h"
 #include "llama/inference.h"
 #include "llama/parallelize.h"
+#include "llama/perplexity.h"
 #include "llama/tokenizer.h"
 
 using namespace colossal;
@@ -50,6 +51,8 @@ struct Args {
   std::string dtype = "fp32";
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
   bool serve = false;
+  std::string perplexity;  // a JSONL file ("text") scored instead of generating
+  int64_t perplexity_length = 512, perplexity_samples = 0;
   std::string host = "127.0.0.1", served_name;
   int port = 8000;
   double max_body_mib = 4, read_timeout_s = 10, shutdown_grace_s = 10;
@@ -114,7 +117,8 @@ inference::SamplingParams sampling(const Args& a) {
 
 int run(const Args& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
-  COLOSSAL_CHECK(a.dtype == "fp32" || a.dtype == "bf16", "--dtype: expected fp32 or bf16, got '", a.dtype, "'");
+  COLOSSAL_CHECK(a.dtype == "fp32" || a.dtype == "bf16" || a.dtype == "int8" || a.dtype == "int4",
+                 "--dtype: expected fp32, bf16, int8 or int4, got '", a.dtype, "'");
   // Said plainly instead of silently running elsewhere: the engine's kernels are CPU kernels.
   COLOSSAL_CHECK(a.device == "auto" || a.device == "cpu", "--device ", a.device,
                  ": the inference engine runs on the CPU in this version (its CUDA kernels come with issue 21); "
@@ -143,7 +147,7 @@ int run(const Args& a) {
     quiet = dist::rank() != 0;
     if (quiet) std::freopen("/dev/null", "w", stdout);
   }
-  auto model = LlamaInference::load(a.model, {.dtype = a.dtype == "bf16" ? at::kBFloat16 : at::kFloat}, parallel);
+  auto model = LlamaInference::load(a.model, LlamaInference::Options::named(a.dtype), parallel);
   inference::EngineOptions eo;
   eo.cache.block_size = a.block_size;
   eo.cache.memory_bytes = a.kv_cache_mib << 20;
@@ -157,6 +161,21 @@ int run(const Args& a) {
                engine.cache().blocks().num_blocks(), a.block_size,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
   if (a.serve) return serve(a, engine, tok);
+  if (!a.perplexity.empty()) {
+    // Scored like train_llama's evaluation: samples of --perplexity_length tokens, next-token loss.
+    DatasetOptions d;
+    d.files = {a.perplexity};
+    d.max_length = std::min<int64_t>(a.perplexity_length, model->config().max_position_embeddings);
+    d.cache_dir = "/tmp/colossal_perplexity_cache";
+    auto data = TokenDataset::open(d, *tok);
+    COLOSSAL_CHECK(data.size() > 0, "--perplexity ", a.perplexity, ": fewer than ", d.max_length, " tokens");
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = llama::perplexity(*model, data, a.perplexity_samples);
+    std::printf("perplexity %.4f (mean loss %.5f nats) over %ld tokens in %ld samples of %ld, weights %s, %.1f s\n",
+                r.perplexity, r.mean_nll, r.tokens, r.samples, d.max_length, a.dtype.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return 0;
+  }
 
   if (a.chat) {
     std::vector<std::pair<std::string, std::string>> history;
@@ -250,7 +269,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_option("--device", a.device, "auto | cpu (the paged-KV engine runs on the CPU; CUDA comes with issue 21)")
       ->capture_default_str();
-  app.add_option("--dtype", a.dtype, "fp32 | bf16 (weights, activations and KV cache)")->capture_default_str();
+  app.add_option("--dtype", a.dtype,
+                 "weights: fp32 | bf16 | int8 | int4 (int8/int4: blocks of 32 with fp16 scales, like llama.cpp's "
+                 "q8_0/q4_0, kept in MODEL/packed-<dtype>.safetensors after the first start); the KV cache is fp32 "
+                 "for fp32 and bf16 otherwise")->capture_default_str();
   app.add_option("--kv_cache_mib", a.kv_cache_mib, "KV cache memory (at most what the machine has available)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--block_size", a.block_size, "tokens per KV block")
@@ -260,6 +282,13 @@ int main(int argc, char** argv) {
   app.add_option("--max_batched_tokens", a.max_batched_tokens, "tokens per step (prefill chunk budget)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_flag("--serve", a.serve, "run the OpenAI-compatible HTTP server");
+  app.add_option("--perplexity", a.perplexity,
+                 "score a JSONL file (\"text\" per line) instead of generating: perplexity as train_llama's "
+                 "evaluation computes it (e.g. out/llama/data/valid.jsonl, the default run's held-out text)");
+  app.add_option("--perplexity_length", a.perplexity_length, "tokens per scored sample")
+      ->capture_default_str()->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  app.add_option("--perplexity_samples", a.perplexity_samples, "score only the first N samples (0: all)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--host", a.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a.port, "port to listen on")->capture_default_str()->check(CLI::Range(1, 65535));
   app.add_option("--served_model_name", a.served_name, "model name in the API (default: the directory's name)");

@@ -38,10 +38,11 @@ struct Generator {
 std::shared_ptr<Generator> make_generator(const std::string& dir, const std::string& dtype, int64_t kv_cache_mib,
                                           int64_t block_size, int64_t max_batch, int64_t max_batched_tokens,
                                           uint64_t seed) {
-  COLOSSAL_CHECK(dtype == "fp32" || dtype == "bf16", "[llama] dtype: expected fp32 or bf16, got '", dtype, "'");
+  COLOSSAL_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "int8" || dtype == "int4",
+                 "[llama] dtype: expected fp32, bf16, int8 or int4, got '", dtype, "'");
   auto g = std::make_shared<Generator>();
   g->tokenizer = std::make_shared<Tokenizer>(Tokenizer::load(dir + "/tokenizer.model"));
-  g->model = llama::LlamaInference::load(dir, {.dtype = dtype == "bf16" ? at::kBFloat16 : at::kFloat});
+  g->model = llama::LlamaInference::load(dir, llama::LlamaInference::Options::named(dtype));
   inference::EngineOptions eo;
   eo.cache.block_size = block_size;
   eo.cache.memory_bytes = kv_cache_mib << 20;

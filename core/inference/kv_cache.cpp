@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+
 #include "core/common/check.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -47,6 +49,57 @@ void PagedKVCache::write(int64_t layer, const at::Tensor& slots, const at::Tenso
   auto vf = values(layer).view({-1, shape_.kv_heads, shape_.head_dim});
   kf.index_copy_(0, slots, k.to(shape_.dtype));
   vf.index_copy_(0, slots, v.to(shape_.dtype));
+}
+
+void PagedKVCache::write_rows(int64_t layer, const int64_t* slots, int64_t n, const float* k, const float* v,
+                              int64_t stride) {
+  const int64_t row = shape_.kv_heads * shape_.head_dim;
+  const bool bf16 = shape_.dtype == at::kBFloat16;
+  auto store = [&](at::Tensor& dst, const float* src) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float* from = src + i * stride;
+      if (bf16) {
+        auto* to = dst.data_ptr<at::BFloat16>() + slots[i] * row;
+        for (int64_t j = 0; j < row; ++j) to[j] = at::BFloat16(from[j]);
+      } else {
+        std::copy(from, from + row, dst.data_ptr<float>() + slots[i] * row);
+      }
+    }
+  };
+  store(keys(layer), k);
+  store(values(layer), v);
+}
+
+namespace {
+kernels::cpu::PagedAttentionArgs attention_args(const float* q, float* out, int64_t heads, int64_t tokens,
+                                                const PagedKVCache& cache, int64_t layer,
+                                                const AttentionMetadata& meta, double scale) {
+  COLOSSAL_CHECK(meta.block_tables.is_contiguous() && meta.token_seq.is_contiguous() &&
+                     meta.token_context.is_contiguous(), "[inference] attention metadata must be contiguous");
+  kernels::cpu::PagedAttentionArgs a;
+  a.q = q;
+  a.out = out;
+  a.k_cache = cache.keys(layer).const_data_ptr();
+  a.v_cache = cache.values(layer).const_data_ptr();
+  a.bf16_cache = cache.shape().dtype == at::kBFloat16;
+  a.heads = heads;
+  a.kv_heads = cache.shape().kv_heads;
+  a.head_dim = cache.shape().head_dim;
+  a.block_size = cache.blocks().block_size();
+  a.block_tables = meta.block_tables.const_data_ptr<int32_t>();
+  a.max_blocks = meta.block_tables.size(1);
+  a.token_seq = meta.token_seq.const_data_ptr<int32_t>();
+  a.token_context = meta.token_context.const_data_ptr<int32_t>();
+  a.scale = static_cast<float>(scale);
+  a.tokens = tokens;
+  return a;
+}
+}  // namespace
+
+void paged_attention_rows(const float* q, float* out, int64_t heads, const PagedKVCache& cache, int64_t layer,
+                          const AttentionMetadata& meta, double scale, int64_t begin, int64_t end) {
+  auto a = attention_args(q, out, heads, meta.token_seq.size(0), cache, layer, meta, scale);
+  at::parallel_for(begin * heads, end * heads, 1, [&](int64_t b, int64_t e) { kernels::cpu::paged_attention(a, b, e); });
 }
 
 at::Tensor paged_attention(const at::Tensor& q, const PagedKVCache& cache, int64_t layer,

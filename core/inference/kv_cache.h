@@ -39,6 +39,9 @@ class PagedKVCache {
 
   /// Writes k, v [tokens, kv_heads, head_dim] of `layer` into cache slots [tokens] (int64).
   void write(int64_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v);
+  /// The same from fp32 rows: token i's keys at k + i * stride ([kv_heads, head_dim]), values at
+  /// v + i * stride, into slots[i] (converted to the cache dtype).
+  void write_rows(int64_t layer, const int64_t* slots, int64_t n, const float* k, const float* v, int64_t stride);
 
  private:
   CacheShape shape_;
@@ -59,5 +62,9 @@ struct AttentionMetadata {
 /// positions (kernels/cpu/paged_attention, parallel over tokens x heads). q is converted to fp32.
 at::Tensor paged_attention(const at::Tensor& q, const PagedKVCache& cache, int64_t layer,
                            const AttentionMetadata& meta, double scale);
+/// The same for the step's tokens [begin, end) only, q and out fp32 [tokens, heads, head_dim]
+/// (the metadata's rows index the whole step), in parallel over those tokens x heads.
+void paged_attention_rows(const float* q, float* out, int64_t heads, const PagedKVCache& cache, int64_t layer,
+                          const AttentionMetadata& meta, double scale, int64_t begin, int64_t end);
 
 }  // namespace colossal::inference

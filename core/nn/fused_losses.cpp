@@ -1,6 +1,7 @@
 #include "core/nn/fused_losses.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/record_function.h>
 #include <torch/autograd.h>
 
@@ -13,10 +14,14 @@ namespace {
 // Rows per block: about 1 MiB of fp32 logits, so the second look at a block hits cache.
 int64_t rows_per_block(int64_t vocab) { return std::max<int64_t>(1, (int64_t{1} << 18) / vocab); }
 
+// fn runs ATen operators on the workers: they take the caller's thread-local state (grad mode
+// off inside an autograd function, the dispatch keys), which OpenMP threads do not inherit.
 template <typename Fn>
 void for_row_blocks(int64_t n, int64_t vocab, Fn&& fn) {
   const int64_t block = rows_per_block(vocab);
+  const at::ThreadLocalState caller;
   at::parallel_for(0, n, block, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard same_state(caller);
     for (int64_t r = begin; r < end; r += block) fn(r, std::min(end, r + block));
   });
 }

@@ -210,6 +210,21 @@ void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
   }
 }
 
+void unpack_rows_bf16(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out) {
+  if (w.format == WeightFormat::kBF16) {
+    std::memcpy(out, static_cast<const uint16_t*>(w.data) + begin * w.cols,
+                static_cast<size_t>((end - begin) * w.cols) * sizeof(uint16_t));
+    return;
+  }
+  if (w.format != WeightFormat::kF32 && use_avx512(w.format) && detail::matvec_avx512_supports(WeightFormat::kBF16))
+    return detail::unpack_rows_bf16_avx512(w, begin, end, out);
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = begin; r < end; ++r) {
+    unpack_rows(w, r, r + 1, row.data());
+    for (int64_t c = 0; c < w.cols; ++c) out[(r - begin) * w.cols + c] = detail::float_to_bf16(row[c]);
+  }
+}
+
 void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, int64_t cols) {
   if (m < 1 || m > kMaxVectors)
     throw std::invalid_argument("matvec: " + std::to_string(m) + " input rows (expected 1.." +
@@ -266,6 +281,18 @@ void matvec(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, i
                                 " with " + std::to_string(w.cols));
   if (use_avx512(w.format)) return detail::matvec_avx512(w, in, y, ldy, begin, end);
   matvec_scalar(w, in, y, ldy, begin, end);
+}
+
+float stream_sum(const float* p, int64_t n) {
+  if (detail::matvec_avx512_supports(WeightFormat::kF32)) return detail::stream_sum_avx512(p, n);
+  float acc[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += p[i + l];
+  float s = 0;
+  for (; i < n; ++i) s += p[i];
+  for (float a : acc) s += a;
+  return s;
 }
 
 const char* matvec_implementation(WeightFormat f) { return use_avx512(f) ? "avx512" : "scalar"; }

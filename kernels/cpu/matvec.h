@@ -54,6 +54,10 @@ void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void*
 /// Rows [begin, end) of w back to fp32, out[(r - begin) * cols + c].
 void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out);
 
+/// Rows [begin, end) of w as bf16 bits (round to nearest even), out[(r - begin) * cols + c]: the
+/// prefill path multiplies many tokens with a bf16 GEMM over weights unpacked this way.
+void unpack_rows_bf16(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out);
+
 /// The input of one matvec call, prepared once for the format it will meet (quantized, rounded).
 struct MatvecInput {
   WeightFormat format = WeightFormat::kF32;
@@ -80,12 +84,18 @@ const char* matvec_implementation(WeightFormat f);
 /// previous choice. For tests and benchmarks.
 std::string matvec_use(const std::string& name);
 
+/// Sum of n floats, read with the widest loads the CPU has: the benchmarks' read-bandwidth probe
+/// (each thread sums its share of a buffer far larger than the caches).
+float stream_sum(const float* p, int64_t n);
+
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 
 namespace detail {
 bool matvec_avx512_supports(WeightFormat f);
 void matvec_avx512(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
+void unpack_rows_bf16_avx512(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out);
+float stream_sum_avx512(const float* p, int64_t n);
 }  // namespace detail
 
 }  // namespace colossal::kernels::cpu

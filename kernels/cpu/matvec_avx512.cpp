@@ -70,13 +70,8 @@ inline __m512i load_chunk(const uint8_t* row, int64_t k) {
   }
 }
 
-// Quantized rows: per chunk of 64 columns (two blocks), one VNNI instruction per input row gives
-// 16 exact int32 lane sums (started from the lane's offset correction); they are converted and
-// scaled by weight scale x input scale of the lane's block.
-template <int M, bool Q4>
-void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int64_t chunks, float* y,
-               int64_t ldy, int64_t r) {
-  // Lane l of chunk j (of a group of 8) takes scale 2j for l < 8, 2j + 1 otherwise.
+// Lane l of chunk j (of a group of 8) takes scale 2j for l < 8, 2j + 1 otherwise.
+inline __m512i pick_scales(int64_t j) {
   static const __m512i kPick[8] = {
       _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
       _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
@@ -86,6 +81,15 @@ void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, 
       _mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 10, 10, 10, 10, 10, 10, 10, 10),
       _mm512_set_epi32(13, 13, 13, 13, 13, 13, 13, 13, 12, 12, 12, 12, 12, 12, 12, 12),
       _mm512_set_epi32(15, 15, 15, 15, 15, 15, 15, 15, 14, 14, 14, 14, 14, 14, 14, 14)};
+  return kPick[j];
+}
+
+// Quantized rows: per chunk of 64 columns (two blocks), one VNNI instruction per input row gives
+// 16 exact int32 lane sums (started from the lane's offset correction); they are converted and
+// scaled by weight scale x input scale of the lane's block.
+template <int M, bool Q4>
+void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int64_t chunks, float* y,
+               int64_t ldy, int64_t r) {
   __m512 acc[M];
   for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
   const int64_t blocks = chunks * 2;
@@ -97,7 +101,7 @@ void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, 
     for (int64_t j = 0; j < n; ++j) {
       const int64_t k = k0 + j;
       const __m512i u = load_chunk<Q4>(w, k);
-      const __m512 wl = _mm512_permutexvar_ps(kPick[j], ws);
+      const __m512 wl = _mm512_permutexvar_ps(pick_scales(j), ws);
       for (int i = 0; i < M; ++i) {
         const int64_t lane = (i * chunks + k) * 16;
         const __m512i start = _mm512_loadu_si512(in.lane_offset.data() + lane);
@@ -138,6 +142,60 @@ void rows(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int
 }
 
 }  // namespace
+
+// Quantized rows to bf16: per chunk, 64 stored bytes -> 4 x 16 floats (minus the offset, times the
+// block's scale) -> bf16 with AVX512-BF16's round-to-nearest-even conversion.
+void unpack_rows_bf16_avx512(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out) {
+  const int64_t stored = stored_cols(w.format, w.cols), chunks = stored / kQuantChunk;
+  const int64_t row_bytes = data_bytes(w.format, 1, w.cols), blocks = stored / kQuantBlock;
+  const bool q4 = w.format == WeightFormat::kQ4;
+  const __m512i offset = _mm512_set1_epi32(q4 ? 8 : 128);
+  alignas(64) uint16_t tmp[kQuantChunk];
+  for (int64_t r = begin; r < end; ++r) {
+    const auto* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
+    uint16_t* dst = out + (r - begin) * w.cols;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const __m512i u = q4 ? load_chunk<true>(row, k) : load_chunk<false>(row, k);
+      const float s0 = half_to_float(w.scales[r * blocks + 2 * k]), s1 = half_to_float(w.scales[r * blocks + 2 * k + 1]);
+      __m512 f[4];
+      for (int part = 0; part < 4; ++part) {
+        __m128i b;
+        switch (part) {
+          case 0: b = _mm512_extracti32x4_epi32(u, 0); break;
+          case 1: b = _mm512_extracti32x4_epi32(u, 1); break;
+          case 2: b = _mm512_extracti32x4_epi32(u, 2); break;
+          default: b = _mm512_extracti32x4_epi32(u, 3); break;
+        }
+        const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(b), offset);
+        f[part] = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(part < 2 ? s0 : s1));
+      }
+      const __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(f[1], f[0]), hi = (__m512i)_mm512_cvtne2ps_pbh(f[3], f[2]);
+      const int64_t c0 = k * kQuantChunk, n = std::min<int64_t>(kQuantChunk, w.cols - c0);
+      if (n == kQuantChunk) {
+        _mm512_storeu_si512(dst + c0, lo);
+        _mm512_storeu_si512(dst + c0 + 32, hi);
+      } else {
+        _mm512_store_si512(tmp, lo);
+        _mm512_store_si512(tmp + 32, hi);
+        std::copy(tmp, tmp + n, dst + c0);
+      }
+    }
+  }
+}
+
+float stream_sum_avx512(const float* p, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+  }
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
 
 bool matvec_avx512_supports(WeightFormat f) {
   static const bool f32 = __builtin_cpu_supports("avx512f");

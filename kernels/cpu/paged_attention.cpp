@@ -46,6 +46,11 @@ __attribute__((target_clones("avx2", "default"))) void scale_add(float* acc, flo
 }  // namespace
 
 void paged_attention(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
+  if (detail::paged_attention_avx512_fits(p.head_dim, p.block_size)) return detail::paged_attention_avx512(p, begin, end);
+  paged_attention_portable(p, begin, end);
+}
+
+void paged_attention_portable(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
   const int64_t d = p.head_dim, group = p.heads / p.kv_heads;
   std::vector<float> acc(static_cast<size_t>(d)), scratch(static_cast<size_t>(d)), scores(static_cast<size_t>(p.block_size));
   for (int64_t item = begin; item < end; ++item) {

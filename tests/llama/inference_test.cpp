@@ -3,11 +3,14 @@
 // chunked prefill, mixed prefill/decode batches, preemption); a request alone or batched gives
 // the same tokens; block bookkeeping; sampling controls.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include "core/inference/block_manager.h"
+#include "core/checkpoint/safetensors.h"
 #include "core/inference/engine.h"
 #include "llama/inference.h"
+#include "llama/pretrained.h"
 #include "tests/support/errors.h"
 
 namespace colossal::llama {
@@ -122,6 +125,72 @@ TEST(Inference, PagedGreedyEqualsFullRecomputation) {
     EXPECT_EQ(results[i].reason, inference::FinishReason::kLength);
   }
   EXPECT_EQ(engine.cache().blocks().used_blocks(), 0) << "every block returned";
+}
+
+// A fresh prompt attends through ATen's fused SDPA (not the paged kernel): the same logits as the
+// training model's forward at every position.
+TEST(Inference, FreshPromptLogitsEqualTheModelsForward) {
+  auto m = tiny_model();
+  LlamaInference inf(m, LlamaInference::Options{});
+  auto ids = prompt_of(40, 1);
+  torch::NoGradGuard no_grad;
+  auto ref = m->forward(torch::tensor(ids, torch::kInt64).unsqueeze(0))[0];
+  auto ours = inf.logits(ids);
+  EXPECT_TRUE(torch::allclose(ours, ref, 1e-4, 1e-4)) << (ours - ref).abs().max().item<double>();
+}
+
+// int8/int4 weights: the logits of fp32 arithmetic over the dequantized weights, up to the
+// inputs' own int8 rounding (per block of 32 values: half a step of 1/127 of the block's largest),
+// and the same greedy choice wherever the choice is clear; bf16 within bf16's rounding.
+TEST(Inference, QuantizedWeightsFollowTheirDequantizedMath) {
+  auto ids = prompt_of(30, 2);
+  for (const std::string name : {"int8", "int4", "bf16"}) {
+    SCOPED_TRACE(name);
+    auto m = tiny_model();
+    LlamaInference quantized(m, LlamaInference::Options::named(name));
+    auto d = tiny_model();
+    {
+      torch::NoGradGuard no_grad;
+      const auto format = kernels::cpu::weight_format(name);
+      for (auto& p : d->parameters())
+        if (p.dim() == 2) p.copy_(inference::PackedLinear(p, format).unpacked());
+    }
+    LlamaInference exact(d, LlamaInference::Options{});
+    auto ours = quantized.logits(ids), ref = exact.logits(ids);
+    const double scale = ref.abs().max().item<double>();
+    const double err = (ours - ref).abs().max().item<double>();
+    EXPECT_LE(err, (name == "bf16" ? 0.02 : 0.03) * scale) << "max |logit| " << scale;
+    EXPECT_GT(err, 0.0) << "the inputs are rounded: not bit for bit";
+    // The greedy choice agrees wherever the reference's top two are further apart than twice the error.
+    auto top2 = std::get<0>(ref.topk(2, 1));
+    auto decisive = (top2.select(1, 0) - top2.select(1, 1)) > 2 * err;
+    auto agree = ours.argmax(1) == ref.argmax(1);
+    EXPECT_GT(decisive.sum().item<int64_t>(), ids.size() / 2) << "too few decisive positions to judge";
+    EXPECT_TRUE(agree.logical_or(decisive.logical_not()).all().item<bool>());
+  }
+}
+
+// The int4 matrices are packed at the first load and read back from the model directory at the
+// next (the same logits, bit for bit); a changed checkpoint is packed again.
+TEST(Inference, PackedMatricesAreKeptWhileTheCheckpointIsUnchanged) {
+  auto m = tiny_model();
+  const std::string dir = ::testing::TempDir() + "/packed_" + std::to_string(::getpid());
+  save_pretrained(m->config(), checkpoint::model_state(*m), dir);
+  auto first = LlamaInference::load(dir, LlamaInference::Options::named("int4"));
+  const std::string file = dir + "/packed-int4.safetensors";
+  ASSERT_EQ(::access(file.c_str(), R_OK), 0) << "not written: " << file;
+  auto ids = prompt_of(20, 3);
+  auto again = LlamaInference::load(dir, LlamaInference::Options::named("int4"));
+  EXPECT_TRUE(torch::equal(first->logits(ids), again->logits(ids)));
+  auto sig_matrices = LlamaInference::load_packed(file, inference::WeightFormat::kQ4, "another checkpoint");
+  EXPECT_TRUE(sig_matrices.empty()) << "a file made from other weights is not reused";
+  EXPECT_TRUE(LlamaInference::load_packed(file, inference::WeightFormat::kQ8, "").empty());
+  // Reused: the packed file's matrices, as mapped views.
+  auto f = checkpoint::SafetensorsFile::open(file);
+  std::string signature = f->metadata().at("signature");
+  auto reused = LlamaInference::load_packed(file, inference::WeightFormat::kQ4, signature);
+  EXPECT_EQ(reused.size(), first->packed_matrices().size());
+  std::system(("rm -rf " + dir).c_str());
 }
 
 // Mixtral: every expert runs once per engine step over the tokens routed to it (prefill chunks

@@ -124,6 +124,22 @@ TEST(Matvec, QuantizedWeightsAndInputsStayWithinTheirRoundingBounds) {
   }
 }
 
+TEST(Matvec, Bf16UnpackIsTheFp32UnpackRounded) {
+  torch::manual_seed(6);
+  for (auto f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8, WeightFormat::kQ4})
+    for (int64_t cols : {7, 64, 100, 4097}) {
+      auto p = pack(torch::randn({5, cols}), f);
+      auto expected = unpacked(p).narrow(0, 1, 3).to(torch::kBFloat16);
+      for (const auto& impl : implementations(f)) {
+        matvec_use(impl);
+        auto got = torch::empty({3, cols}, torch::kBFloat16);
+        unpack_rows_bf16(p.view(), 1, 4, reinterpret_cast<uint16_t*>(got.data_ptr()));
+        EXPECT_TRUE(torch::equal(got, expected)) << to_string(f) << " " << impl << " cols " << cols;
+      }
+      matvec_use("auto");
+    }
+}
+
 TEST(Matvec, HalfConversionIsTorchsOnEveryKindOfValue) {
   torch::manual_seed(5);
   auto values = torch::cat({torch::randn({4000}) * 1e-3, torch::randn({4000}) * 1e4, torch::randn({2000}) * 1e-6,

@@ -1,0 +1,36 @@
+#pragma once
+// llama.cpp as bench_infer's peer: the same model converted with llama.cpp's own converter (f32,
+// bf16; q8_0 and q4_0 quantized from the f32 file with --pure, so every matrix has the named
+// format, the head included) and timed with llama-bench in the same run. llama.cpp is built from
+// the source inside PyPI's llama-cpp-python sdist by scripts/build_llama_cpp.sh, outside the
+// repository.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace colossal::bench {
+
+struct LlamaCppPeer {
+  std::string bin_dir;    // llama-bench, llama-quantize
+  std::string converter;  // convert_hf_to_gguf.py
+  std::string python;     // runs the converter (numpy, torch, sentencepiece, transformers)
+
+  /// Builds (or finds) llama.cpp through scripts/build_llama_cpp.sh under `source_dir`; `bin_dir`
+  /// non-empty skips the build. Throws naming the step that failed.
+  static LlamaCppPeer locate(const std::string& source_dir, const std::string& python, const std::string& bin_dir);
+
+  /// GGUF files of the Hugging Face directory `model_dir` for each precision in `precisions`
+  /// ("fp32", "bf16", "int8", "int4"), written next to `out_prefix`; returns precision -> file.
+  std::map<std::string, std::string> convert(const std::string& model_dir, const std::string& out_prefix,
+                                             const std::vector<std::string>& precisions) const;
+
+  struct Speed {
+    double prompt_tps = 0, decode_tps = 0;
+  };
+  /// llama-bench's mean tokens/s for a `prompt`-token prompt and `decode` generated tokens, per file
+  /// and thread count: result[file][threads].
+  std::map<std::string, std::map<int, Speed>> bench(const std::vector<std::string>& files, const std::vector<int>& threads,
+                                                    int prompt, int decode, int repeats) const;
+};
+
+}  // namespace colossal::bench

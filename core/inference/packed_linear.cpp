@@ -1,0 +1,130 @@
+#include "core/inference/packed_linear.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "core/common/check.h"
+
+namespace colossal::inference {
+
+namespace kc = kernels::cpu;
+
+namespace {
+constexpr int64_t kRowGrain = 16;  // rows per task at least: a few KiB of weights
+bool quantized(WeightFormat f) { return f == WeightFormat::kQ8 || f == WeightFormat::kQ4; }
+}  // namespace
+
+PackedLinear::PackedLinear(const at::Tensor& weight, WeightFormat format) : format_(format) {
+  COLOSSAL_CHECK(weight.dim() == 2 && weight.is_floating_point(), "[inference] a linear weight must be a 2-d float "
+                 "tensor, got ", weight.sizes(), " ", weight.scalar_type());
+  out_ = weight.size(0);
+  in_ = weight.size(1);
+  auto w = weight.detach();
+  switch (format) {
+    case WeightFormat::kF32: data_ = w.to(at::kFloat).contiguous(); return;
+    case WeightFormat::kBF16: data_ = w.to(at::kBFloat16).contiguous(); return;
+    case WeightFormat::kQ8:
+    case WeightFormat::kQ4: break;
+  }
+  auto f32 = w.to(at::kFloat).contiguous();
+  data_ = at::empty({kc::data_bytes(format, out_, in_)}, at::kByte);
+  scales_ = at::empty({kc::scale_count(format, out_, in_)}, at::kShort);
+  const int64_t row_bytes = kc::data_bytes(format, 1, in_), row_scales = kc::scale_count(format, 1, in_);
+  auto* data = data_.data_ptr<uint8_t>();
+  auto* scales = reinterpret_cast<uint16_t*>(scales_.data_ptr<int16_t>());
+  const float* src = f32.data_ptr<float>();
+  at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) {
+    kc::pack_rows(src + b * in_, e - b, in_, format, data + b * row_bytes, scales + b * row_scales);
+  });
+}
+
+PackedLinear::PackedLinear(WeightFormat format, int64_t out_features, int64_t in_features, at::Tensor data,
+                           at::Tensor scales)
+    : format_(format), out_(out_features), in_(in_features), data_(std::move(data)), scales_(std::move(scales)) {
+  const auto expect_type = format == WeightFormat::kF32 ? at::kFloat
+                           : format == WeightFormat::kBF16 ? at::kBFloat16 : at::kByte;
+  const int64_t expect_numel = quantized(format) ? kc::data_bytes(format, out_, in_) : out_ * in_;
+  COLOSSAL_CHECK(data_.scalar_type() == expect_type && data_.numel() == expect_numel && data_.is_contiguous(),
+                 "[inference] packed ", kc::to_string(format), " weight [", out_, ", ", in_, "]: expected ",
+                 expect_numel, " contiguous ", expect_type, " values, got ", data_.numel(), " ", data_.scalar_type());
+  if (quantized(format))
+    COLOSSAL_CHECK(scales_.defined() && scales_.scalar_type() == at::kShort &&
+                       scales_.numel() == kc::scale_count(format, out_, in_),
+                   "[inference] packed ", kc::to_string(format), " weight [", out_, ", ", in_, "]: expected ",
+                   kc::scale_count(format, out_, in_), " fp16 scales, got ",
+                   scales_.defined() ? scales_.numel() : 0);
+}
+
+int64_t PackedLinear::bytes() const {
+  return kc::data_bytes(format_, out_, in_) + 2 * kc::scale_count(format_, out_, in_);
+}
+
+kc::MatrixView PackedLinear::view() const {
+  return {format_, out_, in_, data_.const_data_ptr(),
+          scales_.defined() ? reinterpret_cast<const uint16_t*>(scales_.const_data_ptr<int16_t>()) : nullptr};
+}
+
+void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy) const {
+  const auto v = view();
+  if (n <= kMatvecTokens) {
+    // The calling thread prepares the input once, its buffers reused between calls; the workers
+    // read that thread's copy (a thread_local named inside the lambda would be their own).
+    thread_local kc::MatvecInput prepared_here;
+    const kc::MatvecInput& in = prepared_here;
+    for (int64_t i0 = 0; i0 < n; i0 += kc::kMaxVectors) {
+      const int64_t m = std::min(kc::kMaxVectors, n - i0);
+      kc::prepare_input(prepared_here, format_, x + i0 * in_, m, in_);
+      at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::matvec(v, in, y + i0 * ldy, ldy, b, e); });
+    }
+    return;
+  }
+  auto xt = at::from_blob(const_cast<float*>(x), {n, in_}, at::kFloat);
+  auto yt = at::from_blob(y, {n, out_}, {ldy, 1}, at::kFloat);
+  if (format_ == WeightFormat::kF32) {
+    yt.copy_(at::mm(xt, data_.t()));
+    return;
+  }
+  if (format_ == WeightFormat::kBF16) {
+    yt.copy_(at::mm(xt.to(at::kBFloat16), data_.t()));
+    return;
+  }
+  // Quantized: unpacked to bf16 into a buffer the thread keeps, then one bf16 GEMM.
+  thread_local at::Tensor scratch;
+  if (!scratch.defined() || scratch.numel() < out_ * in_) scratch = at::empty({out_ * in_}, at::kBFloat16);
+  auto* dst = reinterpret_cast<uint16_t*>(scratch.data_ptr());  // (a plain pointer: the workers use it)
+  at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::unpack_rows_bf16(v, b, e, dst + b * in_); });
+  auto w = scratch.narrow(0, 0, out_ * in_).view({out_, in_});
+  yt.copy_(at::mm(xt.to(at::kBFloat16), w.t()));
+}
+
+at::Tensor PackedLinear::forward(const at::Tensor& x) const {
+  COLOSSAL_CHECK(x.dim() == 2 && x.size(1) == in_, "[inference] linear input: expected [n, ", in_, "], got ", x.sizes());
+  auto xf = x.to(at::kFloat).contiguous();
+  auto y = at::empty({xf.size(0), out_}, at::kFloat);
+  forward_into(xf.data_ptr<float>(), xf.size(0), y.data_ptr<float>(), out_);
+  return y;
+}
+
+at::Tensor PackedLinear::rows(const at::Tensor& ids) const {
+  if (!quantized(format_)) return data_.index_select(0, ids).to(at::kFloat);
+  auto idx = ids.to(at::kLong).contiguous();
+  auto out = at::empty({idx.numel(), in_}, at::kFloat);
+  const auto v = view();
+  const int64_t* p = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    COLOSSAL_CHECK(p[i] >= 0 && p[i] < out_, "[inference] row ", p[i], " outside [0, ", out_, ")");
+    kc::unpack_rows(v, p[i], p[i] + 1, out.data_ptr<float>() + i * in_);
+  }
+  return out;
+}
+
+at::Tensor PackedLinear::unpacked() const {
+  if (!quantized(format_)) return data_.to(at::kFloat);
+  auto out = at::empty({out_, in_}, at::kFloat);
+  const auto v = view();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::unpack_rows(v, b, e, dst + b * in_); });
+  return out;
+}
+
+}  // namespace colossal::inference

@@ -1,0 +1,53 @@
+#pragma once
+// A linear layer's weight [out, in] kept in the format generation reads fastest (fp32, bf16, or
+// int8/int4 with per-block scales: kernels/cpu/matvec.h) and multiplied two ways:
+//  * a few tokens (decode: one per sequence): the matvec kernel, rows split across ATen's threads,
+//    streaming the weight once for up to kMaxVectors tokens;
+//  * many tokens (prefill): one GEMM — fp32 weights through ATen's fp32 product, the others
+//    unpacked to bf16 (in parallel, into a reused buffer) and multiplied in bf16.
+// Inputs and outputs are fp32 [n, features]; no allocation per call once buffers have grown.
+#include <ATen/core/Tensor.h>
+
+#include "kernels/cpu/matvec.h"
+
+namespace colossal::inference {
+
+using kernels::cpu::WeightFormat;
+
+class PackedLinear {
+ public:
+  PackedLinear() = default;
+  /// Packs `weight` [out, in] (any floating dtype) in `format`.
+  PackedLinear(const at::Tensor& weight, WeightFormat format);
+  /// Already packed storage (a quantized checkpoint): data as stored, scales as fp16 bits (int16).
+  PackedLinear(WeightFormat format, int64_t out_features, int64_t in_features, at::Tensor data, at::Tensor scales);
+
+  bool defined() const { return data_.defined(); }
+  WeightFormat format() const { return format_; }
+  int64_t out_features() const { return out_; }
+  int64_t in_features() const { return in_; }
+  /// Bytes a full product reads (values and scales).
+  int64_t bytes() const;
+  const at::Tensor& data() const { return data_; }
+  const at::Tensor& scales() const { return scales_; }
+  kernels::cpu::MatrixView view() const;
+
+  /// y [n, out] fp32 = x [n, in] (fp32, contiguous) W^T.
+  at::Tensor forward(const at::Tensor& x) const;
+  /// The same into y (fp32, [n, out], rows ldy apart).
+  void forward_into(const float* x, int64_t n, float* y, int64_t ldy) const;
+  /// Rows `ids` of the weight as fp32 [ids, in]: an embedding lookup in any format.
+  at::Tensor rows(const at::Tensor& ids) const;
+  /// The whole weight as fp32 [out, in].
+  at::Tensor unpacked() const;
+
+  /// Token counts up to this take the matvec path (in groups of kMaxVectors), more take the GEMM.
+  static constexpr int64_t kMatvecTokens = 2 * kernels::cpu::kMaxVectors;
+
+ private:
+  WeightFormat format_ = WeightFormat::kF32;
+  int64_t out_ = 0, in_ = 0;
+  at::Tensor data_, scales_;
+};
+
+}  // namespace colossal::inference

@@ -217,7 +217,7 @@ std::shared_ptr<LlamaInference> LlamaInference::load(const std::string& dir, Opt
   return model;
 }
 
-at::Tensor LlamaInference::logits(const std::vector<int64_t>& ids) {
+at::Tensor LlamaInference::logits(const std::vector<int64_t>& ids, int64_t chunk) {
   const auto n = static_cast<int64_t>(ids.size());
   COLOSSAL_CHECK(n >= 1 && n <= config_.max_position_embeddings, "[llama] logits: ", n,
                  " tokens (expected 1..max_position_embeddings = ", config_.max_position_embeddings, ")");
@@ -227,15 +227,22 @@ at::Tensor LlamaInference::logits(const std::vector<int64_t>& ids) {
   o.block_size = 16;
   o.num_blocks = (n + o.block_size - 1) / o.block_size;
   inference::PagedKVCache cache(cache_shape(), o);
-  inference::ModelInput in;
-  in.tokens = at::tensor(ids, at::kLong);
-  in.positions = at::arange(n, at::kLong);
-  in.attention.block_tables = at::arange(o.num_blocks, at::kInt).view({1, o.num_blocks});
-  in.attention.token_seq = at::zeros({n}, at::kInt);
-  in.attention.token_context = at::arange(1, n + 1, at::kInt);
-  in.attention.slots = at::arange(n, at::kLong);  // block b holds positions [16b, 16b + 16)
-  in.sample_index = at::arange(n, at::kLong);
-  return forward(in, cache);
+  const int64_t step = chunk > 0 ? chunk : n;
+  auto all = at::tensor(ids, at::kLong);
+  std::vector<at::Tensor> out;
+  for (int64_t start = 0; start < n; start += step) {
+    const int64_t len = std::min(step, n - start);
+    inference::ModelInput in;
+    in.tokens = all.narrow(0, start, len).contiguous();
+    in.positions = at::arange(start, start + len, at::kLong);
+    in.attention.block_tables = at::arange(o.num_blocks, at::kInt).view({1, o.num_blocks});
+    in.attention.token_seq = at::zeros({len}, at::kInt);
+    in.attention.token_context = at::arange(start + 1, start + len + 1, at::kInt);
+    in.attention.slots = in.positions.clone();  // block b holds positions [16b, 16b + 16)
+    in.sample_index = at::arange(len, at::kLong);
+    out.push_back(forward(in, cache));
+  }
+  return out.size() == 1 ? out[0] : at::cat(out, 0);
 }
 
 LlamaInference::PackedMatrices LlamaInference::packed_matrices() const {

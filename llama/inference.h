@@ -57,8 +57,9 @@ class LlamaInference : public inference::CausalLM {
   const LlamaConfig& config() const { return config_; }
   const Options& options() const { return options_; }
   /// Next-token logits [ids, vocab] (fp32) at every position of one fresh sequence, through a
-  /// scratch KV cache of its own: for scoring text (perplexity) and tests.
-  at::Tensor logits(const std::vector<int64_t>& ids);
+  /// scratch KV cache of its own: for scoring text (perplexity) and tests. `chunk` > 0 feeds the
+  /// tokens that many at a time through the cache (1: exactly the decode path), 0 all at once.
+  at::Tensor logits(const std::vector<int64_t>& ids, int64_t chunk = 0);
   /// Every packed matrix by name (for saving them).
   PackedMatrices packed_matrices() const;
   /// Writes packed_matrices() to `file` (safetensors, atomically) with `signature` in its metadata.

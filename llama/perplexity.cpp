@@ -6,7 +6,7 @@
 
 namespace colossal::llama {
 
-PerplexityResult perplexity(LlamaInference& model, const TokenDataset& data, int64_t max_samples) {
+PerplexityResult perplexity(LlamaInference& model, const TokenDataset& data, int64_t max_samples, int64_t chunk) {
   PerplexityResult r;
   double nll = 0;
   const int64_t n = max_samples > 0 ? std::min(max_samples, data.size()) : data.size();
@@ -17,7 +17,7 @@ PerplexityResult perplexity(LlamaInference& model, const TokenDataset& data, int
     std::vector<int64_t> tokens(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
     // Labels are the inputs shifted by one (-100 where nothing is scored): logits at position t
     // predict labels[t + 1], as in the training loss.
-    auto logp = at::log_softmax(model.logits(tokens), 1);  // [T, vocab]
+    auto logp = at::log_softmax(model.logits(tokens, chunk), 1);  // [T, vocab]
     auto target = labels.narrow(0, 1, labels.size(0) - 1);
     auto keep = target != -100;
     auto picked = logp.narrow(0, 0, target.size(0)).gather(1, target.clamp_min(0).unsqueeze(1)).squeeze(1);

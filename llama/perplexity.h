@@ -17,7 +17,10 @@ struct PerplexityResult {
   int64_t samples = 0;
 };
 
-/// `max_samples` > 0 scores only the first that many samples.
-PerplexityResult perplexity(LlamaInference& model, const TokenDataset& data, int64_t max_samples = 0);
+/// `max_samples` > 0 scores only the first that many samples. `chunk` as LlamaInference::logits:
+/// 0 scores a sample in one forward (the prompt path), 1 token by token (the decode path: for
+/// int8/int4 weights, the integer kernels with the activations quantized).
+PerplexityResult perplexity(LlamaInference& model, const TokenDataset& data, int64_t max_samples = 0,
+                            int64_t chunk = 0);
 
 }  // namespace colossal::llama

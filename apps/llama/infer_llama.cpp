@@ -52,7 +52,7 @@ struct Args {
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
   bool serve = false;
   std::string perplexity;  // a JSONL file ("text") scored instead of generating
-  int64_t perplexity_length = 512, perplexity_samples = 0;
+  int64_t perplexity_length = 512, perplexity_samples = 0, perplexity_chunk = 0;
   std::string host = "127.0.0.1", served_name;
   int port = 8000;
   double max_body_mib = 4, read_timeout_s = 10, shutdown_grace_s = 10;
@@ -170,9 +170,11 @@ int run(const Args& a) {
     auto data = TokenDataset::open(d, *tok);
     COLOSSAL_CHECK(data.size() > 0, "--perplexity ", a.perplexity, ": fewer than ", d.max_length, " tokens");
     auto t0 = std::chrono::steady_clock::now();
-    auto r = llama::perplexity(*model, data, a.perplexity_samples);
-    std::printf("perplexity %.4f (mean loss %.5f nats) over %ld tokens in %ld samples of %ld, weights %s, %.1f s\n",
+    auto r = llama::perplexity(*model, data, a.perplexity_samples, a.perplexity_chunk);
+    std::printf("perplexity %.4f (mean loss %.5f nats) over %ld tokens in %ld samples of %ld, weights %s, %s, %.1f s\n",
                 r.perplexity, r.mean_nll, r.tokens, r.samples, d.max_length, a.dtype.c_str(),
+                a.perplexity_chunk == 0 ? "one forward per sample"
+                                        : ("fed " + std::to_string(a.perplexity_chunk) + " token(s) at a time").c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return 0;
   }
@@ -287,6 +289,9 @@ int main(int argc, char** argv) {
                  "evaluation computes it (e.g. out/llama/data/valid.jsonl, the default run's held-out text)");
   app.add_option("--perplexity_length", a.perplexity_length, "tokens per scored sample")
       ->capture_default_str()->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  app.add_option("--perplexity_chunk", a.perplexity_chunk,
+                 "feed each sample N tokens at a time through the KV cache (1: the decode path; 0: one forward)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--perplexity_samples", a.perplexity_samples, "score only the first N samples (0: all)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--host", a.host, "address to listen on")->capture_default_str();

@@ -137,6 +137,11 @@ TEST(Inference, FreshPromptLogitsEqualTheModelsForward) {
   auto ref = m->forward(torch::tensor(ids, torch::kInt64).unsqueeze(0))[0];
   auto ours = inf.logits(ids);
   EXPECT_TRUE(torch::allclose(ours, ref, 1e-4, 1e-4)) << (ours - ref).abs().max().item<double>();
+  // Fed one token at a time (the decode path) and in chunks of 7 through the paged cache.
+  for (int64_t chunk : {1, 7}) {
+    auto fed = inf.logits(ids, chunk);
+    EXPECT_TRUE(torch::allclose(fed, ref, 1e-4, 1e-4)) << "chunk " << chunk << ": " << (fed - ref).abs().max().item<double>();
+  }
 }
 
 // int8/int4 weights: the logits of fp32 arithmetic over the dequantized weights, up to the

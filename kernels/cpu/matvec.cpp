@@ -253,6 +253,7 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
   in.lane_scale.resize(static_cast<size_t>(m * chunks * 16));
   in.lane_offset.resize(static_cast<size_t>(m * chunks * 16));
   const int32_t offset = stored_offset(f);
+  if (use_avx512(f)) return detail::quantize_input_avx512(in, x, offset);
   for (int64_t i = 0; i < m; ++i) {
     const float* src = x + i * cols;
     int8_t* q = in.q.data() + i * stride;
@@ -262,7 +263,7 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
       for (int64_t c = lo; c < hi; ++c) amax = std::max(amax, std::fabs(src[c]));
       const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
       for (int64_t c = lo; c < lo + kQuantBlock; ++c)
-        q[c] = c < hi ? static_cast<int8_t>(std::lround(src[c] * id)) : int8_t{0};
+        q[c] = c < hi ? static_cast<int8_t>(std::nearbyint(src[c] * id)) : int8_t{0};  // to even, as the vector path
       in.block_scale[i * blocks + b] = d;
     }
     for (int64_t k = 0; k < chunks; ++k)

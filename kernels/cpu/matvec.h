@@ -96,6 +96,9 @@ bool matvec_avx512_supports(WeightFormat f);
 void matvec_avx512(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
 void unpack_rows_bf16_avx512(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out);
 float stream_sum_avx512(const float* p, int64_t n);
+/// prepare_input's quantization for int8/int4 (in's sizes already set): per block of 32, the
+/// scale, the values rounded to nearest even, and the lane tables.
+void quantize_input_avx512(MatvecInput& in, const float* x, int32_t offset);
 }  // namespace detail
 
 }  // namespace colossal::kernels::cpu

@@ -183,6 +183,38 @@ void unpack_rows_bf16_avx512(const MatrixView& w, int64_t begin, int64_t end, ui
   }
 }
 
+void quantize_input_avx512(MatvecInput& in, const float* x, int32_t offset) {
+  const int64_t cols = in.cols, stride = in.stride, blocks = stride / kQuantBlock, chunks = stride / kQuantChunk;
+  const __m512i ones = _mm512_set1_epi8(1), neg_offset = _mm512_set1_epi32(-offset);
+  for (int64_t i = 0; i < in.m; ++i) {
+    const float* src = x + i * cols;
+    int8_t* q = in.q.data() + i * stride;
+    float* d = in.block_scale.data() + i * blocks;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t c0 = b * kQuantBlock;
+      const int64_t n0 = std::clamp<int64_t>(cols - c0, 0, 16), n1 = std::clamp<int64_t>(cols - c0 - 16, 0, 16);
+      const __m512 v0 = _mm512_maskz_loadu_ps(__mmask16((1u << n0) - 1), src + c0);
+      const __m512 v1 = _mm512_maskz_loadu_ps(__mmask16((1u << n1) - 1), src + c0 + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float scale = amax / 127.0f, inverse = scale != 0 ? 1.0f / scale : 0.0f;
+      const __m512 id = _mm512_set1_ps(inverse);
+      // Round to nearest even (the default rounding mode), then narrow: |values| <= 127.
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c0), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + c0 + 16),
+                       _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id))));
+      d[b] = scale;
+    }
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t lane = (i * chunks + k) * 16;
+      // Sum of each lane's 4 values: a VNNI product with ones; times -offset.
+      const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(q + k * kQuantChunk));
+      _mm512_storeu_si512(in.lane_offset.data() + lane, _mm512_mullo_epi32(sums, neg_offset));
+      const __m512 lo = _mm512_set1_ps(d[2 * k]), hi = _mm512_set1_ps(d[2 * k + 1]);
+      _mm512_storeu_ps(in.lane_scale.data() + lane, _mm512_mask_blend_ps(__mmask16(0xFF00), lo, hi));
+    }
+  }
+}
+
 float stream_sum_avx512(const float* p, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;

@@ -124,6 +124,29 @@ TEST(Matvec, QuantizedWeightsAndInputsStayWithinTheirRoundingBounds) {
   }
 }
 
+TEST(Matvec, VectorInputQuantizationIsTheScalarOne) {
+  torch::manual_seed(8);
+  for (auto f : {WeightFormat::kQ8, WeightFormat::kQ4})
+    for (int64_t cols : {1, 31, 64, 100, 4097}) {
+      auto x = torch::randn({3, cols}) * 5;
+      x.index_put_({0, 0}, 0.0);  // and a block of zeros
+      MatvecInput scalar, vector;
+      matvec_use("scalar");
+      prepare_input(scalar, f, x.data_ptr<float>(), 3, cols);
+      matvec_use("auto");
+      prepare_input(vector, f, x.data_ptr<float>(), 3, cols);
+      EXPECT_EQ(scalar.q, vector.q) << to_string(f) << " cols " << cols;
+      EXPECT_EQ(scalar.block_scale, vector.block_scale);
+      EXPECT_EQ(scalar.lane_scale, vector.lane_scale);
+      EXPECT_EQ(scalar.lane_offset, vector.lane_offset);
+    }
+  auto zeros = torch::zeros({1, 64});
+  MatvecInput in;
+  prepare_input(in, WeightFormat::kQ8, zeros.data_ptr<float>(), 1, 64);
+  EXPECT_EQ(in.block_scale[0], 0.0f);
+  EXPECT_EQ(in.q[5], 0);
+}
+
 TEST(Matvec, Bf16UnpackIsTheFp32UnpackRounded) {
   torch::manual_seed(6);
   for (auto f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8, WeightFormat::kQ4})

@@ -198,8 +198,7 @@ std::shared_ptr<LlamaInference> LlamaInference::load(const std::string& dir, Opt
                                                      const parallel::ParallelContext& parallel) {
   auto loaded = load_pretrained(dir, {}, parallel);
   const auto format = options.weight_format();
-  const bool quantized = format == WeightFormat::kQ8 || format == WeightFormat::kQ4;
-  if (!quantized || !options.reuse_packed || parallel.tensor_parallel())
+  if (!kernels::cpu::is_quantized(format) || !options.reuse_packed || parallel.tensor_parallel())
     return std::make_shared<LlamaInference>(loaded.model, options);
   // Quantized once: the packed matrices are kept beside the checkpoint, keyed by its files.
   const std::string file = dir + "/packed-" + kernels::cpu::to_string(format) + ".safetensors";

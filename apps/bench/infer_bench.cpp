@@ -111,6 +111,8 @@ double plain_loop_tps(LlamaForCausalLM& model, int64_t prompt, int64_t n) {
 
 // A small SentencePiece model so the server can encode prompts (ids stay far below 32000).
 std::shared_ptr<Tokenizer> scratch_tokenizer() {
+  static std::shared_ptr<Tokenizer> trained;  // once per run: the llama.cpp conversion and the server share it
+  if (trained) return trained;
   std::string dir = "/tmp/bench_infer_tok_" + std::to_string(::getpid());
   (void)!std::system(("mkdir -p " + dir).c_str());
   {
@@ -126,7 +128,8 @@ std::shared_ptr<Tokenizer> scratch_tokenizer() {
   TrainTokenizerOptions o;
   o.vocab_size = 400;
   train_tokenizer({dir + "/text.jsonl"}, dir + "/tok", o);
-  return std::make_shared<Tokenizer>(Tokenizer::load(dir + "/tok.model"));
+  trained = std::make_shared<Tokenizer>(Tokenizer::load(dir + "/tok.model"));
+  return trained;
 }
 
 // Aggregate completion tokens/s of `streams` clients each sending `requests` requests in turn.

@@ -44,13 +44,6 @@ PagedKVCache::PagedKVCache(const CacheShape& shape, const KVCacheOptions& option
   }
 }
 
-void PagedKVCache::write(int64_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v) {
-  auto kf = keys(layer).view({-1, shape_.kv_heads, shape_.head_dim});
-  auto vf = values(layer).view({-1, shape_.kv_heads, shape_.head_dim});
-  kf.index_copy_(0, slots, k.to(shape_.dtype));
-  vf.index_copy_(0, slots, v.to(shape_.dtype));
-}
-
 void PagedKVCache::write_rows(int64_t layer, const int64_t* slots, int64_t n, const float* k, const float* v,
                               int64_t stride) {
   const int64_t row = shape_.kv_heads * shape_.head_dim;
@@ -100,34 +93,6 @@ void paged_attention_rows(const float* q, float* out, int64_t heads, const Paged
                           const AttentionMetadata& meta, double scale, int64_t begin, int64_t end) {
   auto a = attention_args(q, out, heads, meta.token_seq.size(0), cache, layer, meta, scale);
   at::parallel_for(begin * heads, end * heads, 1, [&](int64_t b, int64_t e) { kernels::cpu::paged_attention(a, b, e); });
-}
-
-at::Tensor paged_attention(const at::Tensor& q, const PagedKVCache& cache, int64_t layer,
-                           const AttentionMetadata& meta, double scale) {
-  auto qf = q.to(at::kFloat).contiguous();
-  const int64_t tokens = qf.size(0), heads = qf.size(1), d = qf.size(2);
-  auto out = at::empty_like(qf);
-  auto tables = meta.block_tables.contiguous();
-  auto seq = meta.token_seq.contiguous();
-  auto ctx = meta.token_context.contiguous();
-  kernels::cpu::PagedAttentionArgs a;
-  a.q = qf.data_ptr<float>();
-  a.out = out.data_ptr<float>();
-  a.k_cache = cache.keys(layer).const_data_ptr();
-  a.v_cache = cache.values(layer).const_data_ptr();
-  a.bf16_cache = cache.shape().dtype == at::kBFloat16;
-  a.heads = heads;
-  a.kv_heads = cache.shape().kv_heads;
-  a.head_dim = d;
-  a.block_size = cache.blocks().block_size();
-  a.block_tables = tables.data_ptr<int32_t>();
-  a.max_blocks = tables.size(1);
-  a.token_seq = seq.data_ptr<int32_t>();
-  a.token_context = ctx.data_ptr<int32_t>();
-  a.scale = static_cast<float>(scale);
-  a.tokens = tokens;
-  at::parallel_for(0, tokens * heads, 1, [&](int64_t b, int64_t e) { kernels::cpu::paged_attention(a, b, e); });
-  return out;
 }
 
 }  // namespace colossal::inference

@@ -37,10 +37,8 @@ class PagedKVCache {
   const at::Tensor& keys(int64_t layer) const { return k_[static_cast<size_t>(layer)]; }
   const at::Tensor& values(int64_t layer) const { return v_[static_cast<size_t>(layer)]; }
 
-  /// Writes k, v [tokens, kv_heads, head_dim] of `layer` into cache slots [tokens] (int64).
-  void write(int64_t layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v);
-  /// The same from fp32 rows: token i's keys at k + i * stride ([kv_heads, head_dim]), values at
-  /// v + i * stride, into slots[i] (converted to the cache dtype).
+  /// Writes n tokens' keys and values of `layer` into cache slots: token i's keys at k + i * stride
+  /// ([kv_heads, head_dim] fp32), values at v + i * stride, into slots[i] (converted to the cache dtype).
   void write_rows(int64_t layer, const int64_t* slots, int64_t n, const float* k, const float* v, int64_t stride);
 
  private:
@@ -58,12 +56,9 @@ struct AttentionMetadata {
   at::Tensor slots;          // [tokens] int64: where each token's k/v are written
 };
 
-/// out [tokens, heads, head_dim] = softmax(q k^T * scale) v over each token's visible cache
-/// positions (kernels/cpu/paged_attention, parallel over tokens x heads). q is converted to fp32.
-at::Tensor paged_attention(const at::Tensor& q, const PagedKVCache& cache, int64_t layer,
-                           const AttentionMetadata& meta, double scale);
-/// The same for the step's tokens [begin, end) only, q and out fp32 [tokens, heads, head_dim]
-/// (the metadata's rows index the whole step), in parallel over those tokens x heads.
+/// out = softmax(q k^T * scale) v over each token's visible cache positions for the step's tokens
+/// [begin, end) (kernels/cpu/paged_attention), q and out fp32 [tokens, heads, head_dim] (the
+/// metadata's rows index the whole step; it must be contiguous), in parallel over tokens x heads.
 void paged_attention_rows(const float* q, float* out, int64_t heads, const PagedKVCache& cache, int64_t layer,
                           const AttentionMetadata& meta, double scale, int64_t begin, int64_t end);
 

@@ -11,7 +11,6 @@ namespace kc = kernels::cpu;
 
 namespace {
 constexpr int64_t kRowGrain = 16;  // rows per task at least: a few KiB of weights
-bool quantized(WeightFormat f) { return f == WeightFormat::kQ8 || f == WeightFormat::kQ4; }
 }  // namespace
 
 PackedLinear::PackedLinear(const at::Tensor& weight, WeightFormat format) : format_(format) {
@@ -43,11 +42,11 @@ PackedLinear::PackedLinear(WeightFormat format, int64_t out_features, int64_t in
     : format_(format), out_(out_features), in_(in_features), data_(std::move(data)), scales_(std::move(scales)) {
   const auto expect_type = format == WeightFormat::kF32 ? at::kFloat
                            : format == WeightFormat::kBF16 ? at::kBFloat16 : at::kByte;
-  const int64_t expect_numel = quantized(format) ? kc::data_bytes(format, out_, in_) : out_ * in_;
+  const int64_t expect_numel = kc::is_quantized(format) ? kc::data_bytes(format, out_, in_) : out_ * in_;
   COLOSSAL_CHECK(data_.scalar_type() == expect_type && data_.numel() == expect_numel && data_.is_contiguous(),
                  "[inference] packed ", kc::to_string(format), " weight [", out_, ", ", in_, "]: expected ",
                  expect_numel, " contiguous ", expect_type, " values, got ", data_.numel(), " ", data_.scalar_type());
-  if (quantized(format))
+  if (kc::is_quantized(format))
     COLOSSAL_CHECK(scales_.defined() && scales_.scalar_type() == at::kShort &&
                        scales_.numel() == kc::scale_count(format, out_, in_),
                    "[inference] packed ", kc::to_string(format), " weight [", out_, ", ", in_, "]: expected ",
@@ -106,7 +105,7 @@ at::Tensor PackedLinear::forward(const at::Tensor& x) const {
 }
 
 at::Tensor PackedLinear::rows(const at::Tensor& ids) const {
-  if (!quantized(format_)) return data_.index_select(0, ids).to(at::kFloat);
+  if (!kc::is_quantized(format_)) return data_.index_select(0, ids).to(at::kFloat);
   auto idx = ids.to(at::kLong).contiguous();
   auto out = at::empty({idx.numel(), in_}, at::kFloat);
   const auto v = view();
@@ -119,7 +118,7 @@ at::Tensor PackedLinear::rows(const at::Tensor& ids) const {
 }
 
 at::Tensor PackedLinear::unpacked() const {
-  if (!quantized(format_)) return data_.to(at::kFloat);
+  if (!kc::is_quantized(format_)) return data_.to(at::kFloat);
   auto out = at::empty({out_, in_}, at::kFloat);
   const auto v = view();
   float* dst = out.data_ptr<float>();

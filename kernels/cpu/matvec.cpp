@@ -12,7 +12,6 @@
 namespace colossal::kernels::cpu {
 namespace {
 
-bool quantized(WeightFormat f) { return f == WeightFormat::kQ8 || f == WeightFormat::kQ4; }
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int32_t stored_offset(WeightFormat f) { return f == WeightFormat::kQ8 ? 128 : 8; }
 
@@ -90,7 +89,7 @@ WeightFormat weight_format(const std::string& name) {
   throw std::invalid_argument("unknown weight format '" + name + "' (known: fp32, bf16, int8, int4)");
 }
 
-int64_t stored_cols(WeightFormat f, int64_t cols) { return quantized(f) ? round_up(cols, kQuantChunk) : cols; }
+int64_t stored_cols(WeightFormat f, int64_t cols) { return is_quantized(f) ? round_up(cols, kQuantChunk) : cols; }
 
 int64_t data_bytes(WeightFormat f, int64_t rows, int64_t cols) {
   switch (f) {
@@ -103,7 +102,7 @@ int64_t data_bytes(WeightFormat f, int64_t rows, int64_t cols) {
 }
 
 int64_t scale_count(WeightFormat f, int64_t rows, int64_t cols) {
-  return quantized(f) ? rows * stored_cols(f, cols) / kQuantBlock : 0;
+  return is_quantized(f) ? rows * stored_cols(f, cols) / kQuantBlock : 0;
 }
 
 float half_to_float(uint16_t h) {

@@ -31,6 +31,9 @@ const char* to_string(WeightFormat f);
 /// "f32"/"fp32", "bf16", "int8"/"q8", "int4"/"q4"; throws std::invalid_argument naming the rest.
 WeightFormat weight_format(const std::string& name);
 
+/// int8 or int4 (per-block scales, integer dot products).
+constexpr bool is_quantized(WeightFormat f) { return f == WeightFormat::kQ8 || f == WeightFormat::kQ4; }
+
 constexpr int64_t kQuantBlock = 32;  // weights per scale
 constexpr int64_t kQuantChunk = 64;  // quantized rows are padded to a multiple of this
 constexpr int64_t kMaxVectors = 8;   // input rows per matvec call

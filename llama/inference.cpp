@@ -175,6 +175,17 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
   vocab_start_ = parallel_.tp_rank() * embed_.out_features();
   norm_ = fp32(model->model->norm->weight);
   lm_head_ = model->lm_head ? pack_named("lm_head", model->lm_head->weight) : embed_;
+  make_tables();
+}
+
+LlamaInference::LlamaInference(const LlamaConfig& config, Options options)
+    : config_(config), options_(options), heads_(config.num_attention_heads), kv_heads_(config.num_key_value_heads) {
+  COLOSSAL_CHECK(options.dtype == at::kFloat || options.dtype == at::kBFloat16,
+                 "[llama] inference dtype (the KV cache's) must be float32 or bfloat16, got ", options.dtype);
+  make_tables();
+}
+
+void LlamaInference::make_tables() {
   auto tables = RotaryTables::make(config_, config_.max_position_embeddings);
   cos_ = tables.cos.contiguous();
   sin_ = tables.sin.contiguous();

@@ -48,6 +48,10 @@ class LlamaInference : public inference::CausalLM {
   /// reads only its slices.
   static std::shared_ptr<LlamaInference> load(const std::string& dir, Options options,
                                               const parallel::ParallelContext& parallel = {});
+  /// A LLaMA-architecture GGUF file (llama/gguf.h) on one process; without options.weights the
+  /// matrices stay in the file's format (q8_0 -> int8, q4_0 -> int4, f16 -> bf16, f32), with
+  /// Options::named's KV cache for it.
+  static std::shared_ptr<LlamaInference> load_gguf(const std::string& path, Options options);
 
   inference::CacheShape cache_shape() const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
@@ -83,6 +87,9 @@ class LlamaInference : public inference::CausalLM {
     int64_t capacity = 0;
     at::Tensor h, normed, qkv, attn, out, gate_up, act;
   };
+  // The weights are filled in by the caller (load_gguf); the tables are made here.
+  LlamaInference(const LlamaConfig& config, Options options);
+  void make_tables();
   at::Tensor all_reduced(at::Tensor x) const;
   at::Tensor mixture_of_experts(const at::Tensor& x, const Layer& layer, int64_t ffn) const;
   void attention(const inference::ModelInput& in, inference::PagedKVCache& cache, int64_t layer, int64_t n);

@@ -19,6 +19,15 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   return t;
 }
 
+Tokenizer Tokenizer::from_serialized(const std::string& model_proto, const std::string& origin) {
+  Tokenizer t;
+  t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  auto status = t.sp_->LoadFromSerializedProto(model_proto);
+  COLOSSAL_CHECK(status.ok(), "[tokenizer] ", origin, ": not a usable SentencePiece model: ", status.ToString());
+  t.path_ = origin;
+  return t;
+}
+
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;

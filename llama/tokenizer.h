@@ -17,6 +17,9 @@ class Tokenizer {
  public:
   /// Throws naming the file when it is missing or not a SentencePiece model.
   static Tokenizer load(const std::string& model_path);
+  /// A SentencePiece model held in memory (a serialized ModelProto, e.g. rebuilt from a GGUF
+  /// file's vocabulary); `origin` names it in errors and path().
+  static Tokenizer from_serialized(const std::string& model_proto, const std::string& origin);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();

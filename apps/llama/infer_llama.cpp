@@ -4,6 +4,7 @@
 //   build/apps/infer_llama --prompt "It is a truth universally acknowledged"   # out/llama/model
 //   build/apps/infer_llama --model DIR --input_file prompts.txt --temperature 0.8 --top_p 0.95
 //   build/apps/infer_llama --chat                                               # interactive
+//   build/apps/infer_llama --model BIG --draft_model out/llama/model --num_speculative_tokens 4
 //   colossal run --nproc_per_node 2 -- infer_llama --tp 2 --prompt "..."        # tensor parallel
 // Generated text goes to standard output; logs and the closing throughput figures go to standard
 // error, so the output pipes cleanly.
@@ -25,7 +26,9 @@
 #include "core/common/progress.h"
 #include "core/dist/runtime.h"
 #include "core/inference/engine.h"
+#include "core/checkpoint/gguf.h"
 #include "llama/dataset.h"
+#include "llama/gguf.h"
 #include "llama/inference.h"
 #include "llama/parallelize.h"
 #include "llama/perplexity.h"
@@ -49,6 +52,9 @@ struct Args {
   int tp = 1;  // tensor-parallel ranks (under colossal run, exactly this many)
   std::string device = "auto";  // the engine runs on the CPU until the GPU path lands (issue 21)
   std::string dtype = "fp32";
+  bool dtype_given = false;  // a GGUF file keeps its own format unless --dtype is given
+  std::string draft_model;  // speculative decoding
+  int64_t num_speculative_tokens = 4;
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
   bool serve = false;
   std::string perplexity;  // a JSONL file ("text") scored instead of generating
@@ -115,6 +121,16 @@ inference::SamplingParams sampling(const Args& a) {
   return p;
 }
 
+// A model directory, or a GGUF file (weights in the file's format unless --dtype says otherwise).
+std::shared_ptr<LlamaInference> load_model(const std::string& path, const Args& a,
+                                           const parallel::ParallelContext& parallel = {}) {
+  if (!is_gguf_path(path)) return LlamaInference::load(path, LlamaInference::Options::named(a.dtype), parallel);
+  COLOSSAL_CHECK(!parallel.tensor_parallel(), "--tp ", a.tp, ": a GGUF file (", path,
+                 ") runs on one process in this version; use --tp 1 or its Hugging Face directory");
+  return LlamaInference::load_gguf(path, a.dtype_given ? LlamaInference::Options::named(a.dtype)
+                                                       : LlamaInference::Options{});
+}
+
 int run(const Args& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
   COLOSSAL_CHECK(a.dtype == "fp32" || a.dtype == "bf16" || a.dtype == "int8" || a.dtype == "int4",
@@ -129,7 +145,10 @@ int run(const Args& a) {
                  a.kv_cache_mib, " (", a.kv_cache_mib / 1024.0, " GiB) is more than this machine's available memory (",
                  available_gib, " GiB)");
   auto t_load = std::chrono::steady_clock::now();
-  auto tok = std::make_shared<Tokenizer>(Tokenizer::load(a.model + "/tokenizer.model"));
+  // A GGUF file carries its vocabulary; a directory has tokenizer.model.
+  auto tok = std::make_shared<Tokenizer>(is_gguf_path(a.model)
+                                             ? gguf_tokenizer(*checkpoint::GgufFile::open(a.model))
+                                             : Tokenizer::load(a.model + "/tokenizer.model"));
   // Tensor parallelism: every rank loads its slices and runs the same engine steps in lockstep
   // (identical inputs, the same gathered logits and seeds); rank 0 prints.
   parallel::ParallelContext parallel;
@@ -139,6 +158,8 @@ int run(const Args& a) {
     dist::init();
     COLOSSAL_CHECK(dist::world_size() == a.tp, "--tp ", a.tp, " needs exactly ", a.tp,
                    " ranks (colossal run --nproc_per_node ", a.tp, " -- infer_llama ...), got ", dist::world_size());
+    COLOSSAL_CHECK(!is_gguf_path(a.model), "--tp ", a.tp, ": a GGUF file (", a.model,
+                   ") runs on one process in this version; use --tp 1 or its Hugging Face directory");
     auto cfg = LlamaConfig::from_json_file(a.model + "/config.json");
     // The layout owner, not a training plugin: the tp groups are all the engine needs.
     dist::ParallelDims dims({.tp = a.tp});
@@ -147,19 +168,33 @@ int run(const Args& a) {
     quiet = dist::rank() != 0;
     if (quiet) std::freopen("/dev/null", "w", stdout);
   }
-  auto model = LlamaInference::load(a.model, LlamaInference::Options::named(a.dtype), parallel);
+  auto model = load_model(a.model, a, parallel);
   inference::EngineOptions eo;
   eo.cache.block_size = a.block_size;
   eo.cache.memory_bytes = a.kv_cache_mib << 20;
   eo.max_num_seqs = a.max_batch;
   eo.max_batched_tokens = a.max_batched_tokens;
   eo.seed = a.seed;
+  std::shared_ptr<LlamaInference> draft;
+  if (!a.draft_model.empty()) {
+    // The draft runs whole on every rank (it is small), in the model's weight format.
+    draft = load_model(a.draft_model, a);
+    COLOSSAL_CHECK(draft->config().vocab_size == model->config().vocab_size, "--draft_model ", a.draft_model,
+                   ": its vocabulary has ", draft->config().vocab_size, " tokens, --model's ",
+                   model->config().vocab_size, " (speculative decoding needs the same tokenizer)");
+    eo.speculative.draft = draft;
+    eo.speculative.num_tokens = a.num_speculative_tokens;
+  }
   inference::Engine engine(model, std::make_shared<TokenizerDetokenizer>(tok), tok->eos_id(), eo);
   if (a.tp > 1 && !quiet) std::fprintf(stderr, "[infer_llama] tensor parallel over %d ranks\n", a.tp);
   if (!quiet) std::fprintf(stderr, "[infer_llama] %s: %.1fM parameters, %s, %d thread(s), KV cache %ld blocks of %ld tokens (%.0f s to load)\n",
-               a.model.c_str(), model->config().num_parameters() / 1e6, a.dtype.c_str(), at::get_num_threads(),
+               a.model.c_str(), model->config().num_parameters() / 1e6,
+               kernels::cpu::to_string(model->options().weight_format()), at::get_num_threads(),
                engine.cache().blocks().num_blocks(), a.block_size,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
+  if (draft && !quiet)
+    std::fprintf(stderr, "[infer_llama] speculative decoding: %s (%.1fM parameters) proposes %ld token(s) a step\n",
+                 a.draft_model.c_str(), draft->config().num_parameters() / 1e6, a.num_speculative_tokens);
   if (a.serve) return serve(a, engine, tok);
   if (!a.perplexity.empty()) {
     // Scored like train_llama's evaluation: samples of --perplexity_length tokens, next-token loss.
@@ -172,7 +207,7 @@ int run(const Args& a) {
     auto t0 = std::chrono::steady_clock::now();
     auto r = llama::perplexity(*model, data, a.perplexity_samples, a.perplexity_chunk);
     std::printf("perplexity %.4f (mean loss %.5f nats) over %ld tokens in %ld samples of %ld, weights %s, %s, %.1f s\n",
-                r.perplexity, r.mean_nll, r.tokens, r.samples, d.max_length, a.dtype.c_str(),
+                r.perplexity, r.mean_nll, r.tokens, r.samples, d.max_length, kernels::cpu::to_string(model->options().weight_format()),
                 a.perplexity_chunk == 0 ? "one forward per sample"
                                         : ("fed " + std::to_string(a.perplexity_chunk) + " token(s) at a time").c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -240,6 +275,12 @@ int run(const Args& a) {
   if (!quiet) std::fprintf(stderr, "[infer_llama] %zu prompt(s): %ld prompt tokens (%.1f tokens/s to the last first token), "
                "%ld generated in %.2f s (%.1f tokens/s)\n", prompts.size(), prompt_tokens,
                ttft > 0 ? prompt_tokens / ttft : 0.0, generated, seconds, generated / seconds);
+  if (draft && !quiet) {
+    auto st = engine.stats();
+    std::fprintf(stderr, "[infer_llama] speculative: %ld of %ld drafted tokens accepted (%.1f%%), %.2f tokens per step\n",
+                 st.accepted_draft_tokens, st.draft_tokens, 100 * st.acceptance_rate(),
+                 st.steps ? static_cast<double>(st.generated_tokens) / st.steps : 0.0);
+  }
   if (a.tp > 1) dist::shutdown();
   return 0;
 }
@@ -249,7 +290,9 @@ int run(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   CLI::App app{"Generate text with a LLaMA model directory (default: the model train_llama writes)"};
-  app.add_option("--model", a.model, "Hugging Face directory with tokenizer.model")->capture_default_str();
+  app.add_option("--model", a.model,
+                 "Hugging Face directory with tokenizer.model, or a LLaMA GGUF file (f32, f16, bf16, q8_0, q4_0; "
+                 "its own tokenizer and, without --dtype, its own format)")->capture_default_str();
   app.add_option("--prompt", a.prompt, "prompt text (repeat for a batch)");
   app.add_option("--input_file", a.input_file, "one prompt per line, run as a batch");
   // Every number is checked against its range here: CLI11 names the flag, the value and the range.
@@ -275,6 +318,11 @@ int main(int argc, char** argv) {
                  "weights: fp32 | bf16 | int8 | int4 (int8/int4: blocks of 32 with fp16 scales, like llama.cpp's "
                  "q8_0/q4_0, kept in MODEL/packed-<dtype>.safetensors after the first start); the KV cache is fp32 "
                  "for fp32 and bf16 otherwise")->capture_default_str();
+  app.add_option("--draft_model", a.draft_model,
+                 "speculative decoding: a smaller model directory with the same tokenizer proposes tokens that "
+                 "--model checks in one pass (greedy output unchanged, sampling from --model's exact distribution)");
+  app.add_option("--num_speculative_tokens", a.num_speculative_tokens, "tokens the draft proposes per step")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{64}));
   app.add_option("--kv_cache_mib", a.kv_cache_mib, "KV cache memory (at most what the machine has available)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--block_size", a.block_size, "tokens per KV block")
@@ -305,6 +353,7 @@ int main(int argc, char** argv) {
                  "seconds after SIGTERM (once in-flight requests are answered) before open connections are closed")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
+  a.dtype_given = app.count("--dtype") > 0;
   if (a.serve) {
     // Before any thread exists (LibTorch's pool included), so every thread inherits the mask and
     // only the server's watcher receives these signals.

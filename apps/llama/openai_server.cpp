@@ -519,7 +519,16 @@ struct OpenAIServer::State {
          "# TYPE colossal_requests_waiting gauge\ncolossal_requests_waiting "
       << stats.waiting << "\n# HELP colossal_preemptions_total Sequences preempted for lack of KV blocks\n"
          "# TYPE colossal_preemptions_total counter\ncolossal_preemptions_total "
-      << stats.preemptions << '\n';
+      << stats.preemptions
+      << "\n# HELP colossal_spec_draft_tokens_total Tokens the draft model proposed (speculative decoding)\n"
+         "# TYPE colossal_spec_draft_tokens_total counter\ncolossal_spec_draft_tokens_total "
+      << stats.draft_tokens
+      << "\n# HELP colossal_spec_accepted_tokens_total Proposed tokens the model kept\n"
+         "# TYPE colossal_spec_accepted_tokens_total counter\ncolossal_spec_accepted_tokens_total "
+      << stats.accepted_draft_tokens
+      << "\n# HELP colossal_spec_acceptance_rate Kept over proposed tokens since the start (0 without a draft)\n"
+         "# TYPE colossal_spec_acceptance_rate gauge\ncolossal_spec_acceptance_rate "
+      << stats.acceptance_rate() << '\n';
     return o.str();
   }
 };

@@ -12,6 +12,8 @@ void EngineOptions::validate() const {
   cache.validate();
   COLOSSAL_CHECK(max_num_seqs >= 1, "[inference] max_num_seqs: expected >= 1, got ", max_num_seqs);
   COLOSSAL_CHECK(max_batched_tokens >= 1, "[inference] max_batched_tokens: expected >= 1, got ", max_batched_tokens);
+  COLOSSAL_CHECK(speculative.num_tokens >= 1 && speculative.num_tokens <= 64,
+                 "[inference] speculative num_tokens: expected 1..64, got ", speculative.num_tokens);
 }
 
 const char* to_string(FinishReason r) {
@@ -26,11 +28,66 @@ const char* to_string(FinishReason r) {
   return "?";
 }
 
+struct Engine::Scheduled {
+  Sequence* seq;
+  int64_t start, len;  // positions [start, start + len) go through the model this step
+  int64_t drafts;      // of which the last `drafts` are the draft model's proposals
+};
+
+namespace {
+// One sequence's part of a model step: `tokens` at positions start, start + 1, ...
+struct Feed {
+  int64_t seq_id;
+  int64_t start;
+  std::vector<int64_t> tokens;
+  bool sample_last;  // logits after the last token
+  bool sample_all;   // logits after every token
+};
+
+// The flattened batch with its block tables, slots and rows to sample.
+ModelInput model_input(const BlockManager& blocks, const std::vector<Feed>& feeds) {
+  int64_t n = 0, max_blocks = 1;
+  for (const auto& f : feeds) {
+    n += static_cast<int64_t>(f.tokens.size());
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(blocks.table(f.seq_id).size()));
+  }
+  auto tokens = at::empty({n}, at::kLong), positions = at::empty({n}, at::kLong), slots = at::empty({n}, at::kLong);
+  auto token_seq = at::empty({n}, at::kInt), token_ctx = at::empty({n}, at::kInt);
+  auto tables = at::zeros({static_cast<int64_t>(feeds.size()), max_blocks}, at::kInt);
+  std::vector<int64_t> sample_rows;
+  int64_t row = 0;
+  for (size_t fi = 0; fi < feeds.size(); ++fi) {
+    const auto& f = feeds[fi];
+    const auto& table = blocks.table(f.seq_id);
+    std::copy(table.begin(), table.end(), tables[static_cast<int64_t>(fi)].data_ptr<int32_t>());
+    const int64_t len = static_cast<int64_t>(f.tokens.size());
+    for (int64_t k = 0; k < len; ++k, ++row) {
+      const int64_t pos = f.start + k;
+      tokens.data_ptr<int64_t>()[row] = f.tokens[static_cast<size_t>(k)];
+      positions.data_ptr<int64_t>()[row] = pos;
+      slots.data_ptr<int64_t>()[row] = blocks.slot(f.seq_id, pos);
+      token_seq.data_ptr<int32_t>()[row] = static_cast<int32_t>(fi);
+      token_ctx.data_ptr<int32_t>()[row] = static_cast<int32_t>(pos + 1);
+      if (f.sample_all || (f.sample_last && k == len - 1)) sample_rows.push_back(row);
+    }
+  }
+  ModelInput in;
+  in.tokens = tokens;
+  in.positions = positions;
+  in.attention = {tables, token_seq, token_ctx, slots};
+  in.sample_index = at::tensor(sample_rows, at::kLong);
+  return in;
+}
+}  // namespace
+
 struct Engine::Sequence {
   int64_t id = 0;
   GenerationRequest request;
   std::vector<int64_t> tokens;  // prompt, then generated
   int64_t computed = 0;         // tokens whose keys and values are in the cache
+  int64_t draft_computed = 0;   // the same in the draft model's cache
+  std::vector<int64_t> drafts;  // this step's proposed tokens and the draft's distributions
+  std::vector<TokenDistribution> draft_dists;
   std::vector<int64_t> output;
   std::vector<double> logprobs;
   std::mt19937_64 rng;
@@ -68,7 +125,16 @@ Engine::Engine(std::shared_ptr<CausalLM> model, std::shared_ptr<const Detokenize
       eos_id_(eos_id),
       options_((options.validate(), options)),
       cache_(model_->cache_shape(), options_.cache),
-      seeds_(options_.seed) {}
+      seeds_(options_.seed) {
+  if (const auto& draft = options_.speculative.draft) {
+    COLOSSAL_CHECK(draft->vocab_size() == model_->vocab_size(), "[inference] the draft model's vocabulary has ",
+                   draft->vocab_size(), " tokens, the model's ", model_->vocab_size(),
+                   ": speculative decoding needs the same tokenizer");
+    KVCacheOptions o = options_.cache;
+    o.num_blocks = cache_.blocks().num_blocks();  // as many token slots as the model's cache
+    draft_cache_ = std::make_unique<PagedKVCache>(draft->cache_shape(), o);
+  }
+}
 
 Engine::~Engine() = default;
 
@@ -124,7 +190,9 @@ void Engine::admit_pending() {
 
 void Engine::preempt(Sequence& s) {
   cache_.blocks().release(s.id);
-  s.computed = 0;  // recomputed from its tokens (prompt and output so far) when readmitted
+  if (draft_cache_) draft_cache_->blocks().release(s.id);
+  s.computed = 0;
+  s.draft_computed = 0;  // recomputed from its tokens (prompt and output so far) when readmitted
   ++stats_.preemptions;
 }
 
@@ -163,6 +231,7 @@ void Engine::emit_text(Sequence& s, bool final) {
 
 GenerationResult Engine::finish(Sequence& s, FinishReason reason, const std::string& error) {
   cache_.blocks().release(s.id);
+  if (draft_cache_) draft_cache_->blocks().release(s.id);
   GenerationResult r;
   r.id = s.id;
   r.prompt = s.request.prompt;
@@ -213,17 +282,22 @@ std::vector<GenerationResult> Engine::step() {
       }
   }
 
-  struct Scheduled {
-    Sequence* seq;
-    int64_t start, len;
-  };
   std::vector<Scheduled> batch;
   int64_t budget = options_.max_batched_tokens;
   auto& blocks = cache_.blocks();
 
-  // 1. Running sequences, oldest first; preempt the newest when blocks run out.
+  // 1. Running sequences, oldest first; preempt the newest when blocks run out. A decoding
+  // sequence takes 1 + k tokens when the draft proposes k.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = *running_[i];
+    const int64_t k = speculation_for(s, budget);
+    if (k > 0 && blocks.reserve(s.id, s.computed + 1 + k) &&
+        draft_cache_->blocks().reserve(s.id, static_cast<int64_t>(s.tokens.size()) + k - 1)) {
+      batch.push_back({&s, s.computed, 1 + k, k});
+      budget -= 1 + k;
+      ++i;
+      continue;
+    }
     int64_t chunk = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
     bool scheduled = false;
     while (!(scheduled = blocks.reserve(s.id, s.computed + chunk))) {
@@ -235,7 +309,7 @@ std::vector<GenerationResult> Engine::step() {
       if (self) break;
     }
     if (!scheduled) break;  // s itself went back to waiting (it was the newest)
-    batch.push_back({&s, s.computed, chunk});
+    batch.push_back({&s, s.computed, chunk, 0});
     budget -= chunk;
     ++i;
   }
@@ -244,48 +318,27 @@ std::vector<GenerationResult> Engine::step() {
     Sequence& s = *waiting_.front();
     int64_t chunk = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
     if (!blocks.reserve(s.id, s.computed + chunk)) break;
-    batch.push_back({&s, s.computed, chunk});
+    batch.push_back({&s, s.computed, chunk, 0});
     budget -= chunk;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
   if (batch.empty()) return done;
+  propose_drafts(batch);
 
-  // The flattened model input.
-  int64_t n = 0, max_blocks = 1;
+  // The model's input: each sequence's tokens from `start` (after its last token, the drafts);
+  // logits where a sequence's known tokens end and at every drafted token.
+  std::vector<Feed> feeds;
   for (const auto& b : batch) {
-    n += b.len;
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(blocks.table(b.seq->id).size()));
+    Feed f{b.seq->id, b.start, {}, false, false};
+    const int64_t known = std::min<int64_t>(b.len, static_cast<int64_t>(b.seq->tokens.size()) - b.start);
+    f.tokens.assign(b.seq->tokens.begin() + b.start, b.seq->tokens.begin() + b.start + known);
+    f.tokens.insert(f.tokens.end(), b.seq->drafts.begin(), b.seq->drafts.end());
+    f.sample_last = b.start + b.len >= static_cast<int64_t>(b.seq->tokens.size());
+    f.sample_all = b.drafts > 0;
+    feeds.push_back(std::move(f));
   }
-  auto tokens = at::empty({n}, at::kLong), positions = at::empty({n}, at::kLong), slots = at::empty({n}, at::kLong);
-  auto token_seq = at::empty({n}, at::kInt), token_ctx = at::empty({n}, at::kInt);
-  auto tables = at::zeros({static_cast<int64_t>(batch.size()), max_blocks}, at::kInt);
-  std::vector<int64_t> sample_rows;
-  std::vector<size_t> sampled_batch;
-  int64_t row = 0;
-  for (size_t bi = 0; bi < batch.size(); ++bi) {
-    const auto& b = batch[bi];
-    const auto& table = blocks.table(b.seq->id);
-    std::copy(table.begin(), table.end(), tables[static_cast<int64_t>(bi)].data_ptr<int32_t>());
-    for (int64_t k = 0; k < b.len; ++k, ++row) {
-      int64_t pos = b.start + k;
-      tokens.data_ptr<int64_t>()[row] = b.seq->tokens[static_cast<size_t>(pos)];
-      positions.data_ptr<int64_t>()[row] = pos;
-      slots.data_ptr<int64_t>()[row] = blocks.slot(b.seq->id, pos);
-      token_seq.data_ptr<int32_t>()[row] = static_cast<int32_t>(bi);
-      token_ctx.data_ptr<int32_t>()[row] = static_cast<int32_t>(pos + 1);
-    }
-    if (b.start + b.len == static_cast<int64_t>(b.seq->tokens.size())) {
-      sample_rows.push_back(row - 1);
-      sampled_batch.push_back(bi);
-    }
-  }
-  ModelInput in;
-  in.tokens = tokens;
-  in.positions = positions;
-  in.attention = {tables, token_seq, token_ctx, slots};
-  in.sample_index = at::tensor(sample_rows, at::kLong);
-  at::Tensor logits = model_->forward(in, cache_);  // [sampled sequences, vocab]
+  at::Tensor logits = model_->forward(model_input(blocks, feeds), cache_);  // [sampled rows, vocab]
   ++stats_.steps;
 
   for (const auto& b : batch) {
@@ -294,58 +347,47 @@ std::vector<GenerationResult> Engine::step() {
       stats_.prompt_tokens += std::min<int64_t>(b.len, static_cast<int64_t>(b.seq->request.prompt.size()) - b.start);
   }
 
-  // Sample, stream, and finish.
+  // Sample (or verify the drafts), stream, and finish.
   std::vector<Sequence*> finished;
   std::vector<std::pair<FinishReason, std::string>> reasons;
-  for (size_t k = 0; k < sampled_batch.size(); ++k) {
-    Sequence& s = *batch[sampled_batch[k]].seq;
+  int64_t row = 0;
+  for (size_t bi = 0; bi < batch.size(); ++bi) {
+    const auto& b = batch[bi];
+    if (!feeds[bi].sample_last) continue;
+    Sequence& s = *b.seq;
     const auto& p = s.request.params;
-    auto pick = sample(logits[static_cast<int64_t>(k)], p, s.request.prompt, s.output, s.rng);
-    if (!s.has_first_token) {
-      s.has_first_token = true;
-      s.first_token = std::chrono::steady_clock::now();
-    }
-    ++stats_.generated_tokens;
     FinishReason reason = FinishReason::kNone;
     std::string error;
-    bool keep = true;
-    if (pick.token == eos_id_ && !p.ignore_eos) {
-      reason = FinishReason::kEos;
-      keep = false;
-    } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), pick.token) != p.stop_token_ids.end()) {
-      reason = FinishReason::kStop;
-      keep = false;
-    }
-    size_t before = s.emitted;
-    if (keep) {
-      s.tokens.push_back(pick.token);
-      s.output.push_back(pick.token);
-      s.logprobs.push_back(pick.logprob);
-      try {
-        s.text = output_text(s);
-      } catch (const std::exception& e) {  // this request fails; the engine and the others go on
-        reason = FinishReason::kError;
-        error = error_text(e);
-      }
-      for (const auto& stop : reason == FinishReason::kError ? std::vector<std::string>{} : p.stop) {
-        auto at = s.text.find(stop, before > stop.size() ? before - stop.size() : 0);
-        if (!stop.empty() && at != std::string::npos) {
-          s.text.resize(at);
-          reason = FinishReason::kStop;
+    if (b.drafts == 0) {
+      auto dist = token_distribution(logits[row++], p, s.request.prompt, s.output);
+      const int64_t token = draw(dist, s.rng);
+      reason = append_token(s, token, p.logprobs ? dist.log_softmax(token) : 0.0, error);
+    } else {
+      // Row j holds the model's distribution after drafts 1..j: keep drafts while they pass,
+      // stop at the first replacement; when all pass, row k gives one more token.
+      int64_t accepted = 0;
+      bool replaced = false;
+      for (int64_t j = 0; j <= b.drafts && reason == FinishReason::kNone && !replaced; ++j) {
+        auto dist = token_distribution(logits[row + j], p, s.request.prompt, s.output);
+        int64_t token;
+        if (j < b.drafts) {
+          auto v = verify_drafted(dist, s.draft_dists[static_cast<size_t>(j)], s.drafts[static_cast<size_t>(j)], s.rng);
+          token = v.token;
+          replaced = !v.accepted;
+          if (v.accepted) ++accepted;
+        } else {
+          token = draw(dist, s.rng);
         }
+        reason = append_token(s, token, p.logprobs ? dist.log_softmax(token) : 0.0, error);
       }
-      if (reason == FinishReason::kNone && (static_cast<int64_t>(s.output.size()) >= p.max_tokens ||
-                                            static_cast<int64_t>(s.tokens.size()) >= model_->max_positions()))
-        reason = FinishReason::kLength;
-      if (reason == FinishReason::kNone) emit_text(s, /*final=*/false);
-    }
-    if (s.request.on_event && keep) {
-      TokenEvent e;
-      e.request_id = s.id;
-      e.token = pick.token;
-      e.logprob = pick.logprob;
-      e.text = s.text.substr(before, s.emitted - before);
-      s.request.on_event(e);
+      row += b.drafts + 1;
+      stats_.draft_tokens += b.drafts;
+      stats_.accepted_draft_tokens += accepted;
+      // The keys and values of rejected drafts are overwritten when those positions come again.
+      s.computed = b.start + 1 + accepted;
+      s.draft_computed = std::min(s.draft_computed, s.computed);
+      s.drafts.clear();
+      s.draft_dists.clear();
     }
     if (reason != FinishReason::kNone) {
       finished.push_back(&s);
@@ -358,6 +400,96 @@ std::vector<GenerationResult> Engine::step() {
     running_.erase(it);
   }
   return done;
+}
+
+// How many tokens the draft proposes for `s` this step: 0 unless speculation is on and `s`
+// decodes (only its last token is new), at most what it may still generate minus the one the
+// check adds, what the token budget leaves, and what both models' positions allow.
+int64_t Engine::speculation_for(const Sequence& s, int64_t budget) const {
+  if (!draft_cache_ || static_cast<int64_t>(s.tokens.size()) - s.computed != 1) return 0;
+  const int64_t n = static_cast<int64_t>(s.tokens.size());
+  int64_t k = std::min(options_.speculative.num_tokens, budget - 1);
+  k = std::min(k, s.request.params.max_tokens - static_cast<int64_t>(s.output.size()) - 1);
+  k = std::min(k, model_->max_positions() - n);
+  k = std::min(k, options_.speculative.draft->max_positions() - n + 1);
+  return std::max<int64_t>(k, 0);
+}
+
+// The draft model catches up on the sequence's tokens it has not seen (the whole prompt the
+// first time, then the one or two tokens the last check added) and proposes a token, then one
+// more per forward until each sequence has its k, all sequences batched in each forward.
+void Engine::propose_drafts(std::vector<Scheduled>& batch) {
+  int64_t rounds = 0;
+  for (const auto& b : batch) rounds = std::max(rounds, b.drafts);
+  auto& draft = *options_.speculative.draft;
+  for (int64_t round = 0; round < rounds; ++round) {
+    std::vector<Feed> feeds;
+    std::vector<Sequence*> fed;
+    for (const auto& b : batch) {
+      if (b.drafts <= round) continue;
+      Sequence& s = *b.seq;
+      Feed f{s.id, s.draft_computed, {}, true, false};
+      if (round == 0) f.tokens.assign(s.tokens.begin() + s.draft_computed, s.tokens.end());
+      else f.tokens = {s.drafts.back()};
+      s.draft_computed += static_cast<int64_t>(f.tokens.size());
+      feeds.push_back(std::move(f));
+      fed.push_back(&s);
+    }
+    at::Tensor logits = draft.forward(model_input(draft_cache_->blocks(), feeds), *draft_cache_);
+    for (size_t i = 0; i < fed.size(); ++i) {
+      Sequence& s = *fed[i];
+      std::vector<int64_t> output = s.output;
+      output.insert(output.end(), s.drafts.begin(), s.drafts.end());
+      s.draft_dists.push_back(token_distribution(logits[static_cast<int64_t>(i)], s.request.params, s.request.prompt, output));
+      s.drafts.push_back(draw(s.draft_dists.back(), s.rng));
+    }
+  }
+}
+
+// After the model chose `token` for `s`: ends the sequence at eos or a stop token (neither is
+// kept), else appends it, updates the text, checks stop strings and the length limits, and
+// streams what is certain. Returns why `s` finished (kNone: it goes on).
+FinishReason Engine::append_token(Sequence& s, int64_t token, double logprob, std::string& error) {
+  const auto& p = s.request.params;
+  if (!s.has_first_token) {
+    s.has_first_token = true;
+    s.first_token = std::chrono::steady_clock::now();
+  }
+  ++stats_.generated_tokens;
+  if (token == eos_id_ && !p.ignore_eos) return FinishReason::kEos;
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end())
+    return FinishReason::kStop;
+  FinishReason reason = FinishReason::kNone;
+  size_t before = s.emitted;
+  s.tokens.push_back(token);
+  s.output.push_back(token);
+  s.logprobs.push_back(logprob);
+  try {
+    s.text = output_text(s);
+  } catch (const std::exception& e) {  // this request fails; the engine and the others go on
+    reason = FinishReason::kError;
+    error = error_text(e);
+  }
+  for (const auto& stop : reason == FinishReason::kError ? std::vector<std::string>{} : p.stop) {
+    auto at = s.text.find(stop, before > stop.size() ? before - stop.size() : 0);
+    if (!stop.empty() && at != std::string::npos) {
+      s.text.resize(at);
+      reason = FinishReason::kStop;
+    }
+  }
+  if (reason == FinishReason::kNone && (static_cast<int64_t>(s.output.size()) >= p.max_tokens ||
+                                        static_cast<int64_t>(s.tokens.size()) >= model_->max_positions()))
+    reason = FinishReason::kLength;
+  if (reason == FinishReason::kNone) emit_text(s, /*final=*/false);
+  if (s.request.on_event) {
+    TokenEvent e;
+    e.request_id = s.id;
+    e.token = token;
+    e.logprob = logprob;
+    e.text = s.text.substr(before, s.emitted - before);
+    s.request.on_event(e);
+  }
+  return reason;
 }
 
 std::vector<GenerationResult> Engine::generate(std::vector<GenerationRequest> requests) {

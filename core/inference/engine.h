@@ -27,8 +27,20 @@
 
 namespace colossal::inference {
 
+/// Speculative decoding: a small draft model with the same vocabulary proposes up to
+/// `num_tokens` tokens for each decoding sequence (one forward of its own per token, through a KV
+/// cache of its own), and the model checks them all in one forward pass through the paged cache:
+/// every step yields between one and num_tokens + 1 tokens per sequence. Greedy requests get
+/// exactly the tokens of plain greedy decoding; sampled ones are drawn from exactly the model's
+/// distribution (sampler.h, verify_drafted).
+struct SpeculativeOptions {
+  std::shared_ptr<CausalLM> draft;  // null: off
+  int64_t num_tokens = 4;
+};
+
 struct EngineOptions {
   KVCacheOptions cache;
+  SpeculativeOptions speculative;  // the draft's cache gets as many blocks of the same size
   int64_t max_num_seqs = 64;         // sequences in one batch
   int64_t max_batched_tokens = 256;  // tokens in one batch (prefill chunks + decode tokens)
   uint64_t seed = 0;                 // for requests without their own seed
@@ -69,6 +81,8 @@ struct GenerationResult {
 struct EngineStats {
   int64_t running = 0, waiting = 0, blocks_used = 0, blocks_total = 0;
   int64_t preemptions = 0, steps = 0, prompt_tokens = 0, generated_tokens = 0;
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding: proposed, kept
+  double acceptance_rate() const { return draft_tokens ? static_cast<double>(accepted_draft_tokens) / draft_tokens : 0; }
 };
 
 class Engine {
@@ -92,8 +106,12 @@ class Engine {
 
  private:
   struct Sequence;
+  struct Scheduled;
   void admit_pending();
   void preempt(Sequence& s);
+  int64_t speculation_for(const Sequence& s, int64_t budget) const;
+  void propose_drafts(std::vector<Scheduled>& batch);
+  FinishReason append_token(Sequence& s, int64_t token, double logprob, std::string& error);
   GenerationResult finish(Sequence& s, FinishReason reason, const std::string& error = "");
   void emit_text(Sequence& s, bool final);
   std::string output_text(Sequence& s) const;
@@ -103,6 +121,7 @@ class Engine {
   int64_t eos_id_;
   EngineOptions options_;
   PagedKVCache cache_;
+  std::unique_ptr<PagedKVCache> draft_cache_;  // speculative decoding only
   std::mt19937_64 seeds_;
 
   mutable std::mutex mu_;  // guards pending_, cancelled_, next_id_

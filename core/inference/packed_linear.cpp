@@ -54,6 +54,52 @@ PackedLinear::PackedLinear(WeightFormat format, int64_t out_features, int64_t in
                    scales_.defined() ? scales_.numel() : 0);
 }
 
+PackedLinear PackedLinear::from_ggml_blocks(WeightFormat format, int64_t out_features, int64_t in_features,
+                                           const uint8_t* blocks) {
+  COLOSSAL_CHECK(kc::is_quantized(format) && in_features % kc::kQuantBlock == 0, "[inference] ggml blocks: ",
+                 kc::to_string(format), " [", out_features, ", ", in_features,
+                 "] (expected int8 or int4 rows of whole 32-value blocks)");
+  auto data = at::empty({kc::data_bytes(format, out_features, in_features)}, at::kByte);
+  auto scales = at::empty({kc::scale_count(format, out_features, in_features)}, at::kShort);
+  const int64_t src_row = in_features / kc::kQuantBlock * (format == WeightFormat::kQ8 ? 34 : 18);
+  const int64_t row_bytes = kc::data_bytes(format, 1, in_features), row_scales = kc::scale_count(format, 1, in_features);
+  auto* d = data.data_ptr<uint8_t>();
+  auto* sc = reinterpret_cast<uint16_t*>(scales.data_ptr<int16_t>());
+  at::parallel_for(0, out_features, kRowGrain, [&](int64_t b, int64_t e) {
+    kc::pack_ggml_rows(blocks + b * src_row, e - b, in_features, format, d + b * row_bytes, sc + b * row_scales);
+  });
+  return PackedLinear(format, out_features, in_features, data, scales);
+}
+
+PackedLinear PackedLinear::concat_rows(const std::vector<PackedLinear>& parts) {
+  COLOSSAL_CHECK(!parts.empty(), "[inference] concat_rows of nothing");
+  std::vector<at::Tensor> data, scales;
+  int64_t out = 0;
+  for (const auto& p : parts) {
+    COLOSSAL_CHECK(p.format() == parts[0].format() && p.in_features() == parts[0].in_features(),
+                   "[inference] concat_rows: a ", kc::to_string(p.format()), " [", p.out_features(), ", ",
+                   p.in_features(), "] part after ", kc::to_string(parts[0].format()), " [", parts[0].out_features(),
+                   ", ", parts[0].in_features(), "]");
+    data.push_back(p.data().reshape({p.out_features(), -1}));
+    if (p.scales().defined()) scales.push_back(p.scales().reshape({p.out_features(), -1}));
+    out += p.out_features();
+  }
+  auto d = at::cat(data, 0).contiguous();
+  d = kc::is_quantized(parts[0].format()) ? d.reshape({-1}) : d;
+  return PackedLinear(parts[0].format(), out, parts[0].in_features(), d,
+                      scales.empty() ? at::Tensor() : at::cat(scales, 0).reshape({-1}));
+}
+
+PackedLinear PackedLinear::permute_rows(const std::vector<int64_t>& order) const {
+  COLOSSAL_CHECK(static_cast<int64_t>(order.size()) == out_, "[inference] permute_rows: ", order.size(),
+                 " indices for ", out_, " rows");
+  auto index = at::tensor(order, at::kLong);
+  auto d = data_.reshape({out_, -1}).index_select(0, index);
+  d = kc::is_quantized(format_) ? d.reshape({-1}) : d;
+  return PackedLinear(format_, out_, in_, d.contiguous(),
+                      scales_.defined() ? scales_.reshape({out_, -1}).index_select(0, index).reshape({-1}) : at::Tensor());
+}
+
 int64_t PackedLinear::bytes() const {
   return kc::data_bytes(format_, out_, in_) + 2 * kc::scale_count(format_, out_, in_);
 }

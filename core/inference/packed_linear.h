@@ -8,6 +8,8 @@
 // Inputs and outputs are fp32 [n, features]; no allocation per call once buffers have grown.
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 #include "kernels/cpu/matvec.h"
 
 namespace colossal::inference {
@@ -21,6 +23,14 @@ class PackedLinear {
   PackedLinear(const at::Tensor& weight, WeightFormat format);
   /// Already packed storage (a quantized checkpoint): data as stored, scales as fp16 bits (int16).
   PackedLinear(WeightFormat format, int64_t out_features, int64_t in_features, at::Tensor data, at::Tensor scales);
+
+  /// llama.cpp's q8_0/q4_0 blocks of a [out, in] matrix (in a multiple of 32) as kQ8/kQ4, exactly.
+  static PackedLinear from_ggml_blocks(WeightFormat format, int64_t out_features, int64_t in_features,
+                                       const uint8_t* blocks);
+  /// The rows of `parts` one after another (one format, the same in_features): fused matrices.
+  static PackedLinear concat_rows(const std::vector<PackedLinear>& parts);
+  /// Row i of the result is row order[i] of this one (no conversion: any format).
+  PackedLinear permute_rows(const std::vector<int64_t>& order) const;
 
   bool defined() const { return data_.defined(); }
   WeightFormat format() const { return format_; }

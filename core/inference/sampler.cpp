@@ -24,10 +24,12 @@ void SamplingParams::validate() const {
   COLOSSAL_CHECK(max_tokens >= 1, "max_tokens: expected >= 1, got ", max_tokens);
 }
 
-Sampled sample(const at::Tensor& logits_in, const SamplingParams& p, const std::vector<int64_t>& prompt,
-               const std::vector<int64_t>& output, std::mt19937_64& rng) {
+TokenDistribution token_distribution(const at::Tensor& logits_in, const SamplingParams& p,
+                                     const std::vector<int64_t>& prompt, const std::vector<int64_t>& output) {
   const int64_t vocab = logits_in.size(0);
-  std::vector<float> x(static_cast<size_t>(vocab));
+  TokenDistribution d;
+  std::vector<float>& x = d.logits;
+  x.resize(static_cast<size_t>(vocab));
   auto lf = logits_in.to(at::kFloat).contiguous();
   std::copy(lf.data_ptr<float>(), lf.data_ptr<float>() + vocab, x.begin());
 
@@ -51,34 +53,31 @@ Sampled sample(const at::Tensor& logits_in, const SamplingParams& p, const std::
     }
   }
 
-  auto log_softmax = [&](const std::vector<float>& v, int64_t t) {
-    float m = *std::max_element(v.begin(), v.end());
-    double s = 0;
-    for (float a : v) s += std::exp(static_cast<double>(a - m));
-    return static_cast<double>(v[static_cast<size_t>(t)] - m) - std::log(s);
-  };
-
   if (p.temperature == 0.0) {  // greedy: the first maximum, as argmax
-    int64_t best = std::max_element(x.begin(), x.end()) - x.begin();
-    return {best, p.logprobs ? log_softmax(x, best) : 0.0};
+    d.order = {std::max_element(x.begin(), x.end()) - x.begin()};
+    d.prob = {1.0};
+    d.kept = 1.0;
+    d.greedy = true;
+    return d;
   }
   for (float& v : x) v /= static_cast<float>(p.temperature);
 
   // Candidates sorted by logit (descending, ties by id for determinism), then cut by top-k,
   // top-p and min-p.
-  std::vector<int64_t> order(static_cast<size_t>(vocab));
+  std::vector<int64_t>& order = d.order;
+  order.resize(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   int64_t keep = vocab;
+  auto before = [&](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
   if (p.top_k > 0 && p.top_k < vocab) {
     keep = p.top_k;
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int64_t a, int64_t b) {
-      return x[a] > x[b] || (x[a] == x[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
   } else {
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+    std::sort(order.begin(), order.end(), before);
   }
   const float m = x[static_cast<size_t>(order[0])];
-  std::vector<double> prob(static_cast<size_t>(keep));
+  std::vector<double>& prob = d.prob;
+  prob.resize(static_cast<size_t>(keep));
   double total = 0;
   for (int64_t i = 0; i < keep; ++i) total += prob[i] = std::exp(static_cast<double>(x[order[i]] - m));
   for (auto& v : prob) v /= total;
@@ -97,18 +96,67 @@ Sampled sample(const at::Tensor& logits_in, const SamplingParams& p, const std::
     }
     keep = k;
   }
-  double kept = 0;
-  for (int64_t i = 0; i < keep; ++i) kept += prob[static_cast<size_t>(i)];
-  double u = std::uniform_real_distribution<double>(0.0, kept)(rng);
-  int64_t chosen = order[static_cast<size_t>(keep - 1)];
-  for (int64_t i = 0; i < keep; ++i) {
-    u -= prob[static_cast<size_t>(i)];
-    if (u <= 0) {
-      chosen = order[static_cast<size_t>(i)];
-      break;
-    }
+  order.resize(static_cast<size_t>(keep));
+  prob.resize(static_cast<size_t>(keep));
+  d.kept = 0;
+  for (double v : prob) d.kept += v;
+  return d;
+}
+
+double TokenDistribution::probability(int64_t token) const {
+  for (size_t i = 0; i < order.size(); ++i)
+    if (order[i] == token) return prob[i] / kept;
+  return 0.0;
+}
+
+double TokenDistribution::log_softmax(int64_t token) const {
+  float m = *std::max_element(logits.begin(), logits.end());
+  double s = 0;
+  for (float a : logits) s += std::exp(static_cast<double>(a - m));
+  return static_cast<double>(logits[static_cast<size_t>(token)] - m) - std::log(s);
+}
+
+int64_t draw(const TokenDistribution& d, std::mt19937_64& rng) {
+  if (d.greedy) return d.order[0];
+  double u = std::uniform_real_distribution<double>(0.0, d.kept)(rng);
+  for (size_t i = 0; i < d.order.size(); ++i) {
+    u -= d.prob[i];
+    if (u <= 0) return d.order[i];
   }
-  return {chosen, p.logprobs ? log_softmax(x, chosen) : 0.0};
+  return d.order.back();
+}
+
+Sampled sample(const at::Tensor& logits, const SamplingParams& p, const std::vector<int64_t>& prompt,
+               const std::vector<int64_t>& output, std::mt19937_64& rng) {
+  auto d = token_distribution(logits, p, prompt, output);
+  int64_t token = draw(d, rng);
+  return {token, p.logprobs ? d.log_softmax(token) : 0.0};
+}
+
+Verified verify_drafted(const TokenDistribution& p, const TokenDistribution& q, int64_t drafted,
+                        std::mt19937_64& rng) {
+  if (p.greedy) return {p.order[0], p.order[0] == drafted};
+  // q's probabilities by token, for the residual.
+  std::vector<double> q_of(q.logits.size(), 0.0);
+  for (size_t i = 0; i < q.order.size(); ++i) q_of[static_cast<size_t>(q.order[i])] = q.prob[i] / q.kept;
+  auto q_at = [&](int64_t t) { return t >= 0 && t < static_cast<int64_t>(q_of.size()) ? q_of[static_cast<size_t>(t)] : 0.0; };
+  const double pd = p.probability(drafted), qd = q_at(drafted);
+  if (qd > 0 && pd >= qd) return {drafted, true};
+  if (qd > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng) * qd < pd) return {drafted, true};
+  // Rejected: the residual max(0, p - q) over p's candidates (where p is 0 the residual is too).
+  std::vector<double> residual(p.order.size());
+  double total = 0;
+  for (size_t i = 0; i < p.order.size(); ++i)
+    total += residual[i] = std::max(0.0, p.prob[i] / p.kept - q_at(p.order[i]));
+  if (!(total > 0)) return {draw(p, rng), false};  // p == q up to rounding: a rejection had ~0 chance
+  double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+  for (size_t i = 0; i < p.order.size(); ++i) {
+    u -= residual[i];
+    if (u <= 0 && residual[i] > 0) return {p.order[i], false};
+  }
+  for (size_t i = p.order.size(); i-- > 0;)
+    if (residual[i] > 0) return {p.order[i], false};
+  return {p.order[0], false};
 }
 
 }  // namespace colossal::inference

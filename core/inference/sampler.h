@@ -35,8 +35,40 @@ struct Sampled {
   double logprob = 0;  // log softmax of the (penalised, temperature-scaled) logits
 };
 
+/// The distribution sample() draws from for one position: the penalised, temperature-scaled
+/// logits and the candidates that survive top-k, min-p and top-p with their probabilities.
+/// Greedy (temperature 0) keeps one candidate, the first maximum.
+struct TokenDistribution {
+  std::vector<float> logits;   // penalised, then divided by the temperature (unless greedy)
+  std::vector<int64_t> order;  // kept candidates, most likely first (ties by id)
+  std::vector<double> prob;    // their weights, relative to `kept`
+  double kept = 1;             // sum of prob
+  bool greedy = false;         // temperature 0: no random number is drawn
+  /// The probability of drawing `token` (0 outside the kept candidates).
+  double probability(int64_t token) const;
+  /// log softmax of `logits` at `token`: the figure a request's logprobs report.
+  double log_softmax(int64_t token) const;
+};
+
 /// `logits` [vocab] fp32 for one sequence; `prompt` and `output` for the penalties.
+TokenDistribution token_distribution(const at::Tensor& logits, const SamplingParams& params,
+                                     const std::vector<int64_t>& prompt, const std::vector<int64_t>& output);
+/// One draw (a greedy distribution uses no random number).
+int64_t draw(const TokenDistribution& d, std::mt19937_64& rng);
+
+/// token_distribution, then draw (logprob filled when params.logprobs).
 Sampled sample(const at::Tensor& logits, const SamplingParams& params, const std::vector<int64_t>& prompt,
                const std::vector<int64_t>& output, std::mt19937_64& rng);
+
+/// Speculative sampling's check of one drafted token (Leviathan et al., Chen et al.): `drafted`
+/// was drawn from the draft model's distribution `q`; the target's is `p`. Returns `drafted` when
+/// it is kept (with probability min(1, p/q)), otherwise a replacement drawn from the normalised
+/// max(0, p - q); either way the result is distributed exactly as p. For greedy p it is p's
+/// maximum, so greedy speculative decoding gives plain greedy decoding's tokens.
+struct Verified {
+  int64_t token = 0;
+  bool accepted = false;
+};
+Verified verify_drafted(const TokenDistribution& p, const TokenDistribution& q, int64_t drafted, std::mt19937_64& rng);
 
 }  // namespace colossal::inference

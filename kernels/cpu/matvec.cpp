@@ -182,6 +182,47 @@ void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void*
   }
 }
 
+void pack_ggml_rows(const uint8_t* blocks, int64_t rows, int64_t cols, WeightFormat f, void* data, uint16_t* scales) {
+  if (!is_quantized(f) || cols % kQuantBlock != 0)
+    throw std::invalid_argument(std::string("pack_ggml_rows: ") + to_string(f) + " rows of " + std::to_string(cols) +
+                                " columns (expected int8 or int4 and whole blocks of 32)");
+  const bool q4 = f == WeightFormat::kQ4;
+  const int64_t src_block = q4 ? 18 : 34, src_blocks = cols / kQuantBlock;
+  const int64_t stored = stored_cols(f, cols), blocks_per_row = stored / kQuantBlock, row_bytes = data_bytes(f, 1, cols);
+  std::vector<uint8_t> q(static_cast<size_t>(stored));
+  auto* out = static_cast<uint8_t*>(data);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* src = blocks + r * src_blocks * src_block;
+    // Padding columns hold zero weights with a zero scale, as pack_rows stores them.
+    std::fill(q.begin(), q.end(), static_cast<uint8_t>(q4 ? 8 : 128));
+    for (int64_t b = 0; b < blocks_per_row; ++b) scales[r * blocks_per_row + b] = 0;
+    for (int64_t b = 0; b < src_blocks; ++b) {
+      const uint8_t* blk = src + b * src_block;
+      uint16_t d;
+      std::memcpy(&d, blk, 2);
+      scales[r * blocks_per_row + b] = d;
+      uint8_t* dst = q.data() + b * kQuantBlock;
+      if (q4) {
+        for (int64_t j = 0; j < kQuantBlock / 2; ++j) {
+          dst[j] = blk[2 + j] & 0x0F;
+          dst[j + kQuantBlock / 2] = blk[2 + j] >> 4;
+        }
+      } else {
+        for (int64_t j = 0; j < kQuantBlock; ++j) dst[j] = static_cast<uint8_t>(static_cast<int8_t>(blk[2 + j]) + 128);
+      }
+    }
+    uint8_t* row = out + r * row_bytes;
+    if (!q4) {
+      std::memcpy(row, q.data(), static_cast<size_t>(stored));
+    } else {
+      for (int64_t chunk = 0; chunk < stored / kQuantChunk; ++chunk)
+        for (int64_t j = 0; j < kQuantChunk / 2; ++j)
+          row[chunk * kQuantChunk / 2 + j] =
+              static_cast<uint8_t>(q[chunk * kQuantChunk + j] | (q[chunk * kQuantChunk + j + kQuantChunk / 2] << 4));
+    }
+  }
+}
+
 void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
   const int64_t cols = w.cols;
   for (int64_t r = begin; r < end; ++r) {

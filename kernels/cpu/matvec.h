@@ -54,6 +54,11 @@ struct MatrixView {
 
 /// Stores fp32 rows w[rows, cols] in `f` (data_bytes(f, ...) bytes, scale_count(f, ...) scales).
 void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void* data, uint16_t* scales);
+/// llama.cpp's q8_0 (kQ8) or q4_0 (kQ4) rows, `cols` a multiple of 32, stored as ours: the same
+/// values and scales, bit for bit. A q8_0 block is an fp16 scale then 32 int8 values; a q4_0
+/// block an fp16 scale then 16 bytes, value j in the low nibble of byte j, value j + 16 in the
+/// high one (each value + 8).
+void pack_ggml_rows(const uint8_t* blocks, int64_t rows, int64_t cols, WeightFormat f, void* data, uint16_t* scales);
 /// Rows [begin, end) of w back to fp32, out[(r - begin) * cols + c].
 void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out);
 

@@ -94,18 +94,18 @@ struct HeadsToSequence : torch::autograd::Function<HeadsToSequence> {
 };
 
 template <typename F>
-torch::Tensor apply(const torch::Tensor& x, const dist::Group& g) {
+torch::Tensor apply_sequence_op(const torch::Tensor& x, const dist::Group& g) {
   if (!g.is_member() || g.size() == 1) return x;
   return F::apply(x, hold(g));
 }
 
 }  // namespace
 
-torch::Tensor gather_sequence(const torch::Tensor& x, const dist::Group& g) { return apply<GatherSequence>(x, g); }
+torch::Tensor gather_sequence(const torch::Tensor& x, const dist::Group& g) { return apply_sequence_op<GatherSequence>(x, g); }
 torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, const dist::Group& g) {
-  return apply<ReduceScatterSequence>(x, g);
+  return apply_sequence_op<ReduceScatterSequence>(x, g);
 }
-torch::Tensor sequence_to_heads(const torch::Tensor& x, const dist::Group& g) { return apply<SequenceToHeads>(x, g); }
-torch::Tensor heads_to_sequence(const torch::Tensor& x, const dist::Group& g) { return apply<HeadsToSequence>(x, g); }
+torch::Tensor sequence_to_heads(const torch::Tensor& x, const dist::Group& g) { return apply_sequence_op<SequenceToHeads>(x, g); }
+torch::Tensor heads_to_sequence(const torch::Tensor& x, const dist::Group& g) { return apply_sequence_op<HeadsToSequence>(x, g); }
 
 }  // namespace colossal::parallel

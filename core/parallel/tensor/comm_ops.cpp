@@ -67,16 +67,16 @@ struct SplitLastDim : torch::autograd::Function<SplitLastDim> {
 };
 
 template <typename F>
-torch::Tensor apply(const torch::Tensor& x, const dist::Group& g) {
+torch::Tensor apply_tensor_op(const torch::Tensor& x, const dist::Group& g) {
   if (g.size() == 1) return x;
   return F::apply(x, hold(g));
 }
 
 }  // namespace
 
-torch::Tensor copy_to_group(const torch::Tensor& x, const dist::Group& g) { return apply<CopyToGroup>(x, g); }
-torch::Tensor reduce_from_group(const torch::Tensor& x, const dist::Group& g) { return apply<ReduceFromGroup>(x, g); }
-torch::Tensor gather_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply<GatherLastDim>(x, g); }
-torch::Tensor split_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply<SplitLastDim>(x, g); }
+torch::Tensor copy_to_group(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<CopyToGroup>(x, g); }
+torch::Tensor reduce_from_group(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<ReduceFromGroup>(x, g); }
+torch::Tensor gather_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<GatherLastDim>(x, g); }
+torch::Tensor split_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<SplitLastDim>(x, g); }
 
 }  // namespace colossal::parallel

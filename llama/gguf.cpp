@@ -1,0 +1,251 @@
+#include "llama/gguf.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+
+#include "core/common/check.h"
+#include "llama/inference.h"
+
+namespace colossal::llama {
+
+namespace {
+
+using checkpoint::GgmlType;
+using checkpoint::GgufFile;
+using checkpoint::GgufTensor;
+using inference::PackedLinear;
+using inference::WeightFormat;
+
+constexpr uint32_t type_id(GgmlType t) { return static_cast<uint32_t>(t); }
+
+// Protocol-buffer wire format, enough for SentencePiece's ModelProto.
+void varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void field_varint(std::string& out, int field, uint64_t v) {
+  varint(out, static_cast<uint64_t>(field) << 3);
+  varint(out, v);
+}
+void field_bytes(std::string& out, int field, const std::string& bytes) {
+  varint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  varint(out, bytes.size());
+  out += bytes;
+}
+void field_float(std::string& out, int field, float v) {
+  varint(out, (static_cast<uint64_t>(field) << 3) | 5);
+  char b[4];
+  std::memcpy(b, &v, 4);
+  out.append(b, 4);
+}
+
+std::string unsupported_type(const GgufFile& f, const GgufTensor& t) {
+  return "[gguf] " + f.path() + ": tensor '" + t.name + "' is " + checkpoint::ggml_type_name(t.type) +
+         "; this version reads F32, F16, BF16, Q8_0 and Q4_0 tensors (llama-quantize --pure can rewrite the "
+         "file as q8_0 or q4_0)";
+}
+
+// A GGUF tensor as fp32 [rows, cols] (a vector: [1, n]).
+at::Tensor dequantized(const GgufFile& f, const GgufTensor& t) {
+  const int64_t cols = t.shape[0], rows = t.elements() / cols;
+  COLOSSAL_CHECK(t.bytes > 0, unsupported_type(f, t));
+  auto* data = const_cast<uint8_t*>(t.data);
+  switch (t.type) {
+    case type_id(GgmlType::kF32): return at::from_blob(data, {rows, cols}, at::kFloat).clone();
+    case type_id(GgmlType::kF16): return at::from_blob(data, {rows, cols}, at::kHalf).to(at::kFloat);
+    case type_id(GgmlType::kBF16): return at::from_blob(data, {rows, cols}, at::kBFloat16).to(at::kFloat);
+    case type_id(GgmlType::kQ8_0): return PackedLinear::from_ggml_blocks(WeightFormat::kQ8, rows, cols, t.data).unpacked();
+    case type_id(GgmlType::kQ4_0): return PackedLinear::from_ggml_blocks(WeightFormat::kQ4, rows, cols, t.data).unpacked();
+    default: COLOSSAL_CHECK(false, unsupported_type(f, t));
+  }
+  return {};
+}
+
+// A matrix in `format`: q8_0/q4_0 blocks kept as they are when the format is theirs.
+PackedLinear matrix(const GgufFile& f, const std::string& name, WeightFormat format, int64_t rows, int64_t cols) {
+  const auto& t = f.tensor(name);
+  COLOSSAL_CHECK(t.shape.size() == 2 && t.shape[0] == cols && t.shape[1] == rows, "[gguf] ", f.path(), ": tensor '",
+                 name, "' has ggml shape [", t.shape[0], t.shape.size() > 1 ? ", " + std::to_string(t.shape[1]) : "",
+                 "], expected [", cols, ", ", rows, "] (columns first)");
+  COLOSSAL_CHECK(t.bytes > 0, unsupported_type(f, t));
+  if ((t.type == type_id(GgmlType::kQ8_0) && format == WeightFormat::kQ8) ||
+      (t.type == type_id(GgmlType::kQ4_0) && format == WeightFormat::kQ4))
+    return PackedLinear::from_ggml_blocks(format, rows, cols, t.data);
+  return PackedLinear(dequantized(f, t), format);
+}
+
+at::Tensor norm_vector(const GgufFile& f, const std::string& name, int64_t n) {
+  const auto& t = f.tensor(name);
+  COLOSSAL_CHECK(t.elements() == n, "[gguf] ", f.path(), ": tensor '", name, "' has ", t.elements(),
+                 " values, expected ", n);
+  return dequantized(f, t).reshape({n}).contiguous();
+}
+
+// llama.cpp's converter stores each head's query (key) rows as pairs (2i, 2i + 1) of the
+// rotate-half layout's (i, i + d/2): row h*d + 2i + j of the file is row h*d + j*d/2 + i of ours.
+std::vector<int64_t> unpermute_rotary(int64_t heads, int64_t d) {
+  std::vector<int64_t> order(static_cast<size_t>(heads * d));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < 2; ++j)
+      for (int64_t i = 0; i < d / 2; ++i) order[static_cast<size_t>(h * d + j * (d / 2) + i)] = h * d + 2 * i + j;
+  return order;
+}
+
+}  // namespace
+
+bool is_gguf_path(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+}
+
+LlamaConfig gguf_llama_config(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  COLOSSAL_CHECK(arch == "llama", "[gguf] ", f.path(), ": general.architecture is '", arch,
+                 "'; this version reads LLaMA-architecture files ('llama')");
+  COLOSSAL_CHECK(f.get_int("llama.expert_count", 0) == 0, "[gguf] ", f.path(), ": llama.expert_count is ",
+                 f.get_int("llama.expert_count", 0), "; mixtures of experts are not read from GGUF in this version");
+  if (f.has("llama.rope.scaling.type")) {
+    const auto scaling = f.get_string("llama.rope.scaling.type");
+    COLOSSAL_CHECK(scaling == "none", "[gguf] ", f.path(), ": llama.rope.scaling.type is '", scaling,
+                   "'; rope scaling is not read from GGUF in this version");
+  }
+  LlamaConfig c;
+  c.num_hidden_layers = f.get_int("llama.block_count");
+  c.hidden_size = f.get_int("llama.embedding_length");
+  c.intermediate_size = f.get_int("llama.feed_forward_length");
+  c.num_attention_heads = f.get_int("llama.attention.head_count");
+  c.num_key_value_heads = f.get_int("llama.attention.head_count_kv", c.num_attention_heads);
+  c.max_position_embeddings = f.get_int("llama.context_length");
+  c.rope_theta = f.get_float("llama.rope.freq_base", 10000.0);
+  c.rms_norm_eps = f.get_float("llama.attention.layer_norm_rms_epsilon", 1e-5);
+  const auto& embed = f.tensor("token_embd.weight");
+  COLOSSAL_CHECK(embed.shape.size() == 2 && embed.shape[0] == c.hidden_size, "[gguf] ", f.path(),
+                 ": token_embd.weight's ggml shape does not start with embedding_length ", c.hidden_size);
+  c.vocab_size = embed.shape[1];
+  c.tie_word_embeddings = f.find("output.weight") == nullptr;
+  const auto& q = f.tensor("blk.0.attn_q.weight");
+  COLOSSAL_CHECK(q.shape.size() == 2 && q.shape[1] % c.num_attention_heads == 0, "[gguf] ", f.path(),
+                 ": blk.0.attn_q.weight's rows are not a multiple of head_count ", c.num_attention_heads);
+  const int64_t head_dim = q.shape[1] / c.num_attention_heads;
+  if (head_dim != c.hidden_size / c.num_attention_heads) c.head_dim = head_dim;
+  const int64_t rot = f.get_int("llama.rope.dimension_count", head_dim);
+  COLOSSAL_CHECK(rot == head_dim, "[gguf] ", f.path(), ": llama.rope.dimension_count is ", rot, ", the head size ",
+                 head_dim, "; partial rotary embeddings are not read in this version");
+  COLOSSAL_CHECK(c.num_hidden_layers >= 1 && c.num_key_value_heads >= 1 &&
+                     c.num_attention_heads % c.num_key_value_heads == 0 && head_dim % 2 == 0,
+                 "[gguf] ", f.path(), ": inconsistent hyper-parameters (", c.num_hidden_layers, " layers, ",
+                 c.num_attention_heads, " heads over ", c.num_key_value_heads, " kv heads of ", head_dim, ")");
+  if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_id = f.get_int("tokenizer.ggml.bos_token_id");
+  if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_id = f.get_int("tokenizer.ggml.eos_token_id");
+  if (f.has("tokenizer.ggml.padding_token_id")) c.pad_token_id = f.get_int("tokenizer.ggml.padding_token_id");
+  return c;
+}
+
+std::string gguf_sentencepiece_proto(const GgufFile& f) {
+  const std::string model = f.get_string("tokenizer.ggml.model");
+  COLOSSAL_CHECK(model == "llama", "[gguf] ", f.path(), ": tokenizer.ggml.model is '", model,
+                 "'; this version reads SentencePiece vocabularies ('llama')");
+  const auto& tokens = f.get_array("tokenizer.ggml.tokens");
+  const std::vector<checkpoint::GgufValue> none;
+  const auto& scores = f.has("tokenizer.ggml.scores") ? f.get_array("tokenizer.ggml.scores") : none;
+  const auto& types = f.has("tokenizer.ggml.token_type") ? f.get_array("tokenizer.ggml.token_type") : none;
+  COLOSSAL_CHECK((scores.empty() || scores.size() == tokens.size()) && (types.empty() || types.size() == tokens.size()),
+                 "[gguf] ", f.path(), ": ", tokens.size(), " tokens but ", scores.size(), " scores and ", types.size(),
+                 " token types");
+  std::string proto;
+  bool bytes = false;
+  // SentencePiece needs its unknown piece typed as such; llama.cpp's converter may mark it a
+  // control token (it takes the types of Hugging Face's added tokens).
+  const int64_t unk = f.get_int("tokenizer.ggml.unknown_token_id", 0);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    COLOSSAL_CHECK(tokens[i].kind == checkpoint::GgufValue::Kind::kString, "[gguf] ", f.path(), ": token ", i,
+                   " is not a string");
+    // GGUF token types are SentencePiece's (1 normal, 2 unknown, 3 control, 4 user defined,
+    // 5 unused, 6 byte).
+    int64_t type = types.empty() ? 1 : types[i].i;
+    if (static_cast<int64_t>(i) == unk) type = 2;
+    else if (type == 2) type = 3;  // one unknown piece only
+    COLOSSAL_CHECK(type >= 1 && type <= 6, "[gguf] ", f.path(), ": token ", i, " has type ", type, " (expected 1..6)");
+    bytes = bytes || type == 6;
+    std::string piece;
+    field_bytes(piece, 1, tokens[i].s);
+    field_float(piece, 2, scores.empty() ? 0.0f : static_cast<float>(scores[i].kind == checkpoint::GgufValue::Kind::kFloat ? scores[i].f : scores[i].i));
+    field_varint(piece, 3, static_cast<uint64_t>(type));
+    field_bytes(proto, 1, piece);
+  }
+  auto id = [&](const char* key, int64_t fallback) { return f.get_int(key, fallback); };
+  COLOSSAL_CHECK(unk >= 0 && unk < static_cast<int64_t>(tokens.size()), "[gguf] ", f.path(),
+                 ": tokenizer.ggml.unknown_token_id ", unk, " is outside the ", tokens.size(), " tokens");
+  std::string trainer;
+  field_varint(trainer, 3, 2);  // model_type BPE: pieces merged by score, as llama.cpp's SPM tokenizer does
+  field_varint(trainer, 4, tokens.size());
+  field_varint(trainer, 35, bytes ? 1 : 0);  // byte_fallback
+  // Special ids as int32 varints (-1 is ten bytes of two's complement).
+  field_varint(trainer, 40, static_cast<uint64_t>(id("tokenizer.ggml.unknown_token_id", 0)));
+  field_varint(trainer, 41, static_cast<uint64_t>(id("tokenizer.ggml.bos_token_id", 1)));
+  field_varint(trainer, 42, static_cast<uint64_t>(id("tokenizer.ggml.eos_token_id", 2)));
+  field_varint(trainer, 43, static_cast<uint64_t>(id("tokenizer.ggml.padding_token_id", -1)));
+  field_bytes(proto, 2, trainer);
+  std::string normalizer;
+  field_bytes(normalizer, 1, "identity");  // GGUF keeps no normalization rules; llama.cpp applies none
+  field_varint(normalizer, 3, f.get_bool("tokenizer.ggml.add_space_prefix", true) ? 1 : 0);
+  field_varint(normalizer, 4, 0);  // remove_extra_whitespaces
+  field_varint(normalizer, 5, 1);  // escape_whitespaces: ' ' becomes '▁'
+  field_bytes(proto, 3, normalizer);
+  return proto;
+}
+
+Tokenizer gguf_tokenizer(const GgufFile& f) {
+  return Tokenizer::from_serialized(gguf_sentencepiece_proto(f), f.path());
+}
+
+WeightFormat gguf_weight_format(const GgufFile& f) {
+  const auto& t = f.tensor("blk.0.attn_q.weight");
+  switch (t.type) {
+    case type_id(GgmlType::kF32): return WeightFormat::kF32;
+    case type_id(GgmlType::kF16):
+    case type_id(GgmlType::kBF16): return WeightFormat::kBF16;
+    case type_id(GgmlType::kQ8_0): return WeightFormat::kQ8;
+    case type_id(GgmlType::kQ4_0): return WeightFormat::kQ4;
+    default: COLOSSAL_CHECK(false, unsupported_type(f, t));
+  }
+  return WeightFormat::kF32;
+}
+
+std::shared_ptr<LlamaInference> LlamaInference::load_gguf(const std::string& path, Options options) {
+  auto file = GgufFile::open(path);
+  const GgufFile& f = *file;
+  LlamaConfig c = gguf_llama_config(f);
+  if (!options.weights) {  // the file's format, with the KV cache --dtype of that name would have
+    const bool reuse = options.reuse_packed;
+    options = Options::named(kernels::cpu::to_string(gguf_weight_format(f)));
+    options.reuse_packed = reuse;
+  }
+  std::shared_ptr<LlamaInference> m(new LlamaInference(c, options));
+  const auto format = *options.weights;
+  const int64_t hidden = c.hidden_size, d = c.resolved_head_dim(), heads = c.num_attention_heads,
+                kv = c.num_key_value_heads, ffn = c.intermediate_size;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer x;
+    auto q = matrix(f, p + "attn_q.weight", format, heads * d, hidden).permute_rows(unpermute_rotary(heads, d));
+    auto k = matrix(f, p + "attn_k.weight", format, kv * d, hidden).permute_rows(unpermute_rotary(kv, d));
+    x.qkv = PackedLinear::concat_rows({q, k, matrix(f, p + "attn_v.weight", format, kv * d, hidden)});
+    x.o = matrix(f, p + "attn_output.weight", format, hidden, heads * d);
+    x.gate_up = PackedLinear::concat_rows(
+        {matrix(f, p + "ffn_gate.weight", format, ffn, hidden), matrix(f, p + "ffn_up.weight", format, ffn, hidden)});
+    x.down = matrix(f, p + "ffn_down.weight", format, hidden, ffn);
+    x.input_norm = norm_vector(f, p + "attn_norm.weight", hidden);
+    x.post_norm = norm_vector(f, p + "ffn_norm.weight", hidden);
+    m->layers_.push_back(std::move(x));
+  }
+  m->embed_ = matrix(f, "token_embd.weight", format, c.vocab_size, hidden);
+  m->norm_ = norm_vector(f, "output_norm.weight", hidden);
+  m->lm_head_ = c.tie_word_embeddings ? m->embed_ : matrix(f, "output.weight", format, c.vocab_size, hidden);
+  return m;
+}
+
+}  // namespace colossal::llama

@@ -1,0 +1,32 @@
+#pragma once
+// LLaMA-architecture GGUF files (what llama.cpp's converter and llama-quantize write) for the
+// generation engine: the hyper-parameters as a LlamaConfig, the SentencePiece vocabulary stored
+// in the file as a Tokenizer, and the weights through LlamaInference::load_gguf. q8_0 and q4_0
+// matrices become our int8/int4 storage exactly (same values, same scales; no requantization),
+// f32/f16/bf16 ones are converted to the requested format. llama.cpp's converter permutes the
+// rows of the query and key projections for its interleaved rotary layout; they are put back in
+// the Hugging Face order (rotate-half) on load.
+#include <string>
+
+#include "core/checkpoint/gguf.h"
+#include "kernels/cpu/matvec.h"
+#include "llama/config.h"
+#include "llama/tokenizer.h"
+
+namespace colossal::llama {
+
+/// True for a path ending in ".gguf".
+bool is_gguf_path(const std::string& path);
+/// The file's LLaMA hyper-parameters; throws naming the key for another architecture, a mixture
+/// of experts, rope scaling or partial rotary dimensions (not read in this version).
+LlamaConfig gguf_llama_config(const checkpoint::GgufFile& file);
+/// The tokenizer in the file (tokenizer.ggml.model "llama": SentencePiece pieces, scores and
+/// types) rebuilt as a SentencePiece BPE model; throws naming the tokenizer model otherwise.
+Tokenizer gguf_tokenizer(const checkpoint::GgufFile& file);
+/// The serialized SentencePiece ModelProto gguf_tokenizer loads (exposed for tests).
+std::string gguf_sentencepiece_proto(const checkpoint::GgufFile& file);
+/// The format the file's matrices are in (the first layer's query projection): f32, bf16 (for
+/// f16 and bf16), int8 (q8_0), int4 (q4_0); throws naming the type for anything else.
+kernels::cpu::WeightFormat gguf_weight_format(const checkpoint::GgufFile& file);
+
+}  // namespace colossal::llama

@@ -1,0 +1,95 @@
+"""Writes a LLaMA model directory (config.json, model.safetensors, tokenizer.model) as a GGUF
+file with the `gguf` package from PyPI, the way llama.cpp's converter lays it out: its tensor
+names, the query/key rows permuted for the interleaved rotary layout, the SentencePiece
+vocabulary with scores and token types, every 2-d weight in TYPE (f32, f16, q8_0, q4_0, q4_1), the
+norms in f32.
+
+    python write_gguf.py MODEL_DIR OUT.gguf TYPE
+"""
+import json
+import sys
+
+import gguf
+import numpy as np
+import sentencepiece as spm
+from safetensors.numpy import load_file
+
+
+def permute(w, heads):
+    # llama.cpp's LlamaModel.permute: rows (i, i + d/2) of each head become (2i, 2i + 1).
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def main(model_dir, out, kind):
+    cfg = json.load(open(f"{model_dir}/config.json"))
+    weights = {}
+    import glob
+    for f in sorted(glob.glob(f"{model_dir}/model*.safetensors")):
+        weights.update(load_file(f))
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+
+    sp = spm.SentencePieceProcessor(model_file=f"{model_dir}/tokenizer.model")
+    tokens, scores, types = [], [], []
+    for i in range(sp.vocab_size()):
+        tokens.append(sp.id_to_piece(i).encode("utf-8"))
+        scores.append(sp.get_score(i))
+        types.append(2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i)
+                     else 5 if sp.is_unused(i) else 1)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+
+    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+             "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
+             "q4_1": gguf.GGMLQuantizationType.Q4_1}[kind]  # q4_1: a type the loader refuses
+
+    def add(name, t, matrix=True):
+        t = t.astype(np.float32)
+        # Rows that are not whole 32-value blocks stay f32 (llama.cpp's converter falls back too).
+        if not matrix or kind == "f32" or (kind not in ("f16",) and t.shape[-1] % 32 != 0):
+            w.add_tensor(name, t)
+        elif kind == "f16":
+            w.add_tensor(name, t.astype(np.float16))
+        else:
+            w.add_tensor(name, gguf.quants.quantize(t, qtype), raw_dtype=qtype)
+
+    add("token_embd.weight", weights["model.embed_tokens.weight"])
+    for l in range(cfg["num_hidden_layers"]):
+        p, g = f"model.layers.{l}.", f"blk.{l}."
+        add(g + "attn_q.weight", permute(weights[p + "self_attn.q_proj.weight"], heads))
+        add(g + "attn_k.weight", permute(weights[p + "self_attn.k_proj.weight"], kv))
+        add(g + "attn_v.weight", weights[p + "self_attn.v_proj.weight"])
+        add(g + "attn_output.weight", weights[p + "self_attn.o_proj.weight"])
+        add(g + "ffn_gate.weight", weights[p + "mlp.gate_proj.weight"])
+        add(g + "ffn_up.weight", weights[p + "mlp.up_proj.weight"])
+        add(g + "ffn_down.weight", weights[p + "mlp.down_proj.weight"])
+        add(g + "attn_norm.weight", weights[p + "input_layernorm.weight"], matrix=False)
+        add(g + "ffn_norm.weight", weights[p + "post_attention_layernorm.weight"], matrix=False)
+    add("output_norm.weight", weights["model.norm.weight"], matrix=False)
+    if "lm_head.weight" in weights and not cfg.get("tie_word_embeddings", False):
+        add("output.weight", weights["lm_head.weight"])
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

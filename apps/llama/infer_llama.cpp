@@ -6,6 +6,7 @@
 //   build/apps/infer_llama --chat                                               # interactive
 //   build/apps/infer_llama --model BIG --draft_model out/llama/model --num_speculative_tokens 4
 //   colossal run --nproc_per_node 2 -- infer_llama --tp 2 --prompt "..."        # tensor parallel
+//   colossal run --nproc_per_node 2 -- infer_llama --tp 2 --serve              # rank 0 serves HTTP
 // Generated text goes to standard output; logs and the closing throughput figures go to standard
 // error, so the output pipes cleanly.
 #include <pthread.h>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "apps/llama/openai_server.h"
+#include "core/dist/collectives.h"
 #include "core/dist/parallel_dims.h"
 #include "core/parallel/context.h"
 #include "core/common/check.h"
@@ -87,6 +89,7 @@ int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const Tokeni
   o.defaults.top_p = 1.0;
   o.defaults.top_k = 0;
   o.defaults.repetition_penalty = 1.0;
+  o.step_when_idle = a.tp > 1;
   llama_app::OpenAIServer server(engine, tok, o);
   // Signals (blocked in every thread since main started) go to one thread that asks the server
   // to drain and stop.
@@ -154,7 +157,7 @@ int run(const Args& a) {
   parallel::ParallelContext parallel;
   bool quiet = false;
   if (a.tp > 1) {
-    COLOSSAL_CHECK(!a.serve && !a.chat, "--tp: --serve and --chat run on one process (use --tp 1)");
+    COLOSSAL_CHECK(!a.chat, "--tp: --chat runs on one process (use --tp 1)");
     dist::init();
     COLOSSAL_CHECK(dist::world_size() == a.tp, "--tp ", a.tp, " needs exactly ", a.tp,
                    " ranks (colossal run --nproc_per_node ", a.tp, " -- infer_llama ...), got ", dist::world_size());
@@ -185,6 +188,13 @@ int run(const Args& a) {
     eo.speculative.draft = draft;
     eo.speculative.num_tokens = a.num_speculative_tokens;
   }
+  if (a.tp > 1 && a.serve) {
+    // Rank 0 serves HTTP; every rank's engine steps in lockstep, rank 0's arrivals broadcast
+    // at the start of each step.
+    eo.lockstep.leader = dist::rank() == 0;
+    const dist::Group group = parallel.tp;
+    eo.lockstep.broadcast = [group](const std::string& message) { return dist::broadcast_text(message, 0, group); };
+  }
   inference::Engine engine(model, std::make_shared<TokenizerDetokenizer>(tok), tok->eos_id(), eo);
   if (a.tp > 1 && !quiet) std::fprintf(stderr, "[infer_llama] tensor parallel over %d ranks\n", a.tp);
   if (!quiet) std::fprintf(stderr, "[infer_llama] %s: %.1fM parameters, %s, %d thread(s), KV cache %ld blocks of %ld tokens (%.0f s to load)\n",
@@ -195,6 +205,17 @@ int run(const Args& a) {
   if (draft && !quiet)
     std::fprintf(stderr, "[infer_llama] speculative decoding: %s (%.1fM parameters) proposes %ld token(s) a step\n",
                  a.draft_model.c_str(), draft->config().num_parameters() / 1e6, a.num_speculative_tokens);
+  if (a.serve && a.tp > 1) {
+    if (quiet) {  // a follower: step with the leader until it stops
+      while (!engine.leader_stopped()) engine.step();
+    } else {
+      serve(a, engine, tok);
+      engine.stop_followers();
+      engine.step();
+    }
+    dist::shutdown();
+    return 0;
+  }
   if (a.serve) return serve(a, engine, tok);
   if (!a.perplexity.empty()) {
     // Scored like train_llama's evaluation: samples of --perplexity_length tokens, next-token loss.

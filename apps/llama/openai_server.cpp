@@ -190,9 +190,11 @@ struct OpenAIServer::State {
   void engine_loop() {
     while (!quit.load()) {
       if (!engine.has_work()) {
-        std::unique_lock<std::mutex> lock(wake_mu);
-        wake.wait_for(lock, std::chrono::milliseconds(20));
-        continue;
+        {
+          std::unique_lock<std::mutex> lock(wake_mu);
+          wake.wait_for(lock, std::chrono::milliseconds(20));
+        }
+        if (!options.step_when_idle || quit.load()) continue;
       }
       std::vector<inference::GenerationResult> finished;
       try {

@@ -27,6 +27,9 @@ struct ServerOptions {
   double read_timeout_s = 10;                 // a client silent this long mid-request is dropped
   double shutdown_grace_s = 10;               // after stop(), connections still open are closed
   inference::SamplingParams defaults;  // fields a request leaves out
+  /// A lockstep leader (tensor-parallel serving) steps its engine at every wake, work or not,
+  /// so the followers waiting in the step's broadcast never reach their collective timeout.
+  bool step_when_idle = false;
 };
 
 class OpenAIServer {

@@ -34,9 +34,9 @@ enum ValueType : uint32_t {
 };
 
 // A bounds-checked reader over the mapped bytes.
-class Reader {
+class GgufReader {
  public:
-  Reader(const uint8_t* data, uint64_t size, const std::string& path) : p_(data), size_(size), path_(path) {}
+  GgufReader(const uint8_t* data, uint64_t size, const std::string& path) : p_(data), size_(size), path_(path) {}
   uint64_t offset() const { return off_; }
   void need(uint64_t n, const char* what) const {
     COLOSSAL_CHECK(n <= size_ - off_, "[gguf] ", path_, ": truncated at byte ", off_, " reading ", what, " (",
@@ -139,7 +139,7 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   f->map_ = map;
   f->map_size_ = size;
   const auto* bytes = static_cast<const uint8_t*>(map);
-  Reader r(bytes, size, path);
+  GgufReader r(bytes, size, path);
   COLOSSAL_CHECK(std::memcmp(bytes, "GGUF", 4) == 0, "[gguf] ", path, ": not a GGUF file (it starts with '",
                  std::string(reinterpret_cast<const char*>(bytes), 4), "', expected 'GGUF')");
   r.pod<uint32_t>("magic");

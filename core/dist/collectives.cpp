@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
 
@@ -437,6 +438,15 @@ Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group
 }
 void all_gather(at::Tensor& output, const at::Tensor& input, const Group& group) {
   HandleAccess::wait_blocking(all_gather_async(output, input, group));
+}
+
+std::string broadcast_text(const std::string& text, int src, const Group& group) {
+  auto length = at::tensor({static_cast<int64_t>(text.size())}, at::kLong);
+  broadcast(length, src, group);
+  auto buffer = at::empty({length.item<int64_t>()}, at::kByte);
+  if (group.rank() == src && !text.empty()) std::memcpy(buffer.data_ptr(), text.data(), text.size());
+  if (buffer.numel() > 0) broadcast(buffer, src, group);
+  return std::string(static_cast<const char*>(buffer.data_ptr()), static_cast<size_t>(buffer.numel()));
 }
 
 void broadcast(at::Tensor& tensor, int src, const Group& group) {

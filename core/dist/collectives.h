@@ -74,6 +74,8 @@ Handle all_gather_async(at::Tensor& output, const at::Tensor& input, const Group
 
 /// `src` is a group rank.
 void broadcast(at::Tensor& tensor, int src, const Group& group);
+/// Rank `src`'s bytes on every rank of `group` (the length first; the others' `text` is ignored).
+std::string broadcast_text(const std::string& text, int src, const Group& group);
 
 /// Uneven splits allowed; sizes are rows of dim 0 and must agree pairwise across ranks.
 void all_to_all(at::Tensor& output, const at::Tensor& input, const Group& group,

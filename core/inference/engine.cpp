@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/common/check.h"
 
@@ -91,6 +92,7 @@ struct Engine::Sequence {
   std::vector<int64_t> output;
   std::vector<double> logprobs;
   std::mt19937_64 rng;
+  uint64_t seed = 0;   // rng's (sent to lockstep followers)
   std::string text;    // detokenised output (stop string cut)
   size_t emitted = 0;  // bytes of text already streamed
   std::chrono::steady_clock::time_point arrival, first_token;
@@ -151,16 +153,29 @@ int64_t Engine::add(GenerationRequest request) {
   for (auto t : request.prompt)
     COLOSSAL_CHECK(t >= 0 && t < model_->vocab_size(), "[inference] prompt token ", t, " is outside the vocabulary [0, ",
                    model_->vocab_size(), ")");
+  COLOSSAL_CHECK(!options_.lockstep.broadcast || options_.lockstep.leader,
+                 "[inference] a lockstep follower takes its requests from the leader");
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t id = next_id_++;
+  const uint64_t seed = request.params.seed ? *request.params.seed : seeds_();
+  pending_.push_back(make_sequence(std::move(request), id, seed));
+  return id;
+}
+
+std::unique_ptr<Engine::Sequence> Engine::make_sequence(GenerationRequest request, int64_t id, uint64_t seed) const {
   auto s = std::make_unique<Sequence>();
   s->tokens = request.prompt;
   s->arrival = std::chrono::steady_clock::now();
-  std::lock_guard<std::mutex> lock(mu_);
-  s->id = next_id_++;
-  s->rng.seed(request.params.seed ? *request.params.seed : seeds_());
+  s->id = id;
+  s->seed = seed;
+  s->rng.seed(seed);
   s->request = std::move(request);
-  int64_t id = s->id;
-  pending_.push_back(std::move(s));
-  return id;
+  return s;
+}
+
+void Engine::stop_followers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_followers_ = true;
 }
 
 void Engine::cancel(int64_t id) {
@@ -182,10 +197,127 @@ EngineStats Engine::stats() const {
   return s;
 }
 
-void Engine::admit_pending() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& s : pending_) waiting_.push_back(std::move(s));
-  pending_.clear();
+// The lockstep message: the arrivals' ids, seeds, prompts and sampling parameters, the
+// cancelled ids, and whether the followers stop after this step.
+namespace {
+class LockstepWriter {
+ public:
+  template <typename T>
+  void pod(const T& v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void text(const std::string& s) {
+    pod<uint64_t>(s.size());
+    out += s;
+  }
+  template <typename T>
+  void list(const std::vector<T>& v) {
+    pod<uint64_t>(v.size());
+    for (const auto& x : v) pod(x);
+  }
+  std::string out;
+};
+
+class LockstepReader {
+ public:
+  explicit LockstepReader(const std::string& in) : in_(in) {}
+  template <typename T>
+  T pod() {
+    COLOSSAL_CHECK(pos_ + sizeof(T) <= in_.size(), "[inference] lockstep: the leader's message is cut short");
+    T v;
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string text() {
+    const auto n = pod<uint64_t>();
+    COLOSSAL_CHECK(n <= in_.size() - pos_, "[inference] lockstep: the leader's message is cut short");
+    std::string s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  template <typename T>
+  std::vector<T> list() {
+    std::vector<T> v(pod<uint64_t>());
+    for (auto& x : v) x = pod<T>();
+    return v;
+  }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+void write_params(LockstepWriter& w, const SamplingParams& p) {
+  w.pod(p.temperature);
+  w.pod(p.top_k);
+  w.pod(p.top_p);
+  w.pod(p.min_p);
+  w.pod(p.repetition_penalty);
+  w.pod(p.presence_penalty);
+  w.pod(p.frequency_penalty);
+  w.pod(p.max_tokens);
+  w.pod<uint64_t>(p.stop.size());
+  for (const auto& s : p.stop) w.text(s);
+  w.list(p.stop_token_ids);
+  w.pod<uint8_t>(p.ignore_eos);
+  w.pod<uint8_t>(p.logprobs);
+}
+
+SamplingParams read_params(LockstepReader& r) {
+  SamplingParams p;
+  p.temperature = r.pod<double>();
+  p.top_k = r.pod<int64_t>();
+  p.top_p = r.pod<double>();
+  p.min_p = r.pod<double>();
+  p.repetition_penalty = r.pod<double>();
+  p.presence_penalty = r.pod<double>();
+  p.frequency_penalty = r.pod<double>();
+  p.max_tokens = r.pod<int64_t>();
+  p.stop.resize(r.pod<uint64_t>());
+  for (auto& s : p.stop) s = r.text();
+  p.stop_token_ids = r.list<int64_t>();
+  p.ignore_eos = r.pod<uint8_t>() != 0;
+  p.logprobs = r.pod<uint8_t>() != 0;
+  return p;
+}
+}  // namespace
+
+void Engine::exchange_arrivals(std::vector<std::unique_ptr<Sequence>>& arrived, std::vector<int64_t>& cancelled) {
+  const auto& lockstep = options_.lockstep;
+  if (!lockstep.broadcast) return;
+  LockstepWriter w;
+  if (lockstep.leader) {
+    bool stop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop = stop_followers_;
+    }
+    w.pod<uint64_t>(arrived.size());
+    for (const auto& s : arrived) {
+      w.pod(s->id);
+      w.pod(s->seed);
+      w.list(s->request.prompt);
+      write_params(w, s->request.params);
+    }
+    w.list(cancelled);
+    w.pod<uint8_t>(stop);
+  }
+  const std::string message = lockstep.broadcast(w.out);
+  if (lockstep.leader) return;
+  LockstepReader r(message);
+  arrived.clear();
+  const auto n = r.pod<uint64_t>();
+  for (uint64_t i = 0; i < n; ++i) {
+    const auto id = r.pod<int64_t>();
+    const auto seed = r.pod<uint64_t>();
+    GenerationRequest request;
+    request.prompt = r.list<int64_t>();
+    request.params = read_params(r);
+    arrived.push_back(make_sequence(std::move(request), id, seed));
+  }
+  cancelled = r.list<int64_t>();
+  leader_stopped_ = r.pod<uint8_t>() != 0;
 }
 
 void Engine::preempt(Sequence& s) {
@@ -258,15 +390,19 @@ GenerationResult Engine::finish(Sequence& s, FinishReason reason, const std::str
 }
 
 std::vector<GenerationResult> Engine::step() {
-  admit_pending();
-  std::vector<GenerationResult> done;
-
-  // Cancellations first: their blocks are free for this step.
+  // What arrived since the last step (in lockstep: what the leader says arrived).
+  std::vector<std::unique_ptr<Sequence>> arrived;
   std::vector<int64_t> cancelled;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    arrived.swap(pending_);
     cancelled.swap(cancelled_);
   }
+  exchange_arrivals(arrived, cancelled);
+  for (auto& s : arrived) waiting_.push_back(std::move(s));
+  std::vector<GenerationResult> done;
+
+  // Cancellations first: their blocks are free for this step.
   for (int64_t id : cancelled) {
     for (auto it = running_.begin(); it != running_.end(); ++it)
       if ((*it)->id == id) {

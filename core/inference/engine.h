@@ -38,9 +38,22 @@ struct SpeculativeOptions {
   int64_t num_tokens = 4;
 };
 
+/// Several engines stepping as one (tensor-parallel serving: each process holds a shard of the
+/// model and every forward is collective). Only the leader takes requests. At the start of each
+/// step it sends the requests and cancellations that arrived since the last one (and whether to
+/// stop) through `broadcast`; the followers apply them, so every engine admits, schedules,
+/// samples (the same seeds) and finishes alike, step for step.
+struct LockstepOptions {
+  bool leader = true;
+  /// The leader's message on every engine (the leader's own argument on the leader; the
+  /// followers' is empty and ignored). Unset: no lockstep.
+  std::function<std::string(const std::string& message)> broadcast;
+};
+
 struct EngineOptions {
   KVCacheOptions cache;
   SpeculativeOptions speculative;  // the draft's cache gets as many blocks of the same size
+  LockstepOptions lockstep;
   int64_t max_num_seqs = 64;         // sequences in one batch
   int64_t max_batched_tokens = 256;  // tokens in one batch (prefill chunks + decode tokens)
   uint64_t seed = 0;                 // for requests without their own seed
@@ -104,10 +117,16 @@ class Engine {
   EngineStats stats() const;
   const PagedKVCache& cache() const { return cache_; }
 
+  /// Lockstep leader: the next step() tells the followers to stop after it.
+  void stop_followers();
+  /// Lockstep follower: the leader said stop (its last step has been taken).
+  bool leader_stopped() const { return leader_stopped_; }
+
  private:
   struct Sequence;
   struct Scheduled;
-  void admit_pending();
+  std::unique_ptr<Sequence> make_sequence(GenerationRequest request, int64_t id, uint64_t seed) const;
+  void exchange_arrivals(std::vector<std::unique_ptr<Sequence>>& arrived, std::vector<int64_t>& cancelled);
   void preempt(Sequence& s);
   int64_t speculation_for(const Sequence& s, int64_t budget) const;
   void propose_drafts(std::vector<Scheduled>& batch);
@@ -128,6 +147,7 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> pending_;
   std::vector<int64_t> cancelled_;
   int64_t next_id_ = 1;
+  bool stop_followers_ = false, leader_stopped_ = false;
 
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // arrival order

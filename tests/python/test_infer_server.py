@@ -277,3 +277,55 @@ def test_a_silent_client_is_dropped_and_a_trickling_one_does_not_block_shutdown(
     assert proc.poll() == 0, "still running 20 s after SIGTERM"
     assert time.time() - start < 10
     assert "closed 1 connection(s) still open" in proc.stdout.read()
+
+
+def test_tensor_parallel_server_answers_like_one_process(server, model_dir):
+    """colossal run --nproc_per_node 2 -- infer_llama --tp 2 --serve: rank 0 serves HTTP, both
+    ranks step their engines in lockstep; greedy answers (alone, batched, streamed) equal the
+    one-process server's, and SIGTERM to the launcher drains, stops the follower, exits."""
+    base1, _ = server
+    port = free_port()
+    proc = subprocess.Popen([f"{APPS}/colossal", "run", "--nproc_per_node", "2", "--", f"{APPS}/infer_llama",
+                             "--serve", "--tp", "2", "--model", str(model_dir), "--port", str(port), "--threads", "1",
+                             "--served_model_name", "tiny", "--shutdown_grace", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(base + "/health", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.fail("the tp 2 server exited:\n" + proc.stdout.read())
+                time.sleep(0.1)
+        else:
+            pytest.fail("the tp 2 server did not come up")
+        prompts = ["It is a truth", "Chapter 7", "Mr. Bennet said", "She was"]
+
+        def ask(b, p):
+            return client(b).completions.create(model="tiny", prompt=p, max_tokens=10, temperature=0).choices[0].text
+
+        expected = {p: ask(base1, p) for p in prompts}
+        assert {p: ask(base, p) for p in prompts} == expected, "alone"
+        time.sleep(1.5)  # idle: the leader keeps its follower stepping (no collective timeout)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            batched = dict(zip(prompts * 2, pool.map(lambda p: ask(base, p), prompts * 2)))
+        assert batched == expected, "batched"
+        chunks = client(base).completions.create(model="tiny", prompt=prompts[0], max_tokens=10, temperature=0,
+                                                 stream=True)
+        assert "".join(c.choices[0].text for c in chunks) == expected[prompts[0]], "streamed"
+        sampled = [client(base).completions.create(model="tiny", prompt="It was", max_tokens=10, temperature=0.9,
+                                                    seed=7).choices[0].text for _ in range(2)]
+        assert sampled[0] == sampled[1] == client(base1).completions.create(
+            model="tiny", prompt="It was", max_tokens=10, temperature=0.9, seed=7).choices[0].text
+        # (--shutdown_grace 1: the clients' idle keep-alive connections are closed within the
+        # launcher's 5 s between SIGTERM and SIGKILL.)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, out  # the launcher reports the signal it was stopped by
+        assert "tensor parallel over 2 ranks" in out
+        assert "[infer_llama] stopped" in out, "rank 0 drained and stopped its follower:\n" + out
+    finally:
+        if proc.poll() is None:
+            proc.kill()

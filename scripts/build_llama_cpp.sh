@@ -6,7 +6,8 @@
 #   scripts/build_llama_cpp.sh            build (idempotent) and print the directory of the binaries
 #   scripts/build_llama_cpp.sh --root     print the source directory (convert_hf_to_gguf.py, gguf-py)
 #
-# Built: llama-bench (prompt and decode speed), llama-quantize (q8_0, q4_0), llama-perplexity and
+# Built: llama-bench (prompt and decode speed), llama-batched-bench (parallel sequences),
+# llama-quantize (q8_0, q4_0), llama-perplexity and
 # llama-completion, CPU only, for this machine's instruction set (GGML_NATIVE), OpenMP threads.
 set -euo pipefail
 
@@ -34,8 +35,10 @@ if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
   rm -rf "$ROOT/src" && mv "$ROOT/src.tmp" "$ROOT/src"
 fi
 
-TARGETS=(llama-bench llama-quantize llama-perplexity llama-completion)
-if [[ ! -x "$BUILD/bin/llama-bench" || ! -x "$BUILD/bin/llama-quantize" || ! -x "$BUILD/bin/llama-perplexity" ]]; then
+TARGETS=(llama-bench llama-batched-bench llama-quantize llama-perplexity llama-completion)
+missing=0
+for t in "${TARGETS[@]}"; do [[ -x "$BUILD/bin/$t" ]] || missing=1; done
+if [[ "$missing" -eq 1 ]]; then
   log "configuring and building llama.cpp ($SRC) in $BUILD"
   LAUNCHER=()
   command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

@@ -43,6 +43,9 @@ namespace {
 struct Args {
   std::string shapes = "S,M", dtypes = "fp32,bf16,int8,int4", streams = "1,4,16";
   int64_t prompt = 128, decode = 128, stream_tokens = 64, stream_requests = 2;
+  int parallel = 16;               // sequences decoded together (against llama-batched-bench)
+  int64_t parallel_prompt = 32;    // their prompts
+  int64_t speculative_tokens = 4;  // the speculative row's draft length
   bool skip_server = false;
   std::string llama_cpp = "auto";  // auto: build/find it with scripts/build_llama_cpp.sh; off; or its bin dir
   std::string python = COLOSSAL_DEFAULT_PYTHON;
@@ -92,6 +95,77 @@ SingleRow single_stream(const std::string& shape, const std::string& dtype, int 
   }
   SingleRow r{shape, dtype, threads, median(prefill), median(decode), bench::stream_read_gbps(), 0};
   r.limit_tps = r.gbps * 1e9 / static_cast<double>(inf->weight_bytes_per_token());
+  return r;
+}
+
+// `parallel` sequences decoded together through the engine (all prefilled in one step, then one
+// token each per step): aggregate decode tokens/s after the last first token, like
+// llama-batched-bench's S_TG.
+double parallel_decode_tps(LlamaForCausalLM& model, const std::string& dtype, int parallel, const Args& a) {
+  auto inf = std::make_shared<LlamaInference>(model, LlamaInference::Options::named(dtype));
+  inference::EngineOptions o;
+  o.cache.memory_bytes = int64_t{512} << 20;
+  o.max_batched_tokens = parallel * a.parallel_prompt;
+  o.max_num_seqs = parallel;
+  inference::Engine engine(inf, std::make_shared<Ids>(), -1, o);
+  auto run = [&](int64_t n) {
+    std::vector<inference::GenerationRequest> reqs;
+    for (int i = 0; i < parallel; ++i) {
+      inference::GenerationRequest r;
+      r.prompt = tokens(a.parallel_prompt, model->config().vocab_size, i);
+      r.params.temperature = 0;
+      r.params.max_tokens = n + 1;
+      r.params.ignore_eos = true;
+      reqs.push_back(r);
+    }
+    double first = 0, last = 0;
+    for (const auto& r : engine.generate(reqs)) {
+      first = std::max(first, r.time_to_first_token_s);
+      last = std::max(last, r.latency_s);
+    }
+    return static_cast<double>(parallel * n) / (last - first);
+  };
+  (void)run(4);  // warm up
+  std::vector<double> tps;
+  for (int i = 0; i < 3; ++i) tps.push_back(run(a.stream_tokens));
+  return median(tps);
+}
+
+struct SpeculativeRow {
+  std::string shape;
+  double plain_tps, spec_tps, acceptance, tokens_per_step;
+};
+
+// Batch-1 greedy decode of the model in bf16, plainly and with the same weights in int4 as its
+// draft (self-speculation through quantization: no second model is needed, and the draft reads a
+// quarter of the bytes).
+SpeculativeRow speculative_row(const std::string& shape, LlamaForCausalLM& model, const Args& a) {
+  auto target = std::make_shared<LlamaInference>(model, LlamaInference::Options::named("bf16"));
+  auto draft = std::make_shared<LlamaInference>(model, LlamaInference::Options::named("int4"));
+  auto decode_tps = [&](bool speculate, inference::EngineStats* stats) {
+    inference::EngineOptions o;
+    o.cache.memory_bytes = int64_t{256} << 20;
+    if (speculate) {
+      o.speculative.draft = draft;
+      o.speculative.num_tokens = a.speculative_tokens;
+    }
+    inference::Engine engine(target, std::make_shared<Ids>(), -1, o);
+    std::vector<double> tps;
+    for (int i = 0; i < 3; ++i) {
+      inference::GenerationRequest r;
+      r.prompt = tokens(16, model->config().vocab_size, i);
+      r.params.temperature = 0;
+      r.params.max_tokens = a.decode + 1;
+      r.params.ignore_eos = true;
+      auto d = engine.generate({r})[0];
+      tps.push_back(static_cast<double>(d.tokens.size() - 1) / (d.latency_s - d.time_to_first_token_s));
+    }
+    if (stats) *stats = engine.stats();
+    return median(tps);
+  };
+  inference::EngineStats st;
+  SpeculativeRow r{shape, decode_tps(false, nullptr), decode_tps(true, &st), st.acceptance_rate(),
+                   st.steps ? static_cast<double>(st.generated_tokens) / st.steps : 0.0};
   return r;
 }
 
@@ -171,6 +245,10 @@ int main(int argc, char** argv) {
   app.add_option("--decode", a.decode, "decoded tokens per measurement")->capture_default_str();
   app.add_option("--stream_tokens", a.stream_tokens, "tokens per server request")->capture_default_str();
   app.add_option("--stream_requests", a.stream_requests, "requests per client")->capture_default_str();
+  app.add_option("--parallel", a.parallel, "sequences decoded together (0: skip that table)")->capture_default_str();
+  app.add_option("--parallel_prompt", a.parallel_prompt, "prompt tokens of each of them")->capture_default_str();
+  app.add_option("--speculative_tokens", a.speculative_tokens, "draft tokens per step in the speculative row "
+                 "(0: skip it)")->capture_default_str();
   app.add_flag("--skip_server", a.skip_server, "only the batch-1 part");
   app.add_option("--llama_cpp", a.llama_cpp, "llama.cpp's bin directory, 'auto' (scripts/build_llama_cpp.sh) or 'off'")
       ->capture_default_str();
@@ -188,7 +266,8 @@ int main(int argc, char** argv) {
     }
     const std::string scratch = "/tmp/bench_infer_" + std::to_string(::getpid());
     std::vector<SingleRow> single;
-    std::vector<std::string> server_rows;
+    std::vector<std::string> server_rows, parallel_rows;
+    std::vector<SpeculativeRow> spec_rows;
     for (const auto& shape : split_list(a.shapes)) {
       auto s = benchmark_shape(shape);
       s.config.max_position_embeddings = 1024;
@@ -217,6 +296,25 @@ int main(int argc, char** argv) {
           r.peer_prompt = sp.prompt_tps;
           r.peer_decode = sp.decode_tps;
         }
+        if (a.parallel > 0)
+          for (const auto& dtype : split_list(a.dtypes)) {
+            if (!files.count(dtype)) continue;
+            std::fprintf(stderr, "[bench_infer] %s %s: %d sequences together...\n", shape.c_str(), dtype.c_str(),
+                         a.parallel);
+            at::set_num_threads(cores);
+            const double ours = parallel_decode_tps(model, dtype, a.parallel, a);
+            const auto theirs = peer->batched(files[dtype], cores, static_cast<int>(a.parallel_prompt),
+                                              static_cast<int>(a.stream_tokens), a.parallel);
+            char line[256];
+            std::snprintf(line, sizeof line, "%-5s %-5s %9d %14.1f %14.1f %8.2fx", shape.c_str(), dtype.c_str(),
+                          a.parallel, ours, theirs.decode_tps, ours / theirs.decode_tps);
+            parallel_rows.push_back(line);
+          }
+      }
+      if (a.speculative_tokens > 0) {
+        std::fprintf(stderr, "[bench_infer] %s speculative decoding...\n", shape.c_str());
+        at::set_num_threads(cores);
+        spec_rows.push_back(speculative_row(shape, model, a));
       }
       if (a.skip_server) continue;
       at::set_num_threads(cores);
@@ -254,6 +352,23 @@ int main(int argc, char** argv) {
                   r.dtype.c_str(), r.threads, r.prompt_tps, r.peer_prompt, ratio(r.prompt_tps, r.peer_prompt),
                   r.decode_tps, r.peer_decode, ratio(r.decode_tps, r.peer_decode), r.gbps,
                   100 * r.decode_tps / r.limit_tps);
+    if (!parallel_rows.empty()) {
+      std::printf("\n%d sequences decoded together (prompts of %ld, %ld tokens each, %d threads): aggregate decode "
+                  "tok/s, ours (engine) vs llama.cpp (llama-batched-bench)\n", a.parallel, a.parallel_prompt,
+                  a.stream_tokens, cores);
+      std::printf("%-5s %-5s %9s %14s %14s %9s\n", "shape", "dtype", "sequences", "ours tok/s", "llama.cpp", "ratio");
+      for (const auto& l : parallel_rows) std::printf("%s\n", l.c_str());
+    }
+    if (!spec_rows.empty()) {
+      std::printf("\nspeculative decoding, batch 1 greedy (%ld tokens, %d threads): the model in bf16, its own weights "
+                  "in int4 as the draft, %ld tokens a step (random weights: a low acceptance is the weights', not "
+                  "the method's)\n", a.decode, cores, a.speculative_tokens);
+      std::printf("%-5s %12s %16s %9s %11s %15s\n", "shape", "plain tok/s", "speculative tok/s", "speed-up",
+                  "acceptance", "tokens per step");
+      for (const auto& r : spec_rows)
+        std::printf("%-5s %12.1f %16.1f %8.2fx %10.1f%% %15.2f\n", r.shape.c_str(), r.plain_tps, r.spec_tps,
+                    r.spec_tps / r.plain_tps, 100 * r.acceptance, r.tokens_per_step);
+    }
     if (!server_rows.empty()) {
       std::printf("\nconcurrent streams through the OpenAI server (fp32, %d threads, %ld tokens per request) vs a "
                   "plain LibTorch loop (full recompute per token, one request at a time)\n", cores, a.stream_tokens);

@@ -1,6 +1,7 @@
 #include "apps/bench/llama_cpp_peer.h"
 
 #include <cstdio>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
@@ -87,6 +88,26 @@ std::map<std::string, std::map<int, LlamaCppPeer::Speed>> LlamaCppPeer::bench(co
     else s.prompt_tps = tps;
   }
   return result;
+}
+
+LlamaCppPeer::Speed LlamaCppPeer::batched(const std::string& file, int threads, int prompt, int decode,
+                                          int parallel) const {
+  const int ctx = parallel * (prompt + decode) + 64;
+  std::string out = run(bin_dir + "/llama-batched-bench --output-format jsonl -m " + file + " -t " +
+                            std::to_string(threads) + " -tb " + std::to_string(threads) + " -c " + std::to_string(ctx) +
+                            " -b 2048 -ub 512 -npp " + std::to_string(prompt) + " -ntg " + std::to_string(decode) +
+                            " -npl " + std::to_string(parallel),
+                        "llama-batched-bench");
+  Speed s;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("\"speed_tg\"") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line.substr(line.find('{')));
+    s.prompt_tps = j.at("speed_pp").get<double>();
+    s.decode_tps = j.at("speed_tg").get<double>();
+  }
+  COLOSSAL_CHECK(s.decode_tps > 0, "llama-batched-bench printed no result: ", out);
+  return s;
 }
 
 }  // namespace colossal::bench

@@ -31,6 +31,9 @@ struct LlamaCppPeer {
   /// and thread count: result[file][threads].
   std::map<std::string, std::map<int, Speed>> bench(const std::vector<std::string>& files, const std::vector<int>& threads,
                                                     int prompt, int decode, int repeats) const;
+  /// llama-batched-bench: `parallel` sequences, each a `prompt`-token prompt then `decode` tokens
+  /// decoded together (one batch per step); aggregate prompt and decode tokens/s.
+  Speed batched(const std::string& file, int threads, int prompt, int decode, int parallel) const;
 };
 
 }  // namespace colossal::bench

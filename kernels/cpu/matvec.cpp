@@ -290,7 +290,6 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
   in.stride = stride;
   in.q.resize(static_cast<size_t>(m * stride));
   in.block_scale.resize(static_cast<size_t>(m * blocks));
-  in.lane_scale.resize(static_cast<size_t>(m * chunks * 16));
   in.lane_offset.resize(static_cast<size_t>(m * chunks * 16));
   const int32_t offset = stored_offset(f);
   if (use_avx512(f)) return detail::quantize_input_avx512(in, x, offset);
@@ -309,7 +308,6 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
     for (int64_t k = 0; k < chunks; ++k)
       for (int lane = 0; lane < 16; ++lane) {
         const int64_t c0 = k * kQuantChunk + lane * 4;
-        in.lane_scale[(i * chunks + k) * 16 + lane] = in.block_scale[i * blocks + c0 / kQuantBlock];
         in.lane_offset[(i * chunks + k) * 16 + lane] = -offset * (q[c0] + q[c0 + 1] + q[c0 + 2] + q[c0 + 3]);
       }
   }

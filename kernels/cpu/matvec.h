@@ -74,7 +74,6 @@ struct MatvecInput {
   std::vector<uint16_t> bf16;           // kBF16: [m, stride]
   std::vector<int8_t> q;                // kQ8/kQ4: [m, stride]
   std::vector<float> block_scale;       // [m, stride / 32]
-  std::vector<float> lane_scale;        // [m, stride / 64, 16]: block_scale laid out per vector lane
   // [m, stride / 64, 16]: -offset * (sum of q over the lane's 4 columns), the starting value of
   // each int32 lane's dot product, so the stored weights' +128 (+8) cancels exactly in integers.
   std::vector<int32_t> lane_offset;

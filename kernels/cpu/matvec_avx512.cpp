@@ -57,16 +57,19 @@ void row_bf16(const uint16_t* w, const MatvecInput& in, int64_t cols, float* y, 
   for (int i = 0; i < M; ++i) y[i * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
 }
 
-// 64 stored weights of chunk k as unsigned bytes in column order.
+// 64 stored weights of chunk k as unsigned bytes in column order. A q4 chunk's 32 bytes are
+// loaded into both halves of the vector; the upper half's 64-bit lanes shift right by 4 so each
+// byte's high nibble comes down (the next byte's low bits that arrive above it are masked off):
+// one shift and one mask, no shuffle.
 template <bool Q4>
 inline __m512i load_chunk(const uint8_t* row, int64_t k) {
   if constexpr (!Q4) {
     return _mm512_loadu_si512(row + k * kQuantChunk);
   } else {
-    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * kQuantChunk / 2));
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(packed, low), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    const __m512i both =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * kQuantChunk / 2)));
+    const __m512i shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    return _mm512_and_si512(_mm512_srlv_epi64(both, shift), _mm512_set1_epi8(0x0F));
   }
 }
 
@@ -86,29 +89,34 @@ inline __m512i pick_scales(int64_t j) {
 
 // Quantized rows: per chunk of 64 columns (two blocks), one VNNI instruction per input row gives
 // 16 exact int32 lane sums (started from the lane's offset correction); they are converted and
-// scaled by weight scale x input scale of the lane's block.
+// scaled by weight scale x input scale of the lane's block. Those products are made 16 blocks
+// (8 chunks) at a time, and each chunk picks its two with one permute (8-15% faster on one core
+// than a multiply per chunk, measured in one process alternating the two; a second accumulator
+// per input measured slower).
 template <int M, bool Q4>
 void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int64_t chunks, float* y,
                int64_t ldy, int64_t r) {
   __m512 acc[M];
   for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
-  const int64_t blocks = chunks * 2;
+  const int64_t blocks = chunks * 2, in_blocks = in.stride / kQuantBlock;
   for (int64_t k0 = 0; k0 < chunks; k0 += 8) {
     const int64_t left = blocks - 2 * k0;
     const __mmask16 km = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
     const __m512 ws = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, scales + 2 * k0));
+    __m512 scale[M];
+    for (int i = 0; i < M; ++i)
+      scale[i] = _mm512_mul_ps(ws, _mm512_maskz_loadu_ps(km, in.block_scale.data() + i * in_blocks + 2 * k0));
     const int64_t n = std::min<int64_t>(8, chunks - k0);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t k = k0 + j;
       const __m512i u = load_chunk<Q4>(w, k);
-      const __m512 wl = _mm512_permutexvar_ps(pick_scales(j), ws);
+      const __m512i pick = pick_scales(j);
       for (int i = 0; i < M; ++i) {
         const int64_t lane = (i * chunks + k) * 16;
         const __m512i start = _mm512_loadu_si512(in.lane_offset.data() + lane);
         const __m512i a = _mm512_loadu_si512(in.q.data() + i * in.stride + k * kQuantChunk);
         const __m512i dot = _mm512_dpbusd_epi32(start, u, a);
-        const __m512 scale = _mm512_mul_ps(wl, _mm512_loadu_ps(in.lane_scale.data() + lane));
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick, scale[i]), acc[i]);
       }
     }
   }
@@ -209,8 +217,6 @@ void quantize_input_avx512(MatvecInput& in, const float* x, int32_t offset) {
       // Sum of each lane's 4 values: a VNNI product with ones; times -offset.
       const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(q + k * kQuantChunk));
       _mm512_storeu_si512(in.lane_offset.data() + lane, _mm512_mullo_epi32(sums, neg_offset));
-      const __m512 lo = _mm512_set1_ps(d[2 * k]), hi = _mm512_set1_ps(d[2 * k + 1]);
-      _mm512_storeu_ps(in.lane_scale.data() + lane, _mm512_mask_blend_ps(__mmask16(0xFF00), lo, hi));
     }
   }
 }

@@ -137,7 +137,6 @@ TEST(Matvec, VectorInputQuantizationIsTheScalarOne) {
       prepare_input(vector, f, x.data_ptr<float>(), 3, cols);
       EXPECT_EQ(scalar.q, vector.q) << to_string(f) << " cols " << cols;
       EXPECT_EQ(scalar.block_scale, vector.block_scale);
-      EXPECT_EQ(scalar.lane_scale, vector.lane_scale);
       EXPECT_EQ(scalar.lane_offset, vector.lane_offset);
     }
   auto zeros = torch::zeros({1, 64});

@@ -13,20 +13,12 @@
 #include "core/inference/engine.h"
 #include "llama/gguf.h"
 #include "llama/inference.h"
+#include "tests/llama/id_detokenizer.h"
 #include "llama/pretrained.h"
 #include "tests/support/errors.h"
 
 namespace colossal::llama {
 namespace {
-
-class GgufIdText : public inference::Detokenizer {
- public:
-  std::string decode(const std::vector<int64_t>& ids) const override {
-    std::string s;
-    for (auto t : ids) s += "<" + std::to_string(t) + ">";
-    return s;
-  }
-};
 
 // One checkpoint (random decisive weights, a trained 300-piece tokenizer) for every test.
 class Gguf : public ::testing::Test {
@@ -78,7 +70,7 @@ class Gguf : public ::testing::Test {
   static std::vector<std::vector<int64_t>> greedy(std::shared_ptr<LlamaInference> model) {
     inference::EngineOptions o;
     o.cache.num_blocks = 32;
-    inference::Engine engine(model, std::make_shared<GgufIdText>(), 2, o);
+    inference::Engine engine(model, std::make_shared<testing::IdDetokenizer>(), 2, o);
     std::vector<inference::GenerationRequest> reqs;
     for (int64_t len : {3, 9, 20}) {
       inference::GenerationRequest r;

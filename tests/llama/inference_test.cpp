@@ -10,6 +10,7 @@
 #include "core/checkpoint/safetensors.h"
 #include "core/inference/engine.h"
 #include "llama/inference.h"
+#include "tests/llama/id_detokenizer.h"
 #include "llama/pretrained.h"
 #include "tests/support/errors.h"
 
@@ -43,15 +44,6 @@ TEST(BlockManager, AllocatesFreesAndRefusesWhenExhausted) {
   m.release(1);  // twice is harmless
   EXPECT_EQ(m.free_blocks(), 3);
 }
-
-class IdText : public inference::Detokenizer {
- public:
-  std::string decode(const std::vector<int64_t>& ids) const override {
-    std::string s;
-    for (auto t : ids) s += "<" + std::to_string(t) + ">";
-    return s;
-  }
-};
 
 LlamaConfig tiny_config() {
   LlamaConfig c;
@@ -104,7 +96,7 @@ GenerationRequest greedy(std::vector<int64_t> prompt, int64_t n) {
 
 Engine make_engine(LlamaForCausalLM& m, EngineOptions o) {
   auto model = std::make_shared<LlamaInference>(m, LlamaInference::Options{});
-  return Engine(model, std::make_shared<IdText>(), /*eos_id=*/2, o);
+  return Engine(model, std::make_shared<testing::IdDetokenizer>(), /*eos_id=*/2, o);
 }
 
 TEST(Inference, PagedGreedyEqualsFullRecomputation) {

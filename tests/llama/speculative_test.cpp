@@ -8,6 +8,7 @@
 #include "core/inference/engine.h"
 #include "core/inference/sampler.h"
 #include "llama/inference.h"
+#include "tests/llama/id_detokenizer.h"
 
 namespace colossal::llama {
 namespace {
@@ -74,15 +75,6 @@ TEST(SpeculativeSampling, GreedyKeepsTheTargetsMaximum) {
   EXPECT_EQ(v.token, 1);
 }
 
-class SpecIdText : public inference::Detokenizer {
- public:
-  std::string decode(const std::vector<int64_t>& ids) const override {
-    std::string s;
-    for (auto t : ids) s += "<" + std::to_string(t) + ">";
-    return s;
-  }
-};
-
 LlamaConfig spec_config(int64_t hidden, int64_t layers) {
   LlamaConfig c;
   c.vocab_size = 97;
@@ -141,7 +133,7 @@ EngineOptions spec_options(std::shared_ptr<inference::CausalLM> draft, int64_t k
 TEST(Speculative, GreedyOutputIsPlainGreedyOutput) {
   auto target = spec_model(spec_config(32, 2), 11, 0.3);
   auto weak = spec_model(spec_config(16, 1), 12, 0.3);
-  auto ids = std::make_shared<SpecIdText>();
+  auto ids = std::make_shared<testing::IdDetokenizer>();
   Engine plain(target, ids, /*eos_id=*/2, spec_options(nullptr, 4));
   auto reference = spec_tokens_of(plain.generate(spec_requests(0, 24)));
   for (int64_t k : {1, 3, 5}) {
@@ -168,7 +160,7 @@ TEST(Speculative, GreedyOutputIsPlainGreedyOutput) {
 // reproducible by seed, and the stop rules hold in the middle of a step's tokens.
 TEST(Speculative, SelfDraftAcceptsEverythingAndSampledRunsRepeat) {
   auto target = spec_model(spec_config(32, 2), 11, 0.3);
-  auto ids = std::make_shared<SpecIdText>();
+  auto ids = std::make_shared<testing::IdDetokenizer>();
   Engine spec(target, ids, 2, spec_options(target, 4));
   GenerationRequest r = spec_requests(0, 20)[2];
   r.params.ignore_eos = true;
@@ -197,7 +189,7 @@ TEST(Speculative, ADraftWithAnotherVocabularyIsRefusedByName) {
   c.vocab_size = 101;
   auto other = spec_model(c, 12, 0.3);
   try {
-    Engine spec(target, std::make_shared<SpecIdText>(), 2, spec_options(other, 4));
+    Engine spec(target, std::make_shared<testing::IdDetokenizer>(), 2, spec_options(other, 4));
     FAIL() << "expected an error";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("vocabulary has 101 tokens, the model's 97"), std::string::npos) << e.what();

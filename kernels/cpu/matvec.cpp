@@ -15,11 +15,16 @@ namespace {
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int32_t stored_offset(WeightFormat f) { return f == WeightFormat::kQ8 ? 128 : 8; }
 
-std::atomic<int> g_matvec_choice{-1};  // -1 auto, 0 scalar, 1 avx512
+std::atomic<int> g_matvec_choice{-1};  // -1 auto, 0 scalar, 1 avx512, 2 avx2
 
 bool use_avx512(WeightFormat f) {
   int c = g_matvec_choice.load(std::memory_order_relaxed);
-  return c != 0 && detail::matvec_avx512_supports(f);
+  return (c == -1 || c == 1) && detail::matvec_avx512_supports(f);
+}
+
+bool use_avx2(WeightFormat f) {
+  int c = g_matvec_choice.load(std::memory_order_relaxed);
+  return (c == 2 || (c == -1 && !detail::matvec_avx512_supports(f))) && detail::matvec_avx2_supports();
 }
 
 // Stored value of column c of a quantized row (the +offset form).
@@ -319,6 +324,7 @@ void matvec(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, i
                                 std::to_string(in.cols) + " columns, weights are " + to_string(w.format) +
                                 " with " + std::to_string(w.cols));
   if (use_avx512(w.format)) return detail::matvec_avx512(w, in, y, ldy, begin, end);
+  if (use_avx2(w.format)) return detail::matvec_avx2(w, in, y, ldy, begin, end);
   matvec_scalar(w, in, y, ldy, begin, end);
 }
 
@@ -334,16 +340,19 @@ float stream_sum(const float* p, int64_t n) {
   return s;
 }
 
-const char* matvec_implementation(WeightFormat f) { return use_avx512(f) ? "avx512" : "scalar"; }
+const char* matvec_implementation(WeightFormat f) {
+  return use_avx512(f) ? "avx512" : use_avx2(f) ? "avx2" : "scalar";
+}
 
 std::string matvec_use(const std::string& name) {
   const int before = g_matvec_choice.load();
-  std::string previous = before < 0 ? "auto" : before == 0 ? "scalar" : "avx512";
+  std::string previous = before < 0 ? "auto" : before == 0 ? "scalar" : before == 1 ? "avx512" : "avx2";
   if (name == "auto") g_matvec_choice.store(-1);
   else if (name == "scalar") g_matvec_choice.store(0);
   else if (name == "avx512" && detail::matvec_avx512_supports(WeightFormat::kF32)) g_matvec_choice.store(1);
-  else throw std::invalid_argument("matvec_use: '" + name + "' is not one this CPU runs (scalar, avx512 where "
-                                   "the CPU has AVX-512, or auto)");
+  else if (name == "avx2" && detail::matvec_avx2_supports()) g_matvec_choice.store(2);
+  else throw std::invalid_argument("matvec_use: '" + name + "' is not one this CPU runs (scalar, avx2 or avx512 "
+                                   "where the CPU has them, or auto)");
   return previous;
 }
 

@@ -18,8 +18,8 @@
 // high nibble (one shift and one mask unpack a chunk into a 64-byte vector in column order).
 //
 // The caller splits rows across threads: matvec(w, x, y, begin, end) computes rows [begin, end).
-// Implementations: AVX-512 (F/BW/VNNI/BF16, chosen at run time per format) and a portable scalar
-// one that is also the tests' reference.
+// Implementations: AVX-512 (F/BW/VNNI/BF16), AVX2 (with FMA and F16C) for CPUs without AVX-512,
+// chosen at run time per format, and a portable scalar one that is also the tests' reference.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -85,10 +85,11 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
 /// y[i * ldy + r] = sum_c x[i, c] * w[r, c] for the prepared rows i < in.m and rows r in [begin, end).
 void matvec(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
 
-/// "avx512" or "scalar": what matvec runs for format f now.
+/// "avx512", "avx2" or "scalar": what matvec runs for format f now.
 const char* matvec_implementation(WeightFormat f);
-/// Makes matvec use "scalar", "avx512" (where the CPU has it for a format) or "auto"; returns the
-/// previous choice. For tests and benchmarks.
+/// Makes matvec use "scalar", "avx2", "avx512" (where the CPU has it for a format; scalar
+/// otherwise) or "auto" (the widest the CPU has for each format); returns the previous choice.
+/// For tests and benchmarks.
 std::string matvec_use(const std::string& name);
 
 /// Sum of n floats, read with the widest loads the CPU has: the benchmarks' read-bandwidth probe
@@ -99,6 +100,8 @@ float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 
 namespace detail {
+bool matvec_avx2_supports();  // AVX2, FMA and F16C: every format
+void matvec_avx2(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
 bool matvec_avx512_supports(WeightFormat f);
 void matvec_avx512(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
 void unpack_rows_bf16_avx512(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out);

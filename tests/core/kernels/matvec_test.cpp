@@ -61,6 +61,12 @@ std::vector<std::string> implementations(WeightFormat f) {
   std::vector<std::string> names{"scalar"};
   matvec_use("auto");
   if (std::string(matvec_implementation(f)) == "avx512") names.push_back("avx512");
+  try {  // the AVX2 kernels, on CPUs that have AVX2 (AVX-512 ones too)
+    matvec_use("avx2");
+    names.push_back("avx2");
+  } catch (const std::invalid_argument&) {
+  }
+  matvec_use("auto");
   return names;
 }
 

@@ -1,0 +1,148 @@
+// The matvec kernels for CPUs with AVX2 and FMA but not AVX-512 (compiled with -mavx2 -mfma
+// -mf16c; chosen at run time). Same arithmetic as the AVX-512 ones, 8 lanes wide:
+//  * fp32: FMAs;  bf16: both operands widened to fp32 (a shift) and FMAs;
+//  * int8/int4: per block of 32, the stored weights made signed again (q8: xor 0x80; q4: the
+//    nibble minus 8) and multiplied with the int8 activations by maddubs/madd. maddubs takes an
+//    unsigned and a signed operand, so it gets |w| and the activations with w's sign (|w| <= 128,
+//    |x| <= 127: a pair sums to at most 32512, below int16 saturation); the block's int32 sums
+//    are scaled by weight scale x input scale into fp32 accumulators.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/adamw.h"  // detail::bf16_to_float
+#include "kernels/cpu/matvec.h"
+
+namespace colossal::kernels::cpu::detail {
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_hadd_ps(s, s);
+  s = _mm_hadd_ps(s, s);
+  return _mm_cvtss_f32(s);
+}
+
+// 8 bf16 values widened to fp32.
+inline __m256 bf16x8(const uint16_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+template <int M>
+void row_f32(const float* w, const MatvecInput& in, int64_t cols, float* y, int64_t ldy, int64_t r) {
+  __m256 acc[M];
+  for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    const __m256 wv = _mm256_loadu_ps(w + c);
+    for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(in.f32 + i * in.stride + c), acc[i]);
+  }
+  for (int i = 0; i < M; ++i) {
+    float s = hsum(acc[i]);
+    for (int64_t t = c; t < cols; ++t) s += w[t] * in.f32[i * in.stride + t];
+    y[i * ldy + r] = s;
+  }
+}
+
+template <int M>
+void row_bf16(const uint16_t* w, const MatvecInput& in, int64_t cols, float* y, int64_t ldy, int64_t r) {
+  __m256 acc[M];
+  for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    const __m256 wv = bf16x8(w + c);
+    for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(wv, bf16x8(in.bf16.data() + i * in.stride + c), acc[i]);
+  }
+  for (int i = 0; i < M; ++i) {
+    float s = hsum(acc[i]);
+    for (int64_t t = c; t < cols; ++t) s += bf16_to_float(w[t]) * bf16_to_float(in.bf16[i * in.stride + t]);
+    y[i * ldy + r] = s;
+  }
+}
+
+// Sum over 32 columns of w * x as 8 int32 lanes (w signed int8, x int8).
+inline __m256i block_dot(__m256i w, __m256i x) {
+  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+}
+
+template <int M, bool Q4>
+void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int64_t chunks, float* y,
+               int64_t ldy, int64_t r) {
+  __m256 acc[M];
+  for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  const int64_t in_blocks = in.stride / kQuantBlock;
+  for (int64_t k = 0; k < chunks; ++k) {
+    __m256i blk[2];
+    if constexpr (Q4) {
+      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * kQuantChunk / 2));
+      const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+      blk[0] = _mm256_sub_epi8(_mm256_and_si256(packed, low), eight);
+      blk[1] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), eight);
+    } else {
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+      blk[0] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * kQuantChunk)), flip);
+      blk[1] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * kQuantChunk + 32)), flip);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const int64_t b = 2 * k + h;
+      const float ws = half_to_float(scales[b]);
+      for (int i = 0; i < M; ++i) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.q.data() + i * in.stride + b * kQuantBlock));
+        const __m256 scale = _mm256_set1_ps(ws * in.block_scale[i * in_blocks + b]);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(blk[h], x)), scale, acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < M; ++i) y[i * ldy + r] = hsum(acc[i]);
+}
+
+template <int M>
+void rows(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
+  switch (w.format) {
+    case WeightFormat::kF32:
+      for (int64_t r = begin; r < end; ++r) row_f32<M>(static_cast<const float*>(w.data) + r * w.cols, in, w.cols, y, ldy, r);
+      return;
+    case WeightFormat::kBF16:
+      for (int64_t r = begin; r < end; ++r)
+        row_bf16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, w.cols, y, ldy, r);
+      return;
+    case WeightFormat::kQ8:
+    case WeightFormat::kQ4: {
+      const int64_t stored = stored_cols(w.format, w.cols), chunks = stored / kQuantChunk;
+      const int64_t row_bytes = data_bytes(w.format, 1, w.cols), blocks = stored / kQuantBlock;
+      const auto* base = static_cast<const uint8_t*>(w.data);
+      for (int64_t r = begin; r < end; ++r) {
+        if (w.format == WeightFormat::kQ8)
+          row_quant<M, false>(base + r * row_bytes, w.scales + r * blocks, in, chunks, y, ldy, r);
+        else
+          row_quant<M, true>(base + r * row_bytes, w.scales + r * blocks, in, chunks, y, ldy, r);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+bool matvec_avx2_supports() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return has;
+}
+
+void matvec_avx2(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
+  switch (in.m) {
+    case 1: return rows<1>(w, in, y, ldy, begin, end);
+    case 2: return rows<2>(w, in, y, ldy, begin, end);
+    case 3: return rows<3>(w, in, y, ldy, begin, end);
+    case 4: return rows<4>(w, in, y, ldy, begin, end);
+    case 5: return rows<5>(w, in, y, ldy, begin, end);
+    case 6: return rows<6>(w, in, y, ldy, begin, end);
+    case 7: return rows<7>(w, in, y, ldy, begin, end);
+    default: return rows<8>(w, in, y, ldy, begin, end);
+  }
+}
+
+}  // namespace colossal::kernels::cpu::detail

@@ -51,8 +51,8 @@ class PackedLinear {
   /// The whole weight as fp32 [out, in].
   at::Tensor unpacked() const;
 
-  /// Token counts up to this take the matvec path (in groups of kMaxVectors), more take the GEMM.
-  static constexpr int64_t kMatvecTokens = 2 * kernels::cpu::kMaxVectors;
+  /// Token counts up to this take the matvec path (one pass over the weight), more take the GEMM.
+  static constexpr int64_t kMatvecTokens = kernels::cpu::kMaxVectors;
 
  private:
   WeightFormat format_ = WeightFormat::kF32;

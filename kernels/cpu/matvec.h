@@ -36,7 +36,7 @@ constexpr bool is_quantized(WeightFormat f) { return f == WeightFormat::kQ8 || f
 
 constexpr int64_t kQuantBlock = 32;  // weights per scale
 constexpr int64_t kQuantChunk = 64;  // quantized rows are padded to a multiple of this
-constexpr int64_t kMaxVectors = 8;   // input rows per matvec call
+constexpr int64_t kMaxVectors = 16;  // input rows per matvec call (the kernels share loads 8 at a time)
 
 /// Columns a stored row holds (cols for f32/bf16, padded to 64 for q8/q4).
 int64_t stored_cols(WeightFormat f, int64_t cols);

@@ -30,34 +30,34 @@ inline __m256 bf16x8(const uint16_t* p) {
 }
 
 template <int M>
-void row_f32(const float* w, const MatvecInput& in, int64_t cols, float* y, int64_t ldy, int64_t r) {
+void row_f32(const float* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
   __m256 acc[M];
   for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 8 <= cols; c += 8) {
     const __m256 wv = _mm256_loadu_ps(w + c);
-    for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(in.f32 + i * in.stride + c), acc[i]);
+    for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(in.f32 + (first + i) * in.stride + c), acc[i]);
   }
   for (int i = 0; i < M; ++i) {
     float s = hsum(acc[i]);
-    for (int64_t t = c; t < cols; ++t) s += w[t] * in.f32[i * in.stride + t];
-    y[i * ldy + r] = s;
+    for (int64_t t = c; t < cols; ++t) s += w[t] * in.f32[(first + i) * in.stride + t];
+    y[(first + i) * ldy + r] = s;
   }
 }
 
 template <int M>
-void row_bf16(const uint16_t* w, const MatvecInput& in, int64_t cols, float* y, int64_t ldy, int64_t r) {
+void row_bf16(const uint16_t* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
   __m256 acc[M];
   for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 8 <= cols; c += 8) {
     const __m256 wv = bf16x8(w + c);
-    for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(wv, bf16x8(in.bf16.data() + i * in.stride + c), acc[i]);
+    for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(wv, bf16x8(in.bf16.data() + (first + i) * in.stride + c), acc[i]);
   }
   for (int i = 0; i < M; ++i) {
     float s = hsum(acc[i]);
-    for (int64_t t = c; t < cols; ++t) s += bf16_to_float(w[t]) * bf16_to_float(in.bf16[i * in.stride + t]);
-    y[i * ldy + r] = s;
+    for (int64_t t = c; t < cols; ++t) s += bf16_to_float(w[t]) * bf16_to_float(in.bf16[(first + i) * in.stride + t]);
+    y[(first + i) * ldy + r] = s;
   }
 }
 
@@ -68,7 +68,7 @@ inline __m256i block_dot(__m256i w, __m256i x) {
 }
 
 template <int M, bool Q4>
-void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int64_t chunks, float* y,
+void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int first, int64_t chunks, float* y,
                int64_t ldy, int64_t r) {
   __m256 acc[M];
   for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
@@ -89,24 +89,24 @@ void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, 
       const int64_t b = 2 * k + h;
       const float ws = half_to_float(scales[b]);
       for (int i = 0; i < M; ++i) {
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.q.data() + i * in.stride + b * kQuantBlock));
-        const __m256 scale = _mm256_set1_ps(ws * in.block_scale[i * in_blocks + b]);
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.q.data() + (first + i) * in.stride + b * kQuantBlock));
+        const __m256 scale = _mm256_set1_ps(ws * in.block_scale[(first + i) * in_blocks + b]);
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(blk[h], x)), scale, acc[i]);
       }
     }
   }
-  for (int i = 0; i < M; ++i) y[i * ldy + r] = hsum(acc[i]);
+  for (int i = 0; i < M; ++i) y[(first + i) * ldy + r] = hsum(acc[i]);
 }
 
 template <int M>
-void rows(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
+void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64_t ldy, int64_t begin, int64_t end) {
   switch (w.format) {
     case WeightFormat::kF32:
-      for (int64_t r = begin; r < end; ++r) row_f32<M>(static_cast<const float*>(w.data) + r * w.cols, in, w.cols, y, ldy, r);
+      for (int64_t r = begin; r < end; ++r) row_f32<M>(static_cast<const float*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
       return;
     case WeightFormat::kBF16:
       for (int64_t r = begin; r < end; ++r)
-        row_bf16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, w.cols, y, ldy, r);
+        row_bf16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
       return;
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: {
@@ -115,13 +115,20 @@ void rows(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int
       const auto* base = static_cast<const uint8_t*>(w.data);
       for (int64_t r = begin; r < end; ++r) {
         if (w.format == WeightFormat::kQ8)
-          row_quant<M, false>(base + r * row_bytes, w.scales + r * blocks, in, chunks, y, ldy, r);
+          row_quant<M, false>(base + r * row_bytes, w.scales + r * blocks, in, first, chunks, y, ldy, r);
         else
-          row_quant<M, true>(base + r * row_bytes, w.scales + r * blocks, in, chunks, y, ldy, r);
+          row_quant<M, true>(base + r * row_bytes, w.scales + r * blocks, in, first, chunks, y, ldy, r);
       }
       return;
     }
   }
+}
+
+using RowsFn = void (*)(const MatrixView&, const MatvecInput&, int, float*, int64_t, int64_t, int64_t);
+
+RowsFn rows_for(int64_t m) {
+  static constexpr RowsFn kFns[] = {rows<1>, rows<2>, rows<3>, rows<4>, rows<5>, rows<6>, rows<7>, rows<8>};
+  return kFns[std::clamp<int64_t>(m, 1, 8) - 1];
 }
 
 }  // namespace
@@ -133,15 +140,14 @@ bool matvec_avx2_supports() {
 }
 
 void matvec_avx2(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
-  switch (in.m) {
-    case 1: return rows<1>(w, in, y, ldy, begin, end);
-    case 2: return rows<2>(w, in, y, ldy, begin, end);
-    case 3: return rows<3>(w, in, y, ldy, begin, end);
-    case 4: return rows<4>(w, in, y, ldy, begin, end);
-    case 5: return rows<5>(w, in, y, ldy, begin, end);
-    case 6: return rows<6>(w, in, y, ldy, begin, end);
-    case 7: return rows<7>(w, in, y, ldy, begin, end);
-    default: return rows<8>(w, in, y, ldy, begin, end);
+  // Up to 8 inputs share each weight load; more go in groups of 8 over tiles of 16 rows, so the
+  // second group reads the tile from cache instead of streaming the matrix again.
+  constexpr int64_t kTileRows = 16;
+  const RowsFn first = rows_for(std::min<int64_t>(in.m, 8)), second = in.m > 8 ? rows_for(in.m - 8) : nullptr;
+  for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
+    const int64_t r1 = std::min(end, r0 + kTileRows);
+    first(w, in, 0, y, ldy, r0, r1);
+    if (second) second(w, in, 8, y, ldy, r0, r1);
   }
 }
 

@@ -12,14 +12,14 @@ namespace {
 
 // One output row for M input rows; columns in 16s, the tail masked.
 template <int M>
-void row_f32(const float* w, const MatvecInput& in, int64_t cols, float* y, int64_t ldy, int64_t r) {
+void row_f32(const float* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
   __m512 acc[M], acc2[M];
   for (int i = 0; i < M; ++i) acc[i] = acc2[i] = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 32 <= cols; c += 32) {  // two independent chains per input row
     const __m512 w0 = _mm512_loadu_ps(w + c), w1 = _mm512_loadu_ps(w + c + 16);
     for (int i = 0; i < M; ++i) {
-      const float* x = in.f32 + i * in.stride + c;
+      const float* x = in.f32 + (first + i) * in.stride + c;
       acc[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[i]);
       acc2[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc2[i]);
     }
@@ -28,21 +28,21 @@ void row_f32(const float* w, const MatvecInput& in, int64_t cols, float* y, int6
     const __mmask16 k = cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
     const __m512 w0 = _mm512_maskz_loadu_ps(k, w + c);
     for (int i = 0; i < M; ++i)
-      acc[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, in.f32 + i * in.stride + c), acc[i]);
+      acc[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, in.f32 + (first + i) * in.stride + c), acc[i]);
   }
-  for (int i = 0; i < M; ++i) y[i * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
+  for (int i = 0; i < M; ++i) y[(first + i) * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
 }
 
 // bf16 weights and inputs: 32 columns per dot-product instruction; the input is zero-padded to 32.
 template <int M>
-void row_bf16(const uint16_t* w, const MatvecInput& in, int64_t cols, float* y, int64_t ldy, int64_t r) {
+void row_bf16(const uint16_t* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
   __m512 acc[M], acc2[M];
   for (int i = 0; i < M; ++i) acc[i] = acc2[i] = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 64 <= cols; c += 64) {
     const __m512i w0 = _mm512_loadu_si512(w + c), w1 = _mm512_loadu_si512(w + c + 32);
     for (int i = 0; i < M; ++i) {
-      const uint16_t* x = in.bf16.data() + i * in.stride + c;
+      const uint16_t* x = in.bf16.data() + (first + i) * in.stride + c;
       acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)w0, (__m512bh)_mm512_loadu_si512(x));
       acc2[i] = _mm512_dpbf16_ps(acc2[i], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(x + 32));
     }
@@ -52,9 +52,9 @@ void row_bf16(const uint16_t* w, const MatvecInput& in, int64_t cols, float* y, 
     const __m512i w0 = _mm512_maskz_loadu_epi16(k, w + c);
     for (int i = 0; i < M; ++i)
       acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)w0,
-                                (__m512bh)_mm512_loadu_si512(in.bf16.data() + i * in.stride + c));
+                                (__m512bh)_mm512_loadu_si512(in.bf16.data() + (first + i) * in.stride + c));
   }
-  for (int i = 0; i < M; ++i) y[i * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
+  for (int i = 0; i < M; ++i) y[(first + i) * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
 }
 
 // 64 stored weights of chunk k as unsigned bytes in column order. A q4 chunk's 32 bytes are
@@ -94,7 +94,7 @@ inline __m512i pick_scales(int64_t j) {
 // than a multiply per chunk, measured in one process alternating the two; a second accumulator
 // per input measured slower).
 template <int M, bool Q4>
-void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int64_t chunks, float* y,
+void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, int first, int64_t chunks, float* y,
                int64_t ldy, int64_t r) {
   __m512 acc[M];
   for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
@@ -105,33 +105,33 @@ void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, 
     const __m512 ws = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, scales + 2 * k0));
     __m512 scale[M];
     for (int i = 0; i < M; ++i)
-      scale[i] = _mm512_mul_ps(ws, _mm512_maskz_loadu_ps(km, in.block_scale.data() + i * in_blocks + 2 * k0));
+      scale[i] = _mm512_mul_ps(ws, _mm512_maskz_loadu_ps(km, in.block_scale.data() + (first + i) * in_blocks + 2 * k0));
     const int64_t n = std::min<int64_t>(8, chunks - k0);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t k = k0 + j;
       const __m512i u = load_chunk<Q4>(w, k);
       const __m512i pick = pick_scales(j);
       for (int i = 0; i < M; ++i) {
-        const int64_t lane = (i * chunks + k) * 16;
+        const int64_t lane = ((first + i) * chunks + k) * 16;
         const __m512i start = _mm512_loadu_si512(in.lane_offset.data() + lane);
-        const __m512i a = _mm512_loadu_si512(in.q.data() + i * in.stride + k * kQuantChunk);
+        const __m512i a = _mm512_loadu_si512(in.q.data() + (first + i) * in.stride + k * kQuantChunk);
         const __m512i dot = _mm512_dpbusd_epi32(start, u, a);
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick, scale[i]), acc[i]);
       }
     }
   }
-  for (int i = 0; i < M; ++i) y[i * ldy + r] = _mm512_reduce_add_ps(acc[i]);
+  for (int i = 0; i < M; ++i) y[(first + i) * ldy + r] = _mm512_reduce_add_ps(acc[i]);
 }
 
 template <int M>
-void rows(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
+void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64_t ldy, int64_t begin, int64_t end) {
   switch (w.format) {
     case WeightFormat::kF32:
-      for (int64_t r = begin; r < end; ++r) row_f32<M>(static_cast<const float*>(w.data) + r * w.cols, in, w.cols, y, ldy, r);
+      for (int64_t r = begin; r < end; ++r) row_f32<M>(static_cast<const float*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
       return;
     case WeightFormat::kBF16:
       for (int64_t r = begin; r < end; ++r)
-        row_bf16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, w.cols, y, ldy, r);
+        row_bf16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
       return;
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: {
@@ -140,13 +140,20 @@ void rows(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int
       const auto* base = static_cast<const uint8_t*>(w.data);
       for (int64_t r = begin; r < end; ++r) {
         if (w.format == WeightFormat::kQ8)
-          row_quant<M, false>(base + r * row_bytes, w.scales + r * blocks, in, chunks, y, ldy, r);
+          row_quant<M, false>(base + r * row_bytes, w.scales + r * blocks, in, first, chunks, y, ldy, r);
         else
-          row_quant<M, true>(base + r * row_bytes, w.scales + r * blocks, in, chunks, y, ldy, r);
+          row_quant<M, true>(base + r * row_bytes, w.scales + r * blocks, in, first, chunks, y, ldy, r);
       }
       return;
     }
   }
+}
+
+using RowsFn = void (*)(const MatrixView&, const MatvecInput&, int, float*, int64_t, int64_t, int64_t);
+
+RowsFn rows_for(int64_t m) {
+  static constexpr RowsFn kFns[] = {rows<1>, rows<2>, rows<3>, rows<4>, rows<5>, rows<6>, rows<7>, rows<8>};
+  return kFns[std::clamp<int64_t>(m, 1, 8) - 1];
 }
 
 }  // namespace
@@ -250,15 +257,14 @@ bool matvec_avx512_supports(WeightFormat f) {
 }
 
 void matvec_avx512(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
-  switch (in.m) {
-    case 1: return rows<1>(w, in, y, ldy, begin, end);
-    case 2: return rows<2>(w, in, y, ldy, begin, end);
-    case 3: return rows<3>(w, in, y, ldy, begin, end);
-    case 4: return rows<4>(w, in, y, ldy, begin, end);
-    case 5: return rows<5>(w, in, y, ldy, begin, end);
-    case 6: return rows<6>(w, in, y, ldy, begin, end);
-    case 7: return rows<7>(w, in, y, ldy, begin, end);
-    default: return rows<8>(w, in, y, ldy, begin, end);
+  // Up to 8 inputs share each weight load; more go in groups of 8 over tiles of 16 rows, so the
+  // second group reads the tile from cache instead of streaming the matrix again.
+  constexpr int64_t kTileRows = 16;
+  const RowsFn first = rows_for(std::min<int64_t>(in.m, 8)), second = in.m > 8 ? rows_for(in.m - 8) : nullptr;
+  for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
+    const int64_t r1 = std::min(end, r0 + kTileRows);
+    first(w, in, 0, y, ldy, r0, r1);
+    if (second) second(w, in, 8, y, ldy, r0, r1);
   }
 }
 

@@ -75,7 +75,7 @@ TEST(Matvec, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
   for (auto f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8, WeightFormat::kQ4})
     for (int64_t cols : {1, 7, 32, 64, 100, 288, 4097})
       for (int64_t rows : {1, 7, 33})
-        for (int64_t m : {1, 3, 8}) {
+        for (int64_t m : {1, 3, 8, 13, 16}) {
           auto w = torch::randn({rows, cols});
           auto x = torch::randn({m, cols});
           auto p = pack(w, f);
@@ -183,9 +183,9 @@ TEST(Matvec, HalfConversionIsTorchsOnEveryKindOfValue) {
 }
 
 TEST(Matvec, ErrorsNameTheProblem) {
-  auto x = torch::randn({9, 64});
+  auto x = torch::randn({17, 64});
   MatvecInput in;
-  EXPECT_THROW(prepare_input(in, WeightFormat::kQ8, x.data_ptr<float>(), 9, 64), std::invalid_argument);
+  EXPECT_THROW(prepare_input(in, WeightFormat::kQ8, x.data_ptr<float>(), 17, 64), std::invalid_argument);
   EXPECT_THROW(prepare_input(in, WeightFormat::kQ8, x.data_ptr<float>(), 0, 64), std::invalid_argument);
   prepare_input(in, WeightFormat::kQ8, x.data_ptr<float>(), 2, 64);
   auto p = pack(torch::randn({4, 64}), WeightFormat::kQ4);

@@ -329,3 +329,30 @@ def test_tensor_parallel_server_answers_like_one_process(server, model_dir):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_tensor_parallel_server_ends_when_a_rank_dies(model_dir):
+    """A tp 2 server whose rank is killed ends the whole job with a message within seconds (the
+    other rank's next lockstep broadcast fails, the launcher stops the rest), never a hang."""
+    port = free_port()
+    proc = subprocess.Popen([f"{APPS}/colossal", "run", "--nproc_per_node", "2", "--", f"{APPS}/infer_llama",
+                             "--serve", "--tp", "2", "--model", str(model_dir), "--port", str(port), "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        # The ranks (not the launcher, whose command line names them too).
+        ranks = subprocess.run(["pgrep", "-f", f"^{APPS}/infer_llama --serve --tp 2 .*--port {port}"],
+                               capture_output=True, text=True).stdout.split()
+        assert len(ranks) == 2, ranks
+        os.kill(int(ranks[-1]), signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode != 0, out
+        assert "failed with signal 9" in out, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -110,17 +110,15 @@ kc::MatrixView PackedLinear::view() const {
 }
 
 void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy) const {
+  if (n == 0) return;  // e.g. an expert no token was routed to
   const auto v = view();
   if (n <= kMatvecTokens) {
     // The calling thread prepares the input once, its buffers reused between calls; the workers
     // read that thread's copy (a thread_local named inside the lambda would be their own).
     thread_local kc::MatvecInput prepared_here;
     const kc::MatvecInput& in = prepared_here;
-    for (int64_t i0 = 0; i0 < n; i0 += kc::kMaxVectors) {
-      const int64_t m = std::min(kc::kMaxVectors, n - i0);
-      kc::prepare_input(prepared_here, format_, x + i0 * in_, m, in_);
-      at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::matvec(v, in, y + i0 * ldy, ldy, b, e); });
-    }
+    kc::prepare_input(prepared_here, format_, x, n, in_);
+    at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::matvec(v, in, y, ldy, b, e); });
     return;
   }
   auto xt = at::from_blob(const_cast<float*>(x), {n, in_}, at::kFloat);

@@ -323,9 +323,17 @@ void matvec(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, i
     throw std::invalid_argument(std::string("matvec: input prepared for ") + to_string(in.format) + " with " +
                                 std::to_string(in.cols) + " columns, weights are " + to_string(w.format) +
                                 " with " + std::to_string(w.cols));
-  if (use_avx512(w.format)) return detail::matvec_avx512(w, in, y, ldy, begin, end);
-  if (use_avx2(w.format)) return detail::matvec_avx2(w, in, y, ldy, begin, end);
-  matvec_scalar(w, in, y, ldy, begin, end);
+  const auto kernel = use_avx512(w.format) ? detail::matvec_avx512 : use_avx2(w.format) ? detail::matvec_avx2 : nullptr;
+  if (!kernel) return matvec_scalar(w, in, y, ldy, begin, end);
+  // Up to 8 inputs share each weight load; more go in groups of 8 over tiles of 16 rows, so the
+  // second group reads the tile from cache instead of streaming the matrix again.
+  constexpr int64_t kTileRows = 16;
+  const int m = static_cast<int>(in.m);
+  for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
+    const int64_t r1 = std::min(end, r0 + kTileRows);
+    for (int first = 0; first < m; first += detail::kVectorGroup)
+      kernel(w, in, first, std::min(detail::kVectorGroup, m - first), y, ldy, r0, r1);
+  }
 }
 
 float stream_sum(const float* p, int64_t n) {

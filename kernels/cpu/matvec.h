@@ -100,10 +100,15 @@ float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 
 namespace detail {
+/// The vector kernels take up to kVectorGroup inputs at a time: inputs [first, first + count),
+/// rows [begin, end). matvec() groups and tiles larger inputs.
+constexpr int kVectorGroup = 8;
 bool matvec_avx2_supports();  // AVX2, FMA and F16C: every format
-void matvec_avx2(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
+void matvec_avx2(const MatrixView& w, const MatvecInput& in, int first, int count, float* y, int64_t ldy,
+                 int64_t begin, int64_t end);
 bool matvec_avx512_supports(WeightFormat f);
-void matvec_avx512(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end);
+void matvec_avx512(const MatrixView& w, const MatvecInput& in, int first, int count, float* y, int64_t ldy,
+                   int64_t begin, int64_t end);
 void unpack_rows_bf16_avx512(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out);
 float stream_sum_avx512(const float* p, int64_t n);
 /// prepare_input's quantization for int8/int4 (in's sizes already set): per block of 32, the

@@ -149,12 +149,6 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
   }
 }
 
-using RowsFn = void (*)(const MatrixView&, const MatvecInput&, int, float*, int64_t, int64_t, int64_t);
-
-RowsFn rows_for(int64_t m) {
-  static constexpr RowsFn kFns[] = {rows<1>, rows<2>, rows<3>, rows<4>, rows<5>, rows<6>, rows<7>, rows<8>};
-  return kFns[std::clamp<int64_t>(m, 1, 8) - 1];
-}
 
 }  // namespace
 
@@ -256,16 +250,11 @@ bool matvec_avx512_supports(WeightFormat f) {
   return false;
 }
 
-void matvec_avx512(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin, int64_t end) {
-  // Up to 8 inputs share each weight load; more go in groups of 8 over tiles of 16 rows, so the
-  // second group reads the tile from cache instead of streaming the matrix again.
-  constexpr int64_t kTileRows = 16;
-  const RowsFn first = rows_for(std::min<int64_t>(in.m, 8)), second = in.m > 8 ? rows_for(in.m - 8) : nullptr;
-  for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
-    const int64_t r1 = std::min(end, r0 + kTileRows);
-    first(w, in, 0, y, ldy, r0, r1);
-    if (second) second(w, in, 8, y, ldy, r0, r1);
-  }
+void matvec_avx512(const MatrixView& w, const MatvecInput& in, int first, int count, float* y, int64_t ldy,
+                   int64_t begin, int64_t end) {
+  using Rows = void (*)(const MatrixView&, const MatvecInput&, int, float*, int64_t, int64_t, int64_t);
+  static constexpr Rows kRows[] = {rows<1>, rows<2>, rows<3>, rows<4>, rows<5>, rows<6>, rows<7>, rows<8>};
+  kRows[std::clamp(count, 1, 8) - 1](w, in, first, y, ldy, begin, end);
 }
 
 }  // namespace colossal::kernels::cpu::detail

@@ -8,6 +8,8 @@
 #include "core/nn/fused_losses.h"
 #include "core/nn/module_hooks.h"
 #include "core/nn/rms_norm.h"
+#include "core/nn/rotary.h"
+#include "core/nn/swiglu.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/parallel/sequence/layout.h"
@@ -51,16 +53,6 @@ RotaryTables RotaryTables::make(const LlamaConfig& c, int64_t max_positions) {
 }
 
 namespace {
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  auto half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return x * cos + rotate_half(x) * sin;  // x: [B, T, H, D]; cos/sin: [T, 1, D]
-}
-}  // namespace
-
-namespace {
 
 parallel::ParallelLinear linear(const BuildContext& where, int64_t in, int64_t out, bool bias, int64_t kv_heads = 0) {
   return where.linear(in, out, bias, kv_heads);
@@ -100,10 +92,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
   k = k.view({B, T, kv_heads_, head_dim_});
   v = v.view({B, T, kv_heads_, head_dim_});
   // Rotary embeddings at the tokens' own positions, before any exchange.
-  auto cos = rope.cos.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
-  auto sin = rope.sin.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
-  q = apply_rope(q, cos, sin);
-  k = apply_rope(k, cos, sin);
+  q = nn::apply_rotary(q, rope.cos, rope.sin, positions);
+  k = nn::apply_rotary(k, rope.cos, rope.sin, positions);
   torch::Tensor out;  // [B, T, heads_, head_dim_]
   if (parallel_.sp_mode == Mode::kRingAttn && parallel_.sp_size() > 1) {
     out = parallel::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), parallel_.sp)
@@ -137,7 +127,7 @@ MLPImpl::MLPImpl(const LlamaConfig& c, const BuildContext& where) : parallel_(wh
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
   auto x = parallel::enter_tensor_parallel(x_in, parallel_);
-  return call(down_proj, torch::silu(call(gate_proj, x)) * call(up_proj, x));
+  return call(down_proj, nn::swiglu(call(gate_proj, x), call(up_proj, x)));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& where) {
@@ -253,7 +243,20 @@ bool LlamaForCausalLMImpl::expert_held_elsewhere(const std::string& name) const 
   }
 }
 
-const RotaryTables& LlamaForCausalLMImpl::rope_for(int64_t seq_len) {
+const RotaryTables& LlamaForCausalLMImpl::rope_for(int64_t seq_len, const c10::Device& device) {
+  const RotaryTables& host = host_rope_for(seq_len);
+  if (device.is_cpu()) return host;
+  // Kept on the device once (the tables are built on the host; the model's own buffers move
+  // with model->to(), these plain members do not).
+  if (!rope_on_device_.cos.defined() || rope_on_device_.cos.device() != device ||
+      rope_on_device_.cos.size(0) != host.cos.size(0) || rope_on_device_source_ != host.cos.unsafeGetTensorImpl()) {
+    rope_on_device_ = {host.cos.to(device), host.sin.to(device)};
+    rope_on_device_source_ = host.cos.unsafeGetTensorImpl();
+  }
+  return rope_on_device_;
+}
+
+const RotaryTables& LlamaForCausalLMImpl::host_rope_for(int64_t seq_len) {
   if (seq_len <= rope_.cos.size(0)) return rope_;
   // Dynamic (NTK) scaling is defined past the trained length: the rotary base grows with the
   // sequence, so tables are rebuilt for it (and kept for the next call of the same length).
@@ -297,7 +300,7 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
     COLOSSAL_CHECK(T % parallel_.tp_size() == 0, "[llama] split_gather: sequence length ", T,
                    " does not divide by tp ", parallel_.tp_size());
   }
-  const RotaryTables rope = rope_for(T);  // tensor handles: cheap to copy
+  const RotaryTables rope = rope_for(T, input.device());  // tensor handles: cheap to copy
   // Attention sees the whole sequence (gathered under split_gather) or this rank's share.
   auto positions = holds_sequence_shard() ? parallel::local_positions(T, parallel_) : torch::arange(T);
   positions = positions.to(input.device());

@@ -157,7 +157,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   parallel::ParallelLinear lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
-  const RotaryTables& rope_for(int64_t seq_len);
+  const RotaryTables& rope_for(int64_t seq_len, const c10::Device& device);
+  const RotaryTables& host_rope_for(int64_t seq_len);
   /// This rank's logits (its vocabulary slice under tensor parallelism, padded columns -inf;
   /// its tokens under all_to_all and ring_attn).
   torch::Tensor local_logits(const torch::Tensor& input_ids);
@@ -183,6 +184,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   std::shared_ptr<const checkpoint::CheckpointReader> weights_;  // lazy load_pretrained
   RotaryTables rope_;       // positions [0, max_position_embeddings)
   RotaryTables long_rope_;  // dynamic scaling: the last longer length seen
+  RotaryTables rope_on_device_;  // the tables in use, on the GPU the model runs on
+  const void* rope_on_device_source_ = nullptr;
   bool gradient_checkpointing_ = false;
   std::vector<std::pair<int64_t, int64_t>> chunk_layers_;  // [begin, end) layers of each chunk
   parallel::expert::RouterLosses router_losses_;            // MoE: the last forward's routing (pooled

@@ -20,8 +20,13 @@ BenchmarkShape benchmark_shape(const std::string& name) {
     c.vocab_size = 512;
     c.hidden_size = 512, c.num_hidden_layers = 8, c.num_attention_heads = 8, c.intermediate_size = 1376;
     s.sequence = 256;
+  } else if (name == "1B") {
+    // ~1.06B parameters (the GPU benchmarks): head dim 128, no grouped queries so that the plain
+    // PyTorch reference (apps/bench/llama_torch_reference.py) is the same model.
+    c.hidden_size = 2048, c.num_hidden_layers = 18, c.num_attention_heads = 16, c.intermediate_size = 5632;
+    s.sequence = 2048;
   } else {
-    COLOSSAL_CHECK(false, "unknown benchmark shape '", name, "' (known: S, M, B)");
+    COLOSSAL_CHECK(false, "unknown benchmark shape '", name, "' (known: S, M, B, 1B)");
   }
   c.num_key_value_heads = c.num_attention_heads;
   c.max_position_embeddings = s.sequence;

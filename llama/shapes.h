@@ -15,6 +15,7 @@ struct BenchmarkShape {
 
 /// "S": dim 288, 6 layers, 6 heads, ffn 768, vocab 32000, sequence 256.
 /// "M": dim 768, 12 layers, 12 heads, ffn 2048, vocab 32000, sequence 512.
+/// "1B": dim 2048, 18 layers, 16 heads, ffn 5632, vocab 32000, sequence 2048 (GPU benchmarks).
 /// Throws naming the known shapes for anything else.
 BenchmarkShape benchmark_shape(const std::string& name);
 

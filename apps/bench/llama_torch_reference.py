@@ -32,6 +32,7 @@ from matmul_rate import matmul_gflops  # beside this script
 SHAPES = {  # must match llama/shapes.cpp
     "S": dict(dim=288, layers=6, heads=6, ffn=768, seq=256),
     "M": dict(dim=768, layers=12, heads=12, ffn=2048, seq=512),
+    "1B": dict(dim=2048, layers=18, heads=16, ffn=5632, seq=2048),
 }
 VOCAB, EPS, THETA = 32000, 1e-6, 10000.0
 
@@ -107,6 +108,7 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--row_file", default="")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU, one process: bench_kernels' training rows)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -118,7 +120,11 @@ def main():
     s = dict(SHAPES[a.shape])
     seq = s["seq"]
     torch.manual_seed(0)
-    model = Llama(**s)
+    device = torch.device(a.device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 rows in fp32, as ours
+    model = Llama(**s).to(device)
     if distributed and a.strategy == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         for layer in model.layers:
@@ -132,11 +138,13 @@ def main():
     if distributed and a.strategy in ("ddp", "zero1"):
         model = torch.nn.parallel.DistributedDataParallel(model)
     step_model = torch.compile(model) if a.compile else model
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16" else contextlib.nullcontext
-    ids = torch.randint(VOCAB, (a.batch, seq))
+    autocast = ((lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if a.precision == "bf16"
+                else contextlib.nullcontext)
+    ids = torch.randint(VOCAB, (a.batch, seq), device=device)
     mm_dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32  # MFU against this rate
-    mats = [torch.randn(2048, 2048, dtype=mm_dtype), torch.randn(2048, 2048, dtype=mm_dtype),
-            torch.empty(2048, 2048, dtype=mm_dtype)]
+    size = 8192 if cuda else 2048  # a GPU needs a larger product to reach its rate
+    mats = [torch.randn(size, size, dtype=mm_dtype, device=device), torch.randn(size, size, dtype=mm_dtype, device=device),
+            torch.empty(size, size, dtype=mm_dtype, device=device)]
     times, rates, losses = [], [], []
     warmup = 2 if a.compile else 1  # compilation happens in the first step
     for step in range(a.steps + warmup):
@@ -146,12 +154,16 @@ def main():
         if distributed:
             dist.barrier()
             dist.all_reduce(rate)
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with autocast():
             loss = step_model(ids)
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         t = time.perf_counter() - t0
         losses.append(loss.item())
         if step >= warmup:
@@ -164,7 +176,8 @@ def main():
     flops = 3 * (2 * matmul_params + 4 * L * d * seq)  # llama::training_flops_per_token
     mm = statistics.median(rates)
     model_gflops = tokens_s * flops / 1e9
-    peak = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], dtype=torch.float64)
+    peak = torch.tensor([(torch.cuda.max_memory_allocated() if cuda else
+                          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**30], dtype=torch.float64)
     if distributed:
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     if rank == 0:

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <thread>
 
@@ -29,6 +30,8 @@
 #include "core/dist/runtime.h"
 #include "core/inference/engine.h"
 #include "core/checkpoint/gguf.h"
+#include "core/cuda/ops.h"
+#include "llama/cuda_inference.h"
 #include "llama/dataset.h"
 #include "llama/gguf.h"
 #include "llama/inference.h"
@@ -52,7 +55,7 @@ struct Args {
   bool stream = false, chat = false;
   int threads = 0;
   int tp = 1;  // tensor-parallel ranks (under colossal run, exactly this many)
-  std::string device = "auto";  // the engine runs on the CPU until the GPU path lands (issue 21)
+  std::string device = "auto";  // auto: the GPU when one is visible and the run can use it
   std::string dtype = "fp32";
   bool dtype_given = false;  // a GGUF file keeps its own format unless --dtype is given
   std::string draft_model;  // speculative decoding
@@ -134,16 +137,42 @@ std::shared_ptr<LlamaInference> load_model(const std::string& path, const Args& 
                                                        : LlamaInference::Options{});
 }
 
+// Where the engine's model runs. auto: the GPU when one is visible and nothing asked for a CPU
+// feature (int8/int4 weights, GGUF files, --tp, --perplexity); cuda or cuda:N: the GPU, and a
+// request it cannot serve is an error naming the flag.
+std::optional<c10::Device> gpu_for(const Args& a) {
+  const bool cpu_only = a.dtype == "int8" || a.dtype == "int4" || is_gguf_path(a.model) || a.tp > 1 ||
+                        !a.perplexity.empty() || (!a.draft_model.empty() && is_gguf_path(a.draft_model));
+  if (a.device == "cpu") return std::nullopt;
+  if (a.device == "auto") {
+    if (cpu_only || !cuda::kernels_usable()) return std::nullopt;
+    return c10::Device(c10::kCUDA, 0);
+  }
+  COLOSSAL_CHECK(a.device == "cuda" || a.device.rfind("cuda:", 0) == 0, "--device: expected auto, cpu, cuda or cuda:N, got '",
+                 a.device, "'");
+  COLOSSAL_CHECK(cuda::kernels_usable(), "--device ", a.device,
+                 ": no CUDA GPU is visible to this process (or the build has no CUDA kernels); use --device cpu");
+  COLOSSAL_CHECK(a.dtype != "int8" && a.dtype != "int4", "--dtype ", a.dtype,
+                 " is a CPU weight format; on a GPU use fp32, bf16 or fp16 (or --device cpu)");
+  COLOSSAL_CHECK(!is_gguf_path(a.model) && !(!a.draft_model.empty() && is_gguf_path(a.draft_model)),
+                 "--device ", a.device, ": GGUF files run on the CPU engine (use --device cpu)");
+  COLOSSAL_CHECK(a.tp == 1, "--device ", a.device, ": the GPU engine runs one process; --tp ", a.tp,
+                 " is the CPU engine's (use --device cpu)");
+  COLOSSAL_CHECK(a.perplexity.empty(), "--perplexity scores on the CPU engine (use --device cpu)");
+  const c10::Device device(a.device);
+  COLOSSAL_CHECK(device.index() < static_cast<int>(torch::cuda::device_count()), "--device ", a.device, ": only ",
+                 torch::cuda::device_count(), " GPU(s) are visible");
+  return device.has_index() ? device : c10::Device(c10::kCUDA, 0);
+}
+
 int run(const Args& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
-  COLOSSAL_CHECK(a.dtype == "fp32" || a.dtype == "bf16" || a.dtype == "int8" || a.dtype == "int4",
-                 "--dtype: expected fp32, bf16, int8 or int4, got '", a.dtype, "'");
-  // Said plainly instead of silently running elsewhere: the engine's kernels are CPU kernels.
-  COLOSSAL_CHECK(a.device == "auto" || a.device == "cpu", "--device ", a.device,
-                 ": the inference engine runs on the CPU in this version (its CUDA kernels come with issue 21); "
-                 "use --device cpu");
+  const auto gpu = gpu_for(a);
+  COLOSSAL_CHECK(a.dtype == "fp32" || a.dtype == "bf16" || a.dtype == "int8" || a.dtype == "int4" ||
+                     (gpu && a.dtype == "fp16"),
+                 "--dtype: expected fp32, bf16, int8 or int4 (fp16 too on a GPU), got '", a.dtype, "'");
   // The cache is allocated whole: asking for more than the machine has would only fail later.
-  const double available_gib = colossal::available_memory_gib();
+  const double available_gib = gpu ? 0.0 : colossal::available_memory_gib();
   COLOSSAL_CHECK(available_gib <= 0 || static_cast<double>(a.kv_cache_mib) / 1024 < available_gib, "--kv_cache_mib ",
                  a.kv_cache_mib, " (", a.kv_cache_mib / 1024.0, " GiB) is more than this machine's available memory (",
                  available_gib, " GiB)");
@@ -171,20 +200,41 @@ int run(const Args& a) {
     quiet = dist::rank() != 0;
     if (quiet) std::freopen("/dev/null", "w", stdout);
   }
-  auto model = load_model(a.model, a, parallel);
+  std::shared_ptr<LlamaInference> model;           // the CPU engine's model, or
+  std::shared_ptr<LlamaCudaInference> gpu_model;   // the GPU's
+  std::shared_ptr<inference::CausalLM> engine_model;
+  if (gpu) {
+    gpu_model = LlamaCudaInference::load(a.model, {*gpu, LlamaCudaInference::dtype_named(a.dtype)});
+    engine_model = gpu_model;
+  } else {
+    model = load_model(a.model, a, parallel);
+    engine_model = model;
+  }
+  const LlamaConfig& config = gpu ? gpu_model->config() : model->config();
+  const std::string weights = gpu ? a.dtype + " on " + gpu->str()
+                                  : std::string(kernels::cpu::to_string(model->options().weight_format()));
   inference::EngineOptions eo;
   eo.cache.block_size = a.block_size;
   eo.cache.memory_bytes = a.kv_cache_mib << 20;
   eo.max_num_seqs = a.max_batch;
   eo.max_batched_tokens = a.max_batched_tokens;
   eo.seed = a.seed;
-  std::shared_ptr<LlamaInference> draft;
+  std::shared_ptr<inference::CausalLM> draft;
+  double draft_parameters = 0;
   if (!a.draft_model.empty()) {
-    // The draft runs whole on every rank (it is small), in the model's weight format.
-    draft = load_model(a.draft_model, a);
-    COLOSSAL_CHECK(draft->config().vocab_size == model->config().vocab_size, "--draft_model ", a.draft_model,
-                   ": its vocabulary has ", draft->config().vocab_size, " tokens, --model's ",
-                   model->config().vocab_size, " (speculative decoding needs the same tokenizer)");
+    // The draft runs whole on every rank (it is small), in the model's weight format and place.
+    if (gpu) {
+      auto d = LlamaCudaInference::load(a.draft_model, {*gpu, LlamaCudaInference::dtype_named(a.dtype)});
+      draft_parameters = static_cast<double>(d->config().num_parameters());
+      draft = d;
+    } else {
+      auto d = load_model(a.draft_model, a);
+      draft_parameters = static_cast<double>(d->config().num_parameters());
+      draft = d;
+    }
+    COLOSSAL_CHECK(draft->vocab_size() == config.vocab_size, "--draft_model ", a.draft_model,
+                   ": its vocabulary has ", draft->vocab_size(), " tokens, --model's ",
+                   config.vocab_size, " (speculative decoding needs the same tokenizer)");
     eo.speculative.draft = draft;
     eo.speculative.num_tokens = a.num_speculative_tokens;
   }
@@ -195,16 +245,15 @@ int run(const Args& a) {
     const dist::Group group = parallel.tp;
     eo.lockstep.broadcast = [group](const std::string& message) { return dist::broadcast_text(message, 0, group); };
   }
-  inference::Engine engine(model, std::make_shared<TokenizerDetokenizer>(tok), tok->eos_id(), eo);
+  inference::Engine engine(engine_model, std::make_shared<TokenizerDetokenizer>(tok), tok->eos_id(), eo);
   if (a.tp > 1 && !quiet) std::fprintf(stderr, "[infer_llama] tensor parallel over %d ranks\n", a.tp);
   if (!quiet) std::fprintf(stderr, "[infer_llama] %s: %.1fM parameters, %s, %d thread(s), KV cache %ld blocks of %ld tokens (%.0f s to load)\n",
-               a.model.c_str(), model->config().num_parameters() / 1e6,
-               kernels::cpu::to_string(model->options().weight_format()), at::get_num_threads(),
+               a.model.c_str(), config.num_parameters() / 1e6, weights.c_str(), at::get_num_threads(),
                engine.cache().blocks().num_blocks(), a.block_size,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
   if (draft && !quiet)
     std::fprintf(stderr, "[infer_llama] speculative decoding: %s (%.1fM parameters) proposes %ld token(s) a step\n",
-                 a.draft_model.c_str(), draft->config().num_parameters() / 1e6, a.num_speculative_tokens);
+                 a.draft_model.c_str(), draft_parameters / 1e6, a.num_speculative_tokens);
   if (a.serve && a.tp > 1) {
     if (quiet) {  // a follower: step with the leader until it stops
       while (!engine.leader_stopped()) engine.step();
@@ -221,7 +270,7 @@ int run(const Args& a) {
     // Scored like train_llama's evaluation: samples of --perplexity_length tokens, next-token loss.
     DatasetOptions d;
     d.files = {a.perplexity};
-    d.max_length = std::min<int64_t>(a.perplexity_length, model->config().max_position_embeddings);
+    d.max_length = std::min<int64_t>(a.perplexity_length, config.max_position_embeddings);
     d.cache_dir = "/tmp/colossal_perplexity_cache";
     auto data = TokenDataset::open(d, *tok);
     COLOSSAL_CHECK(data.size() > 0, "--perplexity ", a.perplexity, ": fewer than ", d.max_length, " tokens");
@@ -333,10 +382,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0, cores));
   app.add_option("--tp", a.tp, "tensor-parallel ranks (run under colossal run with as many)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  app.add_option("--device", a.device, "auto | cpu (the paged-KV engine runs on the CPU; CUDA comes with issue 21)")
+  app.add_option("--device", a.device,
+                 "auto (the GPU when one is visible and the run needs no CPU-only feature) | cpu | cuda | cuda:N")
       ->capture_default_str();
   app.add_option("--dtype", a.dtype,
-                 "weights: fp32 | bf16 | int8 | int4 (int8/int4: blocks of 32 with fp16 scales, like llama.cpp's "
+                 "weights: fp32 | bf16 | fp16 (GPU) | int8 | int4 (CPU; int8/int4: blocks of 32 with fp16 scales, like llama.cpp's "
                  "q8_0/q4_0, kept in MODEL/packed-<dtype>.safetensors after the first start); the KV cache is fp32 "
                  "for fp32 and bf16 otherwise")->capture_default_str();
   app.add_option("--draft_model", a.draft_model,

@@ -24,8 +24,10 @@ void KVCacheOptions::validate() const {
 namespace {
 int64_t pool_blocks(const CacheShape& shape, const KVCacheOptions& o) {
   o.validate();
-  COLOSSAL_CHECK(shape.dtype == at::kFloat || shape.dtype == at::kBFloat16,
-                 "[inference] KV cache dtype must be float32 or bfloat16, got ", shape.dtype);
+  COLOSSAL_CHECK(shape.dtype == at::kFloat || shape.dtype == at::kBFloat16 ||
+                     (shape.dtype == at::kHalf && shape.device.is_cuda()),
+                 "[inference] KV cache dtype must be float32 or bfloat16 (or float16 on a GPU), got ", shape.dtype,
+                 " on ", shape.device);
   if (o.num_blocks > 0) return o.num_blocks;
   int64_t per = PagedKVCache::bytes_per_block(shape, o.block_size);
   int64_t n = o.memory_bytes / per;
@@ -37,7 +39,7 @@ int64_t pool_blocks(const CacheShape& shape, const KVCacheOptions& o) {
 
 PagedKVCache::PagedKVCache(const CacheShape& shape, const KVCacheOptions& options)
     : shape_(shape), blocks_(pool_blocks(shape, options), options.block_size) {
-  auto opts = at::TensorOptions().dtype(shape.dtype);
+  auto opts = at::TensorOptions().dtype(shape.dtype).device(shape.device);
   for (int64_t l = 0; l < shape.layers; ++l) {
     k_.push_back(at::zeros({blocks_.num_blocks(), options.block_size, shape.kv_heads, shape.head_dim}, opts));
     v_.push_back(at::zeros({blocks_.num_blocks(), options.block_size, shape.kv_heads, shape.head_dim}, opts));

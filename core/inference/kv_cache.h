@@ -11,7 +11,8 @@ namespace colossal::inference {
 
 struct CacheShape {
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
-  at::ScalarType dtype = at::kFloat;  // fp32 or bf16
+  at::ScalarType dtype = at::kFloat;  // fp32 or bf16 (fp16 too on a GPU)
+  c10::Device device = c10::kCPU;     // where the blocks live: the model's device
 };
 
 struct KVCacheOptions {

@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 
 #include "core/common/check.h"
+#include "core/cuda/ops.h"
 #include "kernels/cpu/cross_entropy.h"
 
 namespace colossal::nn {
@@ -137,6 +138,64 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
   }
 };
 
+// On the GPU the rows go in chunks: each chunk's logits are made, turned into their gradient
+// in place (kernels/cuda/cross_entropy, 1/count read on the device: no host sync), and spent at
+// once on both products of the linear layer's backward. So at most one chunk of logits exists
+// at any time (a 128k vocabulary at 4k tokens would otherwise hold 2 GiB of them); backward only
+// scales the two gradients by the incoming one.
+struct LinearCrossEntropyCudaFunction : torch::autograd::Function<LinearCrossEntropyCudaFunction> {
+  // Logits per chunk: 256 MiB.
+  static int64_t rows_per_chunk(int64_t vocab, int64_t element_size) {
+    return std::max<int64_t>(1, (int64_t{256} << 20) / (vocab * element_size));
+  }
+
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& target, int64_t ignore_index,
+                               bool want_hidden_grad, bool want_weight_grad) {
+    const int64_t n = hidden.size(0), v = weight.size(0);
+    auto count = target.ne(ignore_index).sum().to(torch::kFloat);
+    auto scale = count.reciprocal().reshape({1});  // rows that count; ignored rows get 0 in the kernel
+    auto loss_rows = torch::empty({n}, hidden.options().dtype(torch::kFloat));
+    const bool want_grad = want_hidden_grad || want_weight_grad;
+    torch::Tensor d_hidden, d_weight;
+    if (want_hidden_grad) d_hidden = torch::empty_like(hidden);
+    if (want_weight_grad) d_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat));
+    const int64_t chunk = rows_per_chunk(v, hidden.element_size());
+    for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+      const int64_t len = std::min(chunk, n - r0);
+      auto h = hidden.narrow(0, r0, len);
+      auto logits = at::mm(h, weight.t());
+      loss_rows.narrow(0, r0, len)
+          .copy_(cuda::cross_entropy_rows(logits, target.narrow(0, r0, len), ignore_index,
+                                          want_grad ? scale : torch::Tensor()));
+      if (want_hidden_grad) {
+        auto rows = d_hidden.narrow(0, r0, len);
+        at::mm_out(rows, logits, weight);
+      }
+      if (want_weight_grad) {
+        if (logits.scalar_type() == torch::kFloat)
+          d_weight.addmm_(logits.t(), h);
+        else
+          d_weight.add_(at::mm(logits.t(), h));  // the chunks summed in fp32
+      }
+    }
+    if (want_weight_grad) d_weight = d_weight.to(weight.scalar_type());
+    if (want_grad) ctx->save_for_backward({d_hidden, d_weight});
+    // No counted target: nan, as torch's mean over nothing gives.
+    return loss_rows.sum() / count;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& g = grads[0];  // a scalar on the device: scaling by it needs no sync
+    torch::Tensor d_hidden, d_weight;
+    if (saved[0].defined()) d_hidden = saved[0] * g.to(saved[0].scalar_type());
+    if (saved[1].defined()) d_weight = saved[1] * g.to(saved[1].scalar_type());
+    return {d_hidden, d_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& target,
@@ -148,8 +207,18 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Ten
                      (hidden.scalar_type() == torch::kFloat || hidden.scalar_type() == torch::kBFloat16),
                  "[nn] linear_cross_entropy: hidden and weight must both be fp32 or both bf16, got ",
                  hidden.scalar_type(), " and ", weight.scalar_type());
-  COLOSSAL_CHECK(hidden.device().is_cpu(), "[nn] linear_cross_entropy: a CPU kernel; got ", hidden.device());
+  COLOSSAL_CHECK(hidden.device() == weight.device() && target.device() == hidden.device(),
+                 "[nn] linear_cross_entropy: hidden, weight and target must share a device, got ", hidden.device(),
+                 ", ", weight.device(), " and ", target.device());
+  COLOSSAL_CHECK(hidden.device().is_cpu() || hidden.is_cuda(), "[nn] linear_cross_entropy: CPU or CUDA tensors, got ",
+                 hidden.device());
   check_targets(target, hidden.size(0), weight.size(0), ignore_index, "linear_cross_entropy");
+  if (hidden.is_cuda()) {
+    const bool grad = torch::GradMode::is_enabled();
+    return LinearCrossEntropyCudaFunction::apply(hidden.contiguous(), weight.contiguous(), target.contiguous(),
+                                                 ignore_index, grad && hidden.requires_grad(),
+                                                 grad && weight.requires_grad());
+  }
   // Decided here: inside forward, autograd is off and the context has no inputs to ask about.
   const bool want_grad = torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   return LinearCrossEntropyFunction::apply(hidden, weight, target.contiguous(), ignore_index, want_grad);

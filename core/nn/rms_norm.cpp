@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cuda/ops.h"
+
 namespace colossal::nn {
 namespace {
 
@@ -100,12 +102,32 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// On the GPU: kernels/cuda/rms_norm (fp32, bf16, fp16), one launch forward, two backward.
+struct RmsNormCudaFunction : torch::autograd::Function<RmsNormCudaFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, double eps) {
+    auto [y, rstd] = cuda::rms_norm_forward(x, weight, eps);
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto [gx, gw] = cuda::rms_norm_backward(grads[0], saved[0], saved[1], saved[2]);
+    return {gx, gw, torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   if (x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat && x.device().is_cpu() &&
       weight.is_contiguous() && weight.dim() == 1 && weight.size(0) == x.size(-1)) {
     return RmsNormFunction::apply(x.contiguous(), weight, eps);
+  }
+  if (x.is_cuda() && weight.scalar_type() == x.scalar_type() && weight.dim() == 1 && weight.size(0) == x.size(-1) &&
+      x.scalar_type() != torch::kDouble) {
+    return RmsNormCudaFunction::apply(x.contiguous(), weight, eps);
   }
   auto h = x.to(torch::kFloat32);
   h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);

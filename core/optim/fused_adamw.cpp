@@ -7,7 +7,9 @@
 #include <algorithm>
 
 #include "core/common/check.h"
+#include "core/cuda/ops.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cuda/adamw.h"
 
 namespace colossal::optim {
 namespace {
@@ -28,11 +30,50 @@ kc::AdamWStep to_step(const torch::optim::AdamWOptions& o, int64_t step) {
   return s;
 }
 
-void check_tensor(const torch::Tensor& t, torch::ScalarType dtype, const char* what) {
-  COLOSSAL_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == dtype,
-                 "[fused_adamw] ", what, ": expected a contiguous CPU ", dtype, " tensor, got ",
+// Every tensor of one update lives where its parameter does: the CPU, or one CUDA device.
+void check_tensor(const torch::Tensor& t, torch::ScalarType dtype, const char* what,
+                  const c10::Device& device = c10::kCPU) {
+  COLOSSAL_CHECK(t.device() == device && t.is_contiguous() && t.scalar_type() == dtype,
+                 "[fused_adamw] ", what, ": expected a contiguous ", dtype, " tensor on ", device, ", got ",
                  t.scalar_type(), t.is_contiguous() ? "" : " (non-contiguous)", " on ",
                  t.device());
+}
+
+// The CUDA side of a step: one table entry per parameter, one launch per device.
+namespace kg = colossal::kernels::cuda;
+using CudaUpdates = std::map<c10::DeviceIndex, std::vector<kg::AdamWTensor>>;
+
+kg::AdamWTensor cuda_entry(torch::Tensor& param, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                           const torch::Tensor& grad, const torch::Tensor& working, const kc::AdamWStep& step) {
+  const auto device = param.device();
+  check_tensor(param, torch::kFloat32, "parameter", device);
+  check_tensor(exp_avg, torch::kFloat32, "exp_avg", device);
+  check_tensor(exp_avg_sq, torch::kFloat32, "exp_avg_sq", device);
+  kg::AdamWTensor e;
+  e.param = param.data_ptr<float>();
+  e.exp_avg = exp_avg.data_ptr<float>();
+  e.exp_avg_sq = exp_avg_sq.data_ptr<float>();
+  e.size = param.numel();
+  e.c = kc::detail::coefficients(step);
+  if (grad.scalar_type() == torch::kBFloat16) {
+    check_tensor(grad, torch::kBFloat16, "grad (bf16 working parameters)", device);
+    e.grad_bf16 = 1;
+  } else {
+    check_tensor(grad, torch::kFloat32, "grad", device);
+  }
+  e.grad = grad.const_data_ptr();
+  if (working.defined()) {
+    check_tensor(working, torch::kBFloat16, "working parameter", device);
+    COLOSSAL_CHECK(working.numel() == e.size, "[fused_adamw] working parameter has ", working.numel(),
+                   " elements, master ", e.size);
+    e.working = reinterpret_cast<uint16_t*>(working.data_ptr<at::BFloat16>());
+  }
+  return e;
+}
+
+void run_on_gpus(CudaUpdates& updates) {
+  RECORD_FUNCTION("colossal::fused_adamw_cuda", {});
+  for (auto& [index, table] : updates) cuda::adamw_multi_tensor(std::move(table), {c10::kCUDA, index});
 }
 
 // One parameter's share of a step: raw pointers and the step's coefficients.
@@ -76,6 +117,17 @@ void fused_adamw_update(torch::Tensor& master, torch::Tensor& exp_avg, torch::Te
                         const torch::Tensor& grad, torch::Tensor working,
                         const torch::optim::AdamWOptions& options, int64_t step) {
   COLOSSAL_CHECK(!options.amsgrad(), "[fused_adamw] amsgrad is not supported");
+  if (master.is_cuda()) {
+    COLOSSAL_CHECK(grad.numel() == master.numel(), "[fused_adamw] sizes differ: parameter ", master.numel(), ", grad ",
+                   grad.numel());
+    COLOSSAL_CHECK(working.defined() || grad.scalar_type() == torch::kFloat32,
+                   "[fused_adamw] a bf16 gradient needs its bf16 working parameter");
+    CudaUpdates updates;
+    updates[master.device().index()].push_back(
+        cuda_entry(master, exp_avg, exp_avg_sq, grad, working, to_step(options, step)));
+    run_on_gpus(updates);
+    return;
+  }
   check_tensor(master, torch::kFloat32, "parameter");
   check_tensor(exp_avg, torch::kFloat32, "exp_avg");
   check_tensor(exp_avg_sq, torch::kFloat32, "exp_avg_sq");
@@ -112,7 +164,7 @@ FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOpt
     : FusedAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, defaults) {}
 
 void FusedAdamW::set_working_copy(const torch::Tensor& master, torch::Tensor working) {
-  check_tensor(working, torch::kBFloat16, "working copy");
+  check_tensor(working, torch::kBFloat16, "working copy", master.device());
   COLOSSAL_CHECK(master.scalar_type() == torch::kFloat32 && working.numel() == master.numel(),
                  "[fused_adamw] a working copy needs an fp32 master of its size: master ", master.scalar_type(),
                  " with ", master.numel(), " elements, working copy ", working.numel());
@@ -132,6 +184,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     loss = closure();
   }
   std::vector<Update> updates;
+  CudaUpdates gpu_updates;
   std::vector<torch::Tensor> keep_alive;  // contiguous copies of non-contiguous gradients
   for (auto& [key, w] : working_) w.written = false;
   for (auto& group : param_groups_) {
@@ -150,6 +203,23 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
       auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
       st.step(st.step() + 1);
+      if (p.is_cuda()) {
+        auto grad = p.grad().contiguous();
+        if (!p.grad().is_contiguous()) keep_alive.push_back(grad);
+        COLOSSAL_CHECK(grad.numel() == p.numel(), "[fused_adamw] gradient has ", grad.numel(),
+                       " elements, parameter ", p.numel());
+        torch::Tensor working;
+        if (grad.scalar_type() == torch::kBFloat16) {
+          auto w = working_.find(key);
+          COLOSSAL_CHECK(w != working_.end(), "[fused_adamw] a bf16 gradient on an fp32 parameter needs its "
+                         "working copy (set_working_copy)");
+          working = w->second.tensor;
+          w->second.written = true;
+        }
+        gpu_updates[p.device().index()].push_back(
+            cuda_entry(p, st.exp_avg(), st.exp_avg_sq(), grad, working, to_step(options, st.step())));
+        continue;
+      }
       check_tensor(p, torch::kFloat32, "parameter");
       Update u{.param = p.data_ptr<float>(),
                .exp_avg = st.exp_avg().data_ptr<float>(),
@@ -174,7 +244,8 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       updates.push_back(u);
     }
   }
-  run_in_parallel(updates);
+  if (!updates.empty()) run_in_parallel(updates);
+  run_on_gpus(gpu_updates);  // keep_alive holds the copied gradients until the launch is queued
   return loss;
 }
 

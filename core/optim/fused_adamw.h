@@ -4,7 +4,8 @@
 // parameters together, split in equal element ranges across the intra-op threads (not one
 // fork-join per tensor: a LLaMA has many small norm weights). Options and
 // per-parameter state are torch's own (AdamWOptions, AdamWParamState), so state_dicts move
-// between the two. amsgrad is not supported (an error says so).
+// between the two. amsgrad is not supported (an error says so). Parameters on CUDA devices are
+// updated by kernels/cuda/adamw: one launch per device for all of them, the same bits as the CPU.
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
 

@@ -9,6 +9,8 @@
 #include "core/inference/block_manager.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/inference/engine.h"
+#include "core/cuda/ops.h"
+#include "llama/cuda_inference.h"
 #include "llama/inference.h"
 #include "tests/llama/id_detokenizer.h"
 #include "llama/pretrained.h"
@@ -208,6 +210,15 @@ TEST(Inference, MixtralPagedGreedyEqualsFullRecomputation) {
   auto results = engine.generate(reqs);
   for (size_t i = 0; i < lengths.size(); ++i)
     EXPECT_EQ(results[i].tokens, reference_greedy(m, reqs[i].prompt, 8)) << "prompt of " << lengths[i];
+}
+
+// Without a GPU the GPU engine says so (infer_llama --device cuda reaches this), instead of failing
+// inside CUDA; the CUDA kernels' suites are then reported as skipped.
+TEST(Inference, TheGpuEngineWithoutAGpuIsAClearError) {
+  if (cuda::kernels_usable()) GTEST_SKIP() << "a GPU is visible: nothing to refuse";
+  auto m = tiny_model();
+  auto msg = testing::error_message_of([&] { LlamaCudaInference(m, {}); });
+  EXPECT_NE(msg.find("no CUDA GPU is visible"), std::string::npos) << msg;
 }
 
 TEST(Inference, AloneOrBatchedGivesTheSameTokens) {

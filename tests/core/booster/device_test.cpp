@@ -33,6 +33,31 @@ TEST(CudaDevice, PluginsTrainOnTheGpuAsOnTheCpu) {
   });
 }
 
+TEST(CudaDevice, Bf16StepsOnTheGpuFollowTheSameStepsOnTheCpu) {
+  // Mixed precision (bf16 working weights, fp32 masters; FusedAdamW's kernel on each device):
+  // DDP, ZeRO-2 and Gemini on the GPU against the same plugin on the CPU.
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "needs a CUDA GPU and none is visible (scripts/gpu_check.sh runs this where one is lent)";
+  testing::run_ranks(1, [] {
+    at::globalContext().setAllowTF32CuBLAS(false);
+    for (const char* name : {"ddp", "zero2", "gemini"}) {
+      SCOPED_TRACE(name);
+      auto run = [&](const char* device) {
+        PluginConfig c;
+        c.name = name;
+        c.device = device;
+        c.precision = "bf16";
+        auto plugin = make_plugin(c);
+        return testing::train_boosted(plugin, {.fused_adamw = true, .device = plugin->device()});
+      };
+      auto want = run("cpu");
+      auto got = run("cuda");
+      // bf16 compute on both, summed in different orders: bf16's resolution.
+      testing::expect_close(got, want, 2e-2);
+    }
+  });
+}
+
 TEST(CudaDevice, GeminiTiersBelowTheGpuFollowTheCpu) {
   // Gemini's device tier: shards and optimizer state in pinned host memory (copies on a side
   // stream) or on NVMe, gathered chunks on the GPU. Each placement follows the CPU reference.

@@ -1,0 +1,135 @@
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/paged_attention.h"
+
+namespace colossal::kernels::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kWarps = 4;
+constexpr int kGroup = 8;  // query heads per CUDA block
+
+// E = ceil(head_dim / 32) elements per lane, element e*32 + lane (each load instruction of a warp
+// reads consecutive elements).
+template <typename T, int E>
+__global__ void __launch_bounds__(kWarps * 32)
+    paged_attention_kernel(PagedAttentionArgs a) {
+  __shared__ float s_max[kWarps][kGroup], s_sum[kWarps][kGroup];
+  __shared__ float s_acc[kWarps][kGroup][E * 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t token = blockIdx.x;
+  const int64_t group = a.heads / a.kv_heads;
+  const int64_t parts = (group + kGroup - 1) / kGroup;  // blocks per kv head
+  const int64_t kvh = blockIdx.y / parts;
+  const int64_t first = kvh * group + (blockIdx.y % parts) * kGroup;  // first query head of this block
+  const int64_t left = kvh * group + group - first;
+  const int n = static_cast<int>(left < kGroup ? left : kGroup);
+  const int64_t D = a.head_dim;
+  const T* q = static_cast<const T*>(a.q) + (token * a.heads + first) * D;
+  const T* kc = static_cast<const T*>(a.k_cache);
+  const T* vc = static_cast<const T*>(a.v_cache);
+  const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_seq[token]) * a.max_blocks;
+  const int context = a.token_context[token];
+
+  float qr[kGroup][E], acc[kGroup][E], m[kGroup], l[kGroup];
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int64_t i = e * 32 + lane;
+      qr[h][e] = (h < n && i < D) ? to_float(q[h * D + i]) * a.scale : 0.0f;
+      acc[h][e] = 0.0f;
+    }
+  }
+  for (int j = warp; j < context; j += kWarps) {
+    const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
+    const int64_t offset = (slot * a.kv_heads + kvh) * D;
+    float k[E], v[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int64_t i = e * 32 + lane;
+      k[e] = i < D ? to_float(kc[offset + i]) : 0.0f;
+      v[e] = i < D ? to_float(vc[offset + i]) : 0.0f;
+    }
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      if (h >= n) break;
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) dot += qr[h][e] * k[e];
+      const float s = warp_sum(dot);
+      const float mn = fmaxf(m[h], s);
+      const float correction = expf(m[h] - mn), p = expf(s - mn);
+      l[h] = l[h] * correction + p;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[h][e] = acc[h][e] * correction + p * v[e];
+      m[h] = mn;
+    }
+  }
+  // Merge the warps' partial softmaxes.
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) {
+    if (h >= n) break;
+    if (lane == 0) {
+      s_max[warp][h] = m[h];
+      s_sum[warp][h] = l[h];
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) s_acc[warp][h][e * 32 + lane] = acc[h][e];
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out) + (token * a.heads + first) * D;
+  for (int64_t idx = threadIdx.x; idx < n * D; idx += blockDim.x) {
+    const int h = static_cast<int>(idx / D), i = static_cast<int>(idx % D);
+    float mx = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_max[w][h]);
+    float sum = 0.0f, val = 0.0f;
+    if (mx != -INFINITY) {
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = expf(s_max[w][h] - mx);  // a warp that saw no key: exp(-inf) = 0
+        sum += s_sum[w][h] * f;
+        val += s_acc[w][h][i] * f;
+      }
+    }
+    out[h * D + i] = from_float<T>(sum > 0.0f ? val / sum : 0.0f);
+  }
+}
+
+template <typename T, int E>
+void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
+  const int64_t parts = (a.heads / a.kv_heads + kGroup - 1) / kGroup;
+  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.kv_heads * parts));
+  paged_attention_kernel<T, E><<<grid, kWarps * 32, 0, stream>>>(a);
+}
+
+template <typename T>
+void launch_for_head_dim(const PagedAttentionArgs& a, cudaStream_t stream) {
+  switch ((a.head_dim + 31) / 32) {
+    case 1: launch<T, 1>(a, stream); break;
+    case 2: launch<T, 2>(a, stream); break;
+    case 3: launch<T, 3>(a, stream); break;
+    case 4: launch<T, 4>(a, stream); break;
+    case 5: launch<T, 5>(a, stream); break;
+    case 6: launch<T, 6>(a, stream); break;
+    case 7: launch<T, 7>(a, stream); break;
+    case 8: launch<T, 8>(a, stream); break;
+  }
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionArgs& a, Stream stream) {
+  const char* k = "paged_attention";
+  require(a.head_dim > 0 && a.head_dim <= 256, k, "head_dim " + std::to_string(a.head_dim) + " outside 1..256");
+  require(a.kv_heads > 0 && a.heads % a.kv_heads == 0, k,
+          "heads " + std::to_string(a.heads) + " is not a multiple of kv_heads " + std::to_string(a.kv_heads));
+  require(a.block_size > 0 && a.max_blocks > 0, k, "expected block_size > 0 and max_blocks > 0");
+  if (a.tokens == 0) return;
+  require(a.tokens < (int64_t{1} << 31), k, "too many tokens for one launch");
+  dispatch(a.dtype, [&](auto tag) { launch_for_head_dim<decltype(tag)>(a, stream_of(stream)); });
+  check_launch(k);
+}
+
+}  // namespace colossal::kernels::cuda

@@ -1,0 +1,23 @@
+#pragma once
+// Rotary position embedding in the "rotate half" layout Hugging Face LLaMA uses: for i < D/2
+//   y[i]       = x[i] * cos[p][i]       - x[i + D/2] * sin[p][i]
+//   y[i + D/2] = x[i + D/2] * cos[p][i + D/2] + x[i] * sin[p][i + D/2]
+// with p the token's position. cos/sin are fp32 tables [positions, D], rounded to the storage
+// type before use (as the composed version's .to(x.dtype()) does); the products in fp32, one
+// rounding at the end. Backward is the transposed rotation (sin negated). x and y:
+// [tokens, heads, D], contiguous; in place (y == x) is allowed.
+#include <cstdint>
+
+#include "kernels/cuda/common.h"
+
+namespace colossal::kernels::cuda {
+
+struct RopeShape {
+  int64_t tokens = 0, heads = 0, head_dim = 0;  // head_dim even
+  DType dtype = DType::f32;
+};
+
+void rope(const RopeShape& s, const void* x, const float* cos, const float* sin, const int64_t* positions, void* y,
+          bool backward, Stream stream);
+
+}  // namespace colossal::kernels::cuda

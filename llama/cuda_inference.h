@@ -1,0 +1,55 @@
+#pragma once
+// LLaMA for the generation engine on a CUDA GPU. The engine (scheduler, block tables, sampling)
+// stays on the host; each step's token ids and attention metadata go to the device, the logits
+// come back. On the device: fused q/k/v and gate/up matrices in the model's dtype (fp32, bf16 or
+// fp16) multiplied by cuBLAS, RMSNorm, rotary and SwiGLU from kernels/cuda, the KV cache in the
+// same dtype written with one index_copy per layer, a fresh prompt attended through LibTorch's
+// fused (flash) SDPA and every other token through kernels/cuda/paged_attention.
+// One process, dense models (tensor parallelism and mixtures of experts are refused by name).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/inference/model.h"
+#include "llama/config.h"
+#include "llama/model.h"
+
+namespace colossal::llama {
+
+class LlamaCudaInference : public inference::CausalLM {
+ public:
+  struct Options {
+    c10::Device device{c10::kCUDA, 0};
+    at::ScalarType dtype = at::kBFloat16;  // the weights, activations and KV cache
+  };
+  /// Copies (fused, converted) a model's weights to the device.
+  LlamaCudaInference(LlamaForCausalLM& model, Options options);
+  /// A Hugging Face directory (config.json + safetensors).
+  static std::shared_ptr<LlamaCudaInference> load(const std::string& dir, Options options);
+  /// infer_llama's --dtype on a GPU: fp32, bf16 or fp16 (int8/int4 are CPU formats: refused by name).
+  static at::ScalarType dtype_named(const std::string& name);
+
+  inference::CacheShape cache_shape() const override;
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_positions() const override { return config_.max_position_embeddings; }
+  at::Tensor forward(const inference::ModelInput& input, inference::PagedKVCache& cache) override;
+  const LlamaConfig& config() const { return config_; }
+  /// Bytes of weights one decode step reads (the bandwidth bound of decoding).
+  int64_t weight_bytes_per_token() const;
+
+ private:
+  struct Layer {
+    at::Tensor input_norm, post_norm, qkv, qkv_bias, o, o_bias, gate_up, down;
+  };
+  at::Tensor attention(const inference::ModelInput& in, const at::Tensor& device_meta_seq,
+                       const at::Tensor& device_meta_context, const at::Tensor& block_tables, const at::Tensor& q,
+                       const at::Tensor& k, const at::Tensor& v, inference::PagedKVCache& cache, int64_t layer);
+
+  LlamaConfig config_;
+  Options options_;
+  int64_t heads_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  std::vector<Layer> layers_;
+  at::Tensor embed_, norm_, lm_head_, cos_, sin_;
+};
+
+}  // namespace colossal::llama

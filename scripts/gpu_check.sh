@@ -31,10 +31,10 @@ prepare() {
   local build="${COLOSSAL_BUILD_DIR:-$root/build}"
   bash "$root/scripts/setup.sh" >/dev/null
   bash "$root/scripts/build.sh" -DCOLOSSAL_WITH_CUDA=ON >/dev/null
-  cmake --build "$build" --target core_tests llama_tests train_llama infer_llama bench_kernels colossal
+  cmake --build "$build" --target core_tests llama_tests train_llama infer_llama bench_kernels
   rm -rf "$stage_dir" && mkdir -p "$stage_dir/pack/bin" "$stage_dir/pack/lib" "$stage_dir/pack/data"
   local bins=("$build/tests/core_tests" "$build/tests/llama_tests" "$build/apps/train_llama"
-              "$build/apps/infer_llama" "$build/apps/bench_kernels" "$build/apps/colossal")
+              "$build/apps/infer_llama" "$build/apps/bench_kernels")
   for b in "${bins[@]}"; do
     [ -x "$b" ] || { echo "[gpu_check] missing $b (did the build fail?)" >&2; exit 1; }
     cp "$b" "$stage_dir/pack/bin/" && strip --strip-unneeded "$stage_dir/pack/bin/$(basename "$b")"
@@ -71,7 +71,8 @@ run() {
   local python="${COLOSSAL_GPU_PYTHON:-python3}" torch_dir
   torch_dir="$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')" || {
     echo "[gpu_check] $python has no torch" >&2; exit 1; }
-  "$python" -c 'import torch; print("[gpu_check] torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name(0))' | tee "$out/summary.txt"
+  "$python" -c 'import torch; print("[gpu_check] torch", torch.__version__, "cuda", torch.version.cuda, "device",
+                                    torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NONE VISIBLE")' | tee "$out/summary.txt"
   local site; site="$(dirname "$torch_dir")"
   local cuda_libs; cuda_libs="$(find "$site/nvidia" -maxdepth 3 -name lib -type d 2>/dev/null | tr '\n' ':')"
   export LD_LIBRARY_PATH="$work/lib:$torch_dir/lib:${cuda_libs}${LD_LIBRARY_PATH:-}"
@@ -95,6 +96,11 @@ run() {
   done < <(sed 's/colossal_add_suites(//' "$work/cuda_suites.txt") >"$work/CTestTestfile.cmake"
   stage ctest 240 ctest -L cuda --output-on-failure
   grep -E 'tests passed|tests failed|SKIPPED|Failed|\*\*\*' "$out/ctest.log" | tail -8 >>"$out/summary.txt"
+  # On the GPU machine a skipped suite means the GPU was not usable: that is a failed check.
+  if grep -q 'Skipped' "$out/ctest.log"; then
+    echo "[gpu_check] ctest: suites were SKIPPED (no usable GPU?): the check failed" | tee -a "$out/summary.txt"
+    status=1
+  fi
   mkdir -p "$work/run/data" && cp "$work"/data/*.jsonl "$work/run/data/"
   stage train 150 bin/train_llama --device cuda --mixed_precision bf16 --max_steps 200 --output run --sample_tokens 0
   grep -E 'tokens/s|loss|eval|MFU' "$out/train.log" | tail -4 >>"$out/summary.txt"

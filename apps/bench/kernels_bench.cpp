@@ -396,7 +396,7 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    std::fprintf(stderr, "bench_kernels: %s\n", colossal::error_text(e).c_str());
     return 1;
   }
   std::printf("\n%-8s | %-58s | %-14s | %-40s | %-7s | %s\n", "section", "what", "ours", "against", "ratio", "");

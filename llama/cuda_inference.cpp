@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/common/check.h"
@@ -96,6 +97,8 @@ at::Tensor LlamaCudaInference::attention(const inference::ModelInput& in, const 
   const int32_t* host_seq = in.attention.token_seq.const_data_ptr<int32_t>();
   const int64_t* pos = in.positions.const_data_ptr<int64_t>();
   std::vector<int64_t> paged;  // rows for the paged kernel
+  const int32_t* host_context = in.attention.token_context.const_data_ptr<int32_t>();
+  int64_t max_context = 0;  // over the paged rows: how the kernel splits positions
   int64_t r = 0;
   while (r < n) {
     int64_t e = r + 1;
@@ -109,7 +112,10 @@ at::Tensor LlamaCudaInference::attention(const inference::ModelInput& in, const 
                                                 /*enable_gqa=*/kv_heads_ != heads_);
       out.narrow(0, r, len).copy_(o[0].transpose(0, 1));
     } else {
-      for (int64_t i = r; i < e; ++i) paged.push_back(i);
+      for (int64_t i = r; i < e; ++i) {
+        paged.push_back(i);
+        max_context = std::max<int64_t>(max_context, host_context[i]);
+      }
     }
     r = e;
   }
@@ -117,13 +123,13 @@ at::Tensor LlamaCudaInference::attention(const inference::ModelInput& in, const 
   auto& kc = cache.keys(layer);
   auto& vc = cache.values(layer);
   if (static_cast<int64_t>(paged.size()) == n) {
-    cuda::paged_attention(q, out, kc, vc, block_tables, seq, context, scale);
+    cuda::paged_attention(q, out, kc, vc, block_tables, seq, context, scale, max_context);
     return out;
   }
   auto rows = at::tensor(paged, at::kLong).to(q.device());
   auto part = at::empty({rows.size(0), heads_, head_dim_}, q.options());
   cuda::paged_attention(q.index_select(0, rows).contiguous(), part, kc, vc, block_tables, seq.index_select(0, rows),
-                        context.index_select(0, rows), scale);
+                        context.index_select(0, rows), scale, max_context);
   out.index_copy_(0, rows, part);
   return out;
 }

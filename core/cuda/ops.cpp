@@ -178,7 +178,7 @@ at::Tensor cross_entropy_rows(const at::Tensor& logits, const at::Tensor& target
 
 void paged_attention(const at::Tensor& q, const at::Tensor& out, const at::Tensor& k_cache, const at::Tensor& v_cache,
                      const at::Tensor& block_tables, const at::Tensor& token_seq, const at::Tensor& token_context,
-                     double scale) {
+                     double scale, int64_t max_context) {
   const char* op = "paged_attention";
   COLOSSAL_CHECK(q.dim() == 3 && q.is_contiguous() && out.is_contiguous() && out.sizes() == q.sizes(), "[cuda] ", op,
                  ": expected contiguous q and out [tokens, heads, D], got ", q.sizes(), " and ", out.sizes());
@@ -209,6 +209,13 @@ void paged_attention(const at::Tensor& q, const at::Tensor& out, const at::Tenso
   a.token_context = token_context.const_data_ptr<int32_t>();
   a.scale = static_cast<float>(scale);
   a.tokens = q.size(0);
+  if (a.tokens == 0) return;
+  a.max_context = max_context > 0 ? max_context : token_context.max().item<int32_t>();
+  at::Tensor workspace;
+  if (const int64_t floats = kc::paged_attention_workspace(a); floats > 0) {
+    workspace = at::empty({floats}, q.options().dtype(at::kFloat));
+    a.workspace = workspace.mutable_data_ptr<float>();
+  }
   kc::paged_attention(a, stream_for(q));
 }
 

@@ -39,9 +39,11 @@ at::Tensor cross_entropy_rows(const at::Tensor& logits, const at::Tensor& target
 
 /// Decode attention through the paged cache (kernels/cuda/paged_attention.h): q, out [tokens,
 /// heads, D], cache [blocks, block_size, kv_heads, D], all one dtype; metadata int32 on the device.
+/// `max_context`: the largest of token_context, which sets how the positions are split over
+/// blocks; 0 reads it from the device (one synchronisation).
 void paged_attention(const at::Tensor& q, const at::Tensor& out, const at::Tensor& k_cache, const at::Tensor& v_cache,
                      const at::Tensor& block_tables, const at::Tensor& token_seq, const at::Tensor& token_context,
-                     double scale);
+                     double scale, int64_t max_context = 0);
 
 /// One launch over every entry (pointers into tensors on `device`); the table goes to the device
 /// through pinned memory on the current stream.

@@ -39,5 +39,6 @@ void swiglu_backward(const SwigluShape&, const void*, const void*, const void*, 
 }
 void cross_entropy_rows(void*, const CrossEntropyRows&, Stream) { unavailable("cross_entropy_rows"); }
 void paged_attention(const PagedAttentionArgs&, Stream) { unavailable("paged_attention"); }
+int64_t paged_attention_workspace(const PagedAttentionArgs&) { unavailable("paged_attention_workspace"); }
 
 }  // namespace colossal::kernels::cuda

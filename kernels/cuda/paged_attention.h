@@ -7,7 +7,10 @@
 // out and the cache share one storage type (fp32, bf16 or fp16), the math is fp32. Grouped-query
 // attention: query head h reads kv head h / (heads / kv_heads), and one CUDA block serves up to 8
 // query heads of one kv head, so each key and value is read once for the whole group. Inside a
-// block, 4 warps take every 4th position and merge their partial softmaxes at the end.
+// block, 4 warps take every 4th position (two positions' loads in flight per warp) and merge their
+// partial softmaxes at the end. Long contexts are split (flash decoding): blocks of up to
+// kSplitPositions positions each write a partial softmax to `workspace`, and a second launch
+// merges them, so one sequence at batch 1 still spreads over the whole GPU.
 // head_dim up to 256; any block size.
 #include <cstdint>
 
@@ -28,8 +31,14 @@ struct PagedAttentionArgs {
   const int32_t* token_context = nullptr;  // [tokens]: visible positions (position + 1)
   float scale = 1.0f;
   int64_t tokens = 0;
+  int64_t max_context = 0;     // the largest token_context (the host knows it): sets the splits
+  float* workspace = nullptr;  // paged_attention_workspace(args) floats when that is > 0
 };
 
+/// Positions one split covers.
+constexpr int64_t kSplitPositions = 512;
+/// fp32 elements of workspace the call needs (0: no split, none needed).
+int64_t paged_attention_workspace(const PagedAttentionArgs& args);
 void paged_attention(const PagedAttentionArgs& args, Stream stream);
 
 }  // namespace colossal::kernels::cuda

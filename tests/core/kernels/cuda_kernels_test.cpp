@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cuda/ops.h"
@@ -231,7 +232,8 @@ TEST(CudaKernels, LinearCrossEntropyFollowsTheCpuOverLargeVocabularies) {
 }
 
 // The paged kernel against the CPU's (fp32 and bf16 caches) and float64 (fp16 caches): GQA,
-// head dims 64 and 128, block sizes 16 and 32, contexts crossing blocks.
+// head dims 64 and 128, block sizes 16 and 32, contexts crossing blocks, and contexts past
+// kSplitPositions (split over blocks and merged: flash decoding) beside short ones.
 TEST(CudaKernels, PagedAttentionFollowsTheCpuKernel) {
   SKIP_WITHOUT_GPU();
   torch::manual_seed(7);
@@ -241,8 +243,8 @@ TEST(CudaKernels, PagedAttentionFollowsTheCpuKernel) {
         for (auto [heads, kv] : std::vector<std::pair<int64_t, int64_t>>{{8, 2}, {4, 4}, {12, 1}}) {
           SCOPED_TRACE(std::string(c10::toString(dtype)) + " d " + std::to_string(d) + " block " +
                        std::to_string(bs) + " heads " + std::to_string(heads) + "/" + std::to_string(kv));
-          const int64_t blocks = 40, max_blocks = 12;
-          std::vector<int32_t> context = {1, 7, 100, 33, 16 * 12};  // one token per sequence
+          const int64_t blocks = 96, max_blocks = 40;
+          std::vector<int32_t> context = {1, 7, 100, 33, 16 * 12, 1100, 513};  // one token per sequence
           const auto tokens = static_cast<int64_t>(context.size());
           for (auto& c : context) c = std::min<int32_t>(c, static_cast<int32_t>(bs * max_blocks));
           auto k = torch::randn({blocks, bs, kv, d}).to(dtype);
@@ -255,8 +257,10 @@ TEST(CudaKernels, PagedAttentionFollowsTheCpuKernel) {
           auto q = torch::randn({tokens, heads, d}).to(dtype);
           const double scale = 1.0 / std::sqrt(static_cast<double>(d));
           auto out = torch::empty({tokens, heads, d}, q.options().device(kGpu));
+          // The largest context given (as the engine does) for fp32, read from the device otherwise.
+          const int64_t given = dtype == torch::kFloat ? *std::max_element(context.begin(), context.end()) : 0;
           cuda::paged_attention(q.to(kGpu), out, k.to(kGpu), v.to(kGpu), tables.to(kGpu), seq.to(kGpu), ctx.to(kGpu),
-                                scale);
+                                scale, given);
           torch::Tensor want;
           if (dtype != torch::kHalf) {
             auto qf = q.to(torch::kFloat).contiguous();

@@ -358,14 +358,6 @@ void run_train(const Args& a, const std::string& shape_name) {
               (compiled ? fmt(", compile %.0f", compiled->tokens_s) : "")});
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string x; std::getline(in, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -384,13 +376,13 @@ int main(int argc, char** argv) {
     COLOSSAL_CHECK(colossal::cuda::kernels_usable(), "bench_kernels needs a CUDA GPU and this build's CUDA kernels; "
                    "none is visible here");
     colossal::dist::init();
-    for (const auto& section : split(a.sections)) {
+    for (const auto& section : colossal::bench::split_list(a.sections)) {
       if (section == "kernels") {
         run_kernels(a);
       } else if (section == "decode") {
-        for (const auto& s : split(a.shapes)) run_decode(a, s, torch::kBFloat16);
+        for (const auto& s : colossal::bench::split_list(a.shapes)) run_decode(a, s, torch::kBFloat16);
       } else if (section == "train") {
-        for (const auto& s : split(a.shapes)) run_train(a, s);
+        for (const auto& s : colossal::bench::split_list(a.shapes)) run_train(a, s);
       } else {
         COLOSSAL_FAIL("--sections: unknown section '", section, "' (kernels, decode, train)");
       }

@@ -1,5 +1,6 @@
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/index_math.h"
 
 namespace colossal::kernels::cuda {
 namespace {
@@ -24,13 +25,7 @@ __device__ __forceinline__ float from_bf16_bits(uint16_t b) { return __uint_as_f
 
 __global__ void adamw_kernel(const AdamWTensor* __restrict__ table, int count, int64_t total_chunks) {
   for (int64_t chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
-    // The last entry whose first chunk is <= chunk.
-    int lo = 0, hi = count - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (table[mid].first_chunk <= chunk) lo = mid; else hi = mid - 1;
-    }
-    const AdamWTensor& t = table[lo];
+    const AdamWTensor& t = table[index::entry_of_chunk(table, count, chunk)];
     const int64_t begin = (chunk - t.first_chunk) * kAdamWChunk;
     const int64_t end = min(begin + kAdamWChunk, t.size);
     const AdamWCoefficients c = t.c;
@@ -60,14 +55,7 @@ __global__ void adamw_kernel(const AdamWTensor* __restrict__ table, int count, i
 
 }  // namespace
 
-int64_t adamw_plan(AdamWTensor* table, int count) {
-  int64_t chunks = 0;
-  for (int i = 0; i < count; ++i) {
-    table[i].first_chunk = chunks;
-    chunks += (table[i].size + kAdamWChunk - 1) / kAdamWChunk;
-  }
-  return chunks;
-}
+int64_t adamw_plan(AdamWTensor* table, int count) { return index::plan_chunks(table, count, kAdamWChunk); }
 
 void adamw_multi_tensor(const AdamWTensor* device_table, int count, int64_t total_chunks, Stream stream) {
   if (count == 0 || total_chunks == 0) return;

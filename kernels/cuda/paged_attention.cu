@@ -1,4 +1,5 @@
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/index_math.h"
 #include "kernels/cuda/paged_attention.h"
 
 namespace colossal::kernels::cuda {
@@ -9,9 +10,7 @@ using namespace detail;
 constexpr int kWarps = 4;
 constexpr int kGroup = 8;  // query heads per CUDA block
 
-int64_t splits_of(const PagedAttentionArgs& a) {
-  return a.max_context > kSplitPositions ? (a.max_context + kSplitPositions - 1) / kSplitPositions : 1;
-}
+int64_t splits_of(const PagedAttentionArgs& a) { return index::splits_for(a.max_context, kSplitPositions); }
 
 // One block: up to kGroup query heads of one kv head of one token, over the positions
 // [split * kSplitPositions, ...) of its context (all of them when splits == 1). E = ceil(D / 32)
@@ -25,20 +24,17 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t token = blockIdx.x;
   const int split = blockIdx.z;
-  const int64_t group = a.heads / a.kv_heads;
-  const int64_t parts = (group + kGroup - 1) / kGroup;  // blocks per kv head
-  const int64_t kvh = blockIdx.y / parts;
-  const int64_t first = kvh * group + (blockIdx.y % parts) * kGroup;  // first query head of this block
-  const int64_t left = kvh * group + group - first;
-  const int n = static_cast<int>(left < kGroup ? left : kGroup);
+  const index::HeadBlock heads_here = index::head_block(blockIdx.y, a.heads, a.kv_heads, kGroup);
+  const int64_t kvh = heads_here.kv_head, first = heads_here.first_head;
+  const int n = heads_here.heads;
   const int64_t D = a.head_dim;
   const T* q = static_cast<const T*>(a.q) + (token * a.heads + first) * D;
   const T* kc = static_cast<const T*>(a.k_cache);
   const T* vc = static_cast<const T*>(a.v_cache);
   const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_seq[token]) * a.max_blocks;
   const int context = a.token_context[token];
-  const int begin = splits == 1 ? 0 : split * static_cast<int>(kSplitPositions);
-  const int end = splits == 1 ? context : min(context, begin + static_cast<int>(kSplitPositions));
+  const index::Range positions = index::split_range(split, splits, context, kSplitPositions);
+  const int begin = positions.begin, end = positions.end;
 
   float qr[kGroup][E], acc[kGroup][E], m[kGroup], l[kGroup];
 #pragma unroll
@@ -152,7 +148,7 @@ __global__ void merge_kernel(PagedAttentionArgs a, int splits) {
 
 template <typename T, int E>
 void launch(const PagedAttentionArgs& a, int splits, cudaStream_t stream) {
-  const int64_t parts = (a.heads / a.kv_heads + kGroup - 1) / kGroup;
+  const int64_t parts = index::blocks_per_kv_head(a.heads, a.kv_heads, kGroup);
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.kv_heads * parts),
                   static_cast<unsigned>(splits));
   paged_attention_kernel<T, E><<<grid, kWarps * 32, 0, stream>>>(a, splits);

@@ -85,52 +85,66 @@ int64_t LlamaCudaInference::weight_bytes_per_token() const {
   return bytes;
 }
 
-// q [n, H, D] (rotated), k/v [n, KV, D] (k rotated; both already in the cache). Fresh prompts of
-// kSdpaPrefillMin tokens or more: SDPA over their own keys; every other token: the paged kernel.
-at::Tensor LlamaCudaInference::attention(const inference::ModelInput& in, const at::Tensor& seq,
-                                         const at::Tensor& context, const at::Tensor& block_tables,
-                                         const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                         inference::PagedKVCache& cache, int64_t layer) {
-  const int64_t n = q.size(0);
+LlamaCudaInference::AttentionPlan LlamaCudaInference::plan_attention(const inference::ModelInput& in) const {
+  const auto device = options_.device;
+  const int64_t n = in.tokens.size(0);
+  const int32_t* seq = in.attention.token_seq.const_data_ptr<int32_t>();
+  const int32_t* context = in.attention.token_context.const_data_ptr<int32_t>();
+  const int64_t* pos = in.positions.const_data_ptr<int64_t>();
+  AttentionPlan plan;
+  std::vector<int64_t> paged;
+  for (int64_t r = 0, e = 0; r < n; r = e) {
+    for (e = r + 1; e < n && seq[e] == seq[r];) ++e;
+    if (pos[r] == 0 && e - r >= kSdpaPrefillMin) {
+      plan.sdpa.emplace_back(r, e);
+      continue;
+    }
+    for (int64_t i = r; i < e; ++i) {
+      paged.push_back(i);
+      plan.max_context = std::max<int64_t>(plan.max_context, context[i]);
+    }
+  }
+  plan.paged = static_cast<int64_t>(paged.size());
+  if (plan.paged == 0) return plan;
+  plan.all_paged = plan.paged == n;
+  plan.block_tables = in.attention.block_tables.to(device, /*non_blocking=*/true).contiguous();
+  if (plan.all_paged) {
+    plan.seq = in.attention.token_seq.to(device, true);
+    plan.context = in.attention.token_context.to(device, true);
+  } else {
+    auto rows = at::tensor(paged, at::kLong);
+    plan.paged_rows = rows.to(device, true);
+    plan.seq = in.attention.token_seq.index_select(0, rows).to(device, true);
+    plan.context = in.attention.token_context.index_select(0, rows).to(device, true);
+  }
+  return plan;
+}
+
+// q [n, H, D] (rotated), k/v [n, KV, D] (k rotated; both already in the cache).
+at::Tensor LlamaCudaInference::attention(const AttentionPlan& plan, const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& v, inference::PagedKVCache& cache, int64_t layer) const {
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   auto out = at::empty_like(q);
-  const int32_t* host_seq = in.attention.token_seq.const_data_ptr<int32_t>();
-  const int64_t* pos = in.positions.const_data_ptr<int64_t>();
-  std::vector<int64_t> paged;  // rows for the paged kernel
-  const int32_t* host_context = in.attention.token_context.const_data_ptr<int32_t>();
-  int64_t max_context = 0;  // over the paged rows: how the kernel splits positions
-  int64_t r = 0;
-  while (r < n) {
-    int64_t e = r + 1;
-    while (e < n && host_seq[e] == host_seq[r]) ++e;
-    if (pos[r] == 0 && e - r >= kSdpaPrefillMin) {
-      const int64_t len = e - r;
-      auto qs = q.narrow(0, r, len).transpose(0, 1).unsqueeze(0);  // [1, H, len, D]
-      auto ks = k.narrow(0, r, len).transpose(0, 1).unsqueeze(0);
-      auto vs = v.narrow(0, r, len).transpose(0, 1).unsqueeze(0);
-      auto o = at::scaled_dot_product_attention(qs, ks, vs, {}, 0.0, /*is_causal=*/true, scale,
-                                                /*enable_gqa=*/kv_heads_ != heads_);
-      out.narrow(0, r, len).copy_(o[0].transpose(0, 1));
-    } else {
-      for (int64_t i = r; i < e; ++i) {
-        paged.push_back(i);
-        max_context = std::max<int64_t>(max_context, host_context[i]);
-      }
-    }
-    r = e;
+  for (auto [r, e] : plan.sdpa) {
+    const int64_t len = e - r;
+    auto qs = q.narrow(0, r, len).transpose(0, 1).unsqueeze(0);  // [1, H, len, D]
+    auto ks = k.narrow(0, r, len).transpose(0, 1).unsqueeze(0);
+    auto vs = v.narrow(0, r, len).transpose(0, 1).unsqueeze(0);
+    auto o = at::scaled_dot_product_attention(qs, ks, vs, {}, 0.0, /*is_causal=*/true, scale,
+                                              /*enable_gqa=*/kv_heads_ != heads_);
+    out.narrow(0, r, len).copy_(o[0].transpose(0, 1));
   }
-  if (paged.empty()) return out;
-  auto& kc = cache.keys(layer);
-  auto& vc = cache.values(layer);
-  if (static_cast<int64_t>(paged.size()) == n) {
-    cuda::paged_attention(q, out, kc, vc, block_tables, seq, context, scale, max_context);
+  if (plan.paged == 0) return out;
+  const auto& kc = cache.keys(layer);
+  const auto& vc = cache.values(layer);
+  if (plan.all_paged) {
+    cuda::paged_attention(q, out, kc, vc, plan.block_tables, plan.seq, plan.context, scale, plan.max_context);
     return out;
   }
-  auto rows = at::tensor(paged, at::kLong).to(q.device());
-  auto part = at::empty({rows.size(0), heads_, head_dim_}, q.options());
-  cuda::paged_attention(q.index_select(0, rows).contiguous(), part, kc, vc, block_tables, seq.index_select(0, rows),
-                        context.index_select(0, rows), scale, max_context);
-  out.index_copy_(0, rows, part);
+  auto part = at::empty({plan.paged, heads_, head_dim_}, q.options());
+  cuda::paged_attention(q.index_select(0, plan.paged_rows), part, kc, vc, plan.block_tables, plan.seq, plan.context,
+                        scale, plan.max_context);
+  out.index_copy_(0, plan.paged_rows, part);
   return out;
 }
 
@@ -147,10 +161,8 @@ at::Tensor LlamaCudaInference::forward(const inference::ModelInput& in, inferenc
   auto tokens = in.tokens.to(device, /*non_blocking=*/true);
   auto positions = in.positions.to(device, true);
   auto slots = in.attention.slots.to(device, true);
-  auto seq = in.attention.token_seq.to(device, true);
-  auto context = in.attention.token_context.to(device, true);
-  auto tables = in.attention.block_tables.to(device, true).contiguous();
   auto sample = in.sample_index.to(device, true);
+  const AttentionPlan plan = plan_attention(in);
 
   auto h = embed_.index_select(0, tokens);  // [n, hidden]
   for (size_t li = 0; li < layers_.size(); ++li) {
@@ -166,7 +178,7 @@ at::Tensor LlamaCudaInference::forward(const inference::ModelInput& in, inferenc
     auto& vc = cache.values(layer);
     kc.view({-1, KV, D}).index_copy_(0, slots, k);
     vc.view({-1, KV, D}).index_copy_(0, slots, v);
-    auto attn = attention(in, seq, context, tables, q, k, v, cache, layer).view({n, H * D});
+    auto attn = attention(plan, q, k, v, cache, layer).view({n, H * D});
     h = L.o_bias.defined() ? at::addmm(h + L.o_bias, attn, L.o.t()) : at::addmm(h, attn, L.o.t());
     x = std::get<0>(cuda::rms_norm_forward(h, L.post_norm, eps));
     auto gu = at::mm(x, L.gate_up.t());

@@ -8,6 +8,7 @@
 // One process, dense models (tensor parallelism and mixtures of experts are refused by name).
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/inference/model.h"
@@ -41,9 +42,18 @@ class LlamaCudaInference : public inference::CausalLM {
   struct Layer {
     at::Tensor input_norm, post_norm, qkv, qkv_bias, o, o_bias, gate_up, down;
   };
-  at::Tensor attention(const inference::ModelInput& in, const at::Tensor& device_meta_seq,
-                       const at::Tensor& device_meta_context, const at::Tensor& block_tables, const at::Tensor& q,
-                       const at::Tensor& k, const at::Tensor& v, inference::PagedKVCache& cache, int64_t layer);
+  // How one step's tokens attend, worked out once per forward (the same for every layer): fresh
+  // prompts of kSdpaPrefillMin tokens or more through SDPA, the other rows through the paged kernel
+  // with their metadata already on the device.
+  struct AttentionPlan {
+    std::vector<std::pair<int64_t, int64_t>> sdpa;  // [begin, end) rows of fresh prompts
+    bool all_paged = false;
+    at::Tensor paged_rows, seq, context, block_tables;  // device; paged_rows only when !all_paged
+    int64_t paged = 0, max_context = 0;                // paged rows; the longest context among them
+  };
+  AttentionPlan plan_attention(const inference::ModelInput& in) const;
+  at::Tensor attention(const AttentionPlan& plan, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       inference::PagedKVCache& cache, int64_t layer) const;
 
   LlamaConfig config_;
   Options options_;

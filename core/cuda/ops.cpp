@@ -94,10 +94,10 @@ at::Tensor rope(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor&
                  ": expected tables [positions, ", D, "], got ", cos.sizes(), " and ", sin.sizes());
   auto x = x_in.contiguous();
   auto y = at::empty_like(x);
-  auto per_token = B == 1 ? positions.contiguous() : positions.repeat({B});
-  kc::rope({B * T, H, D, dtype_of(x, op)}, x.const_data_ptr(), cos.contiguous().const_data_ptr<float>(),
-           sin.contiguous().const_data_ptr<float>(), per_token.const_data_ptr<int64_t>(), y.mutable_data_ptr(),
-           backward, stream_for(x));
+  auto pos = positions.contiguous();
+  kc::rope({B * T, H, D, dtype_of(x, op), T}, x.const_data_ptr(), cos.contiguous().const_data_ptr<float>(),
+           sin.contiguous().const_data_ptr<float>(), pos.const_data_ptr<int64_t>(), y.mutable_data_ptr(), backward,
+           stream_for(x));
   return y;
 }
 

@@ -203,21 +203,22 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
       auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
       st.step(st.step() + 1);
+      auto grad = p.grad().contiguous();
+      if (!p.grad().is_contiguous()) keep_alive.push_back(grad);
+      COLOSSAL_CHECK(grad.numel() == p.numel(), "[fused_adamw] gradient has ", grad.numel(), " elements, parameter ",
+                     p.numel());
+      torch::Tensor working;  // a bf16 gradient: the working copy the update rewrites
+      if (grad.scalar_type() == torch::kBFloat16) {
+        auto w = working_.find(key);
+        COLOSSAL_CHECK(w != working_.end(), "[fused_adamw] a bf16 gradient on an fp32 parameter needs its working "
+                       "copy (set_working_copy)");
+        working = w->second.tensor;
+        w->second.written = true;
+      }
+      const auto this_step = to_step(options, st.step());
       if (p.is_cuda()) {
-        auto grad = p.grad().contiguous();
-        if (!p.grad().is_contiguous()) keep_alive.push_back(grad);
-        COLOSSAL_CHECK(grad.numel() == p.numel(), "[fused_adamw] gradient has ", grad.numel(),
-                       " elements, parameter ", p.numel());
-        torch::Tensor working;
-        if (grad.scalar_type() == torch::kBFloat16) {
-          auto w = working_.find(key);
-          COLOSSAL_CHECK(w != working_.end(), "[fused_adamw] a bf16 gradient on an fp32 parameter needs its "
-                         "working copy (set_working_copy)");
-          working = w->second.tensor;
-          w->second.written = true;
-        }
         gpu_updates[p.device().index()].push_back(
-            cuda_entry(p, st.exp_avg(), st.exp_avg_sq(), grad, working, to_step(options, st.step())));
+            cuda_entry(p, st.exp_avg(), st.exp_avg_sq(), grad, working, this_step));
         continue;
       }
       check_tensor(p, torch::kFloat32, "parameter");
@@ -225,18 +226,10 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
                .exp_avg = st.exp_avg().data_ptr<float>(),
                .exp_avg_sq = st.exp_avg_sq().data_ptr<float>(),
                .size = p.numel(),
-               .step = to_step(options, st.step())};
-      auto grad = p.grad().contiguous();
-      if (!p.grad().is_contiguous()) keep_alive.push_back(grad);
-      COLOSSAL_CHECK(grad.numel() == u.size, "[fused_adamw] gradient has ", grad.numel(), " elements, parameter ",
-                     u.size);
-      if (grad.scalar_type() == torch::kBFloat16) {
-        auto w = working_.find(key);
-        COLOSSAL_CHECK(w != working_.end(), "[fused_adamw] a bf16 gradient on an fp32 parameter needs its working "
-                       "copy (set_working_copy)");
+               .step = this_step};
+      if (working.defined()) {
         u.grad_bf16 = reinterpret_cast<const uint16_t*>(grad.data_ptr<at::BFloat16>());
-        u.working = reinterpret_cast<uint16_t*>(w->second.tensor.data_ptr<at::BFloat16>());
-        w->second.written = true;
+        u.working = reinterpret_cast<uint16_t*>(working.data_ptr<at::BFloat16>());
       } else {
         check_tensor(grad, torch::kFloat32, "grad");
         u.grad = grad.data_ptr<float>();

@@ -1,6 +1,6 @@
 #pragma once
 // Device-side helpers shared by the .cu files: loads and stores in each storage type (math is
-// always fp32), warp and block reductions, and the launch check.
+// always fp32), warp and block sums, and the launch check.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -38,10 +38,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 /// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 /// `scratch` holds 32 floats; the call synchronises the block.
@@ -53,15 +49,6 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : 0.0f;
   return warp_sum(v);
-}
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : -INFINITY;
-  return warp_max(v);
 }
 
 inline cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }

@@ -11,7 +11,6 @@ namespace colossal::kernels::cuda {
 enum class DType { f32, bf16, f16 };
 using Stream = void*;  // a cudaStream_t
 
-const char* dtype_name(DType t);
 /// Whether this build has the CUDA kernels (false: every entry point throws saying so).
 bool built();
 

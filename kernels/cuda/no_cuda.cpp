@@ -18,7 +18,6 @@ namespace {
 }
 }  // namespace
 
-const char* dtype_name(DType t) { return t == DType::f32 ? "fp32" : t == DType::bf16 ? "bf16" : "fp16"; }
 bool built() { return false; }
 int64_t adamw_plan(AdamWTensor*, int) { unavailable("adamw_plan"); }
 void adamw_multi_tensor(const AdamWTensor*, int, int64_t, Stream) { unavailable("adamw_multi_tensor"); }

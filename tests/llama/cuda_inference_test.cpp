@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "core/cuda/ops.h"
+#include "tests/support/cuda.h"
 #include "core/inference/engine.h"
 #include "llama/cuda_inference.h"
 #include "llama/inference.h"
@@ -14,11 +15,6 @@
 
 namespace colossal::llama {
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                                                 \
-  if (!cuda::kernels_usable())                                                                              \
-  GTEST_SKIP() << "needs a CUDA GPU and this build's CUDA kernels; none visible here (scripts/gpu_check.sh " \
-                  "runs this suite where one is lent)"
 
 LlamaConfig small_config() {
   LlamaConfig c;
@@ -68,7 +64,7 @@ std::vector<std::vector<int64_t>> generate(std::shared_ptr<inference::CausalLM> 
 }
 
 TEST(LlamaCuda, GreedyTokensOnTheGpuEqualTheCpuEngines) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   at::globalContext().setAllowTF32CuBLAS(false);
   auto m = small_model();
   auto cpu = std::make_shared<LlamaInference>(m, LlamaInference::Options{});
@@ -80,7 +76,7 @@ TEST(LlamaCuda, GreedyTokensOnTheGpuEqualTheCpuEngines) {
 }
 
 TEST(LlamaCuda, HalfPrecisionLogitsStayCloseToFp32) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   at::globalContext().setAllowTF32CuBLAS(false);
   auto m = small_model();
   auto logits = [&](at::ScalarType dtype) {
@@ -115,7 +111,7 @@ TEST(LlamaCuda, HalfPrecisionLogitsStayCloseToFp32) {
 }
 
 TEST(LlamaCuda, TrainingStepOnTheGpuFollowsTheCpu) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   at::globalContext().setAllowTF32CuBLAS(false);
   auto cpu = small_model();
   cpu->train();

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/cuda/ops.h"
+#include "tests/support/cuda.h"
 #include "core/nn/fused_losses.h"
 #include "core/nn/rms_norm.h"
 #include "core/nn/rotary.h"
@@ -20,11 +21,6 @@
 
 namespace colossal {
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                                                 \
-  if (!cuda::kernels_usable())                                                                              \
-  GTEST_SKIP() << "needs a CUDA GPU and this build's CUDA kernels; none visible here (scripts/gpu_check.sh " \
-                  "runs this suite where one is lent)"
 
 const c10::Device kGpu(c10::kCUDA, 0);
 
@@ -46,7 +42,7 @@ double tolerance(torch::ScalarType t) { return t == torch::kFloat ? 1e-5 : 1.6e-
 const std::vector<torch::ScalarType> kTypes = {torch::kFloat, torch::kBFloat16};
 
 TEST(CudaKernels, AdamWOneLaunchForManyTensorsGivesTheCpuBits) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   torch::manual_seed(1);
   namespace kc = kernels::cpu;
   kc::AdamWStep step;
@@ -102,7 +98,7 @@ TEST(CudaKernels, AdamWOneLaunchForManyTensorsGivesTheCpuBits) {
 }
 
 TEST(CudaKernels, FusedAdamWStepsOnTheGpuAsOnTheCpu) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   torch::manual_seed(2);
   std::vector<torch::Tensor> cpu_params, gpu_params;
   for (int64_t n : {1, 7, 4097, 100003}) {
@@ -125,7 +121,7 @@ TEST(CudaKernels, FusedAdamWStepsOnTheGpuAsOnTheCpu) {
 }
 
 TEST(CudaKernels, RmsNormForwardAndBackwardFollowTheCpu) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   torch::manual_seed(3);
   // rows x dim: 1, 7, 4097 and 100003 elements per row, and 100003 rows of 1.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {5, 7}, {3, 4097}, {2, 100003}, {100003, 1}};
@@ -151,7 +147,7 @@ TEST(CudaKernels, RmsNormForwardAndBackwardFollowTheCpu) {
 }
 
 TEST(CudaKernels, RotaryForwardAndBackwardFollowTheCpu) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   torch::manual_seed(4);
   for (auto dtype : kTypes) {
     for (int64_t d : {64, 128}) {
@@ -177,7 +173,7 @@ TEST(CudaKernels, RotaryForwardAndBackwardFollowTheCpu) {
 }
 
 TEST(CudaKernels, SwigluForwardAndBackwardFollowTheCpu) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   torch::manual_seed(5);
   for (auto dtype : kTypes) {
     for (int64_t n : {1, 7, 4097, 100003}) {
@@ -205,7 +201,7 @@ TEST(CudaKernels, SwigluForwardAndBackwardFollowTheCpu) {
 }
 
 TEST(CudaKernels, LinearCrossEntropyFollowsTheCpuOverLargeVocabularies) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   torch::manual_seed(6);
   for (auto dtype : kTypes) {
     for (int64_t vocab : {7, 4097, 100003}) {
@@ -235,7 +231,7 @@ TEST(CudaKernels, LinearCrossEntropyFollowsTheCpuOverLargeVocabularies) {
 // head dims 64 and 128, block sizes 16 and 32, contexts crossing blocks, and contexts past
 // kSplitPositions (split over blocks and merged: flash decoding) beside short ones.
 TEST(CudaKernels, PagedAttentionFollowsTheCpuKernel) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   torch::manual_seed(7);
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
     for (int64_t d : {64, 128}) {
@@ -307,7 +303,7 @@ TEST(CudaKernels, PagedAttentionFollowsTheCpuKernel) {
 }
 
 TEST(CudaKernels, BadOperandsAreRefusedByName) {
-  SKIP_WITHOUT_GPU();
+  COLOSSAL_SKIP_WITHOUT_GPU();
   auto x = torch::randn({4, 8}, torch::TensorOptions().device(kGpu));
   std::string msg;
   try {

@@ -8,8 +8,22 @@ jobs="${COLOSSAL_JOBS:-$(nproc)}"
 python="$(bash "$root/scripts/setup.sh" --python)"
 log="$(mktemp)"
 # The configure output is long (LibTorch's CMake warns about CUDA details); show it on failure.
-cmake -S "$root" -B "$build" -G Ninja -DCOLOSSAL_PYTHON="$python" "$@" >"$log" 2>&1 \
-  || { cat "$log" >&2; echo "[build] configure failed (log above)" >&2; exit 1; }
+# A configure takes seconds; one still running after 10 minutes is stuck (a probe waiting on
+# something), and says so with its log instead of holding a CI run until its deadline.
+status=0
+timeout "${COLOSSAL_CONFIGURE_TIMEOUT:-600}" \
+  cmake -S "$root" -B "$build" -G Ninja -DCOLOSSAL_PYTHON="$python" "$@" >"$log" 2>&1 || status=$?
+if ((status)); then
+  cat "$log" >&2
+  if ((status == 124)); then
+    echo "[build] configure did not finish in ${COLOSSAL_CONFIGURE_TIMEOUT:-600} s (log above)" >&2
+  else
+    echo "[build] configure failed (log above)" >&2
+  fi
+  exit 1
+fi
 grep -E '^-- colossal' "$log" || true
 rm -f "$log"
+build_start=$(date +%s)
 cmake --build "$build" -j "$jobs"
+echo "[build] built in $(($(date +%s) - build_start)) s with $jobs jobs" >&2

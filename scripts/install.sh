@@ -10,7 +10,8 @@ build="${COLOSSAL_BUILD_DIR:-$root/build}"
 bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh" "$@"
 python="$(bash "$root/scripts/setup.sh" --python)"
+# --no-index: nothing here needs the network (and a hanging index must not stall CI).
 # No build isolation: scikit-build-core is in the environment already (setup.sh), and the module
 # must be built against this environment's torch. --no-deps: torch is there, pinned by setup.sh.
-"$python" -m pip install -q --no-build-isolation --no-deps --config-settings=build-dir="$build" "$root"
+"$python" -m pip install -q --no-index --disable-pip-version-check --no-build-isolation --no-deps --config-settings=build-dir="$build" "$root"
 "$python" -c 'import colossal; print("[install] colossal module:", colossal.__file__)'

@@ -40,7 +40,7 @@ cmake --build "$work/consumer" >"$work/build.log" 2>&1 || { cat "$work/build.log
 "$work/consumer/consumer" || fail "the consumer program failed"
 
 echo "== 3. pip wheel ."
-"$python" -m pip wheel -q --no-build-isolation --no-deps --config-settings=build-dir="$build" -w "$work/wheel" "$src" \
+"$python" -m pip wheel -q --no-index --disable-pip-version-check --no-build-isolation --no-deps --config-settings=build-dir="$build" -w "$work/wheel" "$src" \
   || fail "pip wheel failed"
 wheel="$(ls "$work"/wheel/colossal_cpp-*.whl)"
 "$python" - "$wheel" <<'PY' || fail "the wheel lacks files"
@@ -51,7 +51,7 @@ missing = [n for n in need if n not in names] + ([] if any(n.startswith("colossa
 assert not missing, f"missing {missing}; has {names}"
 print("wheel:", sys.argv[1].rsplit("/", 1)[1], len(names), "files")
 PY
-"$python" -m pip install -q --no-deps --target "$work/site" "$wheel"
+"$python" -m pip install -q --no-index --disable-pip-version-check --no-deps --target "$work/site" "$wheel"
 (cd "$work" && PYTHONPATH="$work/site" "$python" - "$work/site" <<'PY') || fail "the installed wheel does not work"
 import sys, torch, colossal
 assert colossal.__file__.startswith(sys.argv[1]), colossal.__file__

@@ -4,7 +4,24 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${COLOSSAL_BUILD_DIR:-$root/build}"
-jobs="${COLOSSAL_JOBS:-$(nproc)}"
+# Parallel compiles: the CPUs this process may use (nproc, or a cgroup CPU quota when one is
+# set: nproc does not see quotas), and no more than one per 3 GiB of memory (a LibTorch unity
+# file takes up to ~3 GiB in cc1plus; more at once would swap).
+default_jobs() {
+  local n q p mem_kb
+  n=$(nproc)
+  if read -r q p 2>/dev/null </sys/fs/cgroup/cpu.max && [ "$q" != max ]; then
+    q=$(((q + p - 1) / p)); ((q < n)) && n=$q
+  fi
+  mem_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+  if [ -n "$mem_kb" ]; then
+    local by_mem=$((mem_kb / (3 * 1024 * 1024)))
+    ((by_mem < 1)) && by_mem=1
+    ((by_mem < n)) && n=$by_mem
+  fi
+  echo "$n"
+}
+jobs="${COLOSSAL_JOBS:-$(default_jobs)}"
 python="$(bash "$root/scripts/setup.sh" --python)"
 log="$(mktemp)"
 # The configure output is long (LibTorch's CMake warns about CUDA details); show it on failure.

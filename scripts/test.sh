@@ -25,5 +25,8 @@ stage "ctest: done (exit $status)"
 if ((status)) && [ -s Testing/Temporary/LastTestsFailed.log ]; then
   echo "[test] failed:" $(cut -d: -f2 Testing/Temporary/LastTestsFailed.log) >&2
 fi
-echo "[test] setup+build $((built - start)) s, tests $((end - built)) s" | tee /dev/stderr
+summary="[test] setup+build $((built - start)) s, tests $((end - built)) s"
+# Both streams, written in turn: `tee /dev/stderr` would reopen (and truncate) a stderr file.
+echo "$summary"
+echo "$summary" >&2
 exit $status

@@ -42,5 +42,8 @@ fi
 grep -E '^-- colossal' "$log" || true
 rm -f "$log"
 build_start=$(date +%s)
+bash "$root/scripts/heartbeat.sh" build '/(cc1plus|cicc|ptxas|nvcc|ld|collect2)$' &
+beat=$!
+trap 'kill "$beat" 2>/dev/null || true' EXIT
 cmake --build "$build" -j "$jobs"
 echo "[build] built in $(($(date +%s) - build_start)) s with $jobs jobs" >&2

@@ -19,7 +19,11 @@ build="${COLOSSAL_BUILD_DIR:-$root/build}"
 cd "$build"
 status=0
 stage "ctest: started"
+bash "$root/scripts/heartbeat.sh" ctest '/([a-z]+_tests|python[0-9.]*|train_[a-z]+|infer_llama|colossal|bench_[a-z]+)$' &
+beat=$!
+trap 'kill "$beat" 2>/dev/null || true' EXIT
 ctest --output-on-failure -j "${COLOSSAL_TEST_JOBS:-2}" "$@" || status=$?
+kill "$beat" 2>/dev/null || true
 end=$(date +%s)
 stage "ctest: done (exit $status)"
 if ((status)) && [ -s Testing/Temporary/LastTestsFailed.log ]; then

@@ -27,13 +27,14 @@ log="$(mktemp)"
 # The configure output is long (LibTorch's CMake warns about CUDA details); show it on failure.
 # A configure takes seconds; one still running after 10 minutes is stuck (a probe waiting on
 # something), and says so with its log instead of holding a CI run until its deadline.
+configure_timeout="${COLOSSAL_CONFIGURE_TIMEOUT:-600}"
 status=0
-timeout "${COLOSSAL_CONFIGURE_TIMEOUT:-600}" \
+timeout "$configure_timeout" \
   cmake -S "$root" -B "$build" -G Ninja -DCOLOSSAL_PYTHON="$python" "$@" >"$log" 2>&1 || status=$?
 if ((status)); then
   cat "$log" >&2
   if ((status == 124)); then
-    echo "[build] configure did not finish in ${COLOSSAL_CONFIGURE_TIMEOUT:-600} s (log above)" >&2
+    echo "[build] configure did not finish in $configure_timeout s (log above)" >&2
   else
     echo "[build] configure failed (log above)" >&2
   fi

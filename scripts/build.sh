@@ -35,6 +35,12 @@ if ((status)); then
   cat "$log" >&2
   if ((status == 124)); then
     echo "[build] configure did not finish in $configure_timeout s (log above)" >&2
+    # CMake that meets a changed compiler deletes its cache and configures again; if the change
+    # comes from the project itself, it never ends. Name the variable.
+    if (($(grep -c 'require your cache to be deleted' "$log") > 1)); then
+      echo "[build] CMake re-ran configure in a loop; it kept changing:" >&2
+      grep -A1 'following variables have changed' "$log" | grep -v -e 'following variables' -e '^--$' | sort -u >&2
+    fi
   else
     echo "[build] configure failed (log above)" >&2
   fi

@@ -12,8 +12,10 @@ while sleep "${COLOSSAL_HEARTBEAT:-300}" >/dev/null 2>&1; do
       $2 ~ pat {
         n = split($2, parts, "/"); line = "  " $1 " s: " parts[n]
         # What it works on: source, output and test-selection arguments, not its flags.
+        # (cc1plus repeats the source as -dumpbase NAME -dumpbase-ext .EXT: skipped.)
         for (i = 3; i <= NF && length(line) < 200; i++)
-          if ($i ~ /\.(cpp|cxx|cc|cu|o|so|py|ptx|cubin)$/ || $i ~ /^--gtest_filter=/) line = line " " $i
+          if (($i ~ /\.(cpp|cxx|cc|cu|o|so|py|ptx|cubin)$/ && $(i - 1) !~ /^-dumpbase/) || $i ~ /^--gtest_filter=/)
+            line = line " " $i
         print line }' |
     sort -rn | head -n 4)
   printf '[%s] %s still running; oldest:\n%s\n' "$label" "$(date -u +%H:%M:%S)" "${running:-  (none matched)}" >&2

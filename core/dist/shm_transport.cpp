@@ -192,7 +192,8 @@ void ShmTransport::arrive_and_wait(uint32_t generation) {
       futex(&theirs, FUTEX_WAIT, seen, &ts);
       if (std::chrono::steady_clock::now() - start > options_.timeout)
         COLOSSAL_FAIL("[dist] shared-memory transport of group '", options_.group_name, "': member ", p,
-                      " did not arrive within ", options_.timeout.count() / 1000.0, " s");
+                      " did not arrive: timed out after ", options_.timeout.count() / 1000.0,
+                      " s (COLOSSAL_DIST_TIMEOUT)");  // the wording of the Gloo path's timeout
     }
   }
 }

@@ -3,9 +3,9 @@
 //
 // Scratch space: each test process (not its rank processes, which inherit the variable) gets a
 // fresh directory for ::testing::TempDir() through TEST_TMPDIR, removed when every test passed
-// and kept, with its path printed, when one failed (or COLOSSAL_TEST_KEEP_TMPDIR is set). Tests write checkpoints and corpora there
-// under names of their own; without this they piled up in the machine's shared /tmp (thousands
-// of entries after a few suite runs).
+// and kept, with its path printed, when one failed or COLOSSAL_TEST_KEEP_TMPDIR is set. Tests
+// write checkpoints, corpora and logs there under names of their own; without this they piled
+// up in the machine's shared /tmp (thousands of entries after a few suite runs).
 #include <gtest/gtest.h>
 
 #include <cstdio>

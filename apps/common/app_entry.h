@@ -48,7 +48,14 @@ RunSummary run_job(const std::string& program, const std::vector<std::string>& a
   return summary;
 }
 
-/// main() for an app function: runs it, prints an error as "PROGRAM: message" and returns 1.
+/// main() for an app function: runs it, prints an error as "PROGRAM: message" and returns 1 (an
+/// Interrupted job: 128 + the signal, as a shell reports a job a signal ended).
 int run_main(const char* program, int argc, char** argv, RunSummary (*job)(const std::vector<std::string>&));
+
+/// main() for a training app: run_main, with SIGINT and SIGTERM asking the training loop to stop
+/// (it finishes the step, writes a checkpoint and says where; apps/common/train_loop.h) instead of
+/// ending the process. A second signal ends it at once.
+int run_training_main(const char* program, int argc, char** argv,
+                      RunSummary (*job)(const std::vector<std::string>&));
 
 }  // namespace colossal::apps

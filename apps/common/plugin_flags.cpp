@@ -9,11 +9,11 @@
 
 namespace colossal::apps {
 
-void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
+const std::vector<std::pair<std::string, std::string>>& job_flags() {
   // key, help. The keys are PluginConfig's and the plugins' option names.
-  const std::vector<std::pair<std::string, std::string>> flags = {
-      {"plugin", "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid | auto (chosen by measurement); 'help' lists every plugin's options "
-                 "(default " + default_plugin + ")"},
+  static const std::vector<std::pair<std::string, std::string>> flags = {
+      {"plugin", "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid | auto (chosen by measurement); 'help' lists every "
+                 "plugin's options"},
       {"mixed_precision", "fp32 | bf16 | fp16"},
       {"device", "auto (cuda when a GPU is visible, rank -> LOCAL_RANK's GPU) | cpu | cuda | cuda:N"},
       {"tp", "tensor-parallel size (hybrid)"},
@@ -36,6 +36,11 @@ void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
       {"nvme_dir", "gemini: directory for the NVMe offload files"},
       {"gathered_budget_mib", "gemini (auto placement): memory for gathered chunks in MiB"},
   };
+  return flags;
+}
+
+void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
+  const auto& flags = job_flags();
   flags_.clear();
   flags_.reserve(flags.size());
   for (const auto& [key, help] : flags) {
@@ -43,7 +48,7 @@ void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
     auto& f = flags_.back();
     std::string names = "--" + key;
     if (key == "mixed_precision") names += ",--precision";
-    f.option = app.add_option(names, f.value, help);
+    f.option = app.add_option(names, f.value, key == "plugin" ? help + " (default " + default_plugin + ")" : help);
   }
   plugin_option_flag_ = app.add_option("--plugin_option", plugin_options_,
                                        "any other plugin option, KEY=VALUE (repeatable; see --plugin help)");

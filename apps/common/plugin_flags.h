@@ -38,6 +38,10 @@ class PluginFlags {
   CLI::Option* plugin_option_flag_ = nullptr;
 };
 
+/// The flags PluginFlags adds (key, help): PluginConfig's general keys and the plugins' common
+/// options. A config file takes the same keys (and "precision" for "mixed_precision").
+const std::vector<std::pair<std::string, std::string>>& job_flags();
+
 /// The --config value among the arguments ("" when absent). Apps read the file before parsing
 /// the flags, so flags given on the command line override it (CLI11 leaves absent options as
 /// they are).

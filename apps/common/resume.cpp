@@ -31,7 +31,11 @@ ResumeChoice resolve_resume(const std::string& flag, const std::string& save_dir
 }
 
 int64_t resume_training(booster::Booster& booster, booster::Boosted& boosted, const ResumeOptions& options) {
-  const auto resume = resolve_resume(options.flag, options.save_dir);
+  return resume_from(booster, boosted, resolve_resume(options.flag, options.save_dir), options);
+}
+
+int64_t resume_from(booster::Booster& booster, booster::Boosted& boosted, const ResumeChoice& resume,
+                    const ResumeOptions& options) {
   if (resume.checkpoint.empty()) return 1;
   // The application's own state first: a checkpoint of another layout is named for what it is.
   if (options.load_rank_state) options.load_rank_state(booster::Booster::step_directory(resume.checkpoint));

@@ -32,5 +32,8 @@ struct ResumeOptions {
 /// Resolves the flag, loads the checkpoint into `boosted` and says so (rank 0), including when
 /// nothing is left to train. Returns the first step to run (1 when starting over).
 int64_t resume_training(booster::Booster& booster, booster::Boosted& boosted, const ResumeOptions& options);
+/// The same for a choice already resolved (options.flag and save_dir unused).
+int64_t resume_from(booster::Booster& booster, booster::Boosted& boosted, const ResumeChoice& resume,
+                    const ResumeOptions& options);
 
 }  // namespace colossal::apps

@@ -15,19 +15,16 @@
 #include <cmath>
 #include <cstdio>
 
-#include "apps/common/resume.h"
+#include "apps/common/train_loop.h"
 #include "apps/recsys/train_args.h"
 #include "core/booster/booster.h"
 #include "core/booster/registry.h"
 #include "core/common/check.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/common/fs.h"
-#include "core/common/interrupt.h"
 #include "core/common/progress.h"
-#include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
-#include "core/optim/lr_scheduler.h"
 #include "recsys/data/movielens.h"
 #include "recsys/data/synthetic.h"
 #include "recsys/metrics.h"
@@ -43,7 +40,7 @@ namespace {
 CtrSplit load_data(const TrainArgs& a) {
   if (a.data == "movielens") return load_movielens({.r_data = a.r_data, .held_out_fraction = a.held_out_fraction});
   SyntheticOptions o{.samples = a.synthetic_samples, .fields = a.synthetic_fields,
-                     .table_size = a.synthetic_table_size, .zipf = a.synthetic_zipf, .seed = a.seed};
+                     .table_size = a.synthetic_table_size, .zipf = a.synthetic_zipf, .seed = a.loop.seed};
   const auto held_out = std::max<int64_t>(1, static_cast<int64_t>(a.held_out_fraction * o.samples));
   return {make_synthetic(o, 0, o.samples - held_out), make_synthetic(o, o.samples - held_out, held_out)};
 }
@@ -112,8 +109,7 @@ Evaluation evaluate(RecModel& model, const CtrDataset& held_out) {
 }
 
 void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
-  const bool own_runtime = !dist::is_initialized();
-  if (own_runtime) dist::init();
+  colossal::apps::TrainJob job(a.loop, a.plugin);  // the runtime; colossal verify's one-process reference
   const int r = dist::rank();
   const bool sharded = a.sharding != "none";
   COLOSSAL_CHECK((a.cache_ratio == 0 && !sharded) || a.plugin.precision == "fp32", "--cache_ratio or --sharding with "
@@ -124,11 +120,12 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                  "sharded with --sharding instead)");
   auto plugin = booster::make_plugin(a.plugin);
   const int n = plugin->dims().dp();
-  COLOSSAL_CHECK(a.batch_size % n == 0, "--batch_size ", a.batch_size, " does not split over ", n,
-                 " data-parallel ranks");
-  const int64_t per_rank = a.batch_size / n;
+  const int64_t accumulation = a.loop.accumulation_steps;
+  COLOSSAL_CHECK(a.batch_size % (n * accumulation) == 0, "--batch_size ", a.batch_size, " does not split over ", n,
+                 " data-parallel rank(s) x ", accumulation, " micro-batch(es) (--accumulation_steps)");
+  const int64_t per_rank = a.batch_size / (n * accumulation);  // one micro-batch of one rank
   colossal::fs::make_dirs(a.save_dir);
-  if (a.log_file.empty()) a.log_file = a.save_dir + "/log.jsonl";
+  const std::string log_file = a.loop.log_file.empty() ? a.save_dir + "/log.jsonl" : a.loop.log_file;
 
   auto t0 = std::chrono::steady_clock::now();
   const CtrSplit data = load_data(a);
@@ -142,7 +139,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   }
 
   const auto dp_group = plugin->dims().group(dist::Axis::kDp);
-  torch::manual_seed(a.seed);
+  torch::manual_seed(a.loop.seed);
   RecModelOptions mo{.kind = a.model, .dense_features = static_cast<int64_t>(data.train.dense_names.size()),
                      .table_sizes = data.train.table_sizes(), .embedding_dim = a.embedding_dim,
                      .bottom_mlp = a.bottom_mlp, .top_mlp = a.top_mlp, .pooling = a.pooling,
@@ -151,7 +148,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   mo.cache.eviction = a.eviction;
   mo.cache.optimizer.kind = a.sparse_optimizer;
   mo.cache.optimizer.lr = a.sparse_lr;
-  mo.cache.seed = a.seed;
+  mo.cache.seed = a.loop.seed;
   mo.cache.min_slots = a.cache_min_slots;
   mo.cache.offload_dir = a.offload_dir;
   auto model = make_rec_model(mo);
@@ -169,101 +166,67 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   if (sharded && r == 0)
     for (auto& tables : model->embedding_tables())
       std::printf("%s", describe_plan(tables->sharded->plan(), tables->sharded->options().name).c_str());
-  auto flush_tables = [&] {
-    for (auto& tables : model->embedding_tables()) tables->flush();
-  };
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
-  const int64_t steps_per_epoch = std::max<int64_t>(1, data.train.size() / a.batch_size);
-  const int64_t total_steps = a.max_steps > 0 ? a.max_steps : a.epochs * steps_per_epoch;
-  auto optimizer = std::make_shared<torch::optim::AdamW>(
-      model->parameters(), torch::optim::AdamWOptions(a.lr).weight_decay(a.weight_decay));
-  auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
-      *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = total_steps / 20,
-                                                        .total_steps = total_steps, .min_lr_ratio = 0.1});
-  auto sampler = std::make_shared<colossal::data::DistributedSampler>(colossal::data::DistributedSampler::Options{
-      .dataset_size = data.train.size(), .seed = a.seed, .drop_last = true});
-  booster::Booster booster(plugin);
-  auto b = booster.boost(model, optimizer, scheduler, sampler);
   if (r == 0)
-    std::printf("model: %s, %.2fM parameters, embedding dim %ld (%s pooling); %s, %d rank(s), batch %ld (%ld per "
-                "rank), %ld steps\n", a.model.c_str(), parameters / 1e6, a.embedding_dim, a.pooling.c_str(),
-                a.plugin.describe().c_str(), dist::world_size(), a.batch_size, per_rank, total_steps);
-  const int64_t first_step = colossal::apps::resume_training(
-      booster, b, {.flag = a.load_checkpoint, .save_dir = a.save_dir + "/checkpoints", .total_steps = total_steps,
-                   .length_flags = "--epochs or --max_steps",
-                   .load_rank_state = [&](const std::string& dir) { load_sharded_tables(*model, dir); }});
-  if (first_step > 1)  // the cached tables' buffers were loaded: their caches start over (sharded: load() did)
-    for (auto& tables : model->embedding_tables()) tables->invalidate();
+    std::printf("model: %s, %.2fM parameters, embedding dim %ld (%s pooling); batch %ld over all ranks\n",
+                a.model.c_str(), parameters / 1e6, a.embedding_dim, a.pooling.c_str(), a.batch_size);
 
-  colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
-  auto report_eval = [&](int64_t step) {
-    const auto e = evaluate(*model, data.held_out);
-    progress.event("eval", step, {{"auc", e.auc}, {"log_loss", e.log_loss}});
-    summary.metrics["eval_auc"] = e.auc;
-    summary.metrics["eval_log_loss"] = e.log_loss;
+  colossal::apps::TrainTask task;
+  task.name = "train_recsys";
+  task.plugin = plugin;
+  task.model = model;
+  task.optimizer = std::make_shared<torch::optim::AdamW>(model->parameters(),
+                                                         torch::optim::AdamWOptions(a.lr).weight_decay(a.weight_decay));
+  task.schedule = [](int64_t total_steps) {
+    return colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = total_steps / 20,
+                                                 .total_steps = total_steps, .min_lr_ratio = 0.1};
   };
-  auto save = [&](int64_t step) {
-    flush_tables();  // the cached tables' buffers hold every row's latest values
-    booster::CheckpointOptions options{.keep_last = static_cast<int>(a.keep_checkpoints)};
-    if (sharded) options.write_rank_state = [&](const std::string& dir) { save_sharded_tables(*model, dir); };
-    booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()}, options);
-    progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
-  };
-  if (first_step == 1) report_eval(0);
-  auto window_start = std::chrono::steady_clock::now();
-  double window_loss = 0;
-  int64_t window_steps = 0;
-  for (int64_t step = first_step; step <= total_steps; ++step) {
-    colossal::throw_if_interrupted("training step " + std::to_string(step));
-    const auto batch = data.train.batch(sampler->next_across_epochs(per_rank));
+  task.train_samples = data.train.size();
+  task.micro_batch = per_rank;
+  task.epochs = a.epochs;
+  task.epoch_period = 1;  // held-out AUC and a checkpoint at every epoch's end
+  task.batch_flag = "--batch_size " + std::to_string(a.batch_size);
+  task.length_flags = "--epochs or --max_steps";
+  task.loss = [&](colossal::apps::StepContext& ctx) {
+    const auto batch = data.train.batch(ctx.positions);
     if (!a.offload_dir.empty()) {  // look-ahead: the disk starts reading the next batch's rows now
-      auto peek = *sampler;
+      auto peek = ctx.sampler;
       const auto next = data.train.batch(peek.next_across_epochs(per_rank));
       for (auto& tables : model->embedding_tables()) tables->advise(next);
     }
-    b.optimizer->zero_grad();
-    auto loss = torch::binary_cross_entropy_with_logits(model->forward(batch), batch.labels);
-    booster.backward(loss, *b.optimizer);
-    if (sparse_tables)  // the touched rows, averaged over the data-parallel ranks (or sent to their shards)
+    return torch::binary_cross_entropy_with_logits(model->forward(batch), batch.labels);
+  };
+  if (sparse_tables)  // the touched rows, averaged over the data-parallel ranks (or sent to their shards)
+    task.before_optimizer_step = [&] {
       for (auto& tables : model->embedding_tables()) tables->sparse_step(&dp_group);
-    const double lr = b.lr_scheduler->lr();
-    const bool stepped = b.optimizer->step();
-    b.lr_scheduler->step();
-    window_loss += loss.item<double>();
-    ++window_steps;
-    if (step % a.log_interval == 0 || step == total_steps) {
-      auto l = torch::tensor({window_loss / window_steps}, torch::kFloat64);
-      dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-      std::vector<std::pair<std::string, double>> m = {{"loss", l.item<double>()}, {"lr", lr},
-                                                       {"samples/s", window_steps * a.batch_size / s},
-                                                       {"mem_gib", colossal::resident_gib()}};
-      if (!stepped) m.push_back({"skipped", 1});
-      if (cached) {
-        CacheStats c;
-        for (auto& tables : model->embedding_tables()) c += tables->cache_stats();
-        m.push_back({"cache_hit_rate", c.hit_rate()});
-        m.push_back({"cache_evictions", static_cast<double>(c.evictions)});
-      }
-      progress.step(step, m);
-      summary.metrics["loss"] = l.item<double>();
-      summary.metrics["steps"] = static_cast<double>(step);
-      window_loss = 0;
-      window_steps = 0;
-      window_start = std::chrono::steady_clock::now();
-    }
-    const bool epoch_end = step % steps_per_epoch == 0;
-    if (step != total_steps && (epoch_end || (a.save_interval > 0 && step % a.save_interval == 0))) {
-      if (epoch_end) report_eval(step);
-      save(step);
-      window_start = std::chrono::steady_clock::now();  // throughput counts training only
-    }
-  }
-  if (first_step <= total_steps) {
-    report_eval(total_steps);
-    save(total_steps);
-  }
+    };
+  if (cached)
+    task.log_metrics = [&](colossal::apps::Metrics& m, auto&) {
+      CacheStats c;
+      for (auto& tables : model->embedding_tables()) c += tables->cache_stats();
+      m.push_back({"cache_hit_rate", c.hit_rate()});
+      m.push_back({"cache_evictions", static_cast<double>(c.evictions)});
+    };
+  task.evaluate = [&](int64_t) -> std::optional<colossal::apps::Metrics> {
+    const auto e = evaluate(*model, data.held_out);
+    return colossal::apps::Metrics{{"auc", e.auc}, {"log_loss", e.log_loss}};
+  };
+  task.eval_samples = data.held_out.size();
+  task.eval_flag = "--held_out_fraction " + std::to_string(a.held_out_fraction);
+  task.checkpoint_dir = a.save_dir + "/checkpoints";
+  task.log_file = log_file;
+  task.before_save = [&] {  // the cached tables' buffers hold every row's latest values
+    for (auto& tables : model->embedding_tables()) tables->flush();
+  };
+  if (sharded) task.save_rank_state = [&](const std::string& dir) { save_sharded_tables(*model, dir); };
+  task.load_rank_state = [&](const std::string& dir) { load_sharded_tables(*model, dir); };
+  task.after_resume = [&](int64_t first_step) {
+    if (first_step > 1)  // the cached tables' buffers were loaded: their caches start over (sharded: load() did)
+      for (auto& tables : model->embedding_tables()) tables->invalidate();
+  };
+  const auto run = job.run(task, summary);
+  if (run.recorded) return;
   if (r == 0) {
     std::printf("result: held-out AUC %.4f, log loss %.4f (always guessing the training click rate: %.4f); "
                 "%.0f s in all; log %s (AUC per epoch as a PNG: colossal plot %s --metrics loss \"eval auc\")\n",
@@ -272,14 +235,13 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                   const double p = data.train.positive_rate(), q = data.held_out.positive_rate();
                   return -(q * std::log(p) + (1 - q) * std::log(1 - p));
                 }(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), a.log_file.c_str(),
-                a.log_file.c_str());
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), log_file.c_str(),
+                log_file.c_str());
     std::fflush(stdout);
   }
-  summary.outputs["checkpoints"] = a.save_dir + "/checkpoints";
-  summary.outputs["log"] = a.log_file;
+  summary.outputs["checkpoints"] = task.checkpoint_dir;
+  summary.outputs["log"] = log_file;
   dist::barrier(dist::world_group());
-  if (own_runtime) dist::shutdown();
 }
 
 }  // namespace

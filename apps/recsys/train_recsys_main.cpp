@@ -2,5 +2,5 @@
 #include "apps/recsys/train_recsys.h"
 
 int main(int argc, char** argv) {
-  return colossal::apps::run_main("train_recsys", argc, argv, &colossal::recsys_app::train_recsys);
+  return colossal::apps::run_training_main("train_recsys", argc, argv, &colossal::recsys_app::train_recsys);
 }

@@ -1,10 +1,13 @@
 #pragma once
-// train_sora's settings: flags, or the same names as keys of a YAML/JSON file (--config); flags
-// given on the command line win over the file.
+// train_sora's settings, each declared once in visit(): the flags, the keys of a YAML/JSON file
+// (--config; flags given on the command line win), --help and the range checks all come from
+// that list (apps/common/settings.h).
 #include <cstdint>
 #include <string>
 
+#include "apps/common/train_loop.h"
 #include "core/booster/plugin_config.h"
+#include "core/common/options.h"
 
 namespace colossal::sora_app {
 
@@ -30,16 +33,46 @@ struct TrainArgs {
   // The latent cache: auto (SAVE_DIR/dit/latent_cache.safetensors), none, or a path
   std::string latent_cache = "auto";
   // Both stages
-  booster::PluginConfig plugin;
   int64_t batch_size = 8;  // windows per step over all ranks
-  int64_t max_steps = 0;   // > 0: each stage stops after this many steps
   double weight_decay = 0.0;
-  uint64_t seed = 42;
   std::string save_dir = "out/sora";  // vae/ and dit/: checkpoints/, model/, log.jsonl
-  std::string load_checkpoint = "auto";
-  int64_t log_interval = 10;
-  int64_t keep_checkpoints = 2;
+  apps::TrainLoopOptions loop;        // steps, clipping, checkpoints, logs (apps/common/train_loop.h)
+  booster::PluginConfig plugin;
   std::string config;
+
+  template <class V>
+  void visit(V& v) {
+    v("stage", stage, "vae | dit | all", one_of({"vae", "dit", "all"}));
+    v("data", data, "Open-Sora CSV: path,text,num_frames,height,width,fps (default: the built-in clips)");
+    v("frames", frames, "frames per training window", between(1, 1024));
+    v("frame_stride", frame_stride, "keep every n-th frame of a clip", at_least(1));
+    v("height", height, "window height", between(8, 4096));
+    v("width", width, "window width", between(8, 4096));
+    v("window_step", window_step, "kept frames between window starts (0: no overlap)", at_least(0));
+    v("held_out_fraction", held_out_fraction, "windows held out for evaluation", strictly_between(0, 1));
+    v("balance_clips", balance_clips, "repeat short clips' windows so every clip is seen about as often",
+      alias("!no_balance_clips"));
+    v("vae_channels", vae_channels, "VAE base width", at_least(8));
+    v("latent_channels", latent_channels, "latent channels", at_least(1));
+    v("temporal_factor", temporal_factor, "VAE temporal compression (1, 2 or 4)", between(1, 4));
+    v("kl_weight", kl_weight, "VAE KL weight", at_least(0));
+    v("vae_epochs", vae_epochs, "VAE epochs", at_least(1));
+    v("vae_lr", vae_lr, "VAE learning rate", above(0));
+    v("hidden", hidden, "DiT width", at_least(1));
+    v("depth", depth, "DiT spatial + temporal block pairs", at_least(1));
+    v("heads", heads, "DiT attention heads", at_least(1));
+    v("caption_dropout", caption_dropout, "share of captions dropped (classifier-free guidance)", from_up_to(0, 1));
+    v("grad_checkpoint", grad_checkpoint, "activation checkpointing in the DiT blocks");
+    v("dit_epochs", dit_epochs, "DiT epochs", at_least(1));
+    v("dit_lr", dit_lr, "DiT learning rate", above(0));
+    v("latent_cache", latent_cache,
+      "the VAE-encoded windows on disk, mapped by later runs: auto (SAVE_DIR/dit/latent_cache.safetensors) | none "
+      "(in memory only) | a file path");
+    v("batch_size", batch_size, "windows per step over all ranks", at_least(1));
+    v("weight_decay", weight_decay, "AdamW weight decay", at_least(0));
+    v("save_dir", save_dir, "vae/ and dit/ (checkpoints, model, log) go here");
+    loop.visit(v);
+  }
   void validate() const;
 };
 

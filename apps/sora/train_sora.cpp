@@ -18,7 +18,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
-#include "apps/common/resume.h"
+#include "apps/common/train_loop.h"
 #include "apps/sora/train_args.h"
 #include "core/booster/booster.h"
 #include "core/booster/registry.h"
@@ -26,9 +26,6 @@
 #include "core/checkpoint/model_io.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
-#include "core/common/interrupt.h"
-#include "core/common/progress.h"
-#include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/optim/factory.h"
@@ -120,6 +117,7 @@ struct Stage {
   int64_t epochs = 1;
   double lr = 1e-3;
   std::vector<int64_t> schedule;  // training windows, in the order of the sampler's positions
+  int64_t held_out = 0;           // held-out windows the evaluation scores
   // `windows`: the batch's training windows; `keys`: their positions in the schedule, which key
   // the random draws (a window scheduled twice in one step draws twice).
   std::function<torch::Tensor(const std::vector<int64_t>& windows, const std::vector<int64_t>& keys, int64_t step)> loss;
@@ -133,86 +131,60 @@ booster::PluginConfig without_sequence_parallelism(booster::PluginConfig c) {
   return c;
 }
 
-void run_stage(const TrainArgs& a, Stage& s, const std::shared_ptr<booster::Plugin>& plugin,
-               colossal::apps::RunSummary& summary) {
-  const int r = dist::rank();
+// One stage through the shared loop (apps/common/train_loop.h); false once colossal verify's
+// steps are recorded (the job ends there).
+bool run_stage(const TrainArgs& a, colossal::apps::TrainJob& job, Stage& s,
+               const std::shared_ptr<booster::Plugin>& plugin, colossal::apps::RunSummary& summary) {
   const int n = plugin->dims().dp();
-  COLOSSAL_CHECK(a.batch_size % n == 0, "--batch_size ", a.batch_size, " does not split over ", n,
-                 " data-parallel ranks");
-  const int64_t per_rank = a.batch_size / n;
+  const int64_t accumulation = a.loop.accumulation_steps;
+  COLOSSAL_CHECK(a.batch_size % (n * accumulation) == 0, "--batch_size ", a.batch_size, " does not split over ", n,
+                 " data-parallel rank(s) x ", accumulation, " micro-batch(es) (--accumulation_steps)");
   const std::string dir = a.save_dir + "/" + s.name;
   colossal::fs::make_dirs(dir);
-  const int64_t positions = static_cast<int64_t>(s.schedule.size());
-  const int64_t steps_per_epoch = std::max<int64_t>(1, positions / a.batch_size);
-  const int64_t total_steps = a.max_steps > 0 ? a.max_steps : s.epochs * steps_per_epoch;
-  auto optimizer =
-      colossal::optim::make_optimizer(*s.model, {.name = "fused_adamw", .lr = s.lr, .weight_decay = a.weight_decay});
-  auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
-      *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = total_steps / 20,
-                                                        .total_steps = total_steps, .min_lr_ratio = 0.1});
-  auto sampler = std::make_shared<colossal::data::DistributedSampler>(colossal::data::DistributedSampler::Options{
-      .dataset_size = positions, .seed = a.seed, .drop_last = true});
-  booster::Booster booster(plugin);
-  auto b = booster.boost(s.model, optimizer, scheduler, sampler);
   int64_t parameters = 0;
   for (const auto& p : s.model->parameters()) parameters += p.numel();
-  if (r == 0)
-    std::printf("%s: %.2fM parameters; %s, %d rank(s), batch %ld (%ld per rank), %ld steps (%ld windows an epoch)\n",
-                s.name.c_str(), parameters / 1e6, (plugin->name() + ", " + plugin->precision() + ", " + plugin->dims().describe()).c_str(), dist::world_size(), a.batch_size,
-                per_rank, total_steps, positions);
-  const int64_t first_step = colossal::apps::resume_training(
-      booster, b, {.flag = a.load_checkpoint, .save_dir = dir + "/checkpoints", .total_steps = total_steps,
-                   .length_flags = "--" + s.name + "_epochs or --max_steps"});
-  colossal::Progress progress({.enabled = r == 0, .log_file = dir + "/log.jsonl", .total_steps = total_steps});
-  auto report_eval = [&](int64_t step) {
-    const auto [metric, value] = s.evaluate();
-    progress.event("eval", step, {{metric, value}});
-    summary.metrics[s.name + "_" + metric] = value;
+  if (dist::rank() == 0)
+    std::printf("%s: %.2fM parameters; batch %ld windows over all ranks (%zu windows an epoch)\n", s.name.c_str(),
+                parameters / 1e6, a.batch_size, s.schedule.size());
+  colossal::apps::TrainTask task;
+  task.name = s.name;
+  task.plugin = plugin;
+  task.model = s.model;
+  task.optimizer =
+      colossal::optim::make_optimizer(*s.model, {.name = "fused_adamw", .lr = s.lr, .weight_decay = a.weight_decay});
+  task.schedule = [](int64_t total_steps) {
+    return colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = total_steps / 20,
+                                                 .total_steps = total_steps, .min_lr_ratio = 0.1};
   };
-  auto save = [&](int64_t step) {
-    booster.save_checkpoint(b, dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
-                            {.keep_last = static_cast<int>(a.keep_checkpoints)});
-  };
-  if (first_step == 1) report_eval(0);
-  auto window_start = std::chrono::steady_clock::now();
-  double window_loss = 0;
-  int64_t window_steps = 0;
-  for (int64_t step = first_step; step <= total_steps; ++step) {
-    colossal::throw_if_interrupted(s.name + " step " + std::to_string(step));
-    const auto rows = sampler->next_across_epochs(per_rank);
-    b.optimizer->zero_grad();
+  task.train_samples = static_cast<int64_t>(s.schedule.size());
+  task.micro_batch = a.batch_size / (n * accumulation);
+  task.epochs = s.epochs;
+  task.epoch_period = 10;  // the held-out figure and a checkpoint every 10 epochs
+  task.batch_flag = "--batch_size " + std::to_string(a.batch_size);
+  task.length_flags = "--" + s.name + "_epochs or --max_steps";
+  task.throughput_unit = "windows";
+  task.loss = [&](colossal::apps::StepContext& ctx) {
     std::vector<int64_t> windows;
-    for (int64_t p : rows) windows.push_back(s.schedule[p]);
-    const auto loss = s.loss(windows, rows, step);
-    booster.backward(loss, *b.optimizer);
-    const double lr = b.lr_scheduler->lr();
-    b.optimizer->step();
-    b.lr_scheduler->step();
-    window_loss += loss.item<double>();
-    ++window_steps;
-    if (step % a.log_interval == 0 || step == total_steps) {
-      auto l = torch::tensor({window_loss / window_steps}, torch::kFloat64);
-      dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-      progress.step(step, {{"loss", l.item<double>()}, {"lr", lr}, {"windows/s", window_steps * a.batch_size / secs},
-                           {"mem_gib", colossal::resident_gib()}});
-      summary.metrics[s.name + "_loss"] = l.item<double>();
-      window_loss = 0;
-      window_steps = 0;
-      window_start = std::chrono::steady_clock::now();
-    }
-    if (step != total_steps && step % steps_per_epoch == 0 && (step / steps_per_epoch) % 10 == 0) {
-      report_eval(step);
-      save(step);
-      window_start = std::chrono::steady_clock::now();
-    }
-  }
-  if (first_step <= total_steps) {
-    report_eval(total_steps);
-    save(total_steps);
-  }
-  booster.save_model(*b.optimizer, *s.model, dir + "/model");
+    for (int64_t p : ctx.positions) windows.push_back(s.schedule[p]);
+    return s.loss(windows, ctx.positions, ctx.step);
+  };
+  task.evaluate = [&](int64_t) -> std::optional<colossal::apps::Metrics> {
+    const auto [metric, value] = s.evaluate();
+    return colossal::apps::Metrics{{metric, value}};
+  };
+  task.eval_samples = s.held_out;
+  task.eval_flag = "--held_out_fraction " + c10::str(a.held_out_fraction) + " of " +
+                   (a.data.empty() ? std::string("the built-in clips") : a.data);
+  task.checkpoint_dir = dir + "/checkpoints";
+  task.log_file = dir + "/log.jsonl";
+  task.run = s.name;
+  task.summary_prefix = s.name + "_";
+  task.eval_summary_prefix = s.name + "_";
+  auto run = job.run(task, summary);
+  if (run.recorded) return false;
+  run.booster->save_model(*run.boosted.optimizer, *s.model, dir + "/model");
   summary.outputs[s.name] = dir + "/model";
+  return true;
 }
 
 void write_config(const std::string& path, const nlohmann::json& j) {
@@ -315,20 +287,19 @@ LatentCache latents_for(const TrainArgs& a, VideoVae& vae, Clips& data) {
 }
 
 void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
-  const bool own_runtime = !dist::is_initialized();
-  if (own_runtime) dist::init();
+  colossal::apps::TrainJob job(a.loop, a.plugin);  // the runtime; colossal verify's one-process reference
   const int r = dist::rank();
   const auto t0 = std::chrono::steady_clock::now();
   Clips data(a);
-  torch::manual_seed(a.seed);
+  torch::manual_seed(a.loop.seed);
   VideoVae vae(vae_options(a));
   const std::string vae_dir = a.save_dir + "/vae";
   if (a.stage != "dit") {
     Stage s{.name = "vae", .model = vae.ptr(), .epochs = a.vae_epochs, .lr = a.vae_lr,
-            .schedule = epoch_schedule(a, data.windows().train.clips)};
+            .schedule = epoch_schedule(a, data.windows().train.clips), .held_out = data.windows().held_out.size()};
     const auto latent = vae->latent_shape({1, 3, a.frames, a.height, a.width});
     s.loss = [&, latent](const std::vector<int64_t>& windows, const std::vector<int64_t>& keys, int64_t step) {
-      const auto noise = keyed(a.seed, step, keys, 1, [&](at::Generator& g) {
+      const auto noise = keyed(a.loop.seed, step, keys, 1, [&](at::Generator& g) {
         return torch::randn(torch::IntArrayRef(latent).slice(1), g);
       });
       return vae->loss(data.train_video().index_select(0, torch::tensor(windows, torch::kInt64)), noise).total;
@@ -340,17 +311,14 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
       vae->train();
       return std::make_pair(std::string("psnr"), psnr(video_to_frames(recon), video_to_frames(data.held_video())));
     };
-    run_stage(a, s, booster::make_plugin(without_sequence_parallelism(a.plugin)), summary);
+    if (!run_stage(a, job, s, booster::make_plugin(without_sequence_parallelism(a.plugin)), summary)) return;
     write_config(vae_dir + "/model/config.json",
                  {{"latent_channels", a.latent_channels}, {"vae_channels", a.vae_channels},
                   {"temporal_factor", a.temporal_factor}, {"kl_weight", a.kl_weight}});
   } else {
     colossal::checkpoint::load_model_state(*vae, vae_dir + "/model");
   }
-  if (a.stage == "vae") {
-    if (own_runtime) dist::shutdown();
-    return;
-  }
+  if (a.stage == "vae") return;
 
   const LatentCache cache = latents_for(a, vae, data);
   const torch::Tensor& train_latents = cache.train.latents;
@@ -363,7 +331,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                                  .heads = a.heads, .text_dim = a.hidden, .text_tokens = text_options.max_tokens,
                                  .activation_checkpointing = a.grad_checkpoint};
   auto plugin = booster::make_plugin(a.plugin);
-  torch::manual_seed(a.seed + 1);
+  torch::manual_seed(a.loop.seed + 1);
   VideoDenoiser denoiser(dit_options, text_options, plugin->parallel_context());
   const int64_t tokens = train_latents.size(2) * (train_latents.size(3) / 2) * (train_latents.size(4) / 2);
   const FlowOptions flow{.shift = resolution_shift(tokens, 256)};
@@ -381,11 +349,11 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     return (denoiser->dit->forward(pair.noisy, pair.t, caption.tokens, caption.mask) - pair.target).pow(2).mean();
   };
   Stage s{.name = "dit", .model = denoiser.ptr(), .epochs = a.dit_epochs, .lr = a.dit_lr,
-          .schedule = epoch_schedule(a, cache.train.clips)};
+          .schedule = epoch_schedule(a, cache.train.clips), .held_out = held_latents.size(0)};
   auto noise_and_draws = [&](const std::vector<int64_t>& rows, int64_t step) {
     const auto shape = train_latents.sizes().slice(1);
-    auto noise = keyed(a.seed, step, rows, 2, [&](at::Generator& g) { return torch::randn(shape, g); });
-    auto draws = keyed(a.seed, step, rows, 3, [&](at::Generator& g) {
+    auto noise = keyed(a.loop.seed, step, rows, 2, [&](at::Generator& g) { return torch::randn(shape, g); });
+    auto draws = keyed(a.loop.seed, step, rows, 3, [&](at::Generator& g) {
       return torch::cat({torch::rand({1}, g), torch::randn({1}, g), torch::rand({1}, g)});
     });
     return std::make_pair(noise, draws);
@@ -407,7 +375,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     denoiser->train();
     return std::make_pair(std::string("flow_loss"), l);
   };
-  run_stage(a, s, plugin, summary);
+  if (!run_stage(a, job, s, plugin, summary)) return;
   write_config(a.save_dir + "/dit/model/config.json",
                {{"hidden", a.hidden}, {"depth", a.depth}, {"heads", a.heads}, {"latent_channels", a.latent_channels},
                 {"latent_scale", scale}, {"flow_shift", flow.shift}, {"frames", a.frames}, {"height", a.height},
@@ -418,7 +386,6 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     std::printf("result: %s in %.0f s; models in %s/vae/model and %s/dit/model\n", a.stage.c_str(), seconds_since(t0),
                 a.save_dir.c_str(), a.save_dir.c_str());
   dist::barrier(dist::world_group());
-  if (own_runtime) dist::shutdown();
 }
 
 }  // namespace

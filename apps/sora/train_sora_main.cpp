@@ -1,5 +1,5 @@
 #include "apps/sora/train_sora.h"
 
 int main(int argc, char** argv) {
-  return colossal::apps::run_main("train_sora", argc, argv, &colossal::sora_app::train_sora);
+  return colossal::apps::run_training_main("train_sora", argc, argv, &colossal::sora_app::train_sora);
 }

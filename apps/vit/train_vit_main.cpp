@@ -2,5 +2,5 @@
 #include "apps/vit/train_vit.h"
 
 int main(int argc, char** argv) {
-  return colossal::apps::run_main("train_vit", argc, argv, &colossal::vit_app::train_vit);
+  return colossal::apps::run_training_main("train_vit", argc, argv, &colossal::vit_app::train_vit);
 }

@@ -66,6 +66,7 @@ class Booster;
 struct TrainingState {
   int64_t step = 0;
   int64_t epoch = 0;
+  int64_t global_batch = 0;  // samples per optimizer step over every replica (0: not recorded)
 };
 
 struct CheckpointOptions {
@@ -148,6 +149,9 @@ class Booster {
   /// objects and returns the training state. RNG states are restored per rank when the world
   /// size is unchanged.
   TrainingState load_checkpoint(Boosted& boosted, const std::string& root);
+  /// The training state a checkpoint (root or step directory) holds, read without loading it:
+  /// what a run decides before building its schedule (the global batch to keep).
+  static TrainingState read_training_state(const std::string& root);
   /// The step directory `root`/latest names when it is a complete checkpoint, else nothing: what
   /// `--load_checkpoint auto` resumes from (a restarted job continues where it last saved).
   static std::optional<std::string> latest_checkpoint(const std::string& root);

@@ -201,6 +201,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
     nlohmann::json js;
     js["step"] = state.step;
     js["epoch"] = state.epoch;
+    if (state.global_batch > 0) js["global_batch"] = state.global_batch;
     js["plugin"] = plugin_->name();
     js["world_size"] = s->world;
     if (boosted.lr_scheduler) js["lr_scheduler_step"] = boosted.lr_scheduler->last_step();
@@ -324,6 +325,25 @@ std::string Booster::step_directory(const std::string& root) {
   return dir;
 }
 
+namespace {
+nlohmann::json read_state_json(const std::string& dir) {
+  auto js = nlohmann::json::parse(read_text(dir + "/state.json"), nullptr, false);
+  COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[checkpoint] '", dir, "/state.json' is not valid JSON");
+  return js;
+}
+TrainingState training_state_of(const nlohmann::json& js) {
+  TrainingState state;
+  state.step = js.value("step", int64_t{0});
+  state.epoch = js.value("epoch", int64_t{0});
+  state.global_batch = js.value("global_batch", int64_t{0});
+  return state;
+}
+}  // namespace
+
+TrainingState Booster::read_training_state(const std::string& root) {
+  return training_state_of(read_state_json(step_directory(root)));
+}
+
 TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {
   const std::string dir = step_directory(root);
   auto& wrapper = boosted.optimizer->model_wrapper();
@@ -332,12 +352,8 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   wrapper.after_model_load();
   restore_optimizer_state(wrapper, boosted.optimizer->inner(), *boosted.model, dir);
 
-  auto js = nlohmann::json::parse(read_text(dir + "/state.json"), nullptr, false);
-  COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[checkpoint] '", dir,
-                 "/state.json' is not valid JSON");
-  TrainingState state;
-  state.step = js.value("step", int64_t{0});
-  state.epoch = js.value("epoch", int64_t{0});
+  const auto js = read_state_json(dir);
+  const TrainingState state = training_state_of(js);
   if (boosted.lr_scheduler && js.contains("lr_scheduler_step")) {
     boosted.lr_scheduler->set_step(js["lr_scheduler_step"].get<int64_t>());
   }

@@ -31,17 +31,22 @@ namespace {
 
 // Rank 0 writes one step's file: the gradients (none for step 0), the parameters, the loss.
 void write_step(const StepRecorderOptions& o, int64_t step, const checkpoint::NamedTensors& gradients,
-                const checkpoint::NamedTensors& params, const std::string& loss) {
+                const checkpoint::NamedTensors& params, const std::string& loss, double lr = 0) {
   if (dist::rank() != 0) return;
   checkpoint::NamedTensors out;
   for (auto& [name, g] : gradients) out.emplace_back("grad/" + name, g.detach().cpu());
   for (auto& [name, p] : params) out.emplace_back("param/" + name, p.detach().to(torch::kCPU, torch::kFloat32));
-  checkpoint::save_safetensors(o.dir + "/step-" + std::to_string(step) + ".safetensors", out,
-                               {{"loss", loss},
-                                {"step", std::to_string(step)},
-                                {"world_size", std::to_string(dist::world_size())},
-                                {"layout", o.layout},
-                                {"precision", o.precision}});
+  std::map<std::string, std::string> metadata = {{"loss", loss},
+                                                 {"step", std::to_string(step)},
+                                                 {"world_size", std::to_string(dist::world_size())},
+                                                 {"layout", o.layout},
+                                                 {"precision", o.precision}};
+  if (lr > 0) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", lr);
+    metadata["lr"] = text;
+  }
+  checkpoint::save_safetensors(o.dir + "/step-" + std::to_string(step) + ".safetensors", out, metadata);
 }
 
 }  // namespace
@@ -54,12 +59,12 @@ void StepRecorder::record_gradients(const ModelWrapper& wrapper, const torch::nn
 }
 
 bool StepRecorder::finish_step(int64_t step, double local_loss, const ModelWrapper& wrapper,
-                               const torch::nn::Module& model) {
+                               const torch::nn::Module& model, double lr) {
   auto loss = torch::tensor({local_loss}, torch::kFloat64);
   dist::all_reduce(loss, dist::world_group(), dist::ReduceOp::kAvg);
   char text[32];
   std::snprintf(text, sizeof text, "%.17g", loss.item<double>());
-  write_step(options_, step, gradients_, wrapper.model_state_to_save(model), text);
+  write_step(options_, step, gradients_, wrapper.model_state_to_save(model), text, lr);
   gradients_.clear();
   return ++recorded_ >= options_.steps;
 }

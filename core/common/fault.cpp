@@ -11,7 +11,7 @@ namespace colossal {
 namespace {
 
 const std::set<std::string>& known_faults() {
-  static const std::set<std::string> names = {"average_over_sequence_parallel"};
+  static const std::set<std::string> names = {"average_over_sequence_parallel", "nan_loss"};
   return names;
 }
 

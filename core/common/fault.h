@@ -7,6 +7,8 @@
 //   average_over_sequence_parallel   gradients averaged over dp x sp instead of summed over sp
 //                                    and averaged over dp (the classic sequence-parallel bug:
 //                                    every gradient 1/sp of what it should be, the loss unchanged)
+//   nan_loss                         the training loop's loss of step 2 turned NaN (its guard must
+//                                    stop the run before the optimizer step and any checkpoint)
 namespace colossal {
 
 /// Whether fault `name` (one of the list above) is switched on for this process.

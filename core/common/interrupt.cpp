@@ -19,13 +19,17 @@ void set_interrupt_check(std::function<bool()> check) {
   installed_check() = std::move(check);
 }
 
-void throw_if_interrupted(const std::string& where) {
+bool interrupt_requested() {
   std::function<bool()> check;
   {
     std::lock_guard<std::mutex> lock(check_mutex());
     check = installed_check();
   }
-  if (check && check()) throw Interrupted("interrupted at " + where);
+  return check && check();
+}
+
+void throw_if_interrupted(const std::string& where) {
+  if (interrupt_requested()) throw Interrupted("interrupted at " + where);
 }
 
 }  // namespace colossal

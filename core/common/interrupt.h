@@ -24,6 +24,11 @@ class Interrupted : public std::runtime_error {
 /// throw_if_interrupted and returns true when the host wants the job to stop.
 void set_interrupt_check(std::function<bool()> check);
 
+/// Whether the installed check says the job should stop (false without a check). The training
+/// loop asks at each step's end, agrees with the other ranks, writes a checkpoint and then throws
+/// Interrupted itself.
+bool interrupt_requested();
+
 /// Throws Interrupted when the installed check says so; does nothing without a check.
 /// `where` goes into the message ("training step 12").
 void throw_if_interrupted(const std::string& where);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common/check.h"
+#include "core/common/tensorboard.h"
 
 namespace colossal {
 
@@ -20,6 +21,7 @@ Progress::Progress(Options options) : options_(std::move(options)) {
     log_.open(options_.log_file, std::ios::app);
     COLOSSAL_CHECK(log_.good(), "cannot open log file '", options_.log_file, "' for appending");
   }
+  if (!options_.tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(options_.tensorboard_dir);
 }
 
 Progress::~Progress() { end_status_line(); }
@@ -65,13 +67,21 @@ void Progress::step(int64_t step, const std::vector<std::pair<std::string, doubl
     std::fprintf(stderr, "%s\n", line.c_str());
   }
   std::fflush(stderr);
-  if (log_.is_open()) {
-    auto j = to_json(metrics);
-    for (const auto& [k, values] : lists) j[k] = values;
-    j["step"] = step;
-    log_ << j.dump() << '\n';
-    log_.flush();
+  auto j = to_json(metrics);
+  for (const auto& [k, values] : lists) j[k] = values;
+  j["step"] = step;
+  write_line(j);
+  if (tensorboard_) {
+    for (const auto& [k, v] : metrics) tensorboard_->scalar("train/" + k, v, step);
+    tensorboard_->flush();
   }
+}
+
+void Progress::write_line(nlohmann::json& j) {
+  if (!log_.is_open()) return;
+  if (!options_.run.empty()) j["run"] = options_.run;
+  log_ << j.dump() << '\n';
+  log_.flush();
 }
 
 void Progress::event(const std::string& kind, int64_t step, const std::vector<std::pair<std::string, double>>& metrics,
@@ -83,13 +93,14 @@ void Progress::event(const std::string& kind, int64_t step, const std::vector<st
   if (!text.empty()) line += " " + text;
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
-  if (log_.is_open()) {
-    auto j = to_json(metrics);
-    j["event"] = kind;
-    j["step"] = step;
-    if (!text.empty()) j["text"] = text;
-    log_ << j.dump() << '\n';
-    log_.flush();
+  auto j = to_json(metrics);
+  j["event"] = kind;
+  j["step"] = step;
+  if (!text.empty()) j["text"] = text;
+  write_line(j);
+  if (tensorboard_ && !metrics.empty()) {
+    for (const auto& [k, v] : metrics) tensorboard_->scalar(kind + "/" + k, v, step);
+    tensorboard_->flush();
   }
 }
 

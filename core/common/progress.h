@@ -2,17 +2,23 @@
 // Training progress for people and for programs:
 //   * a status line on standard error (redrawn in place on a terminal, one line per update
 //     otherwise so logs stay readable): "step 120/300 [=====>    ] loss 3.412 lr 2.1e-03 ..."
-//   * JSON lines of the same metrics appended to a log file (--log_file), one object per update.
+//   * JSON lines of the same metrics appended to a log file (--log_file), one object per update;
+//   * the same scalars in TensorBoard event files (--tensorboard DIR): "train/<metric>" for an
+//     update, "<event>/<metric>" for an event ("eval/loss").
 // Only the process that constructs it with enabled = true writes (rank 0 by convention).
 #include <c10/core/ScalarType.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace colossal {
+
+class TensorBoardWriter;
 
 class Progress {
  public:
@@ -20,6 +26,8 @@ class Progress {
     bool enabled = true;
     std::string log_file;  // JSON lines; empty: none
     int64_t total_steps = 0;
+    std::string tensorboard_dir;  // event files; empty: none
+    std::string run;              // added to every JSON line as "run" (runs sharing a log file)
   };
   explicit Progress(Options options);
   ~Progress();
@@ -35,8 +43,10 @@ class Progress {
 
  private:
   void end_status_line();
+  void write_line(nlohmann::json& j);
   Options options_;
   std::ofstream log_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   bool tty_ = false;
   bool status_open_ = false;
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configure and build into ./build (or $COLOSSAL_BUILD_DIR). Extra arguments go to CMake's
 # configure step, e.g.  scripts/build.sh -DCOLOSSAL_WITH_CUDA=ON
+# COLOSSAL_BUILD_TARGETS="colossal train_llama" builds only those targets (and what they need).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${COLOSSAL_BUILD_DIR:-$root/build}"
@@ -52,5 +53,7 @@ build_start=$(date +%s)
 bash "$root/scripts/heartbeat.sh" build '/(cc1plus|cicc|ptxas|nvcc|ld|collect2)$' &
 beat=$!
 trap 'kill "$beat" 2>/dev/null || true' EXIT
-cmake --build "$build" -j "$jobs"
-echo "[build] built in $(($(date +%s) - build_start)) s with $jobs jobs" >&2
+targets=()
+for t in ${COLOSSAL_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" -j "$jobs" "${targets[@]}"
+echo "[build] built${COLOSSAL_BUILD_TARGETS:+ ($COLOSSAL_BUILD_TARGETS)} in $(($(date +%s) - build_start)) s with $jobs jobs" >&2

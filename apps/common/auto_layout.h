@@ -9,6 +9,7 @@
 
 #include "core/booster/plugin_config.h"
 #include "core/common/config.h"
+#include "core/common/options.h"
 #include "core/tools/layout_search.h"
 
 namespace colossal::apps {
@@ -18,10 +19,12 @@ struct AutoLayoutFlags {
   int trials = 3;         // --auto_trials: best-predicted layouts timed for real
   double budget_s = 120;  // --auto_budget_s: seconds of trial steps (the first trial always runs)
   std::string report;     // --auto_report: the JSON report (empty: the app's output directory)
-  void add_to(CLI::App& app, const std::string& default_report);
-  void read(const ConfigNode& config);
-  /// Range checks, one flag per message.
-  void validate() const;
+  template <class V>
+  void visit(V& v) {
+    v("auto_trials", trials, "--plugin auto: best-predicted layouts timed for real", at_least(1));
+    v("auto_budget_s", budget_s, "--plugin auto: seconds of trial steps (the first trial always runs)", at_least(0));
+    v("auto_report", report, "--plugin auto: the JSON report (default: auto_layout.json in the output directory)");
+  }
 };
 
 struct AutoLayoutOptions {

@@ -1,57 +1,59 @@
 #include "apps/common/plugin_flags.h"
 
+#include <map>
+
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
 #include "core/booster/registry.h"
+#include "apps/common/settings.h"
 #include "core/common/check.h"
 
 namespace colossal::apps {
 
-const std::vector<std::pair<std::string, std::string>>& job_flags() {
-  // key, help. The keys are PluginConfig's and the plugins' option names.
-  static const std::vector<std::pair<std::string, std::string>> flags = {
-      {"plugin", "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid | auto (chosen by measurement); 'help' lists every "
-                 "plugin's options"},
-      {"mixed_precision", "fp32 | bf16 | fp16"},
-      {"device", "auto (cuda when a GPU is visible, rank -> LOCAL_RANK's GPU) | cpu | cuda | cuda:N"},
-      {"tp", "tensor-parallel size (hybrid)"},
-      {"sp", "sequence-parallel size (hybrid)"},
-      {"sp_mode", "none | split_gather | all_to_all | ring_attn (hybrid)"},
-      {"dp", "data-parallel size (default: the rest of the world)"},
-      {"pp", "pipeline-parallel size (hybrid)"},
-      {"pp_schedule", "hybrid, pp > 1: gpipe | 1f1b | interleaved | zbh1 | zbv"},
-      {"num_model_chunks", "hybrid, pp > 1: model chunks per stage (interleaved >= 2, zbv 2)"},
-      {"num_microbatches", "hybrid, pp > 1: microbatches per step (0: pp x num_model_chunks)"},
-      {"microbatch_size", "hybrid, pp > 1: samples per microbatch (instead of --num_microbatches)"},
-      {"pp_balance", "hybrid, pp > 1: layers per stage by cost (embedding and head counted) | count"},
-      {"ep", "hybrid, a MoE model: expert-parallel size (shares the experts out over the data-parallel ranks)"},
-      {"zero_stage", "zero / hybrid: ZeRO stage (hybrid: 0 = DDP)"},
-      {"bucket_mib", "ddp / zero / hybrid: gradient bucket size in MiB"},
-      {"placement", "gemini: static | auto"},
-      {"offload_optim_frac", "gemini: fraction of chunks whose optimizer state is offloaded"},
-      {"offload_param_frac", "gemini: fraction of chunks whose parameters are offloaded"},
-      {"offload_device", "gemini: cpu | nvme"},
-      {"nvme_dir", "gemini: directory for the NVMe offload files"},
-      {"gathered_budget_mib", "gemini (auto placement): memory for gathered chunks in MiB"},
-  };
-  return flags;
+namespace {
+
+// Each plugin option once, with the plugins that take it: "zero, hybrid: ZeRO stage ...".
+std::vector<std::pair<std::string, std::string>> plugin_option_flags() {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::string, std::string>> by_key;  // key -> (plugins, help of the first)
+  for (const auto& p : booster::plugin_infos())
+    for (const auto& o : p.options) {
+      auto [it, fresh] = by_key.try_emplace(o.name, p.name, o.help);
+      if (fresh) order.push_back(o.name);
+      else it->second.first += ", " + p.name;
+    }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& key : order)
+    out.push_back({key, by_key[key].first + ": " + by_key[key].second + " (--plugin help: defaults)"});
+  return out;
 }
 
-void PluginFlags::add_to(CLI::App& app, const std::string& default_plugin) {
-  const auto& flags = job_flags();
+}  // namespace
+
+std::vector<std::string> plugin_keys() {
+  std::vector<std::string> keys;
+  for (const auto& o : list_options(booster::PluginConfig{})) {
+    keys.push_back(o.name);
+    if (!o.alias.empty()) keys.push_back(o.alias);
+  }
+  for (const auto& [key, help] : plugin_option_flags()) keys.push_back(key);
+  return keys;
+}
+
+void PluginFlags::add_to(CLI::App& app, booster::PluginConfig& config) {
+  CliBinder binder(app);
+  config.visit(binder);
+  const auto flags = plugin_option_flags();
   flags_.clear();
   flags_.reserve(flags.size());
   for (const auto& [key, help] : flags) {
     flags_.push_back({key, "", nullptr});
     auto& f = flags_.back();
-    std::string names = "--" + key;
-    if (key == "mixed_precision") names += ",--precision";
-    f.option = app.add_option(names, f.value, key == "plugin" ? help + " (default " + default_plugin + ")" : help);
+    f.option = app.add_option("--" + key, f.value, help);
   }
-  plugin_option_flag_ = app.add_option("--plugin_option", plugin_options_,
-                                       "any other plugin option, KEY=VALUE (repeatable; see --plugin help)");
+  app.add_option("--plugin_option", plugin_options_, "any plugin option, KEY=VALUE (repeatable; see --plugin help)");
 }
 
 void PluginFlags::apply(booster::PluginConfig& config) const {

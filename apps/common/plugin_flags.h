@@ -1,19 +1,19 @@
 #pragma once
-// The flags every training application shares for composing a job: the plugin, the layout, the
-// precision, the device and the common plugin options, under the names of the config-file keys
-// (core/booster/plugin_config.h). Values given on the command line are applied on top of what a
-// --config file set:
+// The flags every training application shares for composing a job, derived from declarations:
+// PluginConfig's general keys (plugin, precision, device, the layout; typed flags bound to the
+// config) and every registered plugin's own options (core/booster/registry.h), under the names of
+// the config-file keys. A plugin option given as a flag reaches the plugin as text, converted by
+// the type that plugin declares. Values given on the command line win over a --config file:
 //
 //   booster::PluginConfig plugin;           // maybe read from --config first
 //   apps::PluginFlags flags;
-//   flags.add_to(app);                      // CLI::App
+//   flags.add_to(app, plugin);              // CLI::App
 //   app.parse(argc, argv);
-//   flags.apply(plugin);                    // only the flags that were given
+//   flags.apply(plugin);                    // the plugin options that were given
 //   if (plugin.name == "help") print booster::plugins_help()
 #include <CLI/CLI.hpp>
 
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/booster/plugin_config.h"
@@ -22,9 +22,9 @@ namespace colossal::apps {
 
 class PluginFlags {
  public:
-  /// `default_plugin` is shown in --help (the application's own default).
-  void add_to(CLI::App& app, const std::string& default_plugin = "ddp");
-  /// Sets every flag that was given on the command line into `config`.
+  /// Binds the general keys to `config` and adds a flag per plugin option.
+  void add_to(CLI::App& app, booster::PluginConfig& config);
+  /// Sets every plugin-option flag that was given on the command line into `config`.
   void apply(booster::PluginConfig& config) const;
 
  private:
@@ -33,14 +33,13 @@ class PluginFlags {
     std::string value;
     CLI::Option* option = nullptr;
   };
-  std::vector<Flag> flags_;               // stable addresses: reserved before options bind to them
+  std::vector<Flag> flags_;                  // stable addresses: reserved before options bind to them
   std::vector<std::string> plugin_options_;  // --plugin_option KEY=VALUE
-  CLI::Option* plugin_option_flag_ = nullptr;
 };
 
-/// The flags PluginFlags adds (key, help): PluginConfig's general keys and the plugins' common
-/// options. A config file takes the same keys (and "precision" for "mixed_precision").
-const std::vector<std::pair<std::string, std::string>>& job_flags();
+/// Every key a job's plugin configuration takes: PluginConfig's general keys (and their aliases)
+/// and every plugin's option names.
+std::vector<std::string> plugin_keys();
 
 /// The --config value among the arguments ("" when absent). Apps read the file before parsing
 /// the flags, so flags given on the command line override it (CLI11 leaves absent options as

@@ -24,40 +24,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "apps/common/cli_binder.h"
 #include "apps/common/plugin_flags.h"
 #include "core/booster/plugin_config.h"
 #include "core/common/config.h"
 #include "core/common/options.h"
 
 namespace colossal::apps {
-
-/// A visitor that adds each declared setting to a CLI11 app as --NAME (and --ALIAS).
-class CliBinder {
- public:
-  explicit CliBinder(CLI::App& app) : app_(app) {}
-  template <typename T>
-  void operator()(const char* name, T& field, const char* help, const OptionRule& rule = {}) {
-    std::string names = std::string("--") + name;
-    // An alias "!no_x" is a negating flag (--no_x sets false).
-    if (!rule.alias.empty()) names += rule.alias[0] == '!' ? ",!--" + rule.alias.substr(1) : ",--" + rule.alias;
-    std::string text = help;
-    if (const auto r = rule.text(); !r.empty()) text += " [" + r + "]";
-    if constexpr (std::is_same_v<T, bool>) {
-      // --NAME alone is true; --NAME=false (what the Python functions write) is false.
-      app_.add_flag(names, field, text)->capture_default_str();
-    } else {
-      app_.add_option(names, field, text)->capture_default_str();
-    }
-  }
-  void mib(const char* name, int64_t& bytes, const char* help) {
-    app_.add_option_function<double>(std::string("--") + name,
-                                     [&bytes](double mib) { bytes = static_cast<int64_t>(mib * (1 << 20)); },
-                                     std::string(help) + " (MiB)");
-  }
-
- private:
-  CLI::App& app_;
-};
 
 /// The declared keys of `settings` (names and aliases).
 template <typename Settings>
@@ -94,9 +67,10 @@ bool parse_settings(int argc, char** argv, const std::string& description, Setti
   CliBinder binder(app);
   s.visit(binder);
   PluginFlags plugin_flags;
-  plugin_flags.add_to(app, s.plugin.name);
+  plugin_flags.add_to(app, s.plugin);
   if (!parse_job_flags(app, argc, argv, plugin_flags, s.plugin, exit_code)) return false;
   validate_options(s);
+  validate_options(s.plugin);
   s.validate();
   return true;
 }

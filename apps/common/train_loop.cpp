@@ -122,7 +122,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
       booster, b, resume,
       {.total_steps = total_steps, .length_flags = t.length_flags, .load_rank_state = t.load_rank_state});
   run.first_step = first_step;
-  if (t.after_resume) t.after_resume(first_step);
+  if (t.after_resume) t.after_resume(first_step, *sampler);
 
   // MFU's denominator: every rank's matrix-product rate in the compute dtype, measured now.
   double gflops = 0;
@@ -132,7 +132,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
     gflops = rate.item<double>();
   }
   if (r == 0) {
-    std::printf("%s: %s (%s), %s on %s; %d replica(s) x %ld samples x %ld micro-batch(es) = %ld samples per step; "
+    std::printf("%s: plugin %s (%s), %s on %s; %d replica(s) x %ld samples x %ld micro-batch(es) = %ld samples per step; "
                 "%ld steps (%.2f epochs)\n",
                 t.name.c_str(), t.plugin->name().c_str(), dims.describe().c_str(), t.plugin->precision().c_str(),
                 t.plugin->device().str().c_str(), n, t.micro_batch, accumulation, per_step, total_steps,
@@ -161,7 +161,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
   auto report_eval = [&](int64_t step) {
     if (!t.evaluate || recorder) return;
     const auto start = Clock::now();
-    const auto metrics = t.evaluate(step);
+    const auto metrics = t.evaluate({step, b.compute_dtype, booster, optimizer});
     paused += seconds_since(start);
     if (!metrics) {
       if (r == 0) std::fprintf(stderr, "warning: evaluation at step %ld scored nothing; no metric\n", step);
@@ -183,7 +183,15 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
     last_saved = step;
     paused += seconds_since(start);
   };
-  auto draw = [&] { return sampler->next_across_epochs(t.micro_batch); };
+  auto draw = [&] {
+    if (!t.whole_batches) return sampler->next_across_epochs(t.micro_batch);
+    auto positions = sampler->next(t.micro_batch);
+    if (static_cast<int64_t>(positions.size()) < t.micro_batch) {  // the epoch ends: start the next
+      sampler->set_epoch(sampler->epoch() + 1);
+      positions = sampler->next(t.micro_batch);
+    }
+    return positions;
+  };
 
   const auto t0 = Clock::now();
   if (first_step == 1) report_eval(0);
@@ -201,14 +209,14 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
     std::map<std::string, double> counts;
     if (t.pipeline_step) {
       const auto positions = draw();
-      StepContext ctx{step, 0, positions, *sampler, b.compute_dtype, counts};
+      StepContext ctx{step, 0, positions, *sampler, b.compute_dtype, booster, optimizer, counts};
       trace.phase("pipeline");
       step_loss = t.pipeline_step(ctx);
       if (inject_nan && step == 2) step_loss = std::numeric_limits<double>::quiet_NaN();
     } else {
       for (int64_t micro = 0; micro < accumulation; ++micro) {
         const auto positions = draw();
-        StepContext ctx{step, micro, positions, *sampler, b.compute_dtype, counts};
+        StepContext ctx{step, micro, positions, *sampler, b.compute_dtype, booster, optimizer, counts};
         auto run_micro = [&] {
           trace.phase("forward");
           auto loss = t.loss(ctx) / static_cast<double>(accumulation);
@@ -247,7 +255,10 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
         if (group.is_member() && group.size() > 1 && packed.numel() > 0) dist::all_reduce(packed, group);
         size_t i = 0;
         for (auto& [k, v] : window_counts) v = packed[static_cast<int64_t>(i++)].item<double>();
-        for (const auto& kv : t.count_metrics(window_counts)) m.push_back(kv);
+        for (const auto& [k, v] : t.count_metrics(window_counts)) {
+          m.push_back({k, v});
+          summary.metrics[t.summary_prefix + k] = v;
+        }
       }
       const double secs = std::max(1e-9, seconds_since(window_start) - paused);
       const double samples_s = static_cast<double>(window_steps * per_step) / secs;

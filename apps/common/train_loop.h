@@ -91,10 +91,20 @@ struct StepContext {
   const std::vector<int64_t>& positions;    // this rank's samples (indices into the training set)
   const data::DistributedSampler& sampler;  // positions to come: a copy may look ahead (prefetching)
   c10::ScalarType compute_dtype;            // cast inputs to this (mixed precision)
+  booster::Booster& booster;                // a pipeline step runs through it
+  booster::BoostedOptimizer& optimizer;
   /// Adds to a per-sample count summed over the log window and the data-parallel replicas
   /// ("correct" for an accuracy). Every replica must add the same names.
   void count(const std::string& name, double value) { counts[name] += value; }
   std::map<std::string, double>& counts;
+};
+
+/// What an evaluation sees: the step, and the Booster a pipeline evaluates through.
+struct EvalContext {
+  int64_t step = 0;
+  c10::ScalarType compute_dtype;
+  booster::Booster& booster;
+  booster::BoostedOptimizer& optimizer;
 };
 
 struct TrainTask {
@@ -108,7 +118,8 @@ struct TrainTask {
   // ---- data: the loop's sampler shuffles positions 0..train_samples-1 over the replicas
   int64_t train_samples = 0;
   int64_t micro_batch = 1;         // samples per replica per micro-batch
-  bool drop_last = true;           // an epoch's last partial batch is dropped
+  bool drop_last = true;           // the sampler drops the samples that do not split over the replicas
+  bool whole_batches = false;      // a batch never spans two epochs (an epoch's remainder is skipped)
   int64_t epochs = 1;              // when --max_steps is 0
   std::string batch_flag;          // how the user set the batch ("--batch_size 512"), for errors
   std::string length_flags;        // what raises the step count ("--epochs or --max_steps")
@@ -135,7 +146,7 @@ struct TrainTask {
   std::function<Metrics(const std::map<std::string, double>& counts)> count_metrics;
 
   // ---- evaluation (optional): collective; nullopt when nothing was scored (a warning)
-  std::function<std::optional<Metrics>(int64_t step)> evaluate;
+  std::function<std::optional<Metrics>(const EvalContext&)> evaluate;
   int64_t eval_samples = -1;       // held-out samples (0 is an error; -1: unknown)
   std::string eval_flag;           // what gave the evaluation set ("--held_out_fraction 0.1")
 
@@ -144,7 +155,9 @@ struct TrainTask {
   std::map<std::string, std::string> model_files;  // written beside each checkpoint's weights
   std::function<void(const std::string& step_dir)> save_rank_state, load_rank_state;
   std::function<void()> before_save;               // flush caches into the model's buffers
-  std::function<void(int64_t first_step)> after_resume;
+  /// After the checkpoint (if any) is loaded: the step to come, and the sampler where it stands
+  /// (a loader running ahead starts from a copy).
+  std::function<void(int64_t first_step, const data::DistributedSampler& sampler)> after_resume;
   std::string log_file;            // JSON lines when --log_file is not given (empty: none)
   std::string run;                 // tags the JSON lines and names the TensorBoard subdirectory
 

@@ -1,12 +1,15 @@
 #pragma once
-// train_llama's settings: command-line flags in Colossal-LLaMA's style, or the same names as
-// keys of a YAML/JSON file (--config); flags given on the command line win over the file.
+// train_llama's settings, each declared once in visit() under Colossal-LLaMA's names: the flags,
+// the keys of a YAML/JSON file (--config; flags given on the command line win), --help and the
+// range checks all come from that list (apps/common/settings.h).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "apps/common/auto_layout.h"
+#include "apps/common/train_loop.h"
 #include "core/booster/plugin_config.h"
+#include "core/common/options.h"
 
 namespace colossal::llama_app {
 
@@ -14,7 +17,6 @@ struct TrainArgs {
   // Model and data
   std::string pretrained;       // Hugging Face directory to start from (config, weights, tokenizer)
   std::string model_config;     // config.json for a model trained from scratch (default: a small one)
-  std::string load_checkpoint = "auto";  // a checkpoint (root or step directory), auto or none
   std::vector<std::string> dataset;  // JSONL; empty: the built-in corpus
   std::string eval_dataset;          // JSONL; empty: the built-in held-out split (if built in)
   std::string tokenizer;             // tokenizer.model; empty: from --pretrained, else train one
@@ -22,33 +24,49 @@ struct TrainArgs {
   std::string mode = "pretrain";     // pretrain | sft
   std::string on_bad_line = "stop";  // stop | skip
   std::string output = "out/llama";  // data cache, tokenizer, final model (OUTPUT/model)
-  // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
-  booster::PluginConfig plugin;
   bool grad_checkpoint = false;
   // Optimisation
   int64_t batch_size = 8;  // samples per rank per micro-batch
-  int64_t accumulation_steps = 1;
   int64_t max_length = 128;
-  double lr = 3e-3, weight_decay = 0.1, grad_clip = 1.0;
+  double lr = 3e-3, weight_decay = 0.1;
   int64_t warmup_steps = 20;
   int64_t num_epochs = 1;
-  int64_t max_steps = 300;  // > 0 overrides num_epochs
-  uint64_t seed = 42;
-  // Saving, evaluation, logging
-  std::string save_dir;      // checkpoints; empty: OUTPUT/checkpoints
-  int64_t save_interval = 0;  // steps; 0: only at the end
-  int64_t eval_interval = 100;
-  int64_t log_interval = 10;
-  std::string log_file;
-  std::string memory_trace;  // trace one step's memory by phase and module into this JSON file
-  colossal::apps::AutoLayoutFlags auto_layout;  // --plugin auto's trials, budget and report
-  int64_t keep_checkpoints = 2;
+  std::string save_dir;  // checkpoints; empty: OUTPUT/checkpoints
   // After training
   std::string prompt = "It is a truth universally acknowledged";
   int64_t sample_tokens = 40;
-
+  // The loop's settings (steps, clipping, checkpoints, logs; apps/common/train_loop.h)
+  apps::TrainLoopOptions loop{.max_steps = 300, .grad_clip = 1.0, .eval_interval = 100};
+  apps::AutoLayoutFlags auto_layout;  // --plugin auto's trials, budget and report
+  // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
+  booster::PluginConfig plugin;
   std::string config;  // the file these came from, if any
 
+  template <class V>
+  void visit(V& v) {
+    v("pretrained", pretrained, "Hugging Face model directory to start from");
+    v("model_config", model_config, "config.json of a model to train from scratch");
+    v("dataset", dataset, "JSONL training files (default: the built-in corpus)", alias("data"));
+    v("eval_dataset", eval_dataset, "JSONL evaluation file");
+    v("tokenizer", tokenizer, "SentencePiece tokenizer.model");
+    v("vocab_size", vocab_size, "vocabulary of a tokenizer trained here (256 byte pieces, unk, bos, eos and text)",
+      at_least(260));
+    v("mode", mode, "pretrain | sft", one_of({"pretrain", "sft"}));
+    v("on_bad_line", on_bad_line, "stop | skip a malformed JSONL line", one_of({"stop", "skip"}));
+    v("output", output, "data cache, tokenizer and the final model (OUTPUT/model)");
+    v("grad_checkpoint", grad_checkpoint, "recompute each decoder layer in backward");
+    v("batch_size", batch_size, "samples per rank per micro-batch", at_least(1));
+    v("max_length", max_length, "tokens per sample", between(2, 1 << 20));
+    v("lr", lr, "peak learning rate", above(0));
+    v("weight_decay", weight_decay, "AdamW weight decay", at_least(0));
+    v("warmup_steps", warmup_steps, "linear warm-up steps before the cosine decay", at_least(0));
+    v("num_epochs", num_epochs, "epochs (when --max_steps is 0)", at_least(1));
+    v("save_dir", save_dir, "checkpoint directory (default OUTPUT/checkpoints)");
+    v("prompt", prompt, "text to continue after training");
+    v("sample_tokens", sample_tokens, "tokens to generate after training (0: none)", at_least(0));
+    loop.visit(v);
+    auto_layout.visit(v);
+  }
   void validate() const;
 };
 

@@ -22,26 +22,18 @@
 #include "apps/llama/train_llama.h"
 
 #include "apps/common/auto_layout.h"
-#include "apps/common/memory_trace.h"
-#include "apps/common/resume.h"
-#include "apps/common/verify_run.h"
+#include "apps/common/train_loop.h"
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
-#include "core/booster/loss_guard.h"
-#include "core/booster/step_recorder.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
-#include "core/common/interrupt.h"
 #include "core/common/log.h"
-#include "core/common/progress.h"
-#include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
 #include "core/parallel/expert/router_stats.h"
-#include "core/tools/memory_tracer.h"
 #include "llama/corpus.h"
 #include "llama/dataset.h"
 #include "llama/layout_trial.h"
@@ -172,7 +164,7 @@ void choose_layout_by_measurement(TrainArgs& a) {
   if (a.pretrained.empty()) cfg.vocab_size = a.tokenizer.empty() ? a.vocab_size : Tokenizer::load(a.tokenizer).vocab_size();
   const int world = dist::world_size();
   colossal::apps::AutoLayoutOptions o;
-  o.global_batch = a.batch_size * a.accumulation_steps * world;  // what --batch_size means under plain data parallelism
+  o.global_batch = a.batch_size * a.loop.accumulation_steps * world;  // what --batch_size means under plain data parallelism
   o.sequence = a.max_length;
   o.precision = a.plugin.precision;
   o.trials = a.auto_layout.trials;
@@ -181,7 +173,7 @@ void choose_layout_by_measurement(TrainArgs& a) {
   colossal::fs::make_dirs(a.output);
   colossal::tools::TrialOptions trial;
   trial.sequence = a.max_length;
-  trial.seed = a.seed;
+  trial.seed = a.loop.seed;
   const auto report = colossal::apps::choose_layout(
       model_spec(cfg), o, [&](const colossal::tools::Layout& l) { return layout_is_valid(cfg, l, world, a.max_length); },
       [&](const colossal::tools::Layout& l) { return time_training_steps(cfg, l, a.plugin, trial); },
@@ -192,22 +184,14 @@ void choose_layout_by_measurement(TrainArgs& a) {
   a.plugin = colossal::apps::chosen_plugin_config(best, a.plugin);
   a.grad_checkpoint = best.activation_checkpointing;
   a.batch_size = best.pp > 1 ? best.replica_batch : best.micro_batch;
-  a.accumulation_steps = best.pp > 1 ? 1 : best.replica_batch / best.micro_batch;
+  a.loop.accumulation_steps = best.pp > 1 ? 1 : best.replica_batch / best.micro_batch;
 }
 
 void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
-  // Called from Python after colossal.launch(), the runtime is already up and stays up after.
-  const bool own_runtime = !dist::is_initialized();
-  if (own_runtime) dist::init();
+  // The runtime; under colossal verify the one-process reference runs the layout's global batch.
+  colossal::apps::TrainJob job(a.loop, a.plugin);
   const int r = dist::rank();
-  // Under colossal verify: record the first steps and stop; the one-process reference runs the
-  // layout's global batch (apps/common/verify_run.h). No evaluation, checkpoint or sample.
-  const auto verify = colossal::apps::VerifyRun::from_env();
-  if (verify) {
-    a.batch_size *= verify->adapt(a.plugin);
-    if (a.load_checkpoint == "auto") a.load_checkpoint = "none";
-    a.save_interval = 0;
-  }
+  a.batch_size *= job.batch_factor();
   if (a.plugin.name == "auto") choose_layout_by_measurement(a);
   // The plugin first: its layout is checked against the world before anything else runs.
   auto plugin = booster::make_plugin(a.plugin);
@@ -293,7 +277,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     cfg.bos_token_id = tok.bos_id();
     cfg.eos_token_id = tok.eos_id();
     auto parallel = parallel_for(cfg);
-    torch::manual_seed(a.seed);
+    torch::manual_seed(a.loop.seed);
     // Lazily: no weight exists until boost() makes what this rank keeps (its ZeRO-3 shards, its
     // tensor-parallel slices), with the values an eager build would have (nn/deferred_init.h).
     colossal::nn::DeferredInitGuard deferred;
@@ -302,9 +286,10 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   // The load-balancing loss and the capacity are statistics of one forward's tokens (each
   // replica's own, as in transformers and Megatron); verify's reference runs every replica's
   // samples in one forward and would report that difference as a broken layout.
-  COLOSSAL_CHECK(!verify || !cfg.is_moe() || (cfg.router_aux_loss_coef == 0 && cfg.capacity_factor == 0) ||
-                     (dims.dp() == 1 && verify->reference_for <= 1),
-                 "colossal verify with a mixture-of-experts model over ", std::max(dims.dp(), verify ? verify->reference_for : 1),
+  const int replicas = static_cast<int>(std::max<int64_t>(dims.dp(), job.batch_factor()));
+  COLOSSAL_CHECK(!job.verifying() || !cfg.is_moe() || (cfg.router_aux_loss_coef == 0 && cfg.capacity_factor == 0) ||
+                     replicas == 1,
+                 "colossal verify with a mixture-of-experts model over ", replicas,
                  " data-parallel replicas: router_aux_loss_coef ", cfg.router_aux_loss_coef, " and capacity_factor ",
                  cfg.capacity_factor, " make each replica's loss a statistic of its own forward's tokens, which the "
                  "one-process reference (every replica's samples in one forward) does not reproduce; verify the layout "
@@ -316,48 +301,93 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
 
   if (!colossal::nn::has_deferred_parameters(*model)) model->to(device);  // else boost makes them there
 
-  // ---- schedule (n: data-parallel replicas; under hybrid parallelism fewer than the ranks)
-  const int n = dims.dp();
-  const int64_t per_step = a.batch_size * a.accumulation_steps;  // samples per rank per step
-  const int64_t samples_per_rank = (train.size() + n - 1) / n;
-  const int64_t steps_per_epoch = std::max<int64_t>(1, samples_per_rank / per_step);
-  const int64_t total_steps = a.max_steps > 0 ? a.max_steps : a.num_epochs * steps_per_epoch;
-  int64_t warmup = a.warmup_steps;
-  if (warmup >= total_steps) {
-    warmup = total_steps / 10;
-    if (r == 0) std::printf("note: --warmup_steps %ld >= %ld steps; warming up for %ld\n", a.warmup_steps, total_steps, warmup);
-  }
-
-  auto optimizer = colossal::optim::make_optimizer(
+  // ---- the task for the shared loop (apps/common/train_loop.h)
+  colossal::apps::TrainTask task;
+  task.name = "train_llama";
+  task.plugin = plugin;
+  task.model = model.ptr();
+  task.optimizer = colossal::optim::make_optimizer(
       *model, {.name = "fused_adamw", .lr = a.lr, .weight_decay = a.weight_decay, .beta2 = 0.95});
-  auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
-      *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = warmup,
-                                                        .total_steps = total_steps, .min_lr_ratio = 0.1});
-  auto sampler = std::make_shared<colossal::data::DistributedSampler>(
-      colossal::data::DistributedSampler::Options{.dataset_size = train.size(), .seed = a.seed});
-  booster::Booster booster(plugin);
-  auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
-  const auto dp_replica = plugin->data_parallel_rank_and_size();
+  task.schedule = [&](int64_t total_steps) {
+    int64_t warmup = a.warmup_steps;
+    if (warmup >= total_steps) {
+      warmup = total_steps / 10;
+      if (r == 0)
+        std::printf("note: --warmup_steps %ld >= %ld steps; warming up for %ld\n", a.warmup_steps, total_steps, warmup);
+    }
+    return colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = warmup, .total_steps = total_steps,
+                                                 .min_lr_ratio = 0.1};
+  };
+  task.train_samples = train.size();
+  task.micro_batch = a.batch_size;
+  task.drop_last = false;
+  task.epochs = a.num_epochs;
+  task.batch_flag = "--batch_size " + std::to_string(a.batch_size);
+  task.length_flags = "--max_steps";
+  task.throughput_unit = "tokens";
+  task.units_per_sample = static_cast<double>(a.max_length);
+  task.flops_per_sample = training_flops_per_token(cfg, a.max_length) * static_cast<double>(a.max_length);
+  // MoE: expert load and router losses since the last line (under pp, the last stage's routing
+  // pools every stage's, and the report sums over the stages and replicas).
+  colossal::parallel::expert::RouterWindow router_window(cfg.num_local_experts);
+  task.loss = [&](colossal::apps::StepContext& ctx) {
+    auto batch = train.batch(ctx.positions);
+    auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device));
+    if (cfg.is_moe()) router_window.add(model->router_losses());
+    return loss;
+  };
   // Pipeline parallelism: each step's batch runs through the stages in microbatches.
   const auto& pipeline = model->parallel_context().pipeline;
   const bool pipelined = pipeline.enabled();
   const auto stage = colossal::llama::stage_functions(model);
-  int64_t microbatches = 1;
   if (pipelined) {
-    COLOSSAL_CHECK(a.accumulation_steps == 1, "--accumulation_steps ", a.accumulation_steps,
-                   " with --pp ", dims.pp(), ": a pipeline accumulates over its microbatches; use --num_microbatches");
-    microbatches = pipeline.microbatches_for(a.batch_size);  // --batch_size is per data-parallel rank
+    const int64_t microbatches = pipeline.microbatches_for(a.batch_size);  // --batch_size is per data-parallel rank
+    auto pipeline_stage = stage;
+    if (cfg.is_moe())
+      pipeline_stage.loss = [&, loss = stage.loss](const torch::Tensor& logits, const torch::Tensor& labels) {
+        auto l = loss(logits, labels);
+        router_window.add(model->router_losses());
+        return l;
+      };
+    task.pipeline_step = [&, pipeline_stage, microbatches](colossal::apps::StepContext& ctx) {
+      auto batch = train.batch(ctx.positions);
+      auto ids = batch.input_ids.to(device).split(a.batch_size / microbatches);
+      auto labels = batch.labels.to(device).split(a.batch_size / microbatches);
+      return ctx.booster.execute_pipeline(ctx.optimizer, pipeline_stage, ids, labels);
+    };
   }
-
-  const int64_t first_step = colossal::apps::resume_training(
-      booster, b,
-      {.flag = a.load_checkpoint, .save_dir = a.save_dir, .total_steps = total_steps, .length_flags = "--max_steps"});
-
-  // MFU's denominator: every rank's matrix-product rate in the compute dtype, measured now on its
-  // threads.
-  auto rate = torch::tensor({colossal::measure_matmul_gflops(b.compute_dtype)}, torch::kFloat64);
-  dist::all_reduce(rate, dist::world_group());
-  const double flops_per_token = training_flops_per_token(cfg, a.max_length);
+  if (cfg.is_moe())
+    task.log_metrics = [&](colossal::apps::Metrics& m, std::vector<std::pair<std::string, std::vector<double>>>& lists) {
+      // Every replica's routing: each routes its own tokens.
+      auto routed = router_window.report(pipelined ? dims.group({dist::Axis::kPp, dist::Axis::kDp})
+                                                   : dims.group(dist::Axis::kDp));
+      m.insert(m.end(), routed.metrics.begin(), routed.metrics.end());
+      lists.push_back({"tokens_per_expert", routed.tokens_per_expert});
+      router_window = colossal::parallel::expert::RouterWindow(cfg.num_local_experts);
+    };
+  const auto dp_replica = plugin->data_parallel_rank_and_size();
+  if (eval) {
+    task.evaluate = [&](const colossal::apps::EvalContext& ctx) -> std::optional<colossal::apps::Metrics> {
+      PipelineEval pipeline_eval;
+      if (pipelined)
+        pipeline_eval = [&](const std::vector<torch::Tensor>& ids, const std::vector<torch::Tensor>& labels) {
+          auto fns = stage;
+          fns.loss = [&](const torch::Tensor& logits, const torch::Tensor& y) {  // token-weighted
+            auto count = y.narrow(1, 1, y.size(1) - 1).ne(-100).sum().to(torch::kDouble);
+            if (count.item<double>() == 0) return count;  // nothing to score (the mean would be 0 / 0)
+            return model->loss_from_logits(logits, y) * count;
+          };
+          return ctx.booster.evaluate_pipeline(ctx.optimizer, fns, ids, labels) * static_cast<double>(ids.size());
+        };
+      const auto l = evaluate(model, *eval, a.batch_size, dp_replica, pipeline_eval);
+      if (!l) return std::nullopt;  // every label masked
+      return colossal::apps::Metrics{{"loss", *l}, {"perplexity", std::exp(*l)}};
+    };
+    task.eval_samples = eval->size();
+  }
+  task.checkpoint_dir = a.save_dir;
+  // Every checkpoint's model/ opens as a model: config and tokenizer files beside the weights.
+  task.model_files = model_dir_files(cfg, &tok);
   if (r == 0) {
     std::printf("model: %.2fM parameters (hidden %ld, layers %ld, heads %ld/%ld kv, vocab %ld)%s\n",
                 cfg.num_parameters() / 1e6, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
@@ -367,151 +397,15 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                   cfg.num_local_experts, cfg.num_experts_per_tok, cfg.num_active_parameters() / 1e6,
                   cfg.router_aux_loss_coef, cfg.router_z_loss_coef,
                   cfg.capacity_factor > 0 ? ("capacity factor " + std::to_string(cfg.capacity_factor)).c_str() : "dropless");
-    std::printf("data: %ld samples of %ld tokens (%s); %d rank(s) x %ld samples x %ld micro-batches = %ld per step; "
-                "%ld steps (%.2f epochs)\n",
-                train.size(), a.max_length, a.mode.c_str(), n, a.batch_size, a.accumulation_steps, per_step * n,
-                total_steps, static_cast<double>(total_steps) / steps_per_epoch);
-    std::printf("plugin %s, %s on %s, %d thread(s)/rank, matmul %.0f GFLOP/s over all ranks\n",
-                (plugin->name() + " (" + dims.describe() + ")").c_str(), a.plugin.precision.c_str(),
-                device.str().c_str(),
-                at::get_num_threads(), rate.item<double>());
+    std::printf("data: %ld samples of %ld tokens (%s); %d thread(s)/rank\n", train.size(), a.max_length, a.mode.c_str(),
+                at::get_num_threads());
     std::fflush(stdout);
   }
-  colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
-  PipelineEval pipeline_eval;
-  if (pipelined) {
-    pipeline_eval = [&](const std::vector<torch::Tensor>& ids, const std::vector<torch::Tensor>& labels) {
-      auto fns = stage;
-      fns.loss = [&](const torch::Tensor& logits, const torch::Tensor& y) {  // token-weighted
-        auto count = y.narrow(1, 1, y.size(1) - 1).ne(-100).sum().to(torch::kDouble);
-        if (count.item<double>() == 0) return count;  // nothing to score (the mean would be 0 / 0)
-        return model->loss_from_logits(logits, y) * count;
-      };
-      return booster.evaluate_pipeline(*b.optimizer, fns, ids, labels) * static_cast<double>(ids.size());
-    };
-  }
-  auto report_eval = [&](int64_t step) {
-    if (!eval || verify) return;
-    const auto l = evaluate(model, *eval, a.batch_size, dp_replica, pipeline_eval);
-    if (!l) {
-      if (r == 0) std::fprintf(stderr, "warning: evaluation at step %ld scored no token (every label masked); no metric\n", step);
-      return;
-    }
-    progress.event("eval", step, {{"loss", *l}, {"perplexity", std::exp(*l)}});
-    summary.metrics["eval_loss"] = *l;
-  };
-  if (first_step == 1) report_eval(0);
-
-  auto next_indices = [&] { return sampler->next_across_epochs(a.batch_size); };
-
-  // Every checkpoint's model/ opens as a model: config and tokenizer files beside the weights.
-  const auto model_files = model_dir_files(cfg, &tok);
-  std::optional<booster::StepRecorder> recorder;
-  if (verify) recorder.emplace(verify->recorder(*plugin, a.plugin.precision));
-  colossal::booster::LossGuard loss_guard(
-      {.precision = a.plugin.precision,
-       .advice = a.save_interval > 0 ? "Checkpoints in " + a.save_dir + " are as they were before this step" : ""});
-  // MoE: expert load and router losses since the last line (under pp, the last stage's routing
-  // pools every stage's, and the report sums over the stages and replicas).
-  colossal::parallel::expert::RouterWindow router_window(cfg.num_local_experts);
-  auto pipeline_stage = stage;
-  if (pipelined && cfg.is_moe())
-    pipeline_stage.loss = [&, loss = stage.loss](const torch::Tensor& logits, const torch::Tensor& labels) {
-      auto l = loss(logits, labels);
-      router_window.add(model->router_losses());
-      return l;
-    };
-  auto t0 = std::chrono::steady_clock::now();
-  auto window_start = t0;
-  int64_t window_steps = 0;
-  // --memory_trace (apps/common/memory_trace.h).
-  colossal::apps::StepMemoryTrace trace(a.memory_trace, first_step, total_steps);
-  for (int64_t step = first_step; step <= total_steps; ++step) {
-    colossal::throw_if_interrupted("training step " + std::to_string(step));
-    trace.begin(step);
-    b.optimizer->zero_grad();
-    double loss_sum = 0;
-    if (pipelined) {  // the rank's batch in microbatches through the stages
-      auto batch = train.batch(next_indices());
-      auto ids = batch.input_ids.to(device).split(a.batch_size / microbatches);
-      auto labels = batch.labels.to(device).split(a.batch_size / microbatches);
-      trace.phase("pipeline");
-      loss_sum = booster.execute_pipeline(*b.optimizer, pipeline_stage, ids, labels);
-    }
-    for (int64_t micro = 0; micro < (pipelined ? 0 : a.accumulation_steps); ++micro) {
-      auto batch = train.batch(next_indices());
-      auto run_micro = [&] {
-        trace.phase("forward");
-        auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device)) /
-                    static_cast<double>(a.accumulation_steps);
-        trace.phase("backward");
-        booster.backward(loss, *b.optimizer);
-        loss_sum += loss.item<double>();
-        if (cfg.is_moe()) router_window.add(model->router_losses());
-      };
-      if (micro + 1 < a.accumulation_steps) booster.no_sync(*b.optimizer, run_micro);
-      else run_micro();
-    }
-    if (recorder) recorder->record_gradients(b.optimizer->model_wrapper(), *model);
-    // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
-    const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss_sum, step);
-    double lr = b.lr_scheduler->lr();
-    trace.phase("optimizer");
-    bool stepped = b.optimizer->step();
-    b.lr_scheduler->step();
-    ++window_steps;
-    trace.end(step, [&] { return b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner()).total(); });
-
-    if (step % a.log_interval == 0 || step == total_steps) {
-      auto l = torch::tensor({loss_sum}, torch::kFloat64);
-      dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);
-      double s = elapsed(window_start);
-      double tokens_s = static_cast<double>(window_steps * per_step * n * a.max_length) / s;
-      std::vector<std::pair<std::string, double>> m = {
-          {"loss", l.item<double>()}, {"lr", lr}, {"grad_norm", norm}, {"tokens/s", tokens_s},
-          {"mfu", tokens_s * flops_per_token / 1e9 / rate.item<double>()}, {"mem_gib", colossal::resident_gib()}};
-      summary.metrics["loss"] = l.item<double>();
-      summary.metrics["steps"] = static_cast<double>(step);
-      if (!stepped) m.push_back({"skipped", 1});
-      std::vector<std::pair<std::string, std::vector<double>>> lists;
-      if (cfg.is_moe()) {  // every replica's routing: each routes its own tokens
-        auto routed = router_window.report(pipelined ? dims.group({dist::Axis::kPp, dist::Axis::kDp})
-                                                     : dims.group(dist::Axis::kDp));
-        m.insert(m.end(), routed.metrics.begin(), routed.metrics.end());
-        lists.push_back({"tokens_per_expert", routed.tokens_per_expert});
-        router_window = colossal::parallel::expert::RouterWindow(cfg.num_local_experts);
-      }
-      progress.step(step, m, lists);
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
-    }
-    if (a.eval_interval > 0 && step % a.eval_interval == 0 && step != total_steps) report_eval(step);
-    if (a.save_interval > 0 && step % a.save_interval == 0 && step != total_steps) {
-      booster.save_checkpoint(b, a.save_dir, {.step = step, .epoch = sampler->epoch()},
-                              {.keep_last = static_cast<int>(a.keep_checkpoints), .model_files = model_files});
-      progress.event("checkpoint", step, {}, a.save_dir + "/step-" + std::to_string(step));
-    }
-    if (window_steps == 0 || (a.eval_interval > 0 && step % a.eval_interval == 0) ||
-        (a.save_interval > 0 && step % a.save_interval == 0)) {
-      window_start = std::chrono::steady_clock::now();  // throughput counts training only
-      window_steps = 0;
-    }
-    if (recorder && recorder->finish_step(step, loss_sum, b.optimizer->model_wrapper(), *model)) break;
-  }
-  if (recorder) {  // nothing else to write
-    summary.exit_code = colossal::apps::finish_recording(*recorder);
-    return;
-  }
-  if (first_step <= total_steps) {
-    report_eval(total_steps);
-    booster.save_checkpoint(b, a.save_dir, {.step = total_steps, .epoch = sampler->epoch()},
-                            {.keep_last = static_cast<int>(a.keep_checkpoints), .model_files = model_files});
-    progress.event("checkpoint", total_steps, {{"seconds", elapsed(t0)}},
-                   a.save_dir + "/step-" + std::to_string(total_steps));
-  }
+  auto run = job.run(task, summary);
+  if (run.recorded) return;  // colossal verify: nothing else to write
 
   // ---- the Hugging Face directory: weights gathered whole whatever the plugin, config, tokenizer
-  auto state = b.optimizer->model_wrapper().model_state_to_save(*model);
+  auto state = run.boosted.optimizer->model_wrapper().model_state_to_save(*model);
   std::string out = a.output + "/model";
   if (r == 0) {
     save_pretrained(cfg, state, out, {}, &tok);
@@ -527,7 +421,6 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   summary.outputs["checkpoints"] = a.save_dir;
   summary.outputs["tokenizer"] = a.tokenizer;
   std::fflush(stdout);
-  if (own_runtime) dist::shutdown();
 }
 
 }  // namespace
@@ -535,12 +428,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
 namespace colossal::llama_app {
 
 colossal::apps::RunSummary train_llama(const std::vector<std::string>& args) {
-  return colossal::apps::run_job<TrainArgs>("train_llama", args, &parse_train_args,
-                                            [](TrainArgs& a, colossal::apps::RunSummary& summary) {
-    // Counting from the start, so the traced step's "at start" includes the model and its state.
-    if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
-    run(a, summary);
-  });
+  return colossal::apps::run_job<TrainArgs>("train_llama", args, &parse_train_args, &run);
 }
 
 }  // namespace colossal::llama_app

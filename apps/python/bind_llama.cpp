@@ -7,7 +7,10 @@
 #include <atomic>
 #include <thread>
 
+#include "apps/llama/engine_setup.h"
 #include "apps/llama/openai_server.h"
+#include "core/common/config.h"
+#include "core/common/options.h"
 #include "apps/python/bindings.h"
 #include "apps/python/boosted_model.h"
 #include "core/checkpoint/model_io.h"
@@ -28,29 +31,31 @@ struct CausalLM {
   llama::LlamaForCausalLM model{nullptr};
 };
 
-// The engine and what it needs alive: the inference model (fused weight copies) and tokenizer.
+// The engine and what it needs alive (apps/llama/engine_setup.h: the setup infer_llama uses).
 struct Generator {
-  std::shared_ptr<const Tokenizer> tokenizer;
-  std::shared_ptr<llama::LlamaInference> model;
-  std::unique_ptr<inference::Engine> engine;
+  llama_app::LoadedEngine loaded;
 };
 
-std::shared_ptr<Generator> make_generator(const std::string& dir, const std::string& dtype, int64_t kv_cache_mib,
-                                          int64_t block_size, int64_t max_batch, int64_t max_batched_tokens,
-                                          uint64_t seed) {
-  COLOSSAL_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "int8" || dtype == "int4",
-                 "[llama] dtype: expected fp32, bf16, int8 or int4, got '", dtype, "'");
+// A Python value as JSON (the engine's settings are text, numbers and booleans).
+nlohmann::json json_of(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+  if (py::isinstance<py::int_>(v)) return v.cast<long long>();
+  if (py::isinstance<py::float_>(v)) return v.cast<double>();
+  return py::str(v).cast<std::string>();
+}
+
+// The engine from keyword arguments: the same settings, names and checks as infer_llama's flags.
+std::shared_ptr<Generator> make_generator(const py::dict& options) {
+  nlohmann::json doc = nlohmann::json::object();
+  for (const auto& [key, value] : options) doc[key.cast<std::string>()] = json_of(value);
+  const auto node = ConfigNode::from_json(doc, "colossal.llama engine options");
+  llama_app::EngineSetup setup;
+  read_options(setup, node);
+  node.check_all_keys_used();
+  setup.dtype_given = node.has("dtype");
   auto g = std::make_shared<Generator>();
-  g->tokenizer = std::make_shared<Tokenizer>(Tokenizer::load(dir + "/tokenizer.model"));
-  g->model = llama::LlamaInference::load(dir, llama::LlamaInference::Options::named(dtype));
-  inference::EngineOptions eo;
-  eo.cache.block_size = block_size;
-  eo.cache.memory_bytes = kv_cache_mib << 20;
-  eo.max_num_seqs = max_batch;
-  eo.max_batched_tokens = max_batched_tokens;
-  eo.seed = seed;
-  g->engine = std::make_unique<inference::Engine>(
-      g->model, std::make_shared<llama::TokenizerDetokenizer>(g->tokenizer), g->tokenizer->eos_id(), eo);
+  py::gil_scoped_release nogil;
+  g->loaded = llama_app::load_engine(setup);
   return g;
 }
 
@@ -82,7 +87,8 @@ class Server {
  public:
   Server(std::shared_ptr<Generator> generator, llama_app::ServerOptions options)
       : generator_(std::move(generator)),
-        server_(std::make_unique<llama_app::OpenAIServer>(*generator_->engine, generator_->tokenizer, options)) {}
+        server_(std::make_unique<llama_app::OpenAIServer>(*generator_->loaded.engine, generator_->loaded.tokenizer,
+                                                          options)) {}
   ~Server() { stop(); }
 
   void start() {
@@ -175,17 +181,15 @@ void bind_llama(py::module_& m) {
            py::arg("dir"), py::arg("boosted").none(true), py::arg("tokenizer").none(true), py::arg("write"));
 
   py::class_<Generator, std::shared_ptr<Generator>>(l, "Generator", "the paged-KV-cache engine over a model directory")
-      .def(py::init(&make_generator), py::arg("model_dir"), py::arg("dtype") = "fp32", py::arg("kv_cache_mib") = 256,
-           py::arg("block_size") = 16, py::arg("max_batch") = 64, py::arg("max_batched_tokens") = 256,
-           py::arg("seed") = 0)
+      .def(py::init(&make_generator), py::arg("options"))
       .def("generate", [](Generator& g, const std::vector<std::string>& prompts, const py::dict& sampling) {
             const auto params = sampling_from(sampling);
             std::vector<inference::GenerationRequest> requests;
-            for (const auto& p : prompts) requests.push_back({g.tokenizer->encode(p, true, false), params, {}});
+            for (const auto& p : prompts) requests.push_back({g.loaded.tokenizer->encode(p, true, false), params, {}});
             std::vector<inference::GenerationResult> results;
             {
               py::gil_scoped_release nogil;
-              results = g.engine->generate(std::move(requests));
+              results = g.loaded.engine->generate(std::move(requests));
             }
             py::list out;
             for (const auto& r : results) {
@@ -199,6 +203,13 @@ void bind_llama(py::module_& m) {
             return out;
           },
           py::arg("prompts"), py::arg("sampling"));
+
+  l.def("engine_settings", [] {
+        std::vector<std::string> names;
+        for (const auto& o : list_options(llama_app::EngineSetup{})) names.push_back(o.name);
+        return names;
+      },
+      "the engine's settings (infer_llama's flags of the same names): apps/llama/engine_setup.h");
 
   l.def("check_sampling", [](const py::dict& sampling) { sampling_from(sampling); }, py::arg("sampling"),
         "raises naming an unknown or out-of-range sampling option");

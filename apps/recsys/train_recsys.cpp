@@ -208,7 +208,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
       m.push_back({"cache_hit_rate", c.hit_rate()});
       m.push_back({"cache_evictions", static_cast<double>(c.evictions)});
     };
-  task.evaluate = [&](int64_t) -> std::optional<colossal::apps::Metrics> {
+  task.evaluate = [&](const colossal::apps::EvalContext&) -> std::optional<colossal::apps::Metrics> {
     const auto e = evaluate(*model, data.held_out);
     return colossal::apps::Metrics{{"auc", e.auc}, {"log_loss", e.log_loss}};
   };
@@ -221,7 +221,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   };
   if (sharded) task.save_rank_state = [&](const std::string& dir) { save_sharded_tables(*model, dir); };
   task.load_rank_state = [&](const std::string& dir) { load_sharded_tables(*model, dir); };
-  task.after_resume = [&](int64_t first_step) {
+  task.after_resume = [&](int64_t first_step, const colossal::data::DistributedSampler&) {
     if (first_step > 1)  // the cached tables' buffers were loaded: their caches start over (sharded: load() did)
       for (auto& tables : model->embedding_tables()) tables->invalidate();
   };

@@ -168,7 +168,7 @@ bool run_stage(const TrainArgs& a, colossal::apps::TrainJob& job, Stage& s,
     for (int64_t p : ctx.positions) windows.push_back(s.schedule[p]);
     return s.loss(windows, ctx.positions, ctx.step);
   };
-  task.evaluate = [&](int64_t) -> std::optional<colossal::apps::Metrics> {
+  task.evaluate = [&](const colossal::apps::EvalContext&) -> std::optional<colossal::apps::Metrics> {
     const auto [metric, value] = s.evaluate();
     return colossal::apps::Metrics{{metric, value}};
   };

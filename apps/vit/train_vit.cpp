@@ -20,17 +20,11 @@
 #include <optional>
 
 #include "apps/common/auto_layout.h"
-#include "apps/common/memory_trace.h"
-#include "apps/common/resume.h"
-#include "apps/common/verify_run.h"
+#include "apps/common/train_loop.h"
 #include "apps/vit/train_args.h"
 #include "core/booster/booster.h"
-#include "core/booster/loss_guard.h"
-#include "core/booster/step_recorder.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
-#include "core/common/interrupt.h"
-#include "core/common/progress.h"
 #include "core/data/distributed_sampler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -38,7 +32,6 @@
 #include "core/optim/factory.h"
 #include "core/optim/lr_scheduler.h"
 #include "core/parallel/tensor/checkpoint.h"
-#include "core/tools/memory_meter.h"
 #include "vit/confusion_matrix.h"
 #include "vit/data/datasets.h"
 #include "vit/data/image_folder.h"
@@ -140,7 +133,7 @@ void build_model(const TrainArgs& a, ModelChoice& out, booster::Plugin& plugin) 
   // plugin's context (groups, and the pipeline's schedule and stage).
   check_parallel(out.config, plugin.dims());
   const auto parallel = plugin.parallel_context();
-  torch::manual_seed(a.seed);
+  torch::manual_seed(a.loop.seed);
   if (!a.pretrained.empty()) {
     out.model = ViTForImageClassification(out.config, parallel);
     auto report = parallel.tensor_parallel()
@@ -333,7 +326,7 @@ void choose_layout_by_measurement(TrainArgs& a, const ViTConfig& config) {
   o.budget_s = a.auto_layout.budget_s;
   o.report_path = a.auto_layout.report.empty() ? a.save_dir + "/auto_layout.json" : a.auto_layout.report;
   colossal::tools::TrialOptions trial;
-  trial.seed = a.seed;
+  trial.seed = a.loop.seed;
   const auto report = colossal::apps::choose_layout(
       model_spec(config), o, [&](const colossal::tools::Layout& l) { return layout_is_valid(config, l, world); },
       [&](const colossal::tools::Layout& l) { return time_training_steps(config, l, a.plugin, trial); },
@@ -347,16 +340,8 @@ void choose_layout_by_measurement(TrainArgs& a, const ViTConfig& config) {
 }
 
 void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
-  // Called from Python after colossal.launch(), the runtime is already up and stays up after.
-  const bool own_runtime = !dist::is_initialized();
-  if (own_runtime) dist::init();
-  // Under colossal verify: record the first steps and stop; the one-process reference runs the
-  // layout's global batch (apps/common/verify_run.h). No evaluation or checkpoint.
-  const auto verify = colossal::apps::VerifyRun::from_env();
-  if (verify) {
-    a.batch_size *= verify->adapt(a.plugin);
-    if (a.load_checkpoint == "auto") a.load_checkpoint = "none";
-  }
+  colossal::apps::TrainJob job(a.loop, a.plugin);  // the runtime; colossal verify's one-process reference
+  a.batch_size *= job.batch_factor();  // the reference run takes every replica's images
   // The plugin first: its layout is checked against the world before anything else runs. Under
   // --plugin auto the search needs the model's shape, so the data comes first.
   const bool automatic = a.plugin.name == "auto";
@@ -366,7 +351,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
 
   DatasetOptions dopt;
   dopt.held_out_fraction = a.held_out_fraction;
-  dopt.seed = a.seed;
+  dopt.seed = a.loop.seed;
   auto data = open_datasets(a.data.empty() ? a.dataset : a.data, dopt);
   COLOSSAL_CHECK(data.train->size() > 0 && data.eval->size() > 0, "[data] ", data.description,
                  ": training and evaluation both need images");
@@ -384,20 +369,6 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   m.model->set_gradient_checkpointing(a.grad_checkpoint);
   m.model->set_patch_keep(a.patch_keep);
   auto& model = m.model;
-
-  const int64_t steps_per_epoch = std::max<int64_t>(1, data.train->size() / (a.batch_size * n));
-  const int64_t total_steps = a.max_steps > 0 ? a.max_steps : a.epochs * steps_per_epoch;
-  const auto warmup = static_cast<int64_t>(a.warmup_ratio * total_steps);
-
-  auto optimizer = colossal::optim::make_optimizer(
-      *model, {.name = "fused_adamw", .lr = a.lr, .weight_decay = a.weight_decay});
-  auto scheduler = std::make_shared<colossal::optim::LRScheduler>(
-      *optimizer, colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = warmup,
-                                                        .total_steps = total_steps, .min_lr_ratio = 0.0});
-  auto sampler = std::make_shared<colossal::data::DistributedSampler>(colossal::data::DistributedSampler::Options{
-      .dataset_size = data.train->size(), .seed = a.seed, .drop_last = true});
-  booster::Booster booster(plugin);
-  auto b = booster.boost(model.ptr(), optimizer, scheduler, sampler);
   const auto replica_group = dims.group(dist::Axis::kDp);  // sums counts over the replicas
   // Pipeline parallelism: each step's batch runs through the stages in microbatches; every rank
   // of a pipeline reads the same images (the first stage needs the pixels, the last the labels).
@@ -405,37 +376,41 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   const bool pipelined = pipeline.enabled();
   const auto stage = stage_functions(model, a.label_smoothing);
   const int64_t microbatches = pipelined ? pipeline.microbatches_for(a.batch_size) : 1;
-  const int64_t first_step = colossal::apps::resume_training(
-      booster, b,
-      {.flag = a.load_checkpoint, .save_dir = a.save_dir + "/checkpoints", .total_steps = total_steps, .length_flags = "--epochs or --max_steps"});
 
-  // The loader runs ahead of the loop on its own copy of the sampler; the Booster's sampler
-  // advances as batches are used, so a checkpoint records what was trained on.
-  auto feed = *sampler;
+  // The loader runs ahead of the loop on its own copy of the sampler (made once the checkpoint
+  // is loaded); the loop's sampler advances as batches are used, so a checkpoint records what was
+  // trained on.
   LoaderOptions lo;
   lo.workers = a.workers;
   lo.skip_bad_images = a.on_bad_image == "skip";
-  lo.seed = a.seed;
+  lo.seed = a.loop.seed;
   lo.transform = transform_options(a, m);
   PrefetchLoader train_loader(data.train, lo);
   lo.augment = false;
   PrefetchLoader eval_loader(data.eval, lo);
   const size_t depth = static_cast<size_t>(std::max(2, a.workers + 2));
-  int64_t submitted = first_step - 1;
-  auto next_batch = [&](colossal::data::DistributedSampler& s) {
-    auto idx = s.next(a.batch_size);
-    if (static_cast<int64_t>(idx.size()) < a.batch_size) {  // the epoch ends: start the next
-      s.set_epoch(s.epoch() + 1);
-      idx = s.next(a.batch_size);
-    }
-    return idx;
-  };
+  std::optional<colossal::data::DistributedSampler> feed;  // the loop's sampler, some batches ahead
   auto top_up = [&] {
-    while (train_loader.queued() < depth && submitted < total_steps) {
-      auto idx = next_batch(feed);
-      train_loader.submit(idx, feed.epoch());
-      ++submitted;
+    while (train_loader.queued() < depth) {
+      auto idx = feed->next(a.batch_size);
+      if (static_cast<int64_t>(idx.size()) < a.batch_size) {  // the epoch ends: start the next
+        feed->set_epoch(feed->epoch() + 1);
+        idx = feed->next(a.batch_size);
+      }
+      train_loader.submit(idx, feed->epoch());
     }
+  };
+  // The next training batch from the loader (the images the loop's sampler just drew).
+  auto take_batch = [&] {
+    top_up();
+    ImageBatch batch;
+    try {
+      batch = train_loader.take();
+    } catch (const ImageReadError& e) {
+      COLOSSAL_FAIL("cannot read training image ", e.what(), " (--on_bad_image skip leaves such images out)");
+    }
+    for (const auto& s : batch.skipped) std::fprintf(stderr, "[rank %d] skipped: %s\n", r, s.c_str());
+    return batch;
   };
 
   if (r == 0) {
@@ -447,161 +422,112 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
                 m.description.c_str(), parameters / 1e6,
                 c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.patch_size, c.num_channels,
                 lo.transform.image_size, lo.transform.image_size);
-    std::printf("training: %d rank(s) x %ld images = %ld per step, %ld steps (%.2f epochs), plugin %s, %s, "
-                "%d decoding thread(s)/rank\n",
-                n, a.batch_size, a.batch_size * n, total_steps, static_cast<double>(total_steps) / steps_per_epoch,
-                (plugin->name() + " (" + dims.describe() + ")").c_str(), a.plugin.precision.c_str(), a.workers);
     std::fflush(stdout);
   }
-  colossal::Progress progress({.enabled = r == 0, .log_file = a.log_file, .total_steps = total_steps});
-  EvalPlace eval_place{dims.coord(dist::Axis::kDp), n, replica_group, device, b.compute_dtype, {}, {}};
-  if (pipelined) {
-    eval_place.pipeline_group = pipeline.group;
-    eval_place.pipeline_log_probs = [&](const torch::Tensor& pixels) {
-      std::vector<torch::Tensor> logits;
-      auto fns = stage;
-      fns.loss = [&](const torch::Tensor& out, const torch::Tensor&) {  // keeps the logits; no loss needed
-        logits.push_back(out.to(torch::kFloat));
-        return torch::zeros({}, torch::kFloat64);
-      };
-      // Equal microbatches (a stage link fixes each channel's shape for the step): the most, up
-      // to the training count, that divide this batch.
-      int64_t parts = std::min<int64_t>(microbatches, pixels.size(0));
-      while (pixels.size(0) % parts != 0) --parts;
-      const std::vector<torch::Tensor> targets(parts, torch::zeros({0}));  // the labels stay with evaluate()
-      (void)booster.evaluate_pipeline(*b.optimizer, fns, pixels.split(pixels.size(0) / parts), targets);
-      return logits.empty() ? torch::Tensor() : torch::log_softmax(torch::cat(logits), 1);
-    };
-  }
-  auto report_eval = [&](int64_t step) {
-    auto result = evaluate(model, eval_loader, a.batch_size, eval_place, depth, a.eval_flip);
-    const auto& counts = result.single;
-  summary.metrics["eval_top1"] = counts.top1_accuracy();
-  summary.metrics["eval_top5"] = counts.top5_accuracy();
-  summary.outputs["model"] = a.save_dir + "/model";
-    std::vector<std::pair<std::string, double>> metrics = {
-        {"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()}};
-    if (result.mirrored) {
-      metrics.push_back({"top1_flip", result.mirrored->top1_accuracy()});
-      metrics.push_back({"top5_flip", result.mirrored->top5_accuracy()});
-    }
-    metrics.push_back({"images", counts.samples});
-    progress.event("eval", step, metrics);
-    return result;
-  };
-  auto save = [&](int64_t step) {
-    // Every step's model/ opens as a model (config and preprocessing beside the weights).
-    booster.save_checkpoint(b, a.save_dir + "/checkpoints", {.step = step, .epoch = sampler->epoch()},
-                            {.keep_last = static_cast<int>(a.keep_checkpoints),
-                             .model_files = {{"config.json", m.config.to_json()},
-                                             {"preprocessor_config.json", m.processor.to_json()}}});
-    progress.event("checkpoint", step, {}, a.save_dir + "/checkpoints/step-" + std::to_string(step));
-  };
 
-  std::optional<booster::StepRecorder> recorder;
-  if (verify) recorder.emplace(verify->recorder(*plugin, a.plugin.precision));
-  colossal::booster::LossGuard loss_guard({.precision = a.plugin.precision});
-  auto t0 = std::chrono::steady_clock::now();
-  auto window_start = t0;
-  double window_loss = 0, window_correct = 0, window_images = 0, train_seconds = 0, train_images = 0;
-  // --memory_trace (apps/common/memory_trace.h).
-  colossal::apps::StepMemoryTrace trace(a.memory_trace, first_step, total_steps);
-  for (int64_t step = first_step; step <= total_steps; ++step) {
-    colossal::throw_if_interrupted("training step " + std::to_string(step));
-    trace.begin(step);
-    top_up();
-    (void)next_batch(*sampler);  // the Booster's sampler follows the loader's
-    ImageBatch batch;
-    try {
-      batch = train_loader.take();
-    } catch (const ImageReadError& e) {
-      COLOSSAL_FAIL("cannot read training image ", e.what(), " (--on_bad_image skip leaves such images out)");
+  colossal::apps::TrainTask task;
+  task.name = "train_vit";
+  task.plugin = plugin;
+  task.model = model.ptr();
+  task.optimizer = colossal::optim::make_optimizer(*model, {.name = "fused_adamw", .lr = a.lr, .weight_decay = a.weight_decay});
+  task.schedule = [&](int64_t steps) {
+    return colossal::optim::LRScheduler::Options{.kind = "cosine",
+                                                 .warmup_steps = static_cast<int64_t>(a.warmup_ratio * steps),
+                                                 .total_steps = steps, .min_lr_ratio = 0.0};
+  };
+  task.train_samples = data.train->size();
+  task.micro_batch = a.batch_size;
+  task.whole_batches = true;
+  task.epochs = a.epochs;
+  task.epoch_period = 1;  // evaluate and save at every epoch's end
+  task.batch_flag = "--batch_size " + std::to_string(a.batch_size);
+  task.length_flags = "--epochs or --max_steps";
+  task.throughput_unit = "images";
+  task.after_resume = [&](int64_t, const colossal::data::DistributedSampler& sampler) { feed.emplace(sampler); };
+  task.count_metrics = [](const std::map<std::string, double>& counts) {
+    return colossal::apps::Metrics{{"acc", counts.at("correct") / std::max(1.0, counts.at("images"))}};
+  };
+  task.loss = [&](colossal::apps::StepContext& ctx) -> torch::Tensor {
+    const auto batch = take_batch();
+    ctx.count("images", static_cast<double>(batch.labels.size(0)));
+    if (batch.labels.size(0) == 0) {  // every image unreadable: take part in the step with no gradient
+      ctx.count("correct", 0);
+      auto dummy = torch::zeros({1, m.config.num_channels, lo.transform.image_size, lo.transform.image_size});
+      return model->forward(dummy.to(device, ctx.compute_dtype)).sum() * 0.0;
     }
-    for (const auto& s : batch.skipped) std::fprintf(stderr, "[rank %d] skipped: %s\n", r, s.c_str());
-    b.optimizer->zero_grad();
-    double loss = 0, correct = 0, images = static_cast<double>(batch.labels.size(0));
-    if (pipelined) {
+    auto logits = model->forward(batch.pixels.to(device, ctx.compute_dtype)).to(torch::kFloat);
+    const auto labels = batch.labels.to(device);
+    ctx.count("correct", logits.argmax(1).eq(labels).sum().item<double>());
+    return stage.loss(logits, labels);  // the pipeline's loss too: cross entropy, label smoothing
+  };
+  if (pipelined)
+    task.pipeline_step = [&](colossal::apps::StepContext& ctx) {
+      const auto batch = take_batch();
       // Every rank of the pipeline read the same batch, so all of them stop here alike.
-      COLOSSAL_CHECK(batch.labels.size(0) == a.batch_size, "step ", step, ": ", batch.labels.size(0), " of ",
+      COLOSSAL_CHECK(batch.labels.size(0) == a.batch_size, "step ", ctx.step, ": ", batch.labels.size(0), " of ",
                      a.batch_size, " images were readable; pipeline stages need whole microbatches, so with --pp "
                      "fix or remove the unreadable images instead of skipping them");
+      double correct = 0;
       auto fns = stage;
       fns.loss = [&, base = stage.loss](const torch::Tensor& logits, const torch::Tensor& labels) {
         correct += logits.argmax(1).eq(labels).sum().item<double>();  // on the last stage
         return base(logits, labels);
       };
       const int64_t rows = a.batch_size / microbatches;
-      trace.phase("pipeline");
-      loss = booster.execute_pipeline(*b.optimizer, fns, batch.pixels.to(device, b.compute_dtype).split(rows),
-                                      batch.labels.to(device).split(rows));
-    } else if (batch.labels.size(0) == 0) {  // every image unreadable: take part in the step with no gradient
-      auto dummy = torch::zeros({1, m.config.num_channels, lo.transform.image_size, lo.transform.image_size});
-      booster.backward(model->forward(dummy.to(device, b.compute_dtype)).sum() * 0.0, *b.optimizer);
-    } else {
-      trace.phase("forward");
-      auto logits = model->forward(batch.pixels.to(device, b.compute_dtype)).to(torch::kFloat);
-      const auto labels = batch.labels.to(device);
-      auto l = stage.loss(logits, labels);  // the pipeline's loss too: cross entropy, label smoothing
-      correct = logits.argmax(1).eq(labels).sum().item<double>();
-      trace.phase("backward");
-      booster.backward(l, *b.optimizer);
-      loss = l.item<double>();
+      const double loss = ctx.booster.execute_pipeline(ctx.optimizer, fns,
+                                                       batch.pixels.to(device, ctx.compute_dtype).split(rows),
+                                                       batch.labels.to(device).split(rows));
+      auto c = torch::tensor({correct}, torch::kFloat64);  // counted on the last stage; every stage learns it
+      dist::all_reduce(c, pipeline.group);
+      ctx.count("correct", c.item<double>());
+      ctx.count("images", static_cast<double>(batch.labels.size(0)));
+      return loss;
+    };
+  EvalPlace eval_place{dims.coord(dist::Axis::kDp), n, replica_group, device, c10::kFloat, {}, {}};
+  std::optional<EvalCounts> last_eval;
+  task.evaluate = [&](const colossal::apps::EvalContext& ctx) -> std::optional<colossal::apps::Metrics> {
+    eval_place.dtype = ctx.compute_dtype;
+    if (pipelined) {
+      eval_place.pipeline_group = pipeline.group;
+      eval_place.pipeline_log_probs = [&, &booster = ctx.booster, &optimizer = ctx.optimizer](const torch::Tensor& pixels) {
+        std::vector<torch::Tensor> logits;
+        auto fns = stage;
+        fns.loss = [&](const torch::Tensor& out, const torch::Tensor&) {  // keeps the logits; no loss needed
+          logits.push_back(out.to(torch::kFloat));
+          return torch::zeros({}, torch::kFloat64);
+        };
+        // Equal microbatches (a stage link fixes each channel's shape for the step): the most, up
+        // to the training count, that divide this batch.
+        int64_t parts = std::min<int64_t>(microbatches, pixels.size(0));
+        while (pixels.size(0) % parts != 0) --parts;
+        const std::vector<torch::Tensor> targets(parts, torch::zeros({0}));  // the labels stay with evaluate()
+        (void)booster.evaluate_pipeline(optimizer, fns, pixels.split(pixels.size(0) / parts), targets);
+        return logits.empty() ? torch::Tensor() : torch::log_softmax(torch::cat(logits), 1);
+      };
     }
-    if (recorder) recorder->record_gradients(b.optimizer->model_wrapper(), *model);
-    // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
-    const double norm = loss_guard.clip_and_check(booster, *b.optimizer, a.grad_clip, loss, step);
-    double lr = b.lr_scheduler->lr();
-    trace.phase("optimizer");
-    bool stepped = b.optimizer->step();
-    b.lr_scheduler->step();
-    trace.end(step, [&] { return b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner()).total(); });
-    window_loss += loss * images;
-    window_correct += correct;
-    window_images += images;
-
-    if (step % a.log_interval == 0 || step == total_steps) {
-      auto t = torch::tensor({window_loss, window_correct, window_images}, torch::kFloat64);
-      if (pipelined) {  // correct predictions were counted on the last stage
-        auto c = t.narrow(0, 1, 1).clone();
-        dist::all_reduce(c, pipeline.group);
-        t.narrow(0, 1, 1).copy_(c);
-      }
-      dist::all_reduce(t, replica_group);  // one rank per replica: tensor-parallel peers share images
-      const double s = elapsed(window_start), seen = t[2].item<double>();
-      train_seconds += s;
-      train_images += seen;
-      std::vector<std::pair<std::string, double>> metrics = {
-          {"loss", t[0].item<double>() / std::max(1.0, seen)}, {"acc", t[1].item<double>() / std::max(1.0, seen)},
-          {"lr", lr}, {"images/s", seen / s}, {"mem_gib", colossal::resident_gib()}};
-      metrics.insert(metrics.begin() + 3, {"grad_norm", norm});
-      if (!stepped) metrics.push_back({"skipped", 1});
-      progress.step(step, metrics);
-      summary.metrics["loss"] = metrics[0].second;
-      summary.metrics["acc"] = metrics[1].second;
-      summary.metrics["steps"] = static_cast<double>(step);
-      window_loss = window_correct = window_images = 0;
-      window_start = std::chrono::steady_clock::now();
+    last_eval = evaluate(model, eval_loader, a.batch_size, eval_place, depth, a.eval_flip);
+    const auto& counts = last_eval->single;
+    colossal::apps::Metrics metrics = {
+        {"loss", counts.mean_loss()}, {"top1", counts.top1_accuracy()}, {"top5", counts.top5_accuracy()}};
+    if (last_eval->mirrored) {
+      metrics.push_back({"top1_flip", last_eval->mirrored->top1_accuracy()});
+      metrics.push_back({"top5_flip", last_eval->mirrored->top5_accuracy()});
     }
-    if (recorder) {
-      if (recorder->finish_step(step, loss, b.optimizer->model_wrapper(), *model)) break;
-      continue;  // no evaluation or checkpoint while recording
-    }
-    if (step % steps_per_epoch == 0 && step != total_steps) {
-      auto paused = std::chrono::steady_clock::now();
-      report_eval(step);
-      save(step);
-      window_start += std::chrono::steady_clock::now() - paused;  // throughput counts training only
-    }
-  }
-
-  if (recorder) {  // nothing else to write
-    summary.exit_code = colossal::apps::finish_recording(*recorder);
-    return;
-  }
-  if (first_step <= total_steps) save(total_steps);
-  auto result = report_eval(total_steps);
-  const auto& counts = result.single;
-  auto state = b.optimizer->model_wrapper().model_state_to_save(*model);
+    metrics.push_back({"images", counts.samples});
+    return metrics;
+  };
+  task.eval_samples = data.eval->size();
+  task.checkpoint_dir = a.save_dir + "/checkpoints";
+  // Every step's model/ opens as a model (config and preprocessing beside the weights).
+  task.model_files = {{"config.json", m.config.to_json()}, {"preprocessor_config.json", m.processor.to_json()}};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto run = job.run(task, summary);
+  if (run.recorded) return;
+  summary.outputs["model"] = a.save_dir + "/model";
+  if (!last_eval)  // resumed at the end: nothing ran, the confusion matrix still needs an evaluation
+    (void)task.evaluate({run.total_steps, run.boosted.compute_dtype, *run.booster, *run.boosted.optimizer});
+  const auto& counts = last_eval->single;
+  auto state = run.boosted.optimizer->model_wrapper().model_state_to_save(*model);
   if (r == 0) {
     save_pretrained(m.config, state, a.save_dir + "/model", m.processor);
     write_confusion_csv(counts.confusion, data.eval->class_names(), a.save_dir + "/confusion_matrix.csv");
@@ -609,20 +535,17 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     std::snprintf(title, sizeof title, "ViT %s: top-1 %.2f%%, top-5 %.2f%% on %.0f images", m.description.c_str(),
                   100 * counts.top1_accuracy(), 100 * counts.top5_accuracy(), counts.samples);
     write_confusion_png(counts.confusion, data.eval->class_names(), title, a.save_dir + "/confusion_matrix.png");
-    std::printf("result: top-1 %.2f%%, top-5 %.2f%% on %.0f evaluation images; %.0f s in all, %.1f images/s "
-                "training (%d rank(s))\n",
-                100 * counts.top1_accuracy(), 100 * counts.top5_accuracy(), counts.samples, elapsed(t0),
-                train_seconds > 0 ? train_images / train_seconds : 0.0, n);
-    if (result.mirrored)
+    std::printf("result: top-1 %.2f%%, top-5 %.2f%% on %.0f evaluation images; %.0f s in all (%d rank(s))\n",
+                100 * counts.top1_accuracy(), 100 * counts.top5_accuracy(), counts.samples, elapsed(t0), n);
+    if (last_eval->mirrored)
       std::printf("result with mirror averaging (--eval_flip): top-1 %.2f%%, top-5 %.2f%%\n",
-                  100 * result.mirrored->top1_accuracy(), 100 * result.mirrored->top5_accuracy());
+                  100 * last_eval->mirrored->top1_accuracy(), 100 * last_eval->mirrored->top5_accuracy());
     std::printf("saved: %s/model (config.json, preprocessor_config.json, model.safetensors), "
                 "%s/confusion_matrix.csv and .png\n",
                 a.save_dir.c_str(), a.save_dir.c_str());
     std::fflush(stdout);
   }
   dist::barrier(dist::world_group());
-  if (own_runtime) dist::shutdown();
 }
 
 }  // namespace
@@ -632,8 +555,6 @@ namespace colossal::vit_app {
 colossal::apps::RunSummary train_vit(const std::vector<std::string>& args) {
   return colossal::apps::run_job<TrainArgs>("train_vit", args, &parse_train_args,
                                             [](TrainArgs& a, colossal::apps::RunSummary& summary) {
-    // Counting from the start, so the traced step's "at start" includes the model and its state.
-    if (!a.memory_trace.empty()) colossal::tools::host_memory::install();
     if (!a.predict.empty()) summary.exit_code = predict(a);
     else train(a, summary);
   });

@@ -31,16 +31,7 @@ void PluginConfig::set(const std::string& key, const std::string& text, const st
 }
 
 void PluginConfig::read(const ConfigNode& c) {
-  c.read("plugin", name);
-  c.read("pp", layout.pp);
-  c.read("dp", layout.dp);
-  c.read("sp", layout.sp);
-  c.read("tp", layout.tp);
-  c.read("ep", layout.ep);
-  c.read("sp_mode", layout.sp_mode);
-  c.read("mixed_precision", precision);
-  c.read("precision", precision);
-  c.read("device", device);
+  read_options(*this, c);
   for (const auto& key : c.unused_keys()) {
     options[key] = c.raw(key);
     origin[key] = c.describe(key);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/common/config.h"
+#include "core/common/options.h"
 #include "core/dist/parallel_dims.h"
 
 namespace colossal::booster {
@@ -27,6 +28,24 @@ struct PluginConfig {
   // type when the plugin reads it), and where each came from, for messages.
   nlohmann::json options = nlohmann::json::object();
   std::map<std::string, std::string> origin;
+
+  /// The general keys, declared once: config-file keys, the apps' flags, `--plugin help`.
+  template <class V>
+  void visit(V& v) {
+    v("plugin", name,
+      "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid | auto (chosen by measurement); 'help' lists every "
+      "plugin's options");
+    v("mixed_precision", precision, "compute and gradient precision (fp32 masters under bf16/fp16)",
+      one_of({"fp32", "bf16", "fp16"}).also("precision"));
+    v("device", device, "auto (cuda when a GPU is visible, rank -> LOCAL_RANK's GPU) | cpu | cuda | cuda:N");
+    v("tp", layout.tp, "tensor-parallel size (hybrid)", at_least(1));
+    v("sp", layout.sp, "sequence-parallel size (hybrid)", at_least(1));
+    v("sp_mode", layout.sp_mode, "how sequences split (hybrid, sp > 1)",
+      one_of({"none", "split_gather", "all_to_all", "ring_attn"}));
+    v("dp", layout.dp, "data-parallel size (0: what the world leaves)", at_least(0));
+    v("pp", layout.pp, "pipeline-parallel size (hybrid)", at_least(1));
+    v("ep", layout.ep, "expert-parallel size (hybrid, a mixture-of-experts model; divides dp)", at_least(1));
+  }
 
   /// Sets one setting from text (a flag): a general key, or a plugin option. `where` names the
   /// source in messages ("flag --tp").

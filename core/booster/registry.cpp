@@ -164,20 +164,19 @@ std::vector<PluginInfo> plugin_infos() {
 }
 
 std::string plugins_help() {
+  auto line = [](const OptionInfo& o, const char* indent) {
+    std::string head = indent + o.name + " (" + o.type + ", default " + o.default_value + ")";
+    if (head.size() < 58) head.resize(58, ' ');
+    return head + " " + o.help + (o.rule.empty() ? "" : " [" + o.rule + "]") + "\n";
+  };
   std::string s =
       "Plugins (--plugin NAME). Each option is a flag (--NAME VALUE) and a config-file key of the same name:\n";
   for (const auto& p : plugin_infos()) {
     s += "\n  " + p.name + ": " + p.summary + "\n";
-    for (const auto& o : p.options) {
-      std::string head = "      " + o.name + " (" + o.type + ", default " + o.default_value + ")";
-      if (head.size() < 58) head.resize(58, ' ');
-      s += head + " " + o.help + "\n";
-    }
+    for (const auto& o : p.options) s += line(o, "      ");
   }
-  s += "\nEvery plugin: --mixed_precision fp32|bf16|fp16, --device auto|cpu|cuda|cuda:N.\n"
-       "Layout (hybrid): --tp N, --sp N, --sp_mode none|split_gather|all_to_all|ring_attn, --dp N (default: the rest\n"
-       "of the world), --pp N (pipeline stages: --pp_schedule, --num_model_chunks, --num_microbatches); --ep is\n"
-       "accepted at 1 until expert parallelism lands.\n";
+  s += "\nEvery plugin: the job's plugin, precision, device and layout (the layout's axes above 1 need hybrid):\n";
+  for (const auto& o : list_options(PluginConfig{})) s += line(o, "      ");
   return s;
 }
 

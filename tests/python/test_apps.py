@@ -57,6 +57,22 @@ def test_generate_matches_infer_llama(tiny_llama):
     assert both[0] == ours and isinstance(both[1], str)
 
 
+def test_generate_takes_the_options_infer_llama_has(tiny_llama):
+    """One inference setup: the engine's settings are infer_llama's flags, from Python too."""
+    _, model, _ = tiny_llama
+    prompt = "It is a truth universally acknowledged"
+    plain = colossal.llama.generate(model, prompt, max_new_tokens=8, temperature=0)
+    # The model as its own draft: speculative decoding leaves greedy output unchanged.
+    drafted = colossal.llama.generate(model, prompt, max_new_tokens=8, temperature=0, draft_model=str(model),
+                                      num_speculative_tokens=3, device="cpu", threads=1)
+    assert drafted == plain
+    assert isinstance(colossal.llama.generate(model, prompt, max_new_tokens=4, temperature=0, dtype="int8"), str)
+    with pytest.raises(RuntimeError, match=r"--block_size: expected in \[1, 4096\], got 0"):
+        colossal.llama.generate(model, prompt, block_size=0)
+    with pytest.raises(RuntimeError, match="dtype: expected fp32, bf16, fp16, int8 or int4"):
+        colossal.llama.generate(model, prompt, dtype="fp64")
+
+
 def test_tokenizer_round_trip(tiny_llama):
     _, model, _ = tiny_llama
     tok = colossal.llama.Tokenizer(str(model / "tokenizer.model"))

@@ -33,13 +33,15 @@ def train(**flags):
     return _C.apps.train_llama(command_line(flags))
 
 
-_ENGINE_OPTIONS = ("dtype", "kv_cache_mib", "block_size", "max_batch", "max_batched_tokens")
+# The engine's settings, declared once in C++ (apps/llama/engine_setup.h) and shared with
+# infer_llama's flags: model, device, dtype, tp, draft_model, kv_cache_mib, block_size, ...
+_ENGINE_OPTIONS = tuple(name for name in _C.llama.engine_settings() if name not in ("model", "seed"))
 
 
 def _engine(model_dir, options):
     """The engine with options' engine settings (and seed); what is left in options is sampling."""
     engine = {k: options.pop(k) for k in _ENGINE_OPTIONS if k in options}
-    return _C.llama.Generator(str(model_dir), seed=int(options.pop("seed", 0)), **engine)
+    return _C.llama.Generator(dict(engine, model=str(model_dir), seed=int(options.pop("seed", 0))))
 
 
 def generate(model_dir, prompts, max_new_tokens=64, temperature=0.7, top_k=40, top_p=0.95,
@@ -47,7 +49,8 @@ def generate(model_dir, prompts, max_new_tokens=64, temperature=0.7, top_k=40, t
     """Completions of `prompts` (a string or a list) by the model directory; infer_llama's defaults.
 
     Sampling options: min_p, presence_penalty, frequency_penalty, seed, stop, ignore_eos; engine
-    options: dtype ("fp32", "bf16"), kv_cache_mib, block_size, max_batch, max_batched_tokens.
+    options: infer_llama's (device, dtype, tp, draft_model, num_speculative_tokens, kv_cache_mib,
+    block_size, max_batch, max_batched_tokens, threads); `model_dir` may be a GGUF file.
     Returns the text (or a list of texts) generated after each prompt.
     """
     single = isinstance(prompts, str)

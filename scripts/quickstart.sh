@@ -10,7 +10,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 start=$(date +%s)
-bash "$root/scripts/setup.sh"
+bash "$root/scripts/setup.sh" --main-job
 COLOSSAL_BUILD_TARGETS="colossal train_llama infer_llama" bash "$root/scripts/build.sh"
 echo "[quickstart] set up and built in $(($(date +%s) - start)) s; training starts" >&2
 build="${COLOSSAL_BUILD_DIR:-$root/build}"

@@ -2,6 +2,8 @@
 # One-stop, idempotent setup for colossal-cpp on Debian 12.
 #
 #   scripts/setup.sh              install/verify everything the build and tests need
+#   scripts/setup.sh --main-job   only what building and running the main job needs (scripts/quickstart.sh):
+#                                 no test-only Python packages, no datasets but the LLaMA corpus
 #   scripts/setup.sh --python     print the path of the project's python (torch inside)
 #   scripts/setup.sh --prefix     print LibTorch's CMake prefix path
 #
@@ -52,7 +54,9 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 python_bin() { printf '%s/bin/python\n' "$VENV"; }
 
+MAIN_JOB_ONLY=0
 case "${1:-}" in
+  --main-job) MAIN_JOB_ONLY=1 ;;
   --python) python_bin; exit 0 ;;
   --prefix) "$(python_bin)" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'; exit 0 ;;
   --venv) printf '%s\n' "$VENV"; exit 0 ;;
@@ -106,13 +110,17 @@ else
   torch_ok || { log "torch $TORCH_VERSION installed but failed verification"; exit 1; }
 fi
 
-have_py_extra=1
-"$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard' \
-  2>/dev/null || have_py_extra=0
-[ -x "$VENV/bin/hadolint" ] || have_py_extra=0
-if [ "$have_py_extra" -eq 0 ]; then
-  log "installing python extras: ${PY_EXTRA[*]}"
-  "$(python_bin)" -m pip install -q --cache-dir "$PIP_CACHE" "${PY_EXTRA[@]}"
+if [ "$MAIN_JOB_ONLY" = 1 ]; then
+  log "main job only: the tests' Python packages and datasets are left for a full setup"
+else
+  have_py_extra=1
+  "$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard' \
+    2>/dev/null || have_py_extra=0
+  [ -x "$VENV/bin/hadolint" ] || have_py_extra=0
+  if [ "$have_py_extra" -eq 0 ]; then
+    log "installing python extras: ${PY_EXTRA[*]}"
+    "$(python_bin)" -m pip install -q --cache-dir "$PIP_CACHE" "${PY_EXTRA[@]}"
+  fi
 fi
 
 # Data files from Debian packages, without installing the packages (no R, no root needed for
@@ -134,6 +142,11 @@ fetch_deb_data() {
 }
 # The built-in LLaMA corpus: Jane Austen's novels (llama/corpus.h reads R's data file).
 fetch_deb_data r-cran-janeaustenr usr/lib/R/site-library/janeaustenr/data/Rdata.rdb janeaustenr
+if [ "$MAIN_JOB_ONLY" = 1 ]; then
+  CCACHE_DIR="$CACHE_ROOT/ccache" ccache --max-size=20G >/dev/null
+  log "ready (main job): python=$(python_bin)"
+  exit 0
+fi
 # The built-in ViT dataset: Fashion-MNIST in IDX format (vit/data/idx.h).
 fetch_deb_data dataset-fashion-mnist usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz fashion-mnist
 # The built-in recommender data: MovieLens "latest-small" ratings in dslabs (recsys/data reads R's file).

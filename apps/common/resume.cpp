@@ -30,10 +30,6 @@ ResumeChoice resolve_resume(const std::string& flag, const std::string& save_dir
   return out;
 }
 
-int64_t resume_training(booster::Booster& booster, booster::Boosted& boosted, const ResumeOptions& options) {
-  return resume_from(booster, boosted, resolve_resume(options.flag, options.save_dir), options);
-}
-
 int64_t resume_from(booster::Booster& booster, booster::Boosted& boosted, const ResumeChoice& resume,
                     const ResumeOptions& options) {
   if (resume.checkpoint.empty()) return 1;

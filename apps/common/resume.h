@@ -20,8 +20,6 @@ struct ResumeChoice {
 ResumeChoice resolve_resume(const std::string& flag, const std::string& save_dir);
 
 struct ResumeOptions {
-  std::string flag = "auto";   // --load_checkpoint
-  std::string save_dir;        // where "auto" looks
   int64_t total_steps = 0;     // of the run
   std::string length_flags;    // what raises total_steps, for the "nothing left" line
   // State the application keeps outside the model (sharded tables): loaded from the step
@@ -29,10 +27,8 @@ struct ResumeOptions {
   std::function<void(const std::string& step_dir)> load_rank_state;
 };
 
-/// Resolves the flag, loads the checkpoint into `boosted` and says so (rank 0), including when
-/// nothing is left to train. Returns the first step to run (1 when starting over).
-int64_t resume_training(booster::Booster& booster, booster::Boosted& boosted, const ResumeOptions& options);
-/// The same for a choice already resolved (options.flag and save_dir unused).
+/// Loads the resolved checkpoint into `boosted` and says so (rank 0), including when nothing is
+/// left to train. Returns the first step to run (1 when starting over).
 int64_t resume_from(booster::Booster& booster, booster::Boosted& boosted, const ResumeChoice& resume,
                     const ResumeOptions& options);
 

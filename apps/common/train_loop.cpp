@@ -79,20 +79,27 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
   COLOSSAL_CHECK(!t.pipeline_step || accumulation == 1, "--accumulation_steps ", accumulation,
                  " with --pp ", dims.pp(), ": a pipeline accumulates over its microbatches; use --num_microbatches");
   if (!resume.checkpoint.empty()) {
-    const int64_t saved = booster::Booster::read_training_state(resume.checkpoint).global_batch;
+    // On another number of replicas the checkpoint's global batch is kept (by accumulation) where
+    // it can be; a batch the user changed on purpose is taken and said.
+    const auto saved = booster::Booster::read_training_state(resume.checkpoint);
     const int64_t now = t.micro_batch * accumulation * n;
-    if (saved > 0 && saved != now) {
-      const int64_t per_micro = t.micro_batch * n;
-      if (saved % per_micro == 0 && !t.pipeline_step) {
-        accumulation = saved / per_micro;
+    const int64_t per_micro = t.micro_batch * n;
+    if (saved.global_batch > 0 && saved.global_batch != now && r == 0 && (saved.replicas == n || saved.replicas == 0))
+      std::printf("resume: the checkpoint trained with %ld samples per step; this run takes %ld\n", saved.global_batch,
+                  now);
+    if (saved.global_batch > 0 && saved.global_batch != now && saved.replicas > 0 && saved.replicas != n) {
+      if (saved.global_batch % per_micro == 0 && !t.pipeline_step) {
+        accumulation = saved.global_batch / per_micro;
         if (r == 0)
-          std::printf("resume: the checkpoint trained with %ld samples per step; %d replica(s) x %ld samples take "
-                      "%ld micro-batches per step to keep it (--accumulation_steps %ld -> %ld)\n",
-                      saved, n, t.micro_batch, accumulation, loop_.accumulation_steps, accumulation);
+          std::printf("resume: the checkpoint trained with %ld samples per step on %ld replica(s); %d replica(s) x %ld "
+                      "samples take %ld micro-batches per step to keep it (--accumulation_steps %ld -> %ld)\n",
+                      saved.global_batch, saved.replicas, n, t.micro_batch, accumulation, loop_.accumulation_steps,
+                      accumulation);
       } else if (r == 0) {
-        std::fprintf(stderr, "warning: the checkpoint trained with %ld samples per step; this run takes %ld (x%.3g): "
-                     "%ld is not a multiple of %d replica(s) x %ld samples, so accumulation cannot keep it\n",
-                     saved, now, static_cast<double>(now) / saved, saved, n, t.micro_batch);
+        std::fprintf(stderr, "warning: the checkpoint trained with %ld samples per step on %ld replica(s); this run "
+                     "takes %ld (x%.3g): %ld is not a multiple of %d replica(s) x %ld samples, so accumulation cannot "
+                     "keep it\n", saved.global_batch, saved.replicas, now,
+                     static_cast<double>(now) / saved.global_batch, saved.global_batch, n, t.micro_batch);
       }
     }
   }
@@ -177,8 +184,8 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
     booster::CheckpointOptions options{.keep_last = static_cast<int>(loop_.keep_checkpoints),
                                        .model_files = t.model_files,
                                        .write_rank_state = t.save_rank_state};
-    booster.save_checkpoint(b, t.checkpoint_dir, {.step = step, .epoch = sampler->epoch(), .global_batch = per_step},
-                            options);
+    booster.save_checkpoint(b, t.checkpoint_dir,
+                            {.step = step, .epoch = sampler->epoch(), .global_batch = per_step, .replicas = n}, options);
     progress.event("checkpoint", step, extra, t.checkpoint_dir + "/step-" + std::to_string(step));
     last_saved = step;
     paused += seconds_since(start);

@@ -42,13 +42,4 @@ booster::StepRecorder VerifyRun::recorder(const booster::Plugin& plugin, const s
   return booster::StepRecorder(o);
 }
 
-int finish_recording(const booster::StepRecorder& recorder) {
-  if (dist::rank() == 0)
-    std::printf("recorded %ld step(s) for colossal verify in %s\n", static_cast<long>(recorder.recorded()),
-                recorder.options().dir.c_str());
-  std::fflush(stdout);
-  dist::shutdown();
-  return 0;
-}
-
 }  // namespace colossal::apps

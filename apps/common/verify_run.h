@@ -32,7 +32,4 @@ struct VerifyRun {
   booster::StepRecorder recorder(const booster::Plugin& plugin, const std::string& precision) const;
 };
 
-/// After the recorded steps: says where they went (rank 0) and leaves the job. Returns the exit status.
-int finish_recording(const booster::StepRecorder& recorder);
-
 }  // namespace colossal::apps

@@ -67,6 +67,7 @@ struct TrainingState {
   int64_t step = 0;
   int64_t epoch = 0;
   int64_t global_batch = 0;  // samples per optimizer step over every replica (0: not recorded)
+  int64_t replicas = 0;      // data-parallel replicas it was trained on (0: not recorded)
 };
 
 struct CheckpointOptions {

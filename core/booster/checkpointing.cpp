@@ -202,6 +202,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
     js["step"] = state.step;
     js["epoch"] = state.epoch;
     if (state.global_batch > 0) js["global_batch"] = state.global_batch;
+    if (state.replicas > 0) js["replicas"] = state.replicas;
     js["plugin"] = plugin_->name();
     js["world_size"] = s->world;
     if (boosted.lr_scheduler) js["lr_scheduler_step"] = boosted.lr_scheduler->last_step();
@@ -336,6 +337,7 @@ TrainingState training_state_of(const nlohmann::json& js) {
   state.step = js.value("step", int64_t{0});
   state.epoch = js.value("epoch", int64_t{0});
   state.global_batch = js.value("global_batch", int64_t{0});
+  state.replicas = js.value("replicas", int64_t{0});
   return state;
 }
 }  // namespace

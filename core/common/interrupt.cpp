@@ -28,8 +28,5 @@ bool interrupt_requested() {
   return check && check();
 }
 
-void throw_if_interrupted(const std::string& where) {
-  if (interrupt_requested()) throw Interrupted("interrupted at " + where);
-}
 
 }  // namespace colossal

@@ -1,37 +1,31 @@
 #pragma once
-// A cooperative stop request for long-running jobs called from a host that owns the signals.
+// A cooperative stop request for long-running jobs, asked by whoever owns the signals.
 //
-// A C++ binary is stopped by SIGINT's default action. A job run from Python (colossal.llama.train)
-// is not: Python's SIGINT handler only sets a flag that its interpreter reads between bytecodes,
-// which never happens while C++ runs the training loop. The host installs a check here (the
-// Python module's asks the interpreter for pending signals) and the loops call
-// throw_if_interrupted() at their step boundaries; the Interrupted exception unwinds the job
-// (files already written stay whole: checkpoints are atomic) and the host turns it back into its
-// own kind of interruption (KeyboardInterrupt).
+// A training binary (apps/common/app_entry.h: run_training_main) turns SIGINT and SIGTERM into a
+// request; a job run from Python (colossal.llama.train) asks the interpreter for pending signals,
+// since Python's SIGINT handler only sets a flag its interpreter reads between bytecodes, which
+// never happens while C++ runs the training loop. The host installs a check here; the training
+// loop asks interrupt_requested() at each step's end, finishes the step on every rank, writes a
+// checkpoint and throws Interrupted, which the host turns back into its own kind of interruption
+// (an exit status of 128 + the signal, or KeyboardInterrupt).
 #include <functional>
 #include <stdexcept>
 #include <string>
 
 namespace colossal {
 
-/// What throw_if_interrupted throws; `what()` names the place that noticed.
+/// What a job throws when it stops on request; `what()` says where it stopped.
 class Interrupted : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 /// Installs the check (an empty function removes it). The check runs on the calling thread of
-/// throw_if_interrupted and returns true when the host wants the job to stop.
+/// interrupt_requested and returns true when the host wants the job to stop.
 void set_interrupt_check(std::function<bool()> check);
 
-/// Whether the installed check says the job should stop (false without a check). The training
-/// loop asks at each step's end, agrees with the other ranks, writes a checkpoint and then throws
-/// Interrupted itself.
+/// Whether the installed check says the job should stop (false without a check).
 bool interrupt_requested();
-
-/// Throws Interrupted when the installed check says so; does nothing without a check.
-/// `where` goes into the message ("training step 12").
-void throw_if_interrupted(const std::string& where);
 
 /// Removes the check when it leaves scope (a job installs one for its own duration).
 class InterruptCheckScope {

@@ -11,7 +11,7 @@
 #include "core/inference/engine.h"
 #include "llama/cuda_inference.h"
 #include "llama/inference.h"
-#include "tests/llama/id_detokenizer.h"
+#include "tests/support/id_detokenizer.h"
 
 namespace colossal::llama {
 namespace {

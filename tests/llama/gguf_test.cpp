@@ -13,7 +13,7 @@
 #include "core/inference/engine.h"
 #include "llama/gguf.h"
 #include "llama/inference.h"
-#include "tests/llama/id_detokenizer.h"
+#include "tests/support/id_detokenizer.h"
 #include "llama/pretrained.h"
 #include "tests/support/errors.h"
 

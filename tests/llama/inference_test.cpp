@@ -1,51 +1,27 @@
-// The generation engine on a tiny random LLaMA: greedy output through the paged KV cache equals
-// full recomputation without a cache, token for token (prompts crossing block boundaries,
-// chunked prefill, mixed prefill/decode batches, preemption); a request alone or batched gives
-// the same tokens; block bookkeeping; sampling controls.
+// LLaMA through the generation engine: greedy output through the paged KV cache equals full
+// recomputation without a cache, token for token (prompts crossing block boundaries, chunked
+// prefill, mixed prefill/decode batches), for LLaMA and Mixtral, fp32 and packed weights; block
+// bookkeeping. The engine's own behaviour (batching, preemption, refusals, sampling, streaming)
+// is tested on a toy model in tests/core/inference/engine_test.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <torch/torch.h>
 
-#include "core/inference/block_manager.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/inference/engine.h"
 #include "core/cuda/ops.h"
 #include "llama/cuda_inference.h"
 #include "llama/inference.h"
-#include "tests/llama/id_detokenizer.h"
+#include "tests/support/id_detokenizer.h"
 #include "llama/pretrained.h"
 #include "tests/support/errors.h"
 
 namespace colossal::llama {
 namespace {
 
-using inference::BlockManager;
 using inference::Engine;
 using inference::EngineOptions;
 using inference::GenerationRequest;
-
-TEST(BlockManager, AllocatesFreesAndRefusesWhenExhausted) {
-  BlockManager m(5, 4);
-  EXPECT_EQ(m.free_blocks(), 5);
-  EXPECT_TRUE(m.reserve(1, 9));  // 3 blocks
-  EXPECT_EQ(m.table(1).size(), 3u);
-  EXPECT_TRUE(m.reserve(1, 12));  // still 3
-  EXPECT_EQ(m.free_blocks(), 2);
-  EXPECT_FALSE(m.reserve(2, 13)) << "4 blocks wanted, 2 free";
-  EXPECT_EQ(m.free_blocks(), 2) << "a refused reservation takes nothing";
-  EXPECT_FALSE(m.has(2));
-  EXPECT_TRUE(m.reserve(2, 8));
-  EXPECT_EQ(m.free_blocks(), 0);
-  // Slots: block id x block size + offset.
-  EXPECT_EQ(m.slot(1, 5), m.table(1)[1] * 4 + 1);
-  auto msg = testing::error_message_of([&] { m.slot(2, 8); });
-  EXPECT_NE(msg.find("position 8 is beyond its 2 reserved block(s)"), std::string::npos) << msg;
-  m.release(1);
-  EXPECT_EQ(m.free_blocks(), 3);
-  EXPECT_TRUE(m.table(1).empty());
-  m.release(1);  // twice is harmless
-  EXPECT_EQ(m.free_blocks(), 3);
-}
 
 LlamaConfig tiny_config() {
   LlamaConfig c;
@@ -81,20 +57,8 @@ std::vector<int64_t> reference_greedy(LlamaForCausalLM& m, std::vector<int64_t> 
   return out;
 }
 
-std::vector<int64_t> prompt_of(int64_t len, int64_t salt) {
-  std::vector<int64_t> p;
-  for (int64_t i = 0; i < len; ++i) p.push_back((i * 31 + salt * 7 + 3) % 97);
-  return p;
-}
-
-GenerationRequest greedy(std::vector<int64_t> prompt, int64_t n) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.max_tokens = n;
-  r.params.ignore_eos = true;
-  return r;
-}
+std::vector<int64_t> prompt_of(int64_t len, int64_t salt) { return testing::prompt_of(len, salt, 97); }
+GenerationRequest greedy(std::vector<int64_t> prompt, int64_t n) { return testing::greedy_request(std::move(prompt), n); }
 
 Engine make_engine(LlamaForCausalLM& m, EngineOptions o) {
   auto model = std::make_shared<LlamaInference>(m, LlamaInference::Options{});
@@ -219,115 +183,6 @@ TEST(Inference, TheGpuEngineWithoutAGpuIsAClearError) {
   auto m = tiny_model();
   auto msg = testing::error_message_of([&] { LlamaCudaInference(m, {}); });
   EXPECT_NE(msg.find("no CUDA GPU is visible"), std::string::npos) << msg;
-}
-
-TEST(Inference, AloneOrBatchedGivesTheSameTokens) {
-  auto m = tiny_model();
-  EngineOptions o;
-  o.cache.block_size = 16;
-  o.cache.num_blocks = 32;
-  auto batched = make_engine(m, o).generate(
-      {greedy(prompt_of(7, 1), 9), greedy(prompt_of(20, 2), 9), greedy(prompt_of(2, 3), 9)});
-  auto alone = make_engine(m, o).generate({greedy(prompt_of(20, 2), 9)});
-  EXPECT_EQ(alone[0].tokens, batched[1].tokens);
-}
-
-TEST(Inference, PreemptionWhenBlocksRunOutStillGivesTheReference) {
-  auto m = tiny_model();
-  EngineOptions o;
-  o.cache.block_size = 4;
-  o.cache.num_blocks = 9;  // 36 tokens for three sequences that grow to 26 each
-  auto engine = make_engine(m, o);
-  std::vector<GenerationRequest> reqs = {greedy(prompt_of(10, 4), 16), greedy(prompt_of(10, 5), 16),
-                                         greedy(prompt_of(10, 6), 16)};
-  auto results = engine.generate(reqs);
-  EXPECT_GT(engine.stats().preemptions, 0) << "the pool is too small for all three at once";
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(results[i].tokens, reference_greedy(m, reqs[i].prompt, 16));
-  EXPECT_EQ(engine.cache().blocks().used_blocks(), 0);
-}
-
-TEST(Inference, RequestsThatCanNeverRunAreRefusedByName) {
-  auto m = tiny_model();
-  EngineOptions o;
-  o.cache.block_size = 4;
-  o.cache.num_blocks = 3;
-  auto engine = make_engine(m, o);
-  auto msg = testing::error_message_of([&] { engine.add(greedy(prompt_of(20, 0), 4)); });
-  EXPECT_NE(msg.find("the prompt has 20 tokens and needs 6 KV blocks of 4 tokens; the whole cache has 3"),
-            std::string::npos) << msg;
-  msg = testing::error_message_of([&] { engine.add(greedy({}, 4)); });
-  EXPECT_NE(msg.find("the prompt is empty"), std::string::npos) << msg;
-  auto bad = greedy(prompt_of(3, 0), 4);
-  bad.params.top_p = 0;
-  msg = testing::error_message_of([&] { engine.add(bad); });
-  EXPECT_NE(msg.find("top_p: expected in (0, 1], got 0"), std::string::npos) << msg;
-  msg = testing::error_message_of([&] { engine.add(greedy({5, 200}, 4)); });
-  EXPECT_NE(msg.find("prompt token 200 is outside the vocabulary [0, 97)"), std::string::npos) << msg;
-}
-
-TEST(Inference, SamplingIsSeededAndStopsWhereAsked) {
-  auto m = tiny_model();
-  EngineOptions o;
-  o.cache.num_blocks = 32;
-  auto run = [&](inference::SamplingParams p) {
-    GenerationRequest r;
-    r.prompt = prompt_of(5, 9);
-    r.params = p;
-    return make_engine(m, o).generate({r})[0];
-  };
-  inference::SamplingParams p;
-  p.temperature = 1.0;
-  p.top_p = 0.9;
-  p.max_tokens = 12;
-  p.ignore_eos = true;
-  p.seed = 5;
-  auto a = run(p), b = run(p);
-  EXPECT_EQ(a.tokens, b.tokens) << "same seed, same tokens";
-  p.seed = 6;
-  EXPECT_NE(run(p).tokens, a.tokens) << "another seed, other tokens";
-  // top_k = 1 is greedy whatever the temperature.
-  p.top_k = 1;
-  EXPECT_EQ(run(p).tokens, reference_greedy(m, prompt_of(5, 9), 12));
-  // A stop string ends the text before it; a stop token ends it without itself.
-  p.top_k = 0;
-  p.temperature = 0;
-  auto full = run(p);
-  auto third = "<" + std::to_string(full.tokens[2]) + ">";
-  p.stop = {third};
-  auto cut = run(p);
-  EXPECT_EQ(cut.reason, inference::FinishReason::kStop);
-  EXPECT_EQ(cut.text.find(third), std::string::npos);
-  EXPECT_EQ(full.text.rfind(cut.text, 0), 0u) << "the cut text is a prefix of the full one";
-  p.stop.clear();
-  p.stop_token_ids = {full.tokens[4]};
-  auto at_token = run(p);
-  EXPECT_EQ(at_token.reason, inference::FinishReason::kStop);
-  EXPECT_LE(at_token.tokens.size(), 4u);
-  // Logprobs on request: log-probabilities (<= 0) of each chosen token.
-  p.stop_token_ids.clear();
-  p.logprobs = true;
-  auto lp = run(p);
-  ASSERT_EQ(lp.logprobs.size(), lp.tokens.size());
-  for (double v : lp.logprobs) EXPECT_LE(v, 0.0);
-}
-
-TEST(Inference, StreamingDeliversEveryTokenAndTheWholeText) {
-  auto m = tiny_model();
-  EngineOptions o;
-  o.cache.num_blocks = 32;
-  auto engine = make_engine(m, o);
-  std::string streamed;
-  int tokens = 0, finals = 0;
-  auto r = greedy(prompt_of(6, 2), 8);
-  r.on_event = [&](const inference::TokenEvent& e) {
-    streamed += e.text;
-    if (e.finished) ++finals;
-    else ++tokens;
-  };
-  auto result = engine.generate({r})[0];
-  EXPECT_EQ(tokens, 8);
-  EXPECT_EQ(finals, 1);
-  EXPECT_EQ(streamed, result.text);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include "core/inference/engine.h"
 #include "core/inference/sampler.h"
 #include "llama/inference.h"
-#include "tests/llama/id_detokenizer.h"
+#include "tests/support/id_detokenizer.h"
 
 namespace colossal::llama {
 namespace {

@@ -141,8 +141,8 @@ TEST(TrainLoop, AResumeOnFewerRanksKeepsTheGlobalBatch) {
   const auto one = run("global_batch_one", bin("train_vit") + flags + " --max_steps 3");
   ASSERT_EQ(one.rc, 0) << one.output;
   EXPECT_NE(one.output.find("resumed: " + dir + "/checkpoints"), std::string::npos) << one.output;
-  EXPECT_NE(one.output.find("the checkpoint trained with 16 samples per step; 1 replica(s) x 8 samples take 2 "
-                            "micro-batches per step to keep it (--accumulation_steps 1 -> 2)"),
+  EXPECT_NE(one.output.find("the checkpoint trained with 16 samples per step on 2 replica(s); 1 replica(s) x 8 "
+                            "samples take 2 micro-batches per step to keep it (--accumulation_steps 1 -> 2)"),
             std::string::npos)
       << one.output;
   EXPECT_NE(one.output.find("1 replica(s) x 8 samples x 2 micro-batch(es) = 16 samples per step"), std::string::npos)

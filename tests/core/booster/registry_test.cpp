@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "core/common/config.h"
 #include "tests/support/errors.h"
@@ -36,7 +38,7 @@ std::vector<Case> cases() {
         {"prefetch", "3"},
         {"chunk_elements", "4096"}}},
       {"zero3", {{"shard_param_frac", "0.5"}}},
-      {"hybrid", {{"zero_stage", "2"}, {"bucket_mib", "4"}}},
+      {"hybrid", {{"zero_stage", "2"}, {"bucket_mib", "4"}, {"communication_dtype", "bf16"}, {"initial_scale", "512"}}},
   };
 }
 
@@ -163,6 +165,35 @@ TEST(PluginRegistry, HelpListsEveryPluginAndOptionWithDefaults) {
   }
   EXPECT_NE(help.find("gathered_budget_mib (float, default 1024)"), std::string::npos) << help;
   EXPECT_NE(help.find("bucket_mib (float, default 25)"), std::string::npos) << help;
+  // The job's general keys come from PluginConfig's declaration, with their accepted values.
+  for (const auto& o : list_options(PluginConfig{}))
+    EXPECT_NE(help.find("      " + o.name + " (" + o.type + ", default " + o.default_value + ")"), std::string::npos)
+        << o.name;
+  EXPECT_NE(help.find("sp_mode (string, default none)"), std::string::npos) << help;
+  EXPECT_NE(help.find("[none, split_gather, all_to_all or ring_attn]"), std::string::npos) << help;
+}
+
+// Under hybrid, the data-parallel options are ZeRO's and DDP's own, under the same names (the
+// bucket size defaulting to the wrapper's: DDP's 25 MiB, ZeRO's 48).
+TEST(PluginRegistry, HybridTakesTheDataParallelOptionsOfDdpAndZero) {
+  std::map<std::string, std::vector<std::string>> names;
+  for (const auto& p : plugin_infos())
+    for (const auto& o : p.options) names[p.name].push_back(o.name);
+  auto has = [&](const std::string& plugin, const std::string& option) {
+    const auto& n = names[plugin];
+    return std::find(n.begin(), n.end(), option) != n.end();
+  };
+  for (const auto& option : names["zero2"])
+    if (option != "cpu_offload") EXPECT_TRUE(has("hybrid", option)) << option;
+  for (const auto& option : names["ddp"])
+    if (option != "find_unused_parameters" && option != "broadcast_buffers") EXPECT_TRUE(has("hybrid", option)) << option;
+  testing::run_ranks(1, [] {
+    PluginConfig c;
+    c.name = "hybrid";
+    c.set("communication_dtype", "bf16");
+    const auto message = testing::error_message_of([&] { make_plugin(c); });
+    EXPECT_NE(message.find("communication_dtype 'bf16' is ZeRO's"), std::string::npos) << message;
+  });
 }
 
 }  // namespace

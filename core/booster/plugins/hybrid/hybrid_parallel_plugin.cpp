@@ -227,7 +227,9 @@ class HybridModel : public ModelWrapper {
 void HybridParallelPlugin::Options::validate() const {
   COLOSSAL_CHECK(zero_stage >= 0 && zero_stage <= 2, "[hybrid] zero_stage: expected 0, 1 or 2, got ", zero_stage,
                  " (ZeRO-3 is the gemini plugin)");
-  COLOSSAL_CHECK(bucket_bytes > 0, "[hybrid] bucket_mib: expected > 0");
+  COLOSSAL_CHECK(bucket_bytes >= 0, "[hybrid] bucket_mib: expected > 0 (or 0: the data-parallel wrapper's own)");
+  COLOSSAL_CHECK(communication_dtype.empty() || zero_stage > 0, "[hybrid] communication_dtype '", communication_dtype,
+                 "' is ZeRO's (zero_stage 1 or 2); DDP reduces in the working dtype");
   COLOSSAL_CHECK(num_microbatches >= 0, "[hybrid] num_microbatches: expected >= 0 (0: pp x num_model_chunks), got ",
                  num_microbatches);
   (void)parallel::pipeline::parse_schedule(pp_schedule);
@@ -300,14 +302,17 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
   if (options_.zero_stage == 0) {
     DDPPlugin::Options o;
     o.precision = options_.precision;
-    o.bucket_bytes = options_.bucket_bytes;
+    if (options_.bucket_bytes > 0) o.bucket_bytes = options_.bucket_bytes;
+    o.loss_scaler = options_.loss_scaler;
     o.scope = scope;
     inner = DDPPlugin(o, inner_env).wrap_model(model, optimizer);
   } else {
     LowLevelZeroPlugin::Options o;
     o.stage = options_.zero_stage;
     o.precision = options_.precision;
-    o.bucket_bytes = options_.bucket_bytes;
+    if (options_.bucket_bytes > 0) o.bucket_bytes = options_.bucket_bytes;
+    o.communication_dtype = options_.communication_dtype;
+    o.loss_scaler = options_.loss_scaler;
     o.scope = scope;
     inner = LowLevelZeroPlugin(o, inner_env).wrap_model(model, optimizer);
   }

@@ -21,7 +21,9 @@
 // is the model's own rule (e.g. llama::check_parallel), checked before any group is created.
 #include <optional>
 
+#include "core/amp/loss_scaler.h"
 #include "core/booster/plugin.h"
+#include "core/common/options.h"
 #include "core/parallel/context.h"
 
 namespace colossal::booster {
@@ -31,7 +33,9 @@ class HybridParallelPlugin : public Plugin {
   struct Options {
     int zero_stage = 0;              // 0: DDP; 1, 2: ZeRO over the data-parallel ranks
     std::string precision = "fp32";  // fp32 | bf16 | fp16
-    int64_t bucket_bytes = 25 << 20; // DDP bucket (ZeRO: this many bytes of fp32 elements)
+    int64_t bucket_bytes = 0;        // 0: the data-parallel wrapper's own (DDP 25 MiB, ZeRO 48 MiB)
+    std::string communication_dtype; // ZeRO: reduce gradients in this dtype ("" = the working dtype)
+    amp::DynamicLossScaler::Options loss_scaler;  // fp16 only
     std::string pp_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zbh1 | zbv
     int num_model_chunks = 1;          // interleaved: >= 2; zbv: 2
     int num_microbatches = 0;          // per step and data-parallel rank (0: pp x num_model_chunks)
@@ -40,8 +44,12 @@ class HybridParallelPlugin : public Plugin {
     void validate() const;
     template <class V>
     void visit(V& v) {
-      v("zero_stage", zero_stage, "0: DDP over the data-parallel ranks; 1, 2: ZeRO-1/2");
-      v.mib("bucket_mib", bucket_bytes, "gradient bucket size");
+      // The data-parallel options under the names and defaults they have under ddp and zero1/zero2.
+      v("zero_stage", zero_stage, "0: DDP over the data-parallel ranks; 1, 2: ZeRO-1/2", between(0, 2));
+      v.mib("bucket_mib", bucket_bytes, "gradient bucket size (0: DDP's 25 MiB at zero_stage 0, ZeRO's 48 MiB at 1, 2)");
+      v("communication_dtype", communication_dtype,
+        "zero_stage 1, 2: reduce gradients in fp32|bf16|fp16 (empty: the working dtype)");
+      loss_scaler.visit(v);
       v("pp_schedule", pp_schedule, "pp > 1: gpipe | 1f1b | interleaved | zbh1 | zbv");
       v("num_model_chunks", num_model_chunks, "pp > 1: model chunks per stage (interleaved >= 2, zbv 2)");
       v("num_microbatches", num_microbatches, "pp > 1: microbatches per step (0: pp x num_model_chunks)");

@@ -30,13 +30,6 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 bool distributed() { return dist::is_initialized() && dist::world_size() > 1; }
 
-// A stop asked of any rank (a signal, Ctrl-C in Python) stops every rank after the same step.
-bool stop_requested_anywhere() {
-  auto flag = torch::tensor({interrupt_requested() ? 1 : 0}, torch::kInt32);
-  if (distributed()) dist::all_reduce(flag, dist::world_group(), dist::ReduceOp::kMax);
-  return flag.item<int>() != 0;
-}
-
 }  // namespace
 
 TrainJob::TrainJob(TrainLoopOptions& loop, booster::PluginConfig& plugin) : loop_(loop), plugin_(plugin) {
@@ -238,7 +231,10 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
     }
     if (recorder) recorder->record_gradients(optimizer.model_wrapper(), *t.model);
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
-    const double norm = loss_guard.clip_and_check(booster, optimizer, loop_.grad_clip, step_loss, step);
+    // The same exchange carries a stop asked of any rank (a signal, Ctrl-C in Python), so every
+    // rank finishes this step and stops after it.
+    const double norm =
+        loss_guard.clip_and_check(booster, optimizer, loop_.grad_clip, step_loss, step, interrupt_requested());
     if (t.before_optimizer_step) t.before_optimizer_step();
     const double lr = b.lr_scheduler->lr();
     trace.phase("optimizer");
@@ -294,7 +290,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
       if ((loop_.eval_interval > 0 && step % loop_.eval_interval == 0) || epoch_end) report_eval(step);
       if ((loop_.save_interval > 0 && step % loop_.save_interval == 0) || epoch_end) save(step);
     }
-    if (step != total_steps && stop_requested_anywhere()) {
+    if (step != total_steps && loss_guard.stop_requested()) {
       // Every rank finished this step; leave a checkpoint to resume from.
       std::string where;
       if (!recorder) {

@@ -15,13 +15,16 @@ namespace {
 std::string describe(double v) { return std::isnan(v) ? "NaN" : std::isinf(v) ? "Inf" : c10::str(v); }
 }  // namespace
 
-bool LossGuard::check(double local_loss, double grad_norm, int64_t step) {
+bool LossGuard::check(double local_loss, double grad_norm, int64_t step, bool stop_asked) {
   const bool distributed = dist::is_initialized() && dist::world_size() > 1;
   const int world = distributed ? dist::world_size() : 1;
   const int me = distributed ? dist::rank() : 0;
-  auto seen = torch::zeros({world}, torch::kFloat32);
+  // One element per rank (non-finite there), and the count of ranks asked to stop.
+  auto seen = torch::zeros({world + 1}, torch::kFloat32);
   seen[me] = std::isfinite(local_loss) && std::isfinite(grad_norm) ? 0.0f : 1.0f;
+  seen[world] = stop_asked ? 1.0f : 0.0f;
   if (distributed) dist::all_reduce(seen, dist::world_group(), dist::ReduceOp::kSum);
+  stop_requested_ = seen[world].item<float>() > 0;
   std::string ranks;
   auto flags = seen.accessor<float, 1>();
   for (int r = 0; r < world; ++r)
@@ -44,10 +47,10 @@ bool LossGuard::check(double local_loss, double grad_norm, int64_t step) {
 }
 
 double LossGuard::clip_and_check(Booster& booster, BoostedOptimizer& optimizer, double grad_clip, double local_loss,
-                                 int64_t step) {
+                                 int64_t step, bool stop_asked) {
   const double norm =
       booster.clip_grad_norm(optimizer, grad_clip > 0 ? grad_clip : std::numeric_limits<double>::infinity());
-  check(local_loss, norm, step);  // false only under fp16, whose scaler then skips the step itself
+  check(local_loss, norm, step, stop_asked);  // false only under fp16, whose scaler then skips the step itself
   return norm;
 }
 

@@ -26,16 +26,22 @@ class LossGuard {
   explicit LossGuard(LossGuardOptions options) : options_(std::move(options)) {}
   /// True when every rank's loss and gradient norm are finite; false when one is not and fp16
   /// tolerates it (the caller lets the scaler skip the step). Throws when the run must stop.
-  bool check(double local_loss, double grad_norm, int64_t step);
+  /// `stop_asked`: this rank was asked to stop (a signal); the same exchange tells every rank
+  /// whether any was (stop_requested()), so a job stops after the same step everywhere at no
+  /// extra communication.
+  bool check(double local_loss, double grad_norm, int64_t step, bool stop_asked = false);
   /// The training loop's call after backward: the global gradient norm, clipped to `grad_clip`
   /// (0: measured, not clipped — NaN gradients can come with a finite loss), then check().
   /// Returns the norm.
   double clip_and_check(Booster& booster, BoostedOptimizer& optimizer, double grad_clip, double local_loss,
-                        int64_t step);
+                        int64_t step, bool stop_asked = false);
+  /// Whether some rank asked to stop at the last check.
+  bool stop_requested() const { return stop_requested_; }
 
  private:
   LossGuardOptions options_;
   int consecutive_ = 0;
+  bool stop_requested_ = false;
 };
 
 }  // namespace colossal::booster

@@ -18,7 +18,10 @@ TEST(LossGuard, EveryRankStopsAtTheStepOneRankSawNaN) {
   testing::run_ranks(2, [] {
     LossGuard guard({.precision = "bf16", .advice = "Checkpoints in ckpt are as they were"});
     EXPECT_TRUE(guard.check(2.5, 1.0, 1));
-    EXPECT_TRUE(guard.check(2.4, 1.0, 2));
+    EXPECT_FALSE(guard.stop_requested());
+    // A stop asked of rank 1 alone (a signal) reaches every rank through the same exchange.
+    EXPECT_TRUE(guard.check(2.4, 1.0, 2, /*stop_asked=*/dist::rank() == 1));
+    EXPECT_TRUE(guard.stop_requested()) << "rank " << dist::rank();
     // Rank 1's loss is NaN; rank 0's is fine, and still stops: the ranks must not drift apart.
     auto msg = testing::error_message_of([&] { guard.check(dist::rank() == 1 ? kNaN : 2.3, 1.0, 3); });
     EXPECT_NE(msg.find(dist::rank() == 1 ? "[train] step 3: the loss is NaN"

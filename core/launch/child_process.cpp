@@ -135,6 +135,8 @@ void LinePrefixer::flush() {
 }
 
 void LinePrefixer::write_line(const std::string& line) {
+  tail_.push_back(line);
+  if (tail_.size() > 5) tail_.pop_front();
   if (!enabled_) return;
   std::string out = prefix_ + line;
   const char* p = out.data();

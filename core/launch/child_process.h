@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ class LinePrefixer {
       : prefix_(std::move(prefix)), out_fd_(out_fd), enabled_(enabled) {}
   void feed(const char* data, size_t n);
   void flush();
+  bool enabled() const { return enabled_; }
+  /// The last few lines seen (shown or not): what a hidden rank said before it failed.
+  const std::deque<std::string>& tail() const { return tail_; }
 
  private:
   void write_line(const std::string& line);
@@ -51,6 +55,7 @@ class LinePrefixer {
   int out_fd_;
   bool enabled_;
   std::string pending_;
+  std::deque<std::string> tail_;
 };
 
 }  // namespace colossal::launch

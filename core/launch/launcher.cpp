@@ -318,6 +318,14 @@ Launcher::Outcome Launcher::watch(std::vector<std::unique_ptr<Proc>>& procs, int
         int others = 0;
         for (auto& q : procs) others += q->running ? 1 : 0;
         outcome.summary = c10::str(p->label, " failed with ", describe_wait_status(status));
+        // A rank whose output is hidden (--tee) still says why it failed: its last error lines.
+        if (!p->err.enabled() && !p->err.tail().empty()) {
+          std::string said;
+          for (const auto& line : p->err.tail()) said += "  " + line;
+          std::fprintf(stderr, "colossal run: %s failed; the end of its error output:\n%s", p->label.c_str(),
+                       said.c_str());
+          std::fflush(stderr);
+        }
         // A rank that failed because a peer froze or vanished: name the peer, not the witness.
         if (auto published = published_failure(p->global_rank, attempt); published && !published->suspects.empty()) {
           std::string names, findings;

@@ -245,6 +245,13 @@ TEST(Launcher, TeeShowsOneRank) {
   EXPECT_NE(r.out.find("[rank 1] hello1"), std::string::npos) << describe(r);
   EXPECT_EQ(r.out.find("hello0"), std::string::npos) << describe(r);
   EXPECT_EQ(r.out.find("hello2"), std::string::npos) << describe(r);
+  // A hidden rank that fails still says why: the end of its error output follows the summary.
+  r = run_colossal({"run", "--nproc_per_node", "2", "--tee", "0", "--", "sh", "-c",
+                    "if [ \"$RANK\" = 1 ]; then echo boom on rank one >&2; exit 3; fi; sleep 30"});
+  EXPECT_EQ(r.exit_code(), 1) << describe(r);
+  EXPECT_NE(r.err.find("rank 1 (node 0, local rank 1) failed; the end of its error output:\n  boom on rank one"),
+            std::string::npos)
+      << describe(r);
 }
 
 TEST(Launcher, BadInvocationsAreExplained) {

@@ -2,13 +2,10 @@
 // --plugin auto, shared by the training apps: measure this machine, rank every valid layout with
 // the cost model, time the best few for real and return the fastest measured. The table goes to
 // the log (rank 0), the full report (every candidate, predicted and measured) to a JSON file.
-#include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 
 #include "core/booster/plugin_config.h"
-#include "core/common/config.h"
 #include "core/common/options.h"
 #include "core/tools/layout_search.h"
 

@@ -101,7 +101,7 @@ Row run_job(const Args& a) {
   r.step_s = median(times);
   const int replicas = plugin->dims().dp();
   r.tokens_s = replicas * a.seq / r.step_s;
-  auto report = b.optimizer->model_wrapper().memory_report(*model, *optimizer);
+  auto report = b.optimizer->model_wrapper().hooks().memory_report(*model, *optimizer);
   auto mem = torch::tensor({report.total() / double(1ull << 30), colossal::peak_resident_gib()}, torch::kFloat64);
   dist::all_reduce(mem, dist::world_group(), dist::ReduceOp::kMax);
   r.state_gib = mem[0].item<double>();

@@ -134,7 +134,7 @@ Row run(const std::string& name, const Args& a, const LlamaConfig& cfg) {
     if (s > 0 || a.steps == 0) times.push_back(t);
     if (r == 0) COLOSSAL_LOG_INFO("[bench] ", name, " step ", s, ": ", t, " s");
   }
-  auto report = boosted.optimizer->model_wrapper().memory_report(*model, *opt);
+  auto report = boosted.optimizer->model_wrapper().hooks().memory_report(*model, *opt);
   Row row;
   row.plugin = name;
   int64_t host = report.total("host") - (report.bytes.count("gathered chunks") ? report.bytes["gathered chunks"]["host"] : 0);

@@ -229,7 +229,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
         else run_micro();
       }
     }
-    if (recorder) recorder->record_gradients(optimizer.model_wrapper(), *t.model);
+    if (recorder) recorder->record_gradients(optimizer.model_wrapper().checkpoint(), *t.model);
     // A NaN/Inf loss or gradient stops every rank here, before the weights (fp16: the scaler skips).
     // The same exchange carries a stop asked of any rank (a signal, Ctrl-C in Python), so every
     // rank finishes this step and stops after it.
@@ -240,7 +240,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
     trace.phase("optimizer");
     const bool stepped = optimizer.step();
     b.lr_scheduler->step();
-    trace.end(step, [&] { return optimizer.model_wrapper().memory_report(*t.model, optimizer.inner()).total(); });
+    trace.end(step, [&] { return optimizer.model_wrapper().hooks().memory_report(*t.model, optimizer.inner()).total(); });
     window_loss += step_loss;
     ++window_steps;
     window_skipped = window_skipped || !stepped;
@@ -284,7 +284,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
       paused = 0;
     }
     if (recorder) {
-      if (recorder->finish_step(step, step_loss, optimizer.model_wrapper(), *t.model, lr)) break;
+      if (recorder->finish_step(step, step_loss, optimizer.model_wrapper().checkpoint(), *t.model, lr)) break;
     } else if (step != total_steps) {
       const bool epoch_end = t.epoch_period > 0 && step % (steps_per_epoch * t.epoch_period) == 0;
       if ((loop_.eval_interval > 0 && step % loop_.eval_interval == 0) || epoch_end) report_eval(step);

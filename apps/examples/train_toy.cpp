@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    auto report = b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner());
+    auto report = b.optimizer->model_wrapper().hooks().memory_report(*model, b.optimizer->inner());
     if (r == 0) std::printf("model-state memory on rank 0 (%s):\n%s", plugin.c_str(), report.format().c_str());
     dist::shutdown();
     return 0;

@@ -405,7 +405,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   if (run.recorded) return;  // colossal verify: nothing else to write
 
   // ---- the Hugging Face directory: weights gathered whole whatever the plugin, config, tokenizer
-  auto state = run.boosted.optimizer->model_wrapper().model_state_to_save(*model);
+  auto state = run.boosted.optimizer->model_wrapper().checkpoint().model_state_to_save(*model);
   std::string out = a.output + "/model";
   if (r == 0) {
     save_pretrained(cfg, state, out, {}, &tok);

@@ -155,7 +155,7 @@ void bind_booster(py::module_& m) {
             checkpoint::NamedTensors state;
             {
               py::gil_scoped_release nogil;  // a collective under ZeRO-3: every rank calls it
-              state = b.optimizer().model_wrapper().model_state_to_save(*b.module);
+              state = b.optimizer().model_wrapper().checkpoint().model_state_to_save(*b.module);
             }
             std::map<std::string, at::Tensor> out;
             for (const auto& [name, t] : state) out[name] = t.detach().clone();
@@ -163,7 +163,7 @@ void bind_booster(py::module_& m) {
           },
           "the whole weights by name, gathered whatever the plugin (every rank calls it)")
       .def("memory_report", [](BoostedModel& b) {
-            return b.optimizer().model_wrapper().memory_report(*b.module, b.optimizer().inner()).format();
+            return b.optimizer().model_wrapper().hooks().memory_report(*b.module, b.optimizer().inner()).format();
           });
 
   py::class_<PyBooster>(m, "Booster", "the Booster with one plugin (make_plugin's names and options)")
@@ -201,7 +201,7 @@ void bind_booster(py::module_& m) {
           py::arg("model"), py::arg("max_norm"), py::arg("norm_type") = 2.0)
       .def("enter_no_sync", [](PyBooster& self, BoostedModel& b) {
             COLOSSAL_CHECK(!b.no_sync, "[python] no_sync is already open for this model");
-            b.no_sync = std::make_unique<booster::NoSyncGuard>(b.optimizer().model_wrapper());
+            b.no_sync = std::make_unique<booster::NoSyncGuard>(b.optimizer().model_wrapper().hooks());
           })
       .def("exit_no_sync", [](PyBooster&, BoostedModel& b) { b.no_sync.reset(); })
       .def("save_model", [](PyBooster& self, BoostedModel& b, const std::string& dir, int64_t shard_bytes) {

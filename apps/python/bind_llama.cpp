@@ -174,7 +174,7 @@ void bind_llama(py::module_& m) {
              py::gil_scoped_release nogil;
              // Under a plugin the whole weights are gathered (a collective under ZeRO-3: every
              // rank calls this; `write` says which one writes).
-             auto state = boosted ? boosted->optimizer().model_wrapper().model_state_to_save(*self.model)
+             auto state = boosted ? boosted->optimizer().model_wrapper().checkpoint().model_state_to_save(*self.model)
                                   : checkpoint::model_state(*self.model);
              if (write) llama::save_pretrained(self.config, state, dir, {}, tokenizer);
            },

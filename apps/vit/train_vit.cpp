@@ -527,7 +527,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   if (!last_eval)  // resumed at the end: nothing ran, the confusion matrix still needs an evaluation
     (void)task.evaluate({run.total_steps, run.boosted.compute_dtype, *run.booster, *run.boosted.optimizer});
   const auto& counts = last_eval->single;
-  auto state = run.boosted.optimizer->model_wrapper().model_state_to_save(*model);
+  auto state = run.boosted.optimizer->model_wrapper().checkpoint().model_state_to_save(*model);
   if (r == 0) {
     save_pretrained(m.config, state, a.save_dir + "/model", m.processor);
     write_confusion_csv(counts.confusion, data.eval->class_names(), a.save_dir + "/confusion_matrix.csv");

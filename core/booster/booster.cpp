@@ -1,7 +1,8 @@
 #include "core/booster/booster.h"
-#include "core/booster/full_gradients.h"
 
-#include <torch/nn/utils/clip_grad.h>
+#include <torch/torch.h>
+
+#include <cmath>
 
 #include "core/common/check.h"
 #include "core/dist/comm_profile.h"
@@ -12,32 +13,64 @@
 namespace colossal::booster {
 
 bool BoostedOptimizer::step() {
-  const bool stepped = model_->optimizer_step(*inner_);
+  const bool stepped = model_->hooks().optimizer_step(*inner_);
   dist::comm_profile::end_step();
   return stepped;
 }
 
-void ModelWrapper::set_gradient_sync(bool enabled) {
+void StepHooks::set_gradient_sync(bool enabled) {
   COLOSSAL_CHECK(enabled, "[booster] plugin '", plugin_name_,
                  "' does not support no_sync (gradient accumulation without communication)");
 }
 
-double ModelWrapper::execute_pipeline(const parallel::pipeline::StageFunctions&, const std::vector<torch::Tensor>&,
-                                      const std::vector<torch::Tensor>&) {
-  COLOSSAL_FAIL("[booster] plugin '", plugin_name_, "' runs no pipeline: use --plugin hybrid with --pp > 1");
+double StepHooks::clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+  return clip_local_gradients(optimizer, max_norm, norm_type);
 }
 
-double ModelWrapper::evaluate_pipeline(const parallel::pipeline::StageFunctions&, const std::vector<torch::Tensor>&,
-                                       const std::vector<torch::Tensor>&) {
-  COLOSSAL_FAIL("[booster] plugin '", plugin_name_, "' runs no pipeline: use --plugin hybrid with --pp > 1");
-}
-
-double ModelWrapper::clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm,
-                                    double norm_type) {
-  std::vector<torch::Tensor> params;
+double clip_local_gradients(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
   for (const auto& group : optimizer.param_groups())
-    for (const auto& p : group.params()) params.push_back(p);
-  return torch::nn::utils::clip_grad_norm_(params, max_norm, norm_type);
+    for (const auto& p : group.params())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  torch::Tensor total;
+  if (norm_type == 0) {
+    total = torch::full({}, static_cast<double>(grads.size()));
+  } else {
+    // One fused pass over the gradients (one kernel per dtype and device, not one per tensor).
+    auto norms = torch::_foreach_norm(grads, norm_type);
+    total = norms.size() == 1 ? norms[0]
+            : std::isinf(norm_type) ? torch::stack(norms).max()
+                                    : torch::stack(norms).norm(norm_type);
+  }
+  const double norm = total.item<double>();
+  // The coefficient as clip_grad_norm_ computes it (in the norm's dtype); a factor of 1 changes
+  // no bit, so it is not applied: a step that does not clip reads the gradients once.
+  auto coef = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  if (coef.item<double>() < 1.0) torch::_foreach_mul_(grads, coef);
+  return norm;
+}
+
+ModelWrapper::ModelWrapper(std::string plugin_name, std::shared_ptr<StepHooks> hooks, CheckpointLayout checkpoint,
+                           std::unique_ptr<PipelineStep> pipeline)
+    : plugin_name_(std::move(plugin_name)),
+      hooks_(std::move(hooks)), checkpoint_(std::move(checkpoint)), pipeline_(std::move(pipeline)) {
+  COLOSSAL_CHECK(hooks_ != nullptr, "[booster] a wrapped model needs step hooks");
+}
+
+double ModelWrapper::execute_pipeline(const parallel::pipeline::StageFunctions& model,
+                                      const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
+  COLOSSAL_CHECK(pipeline_, "[booster] plugin '", plugin_name(), "' runs no pipeline (pp = 1): use --plugin hybrid "
+                 "with --pp > 1, or run forward and Booster::backward");
+  return pipeline_->train(*hooks_, model, inputs, targets);
+}
+
+double ModelWrapper::evaluate_pipeline(const parallel::pipeline::StageFunctions& model,
+                                       const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
+  COLOSSAL_CHECK(pipeline_, "[booster] plugin '", plugin_name(), "' runs no pipeline (pp = 1): use --plugin hybrid "
+                 "with --pp > 1, or run the model's forward");
+  return pipeline_->evaluate(model, inputs, targets);
 }
 
 std::shared_ptr<const dist::ParallelDims> Plugin::shared_dims() const {
@@ -52,7 +85,7 @@ std::pair<int, int> Plugin::data_parallel_rank_and_size() const {
   return {dims().coord(dist::Axis::kDp), dims().dp()};
 }
 
-NoSyncGuard::NoSyncGuard(ModelWrapper& model) : model_(model), previous_(model.gradient_sync()) {
+NoSyncGuard::NoSyncGuard(StepHooks& model) : model_(model), previous_(model.gradient_sync()) {
   model_.set_gradient_sync(false);
 }
 NoSyncGuard::~NoSyncGuard() { model_.set_gradient_sync(previous_); }
@@ -76,7 +109,7 @@ Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
   }
   auto wrapper = plugin_->wrap_model(*model, *optimizer);
   auto boosted_opt = std::make_shared<BoostedOptimizer>(std::move(optimizer), wrapper.get());
-  auto dtype = wrapper->compute_dtype();
+  auto dtype = wrapper->hooks().compute_dtype();
   wrappers_.push_back(std::move(wrapper));
   if (sampler) {
     auto [rank, size] = plugin_->data_parallel_rank_and_size();
@@ -89,7 +122,7 @@ Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
 void Booster::backward(const torch::Tensor& loss, BoostedOptimizer& optimizer) {
   COLOSSAL_CHECK(loss.numel() == 1, "[booster] backward: expected a scalar loss, got shape ",
                  loss.sizes());
-  auto& wrapper = optimizer.model_wrapper();
+  auto& wrapper = optimizer.model_wrapper().hooks();
   wrapper.before_backward();
   double scale = wrapper.loss_scale();
   if (scale != 1.0) (loss * scale).backward();
@@ -110,34 +143,19 @@ double Booster::evaluate_pipeline(BoostedOptimizer& optimizer, const parallel::p
 void Booster::no_sync(BoostedOptimizer& optimizer, const std::function<void()>& fn) {
   COLOSSAL_CHECK(plugin_->supports_no_sync(), "[booster] plugin '", plugin_->name(),
                  "' does not support no_sync");
-  NoSyncGuard guard(optimizer.model_wrapper());
+  NoSyncGuard guard(optimizer.model_wrapper().hooks());
   fn();
 }
 
 NoSyncGuard Booster::no_sync_guard(BoostedOptimizer& optimizer) {
   COLOSSAL_CHECK(plugin_->supports_no_sync(), "[booster] plugin '", plugin_->name(),
                  "' does not support no_sync");
-  return NoSyncGuard(optimizer.model_wrapper());
+  return NoSyncGuard(optimizer.model_wrapper().hooks());
 }
 
 double Booster::clip_grad_norm(BoostedOptimizer& optimizer, double max_norm, double norm_type) {
   COLOSSAL_CHECK(max_norm > 0, "[booster] clip_grad_norm: expected max_norm > 0, got ", max_norm);
-  return optimizer.model_wrapper().clip_grad_norm(optimizer.inner(), max_norm, norm_type);
-}
-
-std::vector<checkpoint::OptimizerSlice> ModelWrapper::optimizer_slices(
-    const torch::nn::Module& model) const {
-  std::vector<checkpoint::OptimizerSlice> out;
-  for (auto& [name, t] : full_model_state(model)) out.push_back({name, 0, t});
-  return out;
-}
-
-checkpoint::NamedTensors ModelWrapper::full_gradients(const torch::nn::Module& model) const {
-  return assemble_gradients(model, optimizer_slices(model), gradient_shard_group());
-}
-
-checkpoint::NamedTensors ModelWrapper::full_model_state(const torch::nn::Module& model) const {
-  return checkpoint::model_state(model);
+  return optimizer.model_wrapper().hooks().clip_grad_norm(optimizer.inner(), max_norm, norm_type);
 }
 
 }  // namespace colossal::booster

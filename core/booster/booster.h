@@ -42,7 +42,7 @@ class BoostedOptimizer {
   /// Returns false when the step was skipped (fp16 overflow on some rank).
   /// Also where a step ends for the communication profiler (dist/comm_profile.h).
   bool step();
-  void zero_grad() { model_->zero_grad(*inner_); }
+  void zero_grad() { model_->hooks().zero_grad(*inner_); }
   torch::optim::Optimizer& inner() { return *inner_; }
   ModelWrapper& model_wrapper() { return *model_; }
 
@@ -90,13 +90,13 @@ struct CheckpointOptions {
 /// Disables gradient synchronisation until destroyed.
 class NoSyncGuard {
  public:
-  explicit NoSyncGuard(ModelWrapper& model);
+  explicit NoSyncGuard(StepHooks& model);
   ~NoSyncGuard();
   NoSyncGuard(const NoSyncGuard&) = delete;
   NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
  private:
-  ModelWrapper& model_;
+  StepHooks& model_;
   bool previous_;
 };
 

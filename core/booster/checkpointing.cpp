@@ -63,29 +63,29 @@ struct OptimizerFiles {
   std::map<std::string, std::string> metadata;
 };
 
-OptimizerFiles collect_optimizer_state(const ModelWrapper& wrapper, const torch::optim::Optimizer& optimizer,
+OptimizerFiles collect_optimizer_state(const CheckpointLayout& layout, const torch::optim::Optimizer& optimizer,
                                        const torch::nn::Module& model, const std::string& plugin) {
   OptimizerFiles f;
-  f.sliced = wrapper.optimizer_sharded();
+  f.sliced = layout.optimizer_sharded();
   f.writes = f.sliced || my_rank() == 0;
   f.metadata = {{"plugin", plugin},
                 {"world_size", std::to_string(world())},
                 {"rank", std::to_string(my_rank())},
                 {"layout", f.sliced ? "sliced" : "replicated"}};
-  if (!f.writes || (f.sliced && !wrapper.writes_optimizer_slices())) return f;  // (an empty file)
+  if (!f.writes || (f.sliced && !layout.writes_optimizer_slices())) return f;  // (an empty file)
   auto* located = f.sliced ? &f.metadata : nullptr;  // slice offsets matter only when sliced
-  auto slices = wrapper.optimizer_slices(model);
+  auto slices = layout.optimizer_slices(model);
   f.tensors = checkpoint::optimizer_state(optimizer, slices, located);
   if (f.sliced) {  // only the slices that are this rank's to write (their state is "<slice>.<field>")
     std::set<std::string> skip;
     for (const auto& s : slices)
-      if (!wrapper.writes_optimizer_slice(s.name)) skip.insert(s.name);
+      if (!layout.writes_optimizer_slice(s.name)) skip.insert(s.name);
     if (!skip.empty()) {
       std::erase_if(f.tensors, [&](const auto& t) { return skip.count(t.first.substr(0, t.first.rfind('.'))) > 0; });
       for (const auto& name : skip) f.metadata.erase("offset." + name);
     }
   }
-  for (auto& e : wrapper.external_optimizer_state(located)) f.tensors.push_back(std::move(e));
+  for (auto& e : layout.external_optimizer_state(located)) f.tensors.push_back(std::move(e));
   return f;
 }
 
@@ -96,11 +96,11 @@ void write_optimizer_files(const OptimizerFiles& f, const std::string& dir, int 
   checkpoint::save_safetensors(path, f.tensors, f.metadata);
 }
 
-void restore_optimizer_state(ModelWrapper& wrapper, torch::optim::Optimizer& optimizer,
+void restore_optimizer_state(CheckpointLayout& layout, torch::optim::Optimizer& optimizer,
                              const torch::nn::Module& model, const std::string& dir) {
   checkpoint::OptimizerStateSource source(dir);
-  checkpoint::load_optimizer_state(optimizer, wrapper.optimizer_slices(model), source);
-  wrapper.load_external_optimizer_state(source);
+  checkpoint::load_optimizer_state(optimizer, layout.optimizer_slices(model), source);
+  layout.load_external_optimizer_state(source);
 }
 
 // Everything one rank writes for a checkpoint, captured at save time.
@@ -174,7 +174,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
                               const CheckpointOptions& options) {
   options.validate();
   wait_for_checkpoint();  // at most one snapshot in memory
-  auto& wrapper = boosted.optimizer->model_wrapper();
+  auto& layout = boosted.optimizer->model_wrapper().checkpoint();
   auto s = std::make_shared<Snapshot>();
   s->root = root;
   s->dir = root + "/step-" + std::to_string(state.step);
@@ -184,7 +184,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
   s->options = options;
   // Every rank creates the directories it writes into (mkdir of an existing one is harmless).
   fs::make_dirs(s->dir + "/rng");  // the root and the step directory too
-  if (wrapper.optimizer_sharded()) fs::make_dirs(s->dir + "/optimizer");
+  if (layout.optimizer_sharded()) fs::make_dirs(s->dir + "/optimizer");
   auto copy = [&](const checkpoint::NamedTensors& in) {
     if (!options.async) return in;  // written before training goes on: no copy needed
     checkpoint::NamedTensors out;
@@ -192,8 +192,8 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
     return out;
   };
   // Collective under some plugins (sharded parameters are gathered): every rank calls it.
-  auto params = wrapper.model_state_to_save(*boosted.model);
-  s->optimizer = collect_optimizer_state(wrapper, boosted.optimizer->inner(), *boosted.model, plugin_->name());
+  auto params = layout.model_state_to_save(*boosted.model);
+  s->optimizer = collect_optimizer_state(layout, boosted.optimizer->inner(), *boosted.model, plugin_->name());
   s->optimizer.tensors = copy(s->optimizer.tensors);
   if (s->rank == 0) {
     // The model is always saved whole (Hugging Face layout), once.
@@ -206,7 +206,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
     js["plugin"] = plugin_->name();
     js["world_size"] = s->world;
     if (boosted.lr_scheduler) js["lr_scheduler_step"] = boosted.lr_scheduler->last_step();
-    js["plugin_state"] = wrapper.extra_state();
+    js["plugin_state"] = boosted.optimizer->model_wrapper().hooks().extra_state();
     if (boosted.sampler) js["sampler"] = boosted.sampler->state_dict();
     s->state_json = js.dump(2) + "\n";
   }
@@ -259,7 +259,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
 
 void Booster::save_model(BoostedOptimizer& optimizer, const torch::nn::Module& model,
                          const std::string& dir, const checkpoint::SaveModelOptions& options) {
-  auto state = optimizer.model_wrapper().model_state_to_save(model);
+  auto state = optimizer.model_wrapper().checkpoint().model_state_to_save(model);
   // Every rank takes part (sharded plugins gather the parameters); rank 0 writes.
   if (my_rank() == 0) checkpoint::save_model_state(state, dir, options);
   barrier();
@@ -267,8 +267,8 @@ void Booster::save_model(BoostedOptimizer& optimizer, const torch::nn::Module& m
 
 void Booster::save_optimizer(BoostedOptimizer& optimizer, const torch::nn::Module& model,
                              const std::string& dir) {
-  auto& wrapper = optimizer.model_wrapper();
-  bool sliced = wrapper.optimizer_sharded();
+  auto& layout = optimizer.model_wrapper().checkpoint();
+  bool sliced = layout.optimizer_sharded();
   if (my_rank() == 0) {
     fs::make_dirs(dir);
     // Stale state of an earlier save (perhaps by more ranks) would mix into this one.
@@ -277,23 +277,23 @@ void Booster::save_optimizer(BoostedOptimizer& optimizer, const torch::nn::Modul
     if (sliced) fs::make_dirs(dir + "/optimizer");
   }
   barrier();
-  write_optimizer_files(collect_optimizer_state(wrapper, optimizer.inner(), model, plugin_->name()), dir,
+  write_optimizer_files(collect_optimizer_state(layout, optimizer.inner(), model, plugin_->name()), dir,
                         my_rank());
   barrier();
 }
 
 void Booster::load_optimizer(BoostedOptimizer& optimizer, const torch::nn::Module& model,
                              const std::string& dir) {
-  restore_optimizer_state(optimizer.model_wrapper(), optimizer.inner(), model, dir);
+  restore_optimizer_state(optimizer.model_wrapper().checkpoint(), optimizer.inner(), model, dir);
 }
 
 checkpoint::LoadReport Booster::load_model(BoostedOptimizer& optimizer, torch::nn::Module& model,
                                            const std::string& dir,
                                            const checkpoint::LoadModelOptions& options) {
-  auto& wrapper = optimizer.model_wrapper();
+  auto& layout = optimizer.model_wrapper().checkpoint();
   auto report =
-      checkpoint::load_state_into(wrapper.full_model_state(model), dir, options, wrapper.state_held_elsewhere());
-  wrapper.after_model_load();
+      checkpoint::load_state_into(layout.full_model_state(model), dir, options, layout.state_held_elsewhere());
+  layout.after_model_load();
   return report;
 }
 
@@ -348,11 +348,11 @@ TrainingState Booster::read_training_state(const std::string& root) {
 
 TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {
   const std::string dir = step_directory(root);
-  auto& wrapper = boosted.optimizer->model_wrapper();
-  auto params = wrapper.full_model_state(*boosted.model);
-  auto report = checkpoint::load_state_into(params, dir + "/model", {}, wrapper.state_held_elsewhere());
-  wrapper.after_model_load();
-  restore_optimizer_state(wrapper, boosted.optimizer->inner(), *boosted.model, dir);
+  auto& layout = boosted.optimizer->model_wrapper().checkpoint();
+  auto params = layout.full_model_state(*boosted.model);
+  auto report = checkpoint::load_state_into(params, dir + "/model", {}, layout.state_held_elsewhere());
+  layout.after_model_load();
+  restore_optimizer_state(layout, boosted.optimizer->inner(), *boosted.model, dir);
 
   const auto js = read_state_json(dir);
   const TrainingState state = training_state_of(js);
@@ -360,7 +360,7 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
     boosted.lr_scheduler->set_step(js["lr_scheduler_step"].get<int64_t>());
   }
   if (js.contains("plugin_state")) {
-    wrapper.load_extra_state(js["plugin_state"].get<std::map<std::string, double>>());
+    boosted.optimizer->model_wrapper().hooks().load_extra_state(js["plugin_state"].get<std::map<std::string, double>>());
   }
   int saved_world = js.value("world_size", 1);
   if (boosted.sampler && js.contains("sampler")) {

@@ -1,4 +1,4 @@
-// MemoryReport and the default ModelWrapper::memory_report.
+// MemoryReport and the default StepHooks::memory_report.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -48,7 +48,7 @@ std::string MemoryReport::format() const {
   return out;
 }
 
-MemoryReport ModelWrapper::memory_report(const torch::nn::Module& model,
+MemoryReport StepHooks::memory_report(const torch::nn::Module& model,
                                          const torch::optim::Optimizer& optimizer) const {
   MemoryReport r;
   std::set<const void*> seen;  // storages counted once (views share them)

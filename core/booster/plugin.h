@@ -17,8 +17,9 @@
 #include <set>
 #include <string>
 
-#include "core/checkpoint/optimizer_io.h"
-#include "core/checkpoint/safetensors.h"
+#include "core/booster/checkpoint_layout.h"
+#include "core/booster/pipeline_step.h"
+#include "core/booster/step_hooks.h"
 #include "core/common/options.h"
 #include "core/dist/parallel_dims.h"
 #include "core/parallel/context.h"
@@ -26,110 +27,45 @@
 
 namespace colossal::booster {
 
-/// Bytes a rank holds for model state, by category ("parameters", "gradients", "master weights",
-/// "optimizer state", plus what a plugin adds) and tier ("host", "device", "nvme").
-struct MemoryReport {
-  std::map<std::string, std::map<std::string, int64_t>> bytes;
-  std::map<std::string, double> counters;  // e.g. chunk gathers, evictions
-  void add(const std::string& category, const std::string& tier, int64_t n) { bytes[category][tier] += n; }
-  int64_t total(const std::string& tier) const;
-  int64_t total() const;
-  /// One line per category: "parameters  host 1.23 GiB  nvme 4.56 GiB".
-  std::string format() const;
-};
-
-/// What a plugin installs on a model: the per-step hooks the Booster calls around backward and
-/// the optimizer step. Every method has a correct single-process default.
+/// A model as a plugin hands it back: the per-step hooks (step_hooks.h), how its state maps
+/// onto checkpoint files (checkpoint_layout.h) and, under pipeline parallelism, the pipeline's
+/// step. A plugin that adds an axis around another (hybrid) reuses the inner plugin's hooks and
+/// store and sets the layout's split; nothing forwards by hand.
 class ModelWrapper {
  public:
-  virtual ~ModelWrapper() = default;
-  /// Called by Booster::backward before loss.backward().
-  virtual void before_backward() {}
-  /// Called by Booster::backward after loss.backward(): finish gradient synchronisation.
-  virtual void after_backward() {}
-  /// While false, backward accumulates local gradients without communication (no_sync).
-  virtual void set_gradient_sync(bool enabled);
-  virtual bool gradient_sync() const { return true; }
-  /// The dtype the model computes in (inputs should be cast to it).
-  virtual c10::ScalarType compute_dtype() const { return c10::kFloat; }
-  /// What Booster::backward multiplies the loss by (fp16 loss scaling); 1 otherwise.
-  virtual double loss_scale() const { return 1.0; }
-  /// Runs the optimizer step (mixed precision: on fp32 masters, skipped on overflow). Returns
-  /// whether the step ran.
-  virtual bool optimizer_step(torch::optim::Optimizer& optimizer) {
-    optimizer.step();
-    return true;
-  }
-  /// The full, unsplit model state: what is saved, and what a load writes into (in place).
-  /// Mixed precision returns the fp32 masters in place of the working parameters.
-  virtual checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const;
-  /// What a save writes: full_model_state(), plus (pipeline parallelism, on the rank that
-  /// writes) the other stages' tensors, so the files hold the whole model. Collective.
-  virtual checkpoint::NamedTensors model_state_to_save(const torch::nn::Module& model) const {
-    return full_model_state(model);
-  }
-  /// Names of the whole model's state that other ranks hold (pipeline stages): a load skips
-  /// them instead of calling them unexpected.
-  virtual std::set<std::string> state_held_elsewhere() const { return {}; }
-  /// Called after a load wrote into full_model_state() (mixed precision: masters -> working).
-  virtual void after_model_load() {}
-  /// The tensors the optimizer updates, as slices of named parameters (what optimizer state is
-  /// saved and loaded by). Default: the whole tensors of full_model_state().
-  virtual std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module& model) const;
-  /// Every parameter's gradient as the optimizer gets it (reduced over data parallelism,
-  /// unscaled, before clipping), whole and in fp32; under pipeline parallelism the pipeline's
-  /// first rank gets every stage's. Collective. For checking a layout (colossal verify), not the
-  /// hot path. A gradient held outside memory (streamed from NVMe) is left out. Default: the
-  /// .grad() of optimizer_slices(), assembled over gradient_shard_group() when sliced.
-  virtual checkpoint::NamedTensors full_gradients(const torch::nn::Module& model) const;
-  /// The group over which optimizer_slices() are spread (ZeRO); nullptr: each rank holds whole tensors.
-  virtual const dist::Group* gradient_shard_group() const { return nullptr; }
-  /// True when each rank's optimizer holds a different part of the state (every rank then
-  /// writes its own slice file); false when it is replicated (rank 0 writes it).
-  virtual bool optimizer_sharded() const { return false; }
-  /// With sharded state: whether this rank's slices are its own to write. A replica of another
-  /// rank's (a data-parallel copy of a pipeline stage) writes an empty file, so a load does not
-  /// find the same piece twice.
-  virtual bool writes_optimizer_slices() const { return true; }
-  /// With sharded state written by this rank: whether the slice named `slice` is its to write. A
-  /// plugin whose ranks share some parameters but not others (expert parallelism) picks.
-  virtual bool writes_optimizer_slice(const std::string& slice) const { return true; }
-  /// Optimizer state the plugin keeps outside the optimizer (streamed from NVMe), as
-  /// optimizer_state() would write it; `metadata` gets the slices' offsets.
-  virtual checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>*) const {
-    return {};
-  }
-  virtual void load_external_optimizer_state(const checkpoint::OptimizerStateSource&) {}
-  /// Model-state memory of this rank. The default counts distinct storages of the model's
-  /// parameters and gradients, the optimizer's tensors that are not model parameters (fp32
-  /// masters) and the optimizer's state.
-  virtual MemoryReport memory_report(const torch::nn::Module& model,
-                                     const torch::optim::Optimizer& optimizer) const;
-  /// Plugin state that checkpoints carry (e.g. the fp16 loss scaler).
-  virtual std::map<std::string, double> extra_state() const { return {}; }
-  virtual void load_extra_state(const std::map<std::string, double>&) {}
-  /// Zeroes gradients in whatever storage the plugin keeps them.
-  virtual void zero_grad(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
-  /// Clips gradients to a global norm across every rank holding a part of them; returns the
-  /// total norm before clipping.
-  virtual double clip_grad_norm(torch::optim::Optimizer& optimizer, double max_norm,
-                                double norm_type);
-  /// One training step of a pipeline-parallel model (its forward, backward and gradient
-  /// synchronisation over the microbatches); returns the loss on every rank. Plugins without a
-  /// pipeline axis refuse.
-  virtual double execute_pipeline(const parallel::pipeline::StageFunctions& model,
-                                  const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
-  /// The pipeline's forward only (evaluation): the mean loss over the microbatches, every rank.
-  virtual double evaluate_pipeline(const parallel::pipeline::StageFunctions& model,
-                                   const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
+  ModelWrapper(std::string plugin_name, std::shared_ptr<StepHooks> hooks, CheckpointLayout checkpoint,
+               std::unique_ptr<PipelineStep> pipeline = nullptr);
+  StepHooks& hooks() { return *hooks_; }
+  const StepHooks& hooks() const { return *hooks_; }
+  CheckpointLayout& checkpoint() { return checkpoint_; }
+  const CheckpointLayout& checkpoint() const { return checkpoint_; }
   const std::string& plugin_name() const { return plugin_name_; }
+  /// The hooks, to share with a wrapper that adds an axis around them.
+  std::shared_ptr<StepHooks> shared_hooks() const { return hooks_; }
 
- protected:
-  explicit ModelWrapper(std::string plugin_name) : plugin_name_(std::move(plugin_name)) {}
+  /// One training step of a pipeline-parallel model (its forward, backward and gradient
+  /// synchronisation over the microbatches); returns the loss on every rank. Without a
+  /// pipeline axis: an error naming the plugin.
+  double execute_pipeline(const parallel::pipeline::StageFunctions& model, const std::vector<torch::Tensor>& inputs,
+                          const std::vector<torch::Tensor>& targets);
+  /// The pipeline's forward only (evaluation): the mean loss over the microbatches, every rank.
+  double evaluate_pipeline(const parallel::pipeline::StageFunctions& model, const std::vector<torch::Tensor>& inputs,
+                           const std::vector<torch::Tensor>& targets);
 
  private:
   std::string plugin_name_;
+  std::shared_ptr<StepHooks> hooks_;
+  CheckpointLayout checkpoint_;
+  std::unique_ptr<PipelineStep> pipeline_;
 };
+
+/// The wrapper of a plugin whose one object is both its step hooks and its state store.
+template <class T>
+std::unique_ptr<ModelWrapper> wrap_whole(std::shared_ptr<T> model) {
+  std::shared_ptr<StateStore> store = model;
+  auto name = model->plugin_name();
+  return std::make_unique<ModelWrapper>(std::move(name), std::move(model), CheckpointLayout(std::move(store)));
+}
 
 /// What every plugin is built with.
 struct PluginEnvironment {
@@ -166,7 +102,7 @@ class Plugin {
   /// The plugin's own options as it runs with them (names as in a config file).
   virtual std::vector<OptionInfo> option_values() const { return {}; }
 
-  /// Prepares `model` (in place: hooks, broadcasts, casts) and returns its per-step wrapper.
+  /// Prepares `model` (in place: hooks, broadcasts, casts) and returns it wrapped.
   virtual std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model,
                                                    torch::optim::Optimizer& optimizer) = 0;
 

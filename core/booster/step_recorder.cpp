@@ -51,20 +51,20 @@ void write_step(const StepRecorderOptions& o, int64_t step, const checkpoint::Na
 
 }  // namespace
 
-void StepRecorder::record_gradients(const ModelWrapper& wrapper, const torch::nn::Module& model) {
+void StepRecorder::record_gradients(const CheckpointLayout& layout, const torch::nn::Module& model) {
   // Before the first optimizer step, the weights both runs start from ("step 0").
-  if (!started_) write_step(options_, 0, {}, wrapper.model_state_to_save(model), "none");
+  if (!started_) write_step(options_, 0, {}, layout.model_state_to_save(model), "none");
   started_ = true;
-  gradients_ = wrapper.full_gradients(model);
+  gradients_ = layout.full_gradients(model);
 }
 
-bool StepRecorder::finish_step(int64_t step, double local_loss, const ModelWrapper& wrapper,
+bool StepRecorder::finish_step(int64_t step, double local_loss, const CheckpointLayout& layout,
                                const torch::nn::Module& model, double lr) {
   auto loss = torch::tensor({local_loss}, torch::kFloat64);
   dist::all_reduce(loss, dist::world_group(), dist::ReduceOp::kAvg);
   char text[32];
   std::snprintf(text, sizeof text, "%.17g", loss.item<double>());
-  write_step(options_, step, gradients_, wrapper.model_state_to_save(model), text, lr);
+  write_step(options_, step, gradients_, layout.model_state_to_save(model), text, lr);
   gradients_.clear();
   return ++recorded_ >= options_.steps;
 }

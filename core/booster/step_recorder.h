@@ -19,7 +19,7 @@
 
 namespace colossal::booster {
 
-class ModelWrapper;
+class CheckpointLayout;
 
 struct StepRecorderOptions {
   std::string dir;
@@ -36,11 +36,11 @@ class StepRecorder {
   explicit StepRecorder(StepRecorderOptions options);
 
   /// After backward (gradients reduced), before clipping.
-  void record_gradients(const ModelWrapper& wrapper, const torch::nn::Module& model);
+  void record_gradients(const CheckpointLayout& layout, const torch::nn::Module& model);
   /// After the optimizer step: `local_loss` is this rank's loss of the step (averaged over the
   /// job here), `lr` the step's learning rate (0: unknown; the report then holds every parameter
   /// strictly). Writes the step's file; true once the last step to record is written.
-  bool finish_step(int64_t step, double local_loss, const ModelWrapper& wrapper, const torch::nn::Module& model,
+  bool finish_step(int64_t step, double local_loss, const CheckpointLayout& layout, const torch::nn::Module& model,
                    double lr = 0);
 
   const StepRecorderOptions& options() const { return options_; }

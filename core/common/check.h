@@ -26,4 +26,7 @@ inline std::string error_text(const std::exception& e) {
   if (auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
   return e.what();
 }
+/// The first line of a message (a peer's error text, a backtrace's head).
+inline std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
 }  // namespace colossal

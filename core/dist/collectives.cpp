@@ -67,11 +67,6 @@ double elapsed_s(std::chrono::steady_clock::time_point start) {
   COLOSSAL_FAIL(msg);
 }
 
-std::string first_line(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
-
 void check_progress(Handle::State& s, std::chrono::steady_clock::time_point deadline,
                     std::chrono::milliseconds slice, Monitor* mon) {
   detail::GroupState& g = *s.group;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/common/check.h"
 #include "core/common/log.h"
 
 namespace colossal::dist {
@@ -31,11 +32,6 @@ namespace {
 
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
-}
-
-std::string first_line(const std::string& s) {
-  auto nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
 }  // namespace

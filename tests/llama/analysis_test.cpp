@@ -140,7 +140,7 @@ TEST(ModelAnalysisMultiRank, ModelStateWithinFifteenPercentOfMeasured) {
         b.optimizer->zero_grad();
         booster.backward(model->loss(ids, ids), *b.optimizer);
         b.optimizer->step();
-        auto report = b.optimizer->model_wrapper().memory_report(*model, b.optimizer->inner());
+        auto report = b.optimizer->model_wrapper().hooks().memory_report(*model, b.optimizer->inner());
         int64_t measured = report.total();
         for (const auto& [tier, n] : report.bytes["gathered chunks"]) measured -= n;
         tools::Layout l;

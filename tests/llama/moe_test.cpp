@@ -325,7 +325,7 @@ Run expert_parallel(const LlamaConfig& c, const booster::PluginConfig& o) {
       dropped[dp_rank] = model->router_losses().dropped();
       dist::all_reduce(dropped, plugin->dims().group(dist::Axis::kDp));
       for (int r = 0; r < dp; ++r) run.dropped.push_back(dropped[r].item<int64_t>());
-      for (auto& [name, g] : b.optimizer->model_wrapper().full_gradients(*model)) run.grads[name] = g;
+      for (auto& [name, g] : b.optimizer->model_wrapper().checkpoint().full_gradients(*model)) run.grads[name] = g;
     }
     run.norms.push_back(booster.clip_grad_norm(*b.optimizer, kClip));
     b.optimizer->step();
@@ -333,7 +333,7 @@ Run expert_parallel(const LlamaConfig& c, const booster::PluginConfig& o) {
     dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);  // equal tokens per replica
     run.losses.push_back(l.item<double>());
   }
-  for (auto& [name, t] : b.optimizer->model_wrapper().model_state_to_save(*model)) run.params[name] = t.clone();
+  for (auto& [name, t] : b.optimizer->model_wrapper().checkpoint().model_state_to_save(*model)) run.params[name] = t.clone();
   return run;
 }
 
@@ -409,14 +409,14 @@ Run expert_pipeline(const LlamaConfig& c, const char* schedule) {
     auto micro = data[s].narrow(0, dp_rank * (kBatch / dp), kBatch / dp).split(kBatch / dp / 2);
     const double loss = booster.execute_pipeline(*b.optimizer, stage, micro, micro);
     if (s == 0)
-      for (auto& [name, g] : b.optimizer->model_wrapper().full_gradients(*model)) run.grads[name] = g;
+      for (auto& [name, g] : b.optimizer->model_wrapper().checkpoint().full_gradients(*model)) run.grads[name] = g;
     run.norms.push_back(booster.clip_grad_norm(*b.optimizer, kClip));
     b.optimizer->step();
     auto l = torch::tensor({loss}, torch::kFloat64);
     dist::all_reduce(l, dist::world_group(), dist::ReduceOp::kAvg);  // every rank has its replica's
     run.losses.push_back(l.item<double>());
   }
-  for (auto& [name, t] : b.optimizer->model_wrapper().model_state_to_save(*model)) run.params[name] = t.clone();
+  for (auto& [name, t] : b.optimizer->model_wrapper().checkpoint().model_state_to_save(*model)) run.params[name] = t.clone();
   return run;
 }
 

@@ -127,7 +127,7 @@ inline Trace train_boosted(std::shared_ptr<booster::Plugin> plugin, const TrainO
     t.losses.push_back(l.item<double>());
   }
   // Through the plugin: under ZeRO-3 parameters have no data outside forward and backward.
-  auto state = b.optimizer->model_wrapper().full_model_state(*model);
+  auto state = b.optimizer->model_wrapper().checkpoint().full_model_state(*model);
   std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
   for (const auto& item : model->named_parameters())
     t.params.push_back(by_name.at(item.key()).to(c10::kCPU, torch::kFloat32, false, true));

@@ -91,7 +91,7 @@ TEST(MixedPrecisionDDP, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
       if (step < 2 && dist::rank() == 1) loss = loss * std::numeric_limits<float>::infinity();
       booster.backward(loss, *b.optimizer);
       stepped.push_back(b.optimizer->step());
-      scales.push_back(booster.plugin().precision() == "fp16" ? b.optimizer->model_wrapper().loss_scale() : 0);
+      scales.push_back(booster.plugin().precision() == "fp16" ? b.optimizer->model_wrapper().hooks().loss_scale() : 0);
       if (step == 1) {
         EXPECT_TRUE(torch::equal(net->parameters()[0].detach(), before))
             << "no rank may update after an overflow anywhere";

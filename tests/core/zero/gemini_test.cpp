@@ -284,7 +284,7 @@ TEST(GeminiNvme, HalfOffloadedMatchesOneProcessAndReportsTiers) {
     b.optimizer->zero_grad();
     booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
     b.optimizer->step();
-    auto report = b.optimizer->model_wrapper().memory_report(*model, *opt);
+    auto report = b.optimizer->model_wrapper().hooks().memory_report(*model, *opt);
     EXPECT_GT(report.bytes["optimizer state"]["nvme"], 0) << report.format();
     // The in-memory chunk's elements may all sit in one rank's shard: count over ranks.
     auto host = torch::tensor({report.bytes["optimizer state"]["host"]}, torch::kInt64);
@@ -314,7 +314,7 @@ TEST(GeminiNvme, ShardsOnNvmeAreReadAheadOfTheirGather) {
       booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
       b.optimizer->step();
     }
-    auto report = b.optimizer->model_wrapper().memory_report(*model, *opt);
+    auto report = b.optimizer->model_wrapper().hooks().memory_report(*model, *opt);
     EXPECT_GT(report.counters["nvme_prefetch_reads"], 0) << report.format();
     EXPECT_GT(report.counters["prefetches"], 0) << report.format();
   });

@@ -23,11 +23,11 @@ struct AllReduceBucket {
   dist::Handle handle;            // the in-flight all-reduce
 };
 
-class DDPModel : public ModelWrapper {
+class DDPModel : public StepHooks, public StateStore {
  public:
   DDPModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
            const DDPPlugin::Options& options, const c10::Device& device)
-      : ModelWrapper("ddp"), options_(options) {
+      : StepHooks("ddp"), options_(options) {
     COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");
     group_ = options_.scope.resolved_group();
     collect_parameters(model, optimizer);
@@ -93,8 +93,8 @@ class DDPModel : public ModelWrapper {
   c10::ScalarType compute_dtype() const override {
     return mixed_ ? mixed_->compute_dtype() : c10::kFloat;
   }
-  checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const override {
-    auto state = ModelWrapper::full_model_state(model);
+  checkpoint::NamedTensors model_state(const torch::nn::Module& model) const override {
+    auto state = StateStore::model_state(model);
     if (mixed_) {
       for (auto& [name, t] : state) t = mixed_->master_of(t);
     }
@@ -109,7 +109,7 @@ class DDPModel : public ModelWrapper {
     if (mixed_ && mixed_->scaler() && !state.empty()) mixed_->scaler()->load_state_dict(state);
   }
 
-  void after_model_load() override {
+  void after_load() override {
     if (mixed_) mixed_->refresh_working_from_masters();
   }
 
@@ -127,7 +127,7 @@ class DDPModel : public ModelWrapper {
     const auto& scope = options_.scope;
     if (!scope.norm_spans_ranks())
       return mixed_ ? mixed_->clip_grad_norm(optimizer, max_norm, norm_type)
-                    : ModelWrapper::clip_grad_norm(optimizer, max_norm, norm_type);
+                    : StepHooks::clip_grad_norm(optimizer, max_norm, norm_type);
     torch::NoGradGuard no_grad;
     const bool inf_norm = std::isinf(norm_type);
     std::vector<torch::Tensor> owners;  // the tensors whose gradients are scaled
@@ -308,7 +308,7 @@ std::unique_ptr<ModelWrapper> DDPPlugin::wrap_model(torch::nn::Module& model,
   COLOSSAL_CHECK(dist::is_initialized(), "[ddp] call colossal::dist::init() before boosting");
   auto o = options_;
   if (!o.scope.group.is_member()) o.scope.group = dims().gradient_group();
-  return std::make_unique<DDPModel>(model, optimizer, o, device());
+  return wrap_whole(std::make_shared<DDPModel>(model, optimizer, o, device()));
 }
 
 }  // namespace colossal::booster

@@ -26,11 +26,11 @@ struct HookedModule {
 // after (as the placement policy says), gradient hooks feed the chunks' reductions, and the
 // training-step protocol (backward, clipping, the step, checkpoints) runs over the chunk
 // manager's shards.
-class GeminiModel : public ModelWrapper {
+class GeminiModel : public StepHooks, public StateStore {
  public:
   GeminiModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer, const GeminiPlugin::Options& options,
               dist::Group group, const c10::Device& device)
-      : ModelWrapper("gemini"),
+      : StepHooks("gemini"),
         device_(device),
         compute_dtype_(amp::compute_dtype(amp::parse_precision(options.precision), device)),
         policy_({.placement = options.placement,
@@ -136,9 +136,9 @@ class GeminiModel : public ModelWrapper {
   }
 
   // ---- checkpoints ----------------------------------------------------------------------
-  checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const override {
+  checkpoint::NamedTensors model_state(const torch::nn::Module& model) const override {
     torch::NoGradGuard no_grad;
-    auto state = ModelWrapper::full_model_state(model);
+    auto state = StateStore::model_state(model);
     std::map<std::string, size_t> pos;
     for (size_t i = 0; i < state.size(); ++i) pos[state[i].first] = i;
     const auto& chunks = chunks_.chunks();
@@ -158,7 +158,7 @@ class GeminiModel : public ModelWrapper {
     return state;
   }
 
-  void after_model_load() override {
+  void after_load() override {
     for (size_t ci = 0; ci < gathered_.size() && ci < chunks_.chunks().size(); ++ci)
       if (gathered_[ci].defined()) chunks_.write_full(ci, gathered_[ci]);
     gathered_.clear();
@@ -167,8 +167,7 @@ class GeminiModel : public ModelWrapper {
   std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module&) const override {
     return shards_.checkpoint_slices();
   }
-  bool optimizer_sharded() const override { return chunks_.group().size() > 1; }
-  const dist::Group* gradient_shard_group() const override { return &chunks_.group(); }
+  const dist::Group* shard_group() const override { return &chunks_.group(); }
 
   checkpoint::NamedTensors external_optimizer_state(std::map<std::string, std::string>* metadata) const override {
     return chunks_.streamed_state(metadata);
@@ -195,7 +194,7 @@ class GeminiModel : public ModelWrapper {
       }
     }
     r.add("gathered chunks", chunks_.tier_label(Tier::kDevice), chunks_.gathered_bytes());
-    auto generic = ModelWrapper::memory_report(model, optimizer);
+    auto generic = StepHooks::memory_report(model, optimizer);
     for (const auto& [tier, n] : generic.bytes["optimizer state"]) r.add("optimizer state", tier, n);
     r.counters["chunks"] = static_cast<double>(chunks_.chunks().size());
     r.counters["chunk_elements"] = static_cast<double>(chunks_.chunk_elements());
@@ -360,7 +359,7 @@ class GeminiModel : public ModelWrapper {
   bool first_step_ = true;
   bool in_backward_ = false;
   std::vector<std::string> used_outside_call_;
-  mutable std::vector<torch::Tensor> gathered_;  // full_model_state -> after_model_load
+  mutable std::vector<torch::Tensor> gathered_;  // model_state -> after_load
 };
 
 }  // namespace
@@ -394,7 +393,7 @@ GeminiPlugin::GeminiPlugin(Options options, PluginEnvironment env)
 
 std::unique_ptr<ModelWrapper> GeminiPlugin::wrap_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   COLOSSAL_CHECK(dist::is_initialized(), "[gemini] call colossal::dist::init() before boosting");
-  return std::make_unique<GeminiModel>(model, optimizer, options_, dims().gradient_group(), device());
+  return wrap_whole(std::make_shared<GeminiModel>(model, optimizer, options_, dims().gradient_group(), device()));
 }
 
 }  // namespace colossal::booster

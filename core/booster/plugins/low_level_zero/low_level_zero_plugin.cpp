@@ -18,7 +18,6 @@ namespace colossal::booster {
 using namespace colossal::zero;  // the ZeRO mechanism this plugin drives
 namespace {
 
-using booster::ModelWrapper;
 
 struct ZeroParam {
   torch::Tensor param;    // the model's parameter: a view of the first `numel` elements of flat
@@ -45,11 +44,11 @@ struct ShardBucket {
   dist::Handle handle;
 };
 
-class ZeroModel : public ModelWrapper {
+class ZeroModel : public booster::StepHooks, public booster::StateStore {
  public:
   ZeroModel(torch::nn::Module& model, torch::optim::Optimizer& optimizer, const c10::Device& device,
             const LowLevelZeroPlugin::Options& options)
-      : ModelWrapper("zero" + std::to_string(options.stage)),
+      : StepHooks("zero" + std::to_string(options.stage)),
         options_(options),
         group_(options.scope.resolved_group()),
         ranks_(group_.size()),
@@ -137,11 +136,11 @@ class ZeroModel : public ModelWrapper {
   }
 
   // ---- checkpoints ----------------------------------------------------------------------
-  checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const override {
-    if (masters_are_views_) return ModelWrapper::full_model_state(model);
+  checkpoint::NamedTensors model_state(const torch::nn::Module& model) const override {
+    if (masters_are_views_) return StateStore::model_state(model);
     // Separate fp32 masters: gather them into full tensors, which a load then writes into.
     torch::NoGradGuard no_grad;
-    auto state = ModelWrapper::full_model_state(model);
+    auto state = StateStore::model_state(model);
     std::map<const void*, size_t> pos;
     for (size_t i = 0; i < state.size(); ++i) pos[state[i].second.unsafeGetTensorImpl()] = i;
     gathered_.clear();
@@ -161,7 +160,7 @@ class ZeroModel : public ModelWrapper {
     return state;
   }
 
-  void after_model_load() override {
+  void after_load() override {
     torch::NoGradGuard no_grad;
     for (auto& [i, full] : gathered_) {
       auto& zp = params_[i];
@@ -176,18 +175,17 @@ class ZeroModel : public ModelWrapper {
   std::vector<checkpoint::OptimizerSlice> optimizer_slices(const torch::nn::Module&) const override {
     return shards_.checkpoint_slices();
   }
-  bool optimizer_sharded() const override { return ranks_ > 1; }
   // Under expert parallelism dense pieces assemble over the data-parallel group and expert pieces
   // over the replicas holding the same experts (ep ranks hold other experts under the same shapes).
-  checkpoint::NamedTensors full_gradients(const torch::nn::Module& model) const override {
-    if (!expert_group_.is_member()) return ModelWrapper::full_gradients(model);
+  checkpoint::NamedTensors gradients(const torch::nn::Module& model) const override {
+    if (!expert_group_.is_member()) return StateStore::gradients(model);
     std::vector<checkpoint::OptimizerSlice> dense, experts;
     for (auto& s : optimizer_slices(model)) (options_.scope.is_expert(s.name) ? experts : dense).push_back(s);
     auto out = assemble_gradients(model, dense, &group_);
     for (auto& e : assemble_gradients(model, experts, &expert_group_)) out.push_back(std::move(e));
     return out;
   }
-  const dist::Group* gradient_shard_group() const override { return &group_; }
+  const dist::Group* shard_group() const override { return &group_; }
 
   std::map<std::string, double> extra_state() const override { return shards_.scaler_state(); }
   void load_extra_state(const std::map<std::string, double>& state) override { shards_.load_scaler_state(state); }
@@ -507,7 +505,7 @@ std::unique_ptr<ModelWrapper> LowLevelZeroPlugin::wrap_model(torch::nn::Module& 
   COLOSSAL_CHECK(dist::is_initialized(), "[zero] call colossal::dist::init() before boosting");
   auto o = options_;
   if (!o.scope.group.is_member()) o.scope.group = dims().gradient_group();
-  return std::make_unique<ZeroModel>(model, optimizer, device(), o);
+  return booster::wrap_whole(std::make_shared<ZeroModel>(model, optimizer, device(), o));
 }
 
 }  // namespace colossal::booster

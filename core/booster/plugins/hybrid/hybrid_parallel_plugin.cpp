@@ -17,6 +17,10 @@ void HybridParallelPlugin::Options::validate() const {
   COLOSSAL_CHECK(bucket_bytes >= 0, "[hybrid] bucket_mib: expected > 0 (or 0: the data-parallel wrapper's own)");
   COLOSSAL_CHECK(communication_dtype.empty() || zero_stage > 0, "[hybrid] communication_dtype '", communication_dtype,
                  "' is ZeRO's (zero_stage 1 or 2); DDP reduces in the working dtype");
+  COLOSSAL_CHECK(!cpu_offload || zero_stage > 0, "[hybrid] cpu_offload is ZeRO's (zero_stage 1 or 2); under DDP "
+                 "every rank keeps its whole state where it computes");
+  COLOSSAL_CHECK(!find_unused_parameters || zero_stage == 0, "[hybrid] find_unused_parameters is DDP's "
+                 "(zero_stage 0); ZeRO always reduces parameters that got no gradient");
   COLOSSAL_CHECK(num_microbatches >= 0, "[hybrid] num_microbatches: expected >= 0 (0: pp x num_model_chunks), got ",
                  num_microbatches);
   (void)parallel::pipeline::parse_schedule(pp_schedule);
@@ -91,6 +95,8 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
     o.precision = options_.precision;
     if (options_.bucket_bytes > 0) o.bucket_bytes = options_.bucket_bytes;
     o.loss_scaler = options_.loss_scaler;
+    o.find_unused_parameters = options_.find_unused_parameters;
+    o.broadcast_buffers = options_.broadcast_buffers;
     o.scope = scope;
     inner = DDPPlugin(o, inner_env).wrap_model(model, optimizer);
   } else {
@@ -99,6 +105,7 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
     o.precision = options_.precision;
     if (options_.bucket_bytes > 0) o.bucket_bytes = options_.bucket_bytes;
     o.communication_dtype = options_.communication_dtype;
+    o.cpu_offload = options_.cpu_offload;
     o.loss_scaler = options_.loss_scaler;
     o.scope = scope;
     inner = LowLevelZeroPlugin(o, inner_env).wrap_model(model, optimizer);

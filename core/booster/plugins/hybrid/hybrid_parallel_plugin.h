@@ -1,6 +1,6 @@
 #pragma once
-// HybridParallelPlugin: pipeline x tensor x sequence x data parallelism over the job's layout
-// (dist::ParallelDims; the expert axis comes with its issue).
+// HybridParallelPlugin: pipeline x tensor x sequence x expert x data parallelism over the job's
+// layout (dist::ParallelDims).
 //
 // Pipeline (pp > 1): the model is built with parallel_context(), whose pipeline layout says
 // which layers this rank's stage holds (pp_schedule, num_model_chunks); each training step is
@@ -14,8 +14,10 @@
 //   all_to_all, ring_attn the dp x sp group, gradients summed over sp and averaged over dp
 // Gradient clipping sums every tensor-parallel slice once; checkpoints hold whole tensors
 // (gathered on save, each rank's slice copied back on load), so they load at any tp size and
-// into a single process. Optimizer state under tp > 1 is saved per rank and resumes with the
-// same layout.
+// into a single process. Optimizer state is saved per tp rank, stage and expert share with where
+// each piece sits in the whole parameter, so it resumes at another layout too. The plugin builds
+// DDP's or ZeRO's wrapper and gives its checkpoint layout this layout's split
+// (checkpoint_layout.h); it forwards nothing by hand.
 //
 // The layout is validated when it is built (ParallelDims); whether a model can be split that way
 // is the model's own rule (e.g. llama::check_parallel), checked before any group is created.
@@ -35,6 +37,9 @@ class HybridParallelPlugin : public Plugin {
     std::string precision = "fp32";  // fp32 | bf16 | fp16
     int64_t bucket_bytes = 0;        // 0: the data-parallel wrapper's own (DDP 25 MiB, ZeRO 48 MiB)
     std::string communication_dtype; // ZeRO: reduce gradients in this dtype ("" = the working dtype)
+    bool cpu_offload = false;        // ZeRO: fp32 masters and optimizer state in host memory
+    bool find_unused_parameters = false;  // DDP: allow parameters that get no gradient in a step
+    bool broadcast_buffers = true;        // DDP: broadcast buffers from rank 0 when wrapping
     amp::DynamicLossScaler::Options loss_scaler;  // fp16 only
     std::string pp_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zbh1 | zbv
     int num_model_chunks = 1;          // interleaved: >= 2; zbv: 2
@@ -49,6 +54,10 @@ class HybridParallelPlugin : public Plugin {
       v.mib("bucket_mib", bucket_bytes, "gradient bucket size (0: DDP's 25 MiB at zero_stage 0, ZeRO's 48 MiB at 1, 2)");
       v("communication_dtype", communication_dtype,
         "zero_stage 1, 2: reduce gradients in fp32|bf16|fp16 (empty: the working dtype)");
+      v("cpu_offload", cpu_offload, "zero_stage 1, 2: fp32 masters and optimizer state in host memory");
+      v("find_unused_parameters", find_unused_parameters,
+        "zero_stage 0: allow parameters that get no gradient in a step (ZeRO always does)");
+      v("broadcast_buffers", broadcast_buffers, "zero_stage 0: broadcast buffers from rank 0 when wrapping");
       loss_scaler.visit(v);
       v("pp_schedule", pp_schedule, "pp > 1: gpipe | 1f1b | interleaved | zbh1 | zbv");
       v("num_model_chunks", num_model_chunks, "pp > 1: model chunks per stage (interleaved >= 2, zbv 2)");

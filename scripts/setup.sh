@@ -38,6 +38,8 @@ PIP_CACHE="$CACHE_ROOT/pip"
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-dev
   libsentencepiece-dev sentencepiece
+  # tokenizer.json: the split regexes (PCRE2) and Unicode normalisation (utf8proc).
+  libpcre2-dev libutf8proc-dev
   libopencv-dev
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
   pybind11-dev

@@ -1,0 +1,34 @@
+#pragma once
+// One interface for every tokenizer a model directory can hold: Hugging Face's tokenizer.json
+// (hf_tokenizer.h) and SentencePiece's tokenizer.model. Ids are int64 (what tensors take).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace colossal::text {
+
+/// The special tokens a model names (empty: it has none).
+struct SpecialTokens {
+  std::optional<int64_t> bos, eos, pad, unk;
+  std::vector<int64_t> eos_ids;  // every id that ends generation (eos first)
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  /// `add_special_tokens`: the model's own (BOS and the like), as its post-processor adds them.
+  virtual std::vector<int64_t> encode(const std::string& text, bool add_special_tokens = true) const = 0;
+  virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const = 0;
+  virtual std::optional<int64_t> token_to_id(const std::string& token) const = 0;
+  /// The token of `id` as the vocabulary stores it; empty when there is none.
+  virtual std::string id_to_token(int64_t id) const = 0;
+  /// Ids run from 0 to vocab_size() - 1 (added tokens included).
+  virtual int64_t vocab_size() const = 0;
+  virtual const SpecialTokens& special_tokens() const = 0;
+  virtual bool is_special(int64_t id) const = 0;
+  /// Where it was read from (errors and messages).
+  virtual const std::string& origin() const = 0;
+};
+
+}  // namespace colossal::text

@@ -31,6 +31,8 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   RopeScaling rope_scaling;
   int64_t bos_token_id = 1, eos_token_id = 2, pad_token_id = -1;
+  // A list-valued eos_token_id (Llama 3.x): every id in it ends generation; eos_token_id is its first.
+  std::vector<int64_t> eos_token_ids;
 
   // Mixture of experts (Mixtral, model_type "mixtral"): every layer's MLP becomes
   // num_local_experts SwiGLU experts of intermediate_size behind a top-k router. 0: dense LLaMA.

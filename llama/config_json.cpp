@@ -86,7 +86,18 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   read_bool("attention_bias", c.attention_bias);
   read_double("initializer_range", c.initializer_range);
   read_int("bos_token_id", c.bos_token_id);
-  read_int("eos_token_id", c.eos_token_id);
+  if (js.contains("eos_token_id") && js["eos_token_id"].is_array()) {  // Llama 3.x: several ids end a turn
+    used.insert("eos_token_id");
+    for (const auto& v : js["eos_token_id"]) {
+      COLOSSAL_CHECK(v.is_number_integer(), "[llama] ", origin, ": field 'eos_token_id' expected integers, found ",
+                     js["eos_token_id"].dump());
+      c.eos_token_ids.push_back(v.get<int64_t>());
+    }
+    COLOSSAL_CHECK(!c.eos_token_ids.empty(), "[llama] ", origin, ": field 'eos_token_id' is an empty list");
+    c.eos_token_id = c.eos_token_ids.front();
+  } else {
+    read_int("eos_token_id", c.eos_token_id);
+  }
   read_int("pad_token_id", c.pad_token_id);
   read_int("num_local_experts", c.num_local_experts);
   read_int("num_experts_per_tok", c.num_experts_per_tok);
@@ -173,7 +184,8 @@ std::string LlamaConfig::to_json() const {
   js["attention_bias"] = attention_bias;
   js["initializer_range"] = initializer_range;
   js["bos_token_id"] = bos_token_id;
-  js["eos_token_id"] = eos_token_id;
+  if (eos_token_ids.size() > 1) js["eos_token_id"] = eos_token_ids;
+  else js["eos_token_id"] = eos_token_id;
   if (pad_token_id >= 0) js["pad_token_id"] = pad_token_id;
   if (rope_scaling.type.empty()) {
     js["rope_scaling"] = nullptr;

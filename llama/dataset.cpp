@@ -73,7 +73,7 @@ constexpr int kCacheVersion = 2;
 // Why the cache at `base` cannot be used ("'<file>': <reason>"), or nothing when it can: the
 // description must parse and be of this version, every file must have the size and CRC32C it
 // recorded, the mask one byte per token, sft offsets rising to the end, every id in the vocabulary.
-std::optional<std::string> cache_problem(const std::string& base, const Tokenizer& tok) {
+std::optional<std::string> cache_problem(const std::string& base, const text::Tokenizer& tok) {
   const std::string desc = base + ".json";
   auto meta = json::parse(read_file(desc), nullptr, false);
   if (meta.is_discarded() || !meta.is_object()) return "'" + desc + "' is not valid JSON";
@@ -120,7 +120,7 @@ std::optional<std::string> cache_problem(const std::string& base, const Tokenize
 
 // Tokenises the inputs into `base`.{tokens,mask,docs} and describes them in `base`.json, written
 // last: a cache without its description is incomplete and is never read.
-void build_cache(const DatasetOptions& o, const Tokenizer& tok, const std::string& base) {
+void build_cache(const DatasetOptions& o, const text::Tokenizer& tok, const std::string& base) {
   fs::make_dirs(o.cache_dir);
   std::vector<int32_t> tokens;
   std::vector<uint8_t> mask;
@@ -147,7 +147,7 @@ void build_cache(const DatasetOptions& o, const Tokenizer& tok, const std::strin
         else if (js.contains("source") && js.contains("target") && js["source"].is_string() && js["target"].is_string())
           text = js["source"].get<std::string>() + " " + js["target"].get<std::string>();
         else problem = "expected a string field \"text\" (or \"source\" and \"target\")";
-        if (problem.empty()) add(tok.encode(text, true, true), 1);
+        if (problem.empty()) add(tok.encode_with(text, true, true), 1);
       } else {
         std::vector<std::pair<std::string, std::string>> messages;
         if (!js.contains("messages") || !js["messages"].is_array() || js["messages"].empty()) {
@@ -164,13 +164,9 @@ void build_cache(const DatasetOptions& o, const Tokenizer& tok, const std::strin
         }
         if (problem.empty()) {
           for (const auto& seg : apply_chat_template(o.chat_template, messages)) {
-            if (!seg.assistant) {
-              add({tok.bos_id()}, 0);
-              add(tok.encode(seg.text, false, false), 0);
-            } else {
-              add(tok.encode(seg.text, false, false), 1);
-              add({tok.eos_id()}, 1);
-            }
+            // BOS before each human turn, EOS after each reply, where the model has them.
+            if (!seg.assistant) add(tok.encode_with(seg.text, true, false), 0);
+            else add(tok.encode_with(seg.text, false, true), 1);
           }
           docs.push_back(static_cast<int64_t>(tokens.size()));
         }
@@ -189,7 +185,7 @@ void build_cache(const DatasetOptions& o, const Tokenizer& tok, const std::strin
   json meta;
   meta["version"] = kCacheVersion;
   meta["files"] = o.files;
-  meta["tokenizer"] = tok.path();
+  meta["tokenizer"] = tok.origin();
   meta["vocab_size"] = tok.vocab_size();
   meta["num_tokens"] = tokens.size();
   meta["skipped_lines"] = skipped;
@@ -231,7 +227,7 @@ void DatasetOptions::validate() const {
   COLOSSAL_CHECK(max_length >= 2, "[data] max_length must be >= 2, got ", max_length);
 }
 
-TokenDataset TokenDataset::open(const DatasetOptions& o, const Tokenizer& tok) {
+TokenDataset TokenDataset::open(const DatasetOptions& o, const text::Tokenizer& tok) {
   o.validate();
   // The cache key: inputs (path, size, mtime), the tokenizer's bytes, the options that change
   // the tokens.
@@ -243,7 +239,7 @@ TokenDataset TokenDataset::open(const DatasetOptions& o, const Tokenizer& tok) {
     h = fnv(h, f + "|" + std::to_string(st.st_size) + "|" + std::to_string(st.st_mtim.tv_sec) + "." +
                    std::to_string(st.st_mtim.tv_nsec));
   }
-  h = fnv(h, read_file(tok.path()));
+  for (const auto& [name, bytes] : tok.files()) h = fnv(h, name + "|" + bytes);  // the tokenizer itself
   char key[17];
   std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
   TokenDataset d;

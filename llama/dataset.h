@@ -47,7 +47,7 @@ struct Batch {
 class TokenDataset {
  public:
   /// Tokenises (or maps the cached result of) `options.files` with `tokenizer`.
-  static TokenDataset open(const DatasetOptions& options, const Tokenizer& tokenizer);
+  static TokenDataset open(const DatasetOptions& options, const text::Tokenizer& tokenizer);
   ~TokenDataset();
   TokenDataset(TokenDataset&&) noexcept;
   TokenDataset& operator=(TokenDataset&&) noexcept;

@@ -110,7 +110,7 @@ class LlamaInference : public inference::CausalLM {
 /// vocabulary is padded, e.g. to a multiple of 64 for tensor parallelism) have no text.
 class TokenizerDetokenizer : public inference::Detokenizer {
  public:
-  explicit TokenizerDetokenizer(std::shared_ptr<const Tokenizer> tok) : tok_(std::move(tok)) {}
+  explicit TokenizerDetokenizer(std::shared_ptr<const text::Tokenizer> tok) : tok_(std::move(tok)) {}
   std::string decode(const std::vector<int64_t>& ids) const override {
     std::vector<int64_t> known;
     known.reserve(ids.size());
@@ -120,7 +120,7 @@ class TokenizerDetokenizer : public inference::Detokenizer {
   }
 
  private:
-  std::shared_ptr<const Tokenizer> tok_;
+  std::shared_ptr<const text::Tokenizer> tok_;
 };
 
 }  // namespace colossal::llama

@@ -14,9 +14,10 @@
 
 namespace colossal::llama {
 
-std::map<std::string, std::string> model_dir_files(const LlamaConfig& config, const Tokenizer* tokenizer) {
+std::map<std::string, std::string> model_dir_files(const LlamaConfig& config, const text::Tokenizer* tokenizer) {
   std::map<std::string, std::string> files;
-  if (tokenizer) files = hf_tokenizer_files(*tokenizer, config.max_position_embeddings);
+  if (const auto* sp = dynamic_cast<const Tokenizer*>(tokenizer)) files = hf_tokenizer_files(*sp, config.max_position_embeddings);
+  else if (tokenizer) files = tokenizer->files();
   files["config.json"] = config.to_json();
   nlohmann::json gen;
   gen["bos_token_id"] = config.bos_token_id;
@@ -28,7 +29,7 @@ std::map<std::string, std::string> model_dir_files(const LlamaConfig& config, co
 
 void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& weights,
                      const std::string& dir, const checkpoint::SaveModelOptions& options,
-                     const Tokenizer* tokenizer) {
+                     const text::Tokenizer* tokenizer) {
   checkpoint::save_model_state(weights, dir, options);  // creates dir
   for (const auto& [name, bytes] : model_dir_files(config, tokenizer)) {
     checkpoint::write_text_atomically(dir + "/" + name, bytes);

@@ -13,14 +13,15 @@
 namespace colossal::llama {
 
 /// The files of a model directory besides the weights, by name: config.json,
-/// generation_config.json and, given a tokenizer, its files (hf_tokenizer.h).
-std::map<std::string, std::string> model_dir_files(const LlamaConfig& config, const Tokenizer* tokenizer = nullptr);
+/// generation_config.json and, given a tokenizer, its files (a SentencePiece model also as
+/// tokenizer.json, hf_tokenizer.h).
+std::map<std::string, std::string> model_dir_files(const LlamaConfig& config, const text::Tokenizer* tokenizer = nullptr);
 
 /// Writes `weights` (Hugging Face names, e.g. model_state(model) or a plugin's gathered
 /// full_model_state) and model_dir_files into `dir`.
 void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& weights,
                      const std::string& dir, const checkpoint::SaveModelOptions& options = {},
-                     const Tokenizer* tokenizer = nullptr);
+                     const text::Tokenizer* tokenizer = nullptr);
 
 struct LoadedModel {
   LlamaConfig config;

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include "core/common/check.h"
+#include "llama/hf_tokenizer.h"
+#include "text/hf_tokenizer.h"
 
 namespace colossal::llama {
 
@@ -16,6 +18,7 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   auto status = t.sp_->Load(model_path);
   COLOSSAL_CHECK(status.ok(), "[tokenizer] '", model_path, "' is not a SentencePiece model: ", status.ToString());
   t.path_ = model_path;
+  t.read_specials();
   return t;
 }
 
@@ -25,6 +28,7 @@ Tokenizer Tokenizer::from_serialized(const std::string& model_proto, const std::
   auto status = t.sp_->LoadFromSerializedProto(model_proto);
   COLOSSAL_CHECK(status.ok(), "[tokenizer] ", origin, ": not a usable SentencePiece model: ", status.ToString());
   t.path_ = origin;
+  t.read_specials();
   return t;
 }
 
@@ -32,19 +36,35 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_bos, bool add_eos) const {
+void Tokenizer::read_specials() {
+  auto id = [](int v) -> std::optional<int64_t> { return v >= 0 ? std::optional<int64_t>(v) : std::nullopt; };
+  specials_.bos = id(sp_->bos_id());
+  specials_.eos = id(sp_->eos_id());
+  specials_.pad = id(sp_->pad_id());
+  specials_.unk = id(sp_->unk_id());
+  if (specials_.eos) specials_.eos_ids = {*specials_.eos};
+}
+
+std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_special_tokens) const {
   std::vector<int> ids;
   auto status = sp_->Encode(text, &ids);
   COLOSSAL_CHECK(status.ok(), "[tokenizer] encoding failed: ", status.ToString());
   std::vector<int64_t> out;
-  out.reserve(ids.size() + 2);
-  if (add_bos && bos_id() >= 0) out.push_back(bos_id());
+  out.reserve(ids.size() + 1);
+  if (add_special_tokens && specials_.bos) out.push_back(*specials_.bos);
   out.insert(out.end(), ids.begin(), ids.end());
-  if (add_eos && eos_id() >= 0) out.push_back(eos_id());
   return out;
 }
 
-std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const {
+  const int id = sp_->PieceToId(token);
+  if (id == sp_->unk_id() && sp_->IdToPiece(id) != token) return std::nullopt;
+  return id;
+}
+
+std::map<std::string, std::string> Tokenizer::files() const { return hf_tokenizer_files(*this, 2048); }
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool) const {
   std::vector<int> v;
   v.reserve(ids.size());
   for (int64_t id : ids) {
@@ -80,10 +100,30 @@ Tokenizer::PieceKind Tokenizer::kind(int64_t id) const {
 }
 
 int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int64_t Tokenizer::bos_id() const { return sp_->bos_id(); }
-int64_t Tokenizer::eos_id() const { return sp_->eos_id(); }
-int64_t Tokenizer::pad_id() const { return sp_->pad_id(); }
-int64_t Tokenizer::unk_id() const { return sp_->unk_id(); }
+
+bool has_tokenizer(const std::string& dir) {
+  struct stat st {};
+  return ::stat((dir + "/tokenizer.json").c_str(), &st) == 0 || ::stat((dir + "/tokenizer.model").c_str(), &st) == 0;
+}
+
+std::unique_ptr<text::Tokenizer> load_tokenizer(const std::string& path) {
+  struct stat st {};
+  COLOSSAL_CHECK(::stat(path.c_str(), &st) == 0, "[tokenizer] '", path, "' does not exist");
+  if (S_ISDIR(st.st_mode)) {
+    if (::stat((path + "/tokenizer.json").c_str(), &st) == 0) return text::HfTokenizer::from_directory(path);
+    if (::stat((path + "/tokenizer.model").c_str(), &st) == 0)
+      return std::make_unique<Tokenizer>(Tokenizer::load(path + "/tokenizer.model"));
+    COLOSSAL_FAIL("[tokenizer] '", path, "' has neither tokenizer.json nor tokenizer.model");
+  }
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
+    // A tokenizer.json given by path: its tokenizer_config.json, if any, sits beside it.
+    const auto slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    if (path.substr(slash + 1) == "tokenizer.json") return text::HfTokenizer::from_directory(dir);
+    return text::HfTokenizer::from_file(path);
+  }
+  return std::make_unique<Tokenizer>(Tokenizer::load(path));
+}
 
 void train_tokenizer(const std::vector<std::string>& corpus, const std::string& output_prefix,
                      const TrainTokenizerOptions& o) {

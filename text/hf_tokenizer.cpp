@@ -116,6 +116,7 @@ class HfTokenizer::Matcher {
 
 HfTokenizer::HfTokenizer(const std::string& json_text, const std::string& origin, const TokenizerConfig& config)
     : origin_(origin), config_(config) {
+  files_["tokenizer.json"] = json_text;
   const auto json = parse_json(json_text, origin);
   const JsonField j(json, origin);
   if (j.has("normalizer")) normalizer_ = make_normalizer(j["normalizer"]);
@@ -181,7 +182,10 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_directory(const std::string& dir)
   COLOSSAL_CHECK(exists(path), "[text] '", dir, "' has no tokenizer.json");
   auto config = TokenizerConfig::read(dir + "/tokenizer_config.json");
   if (config.chat_template.empty() && exists(dir + "/chat_template.jinja")) config.chat_template = read_file(dir + "/chat_template.jinja");
-  return std::make_unique<HfTokenizer>(read_file(path), path, config);
+  auto tok = std::make_unique<HfTokenizer>(read_file(path), path, config);
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+    if (exists(dir + "/" + name)) tok->files_[name] = read_file(dir + "/" + name);
+  return tok;
 }
 
 void HfTokenizer::split_added(std::vector<Segment>& segments, const Matcher& matcher) const {

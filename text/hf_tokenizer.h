@@ -45,6 +45,7 @@ class HfTokenizer : public Tokenizer {
   const SpecialTokens& special_tokens() const override { return specials_; }
   bool is_special(int64_t id) const override { return special_ids_.count(id) > 0; }
   const std::string& origin() const override { return origin_; }
+  std::map<std::string, std::string> files() const override { return files_; }
   const TokenizerConfig& config() const { return config_; }
 
  private:
@@ -63,6 +64,7 @@ class HfTokenizer : public Tokenizer {
 
   std::string origin_;
   TokenizerConfig config_;
+  std::map<std::string, std::string> files_;  // as read: tokenizer.json, tokenizer_config.json, ...
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<Model> model_;

@@ -2,6 +2,7 @@
 // One interface for every tokenizer a model directory can hold: Hugging Face's tokenizer.json
 // (hf_tokenizer.h) and SentencePiece's tokenizer.model. Ids are int64 (what tensors take).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,23 @@ class Tokenizer {
   virtual bool is_special(int64_t id) const = 0;
   /// Where it was read from (errors and messages).
   virtual const std::string& origin() const = 0;
+  /// The text one token adds to a running decode (what a stream or logprobs shows for it).
+  virtual std::string piece(int64_t id) const { return decode({id}); }
+  /// The files that reproduce this tokenizer in a model directory, by name.
+  virtual std::map<std::string, std::string> files() const = 0;
+
+  /// `text` with the model's BOS in front and its EOS after, as asked (where the model has
+  /// them), whatever the post-processor would add: what a training document or a chat turn takes.
+  std::vector<int64_t> encode_with(const std::string& text, bool bos, bool eos) const {
+    auto ids = encode(text, false);
+    if (bos && special_tokens().bos) ids.insert(ids.begin(), *special_tokens().bos);
+    if (eos && special_tokens().eos) ids.push_back(*special_tokens().eos);
+    return ids;
+  }
+  int64_t bos_id() const { return special_tokens().bos.value_or(-1); }
+  int64_t eos_id() const { return special_tokens().eos.value_or(-1); }
+  int64_t pad_id() const { return special_tokens().pad.value_or(-1); }
+  int64_t unk_id() const { return special_tokens().unk.value_or(-1); }
 };
 
 }  // namespace colossal::text

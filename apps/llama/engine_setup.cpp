@@ -82,10 +82,11 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
   LoadedEngine out;
   out.gpu = gpu_for(s, use);
   const auto t_load = std::chrono::steady_clock::now();
-  // A GGUF file carries its vocabulary; a directory has tokenizer.model.
-  auto tok = std::make_shared<llama::Tokenizer>(llama::is_gguf_path(s.model)
-                                                    ? llama::gguf_tokenizer(*checkpoint::GgufFile::open(s.model))
-                                                    : llama::Tokenizer::load(s.model + "/tokenizer.model"));
+  // A GGUF file carries its vocabulary; a directory has tokenizer.json or tokenizer.model.
+  std::shared_ptr<const text::Tokenizer> tok =
+      llama::is_gguf_path(s.model)
+          ? std::shared_ptr<const text::Tokenizer>(std::make_shared<llama::Tokenizer>(llama::gguf_tokenizer(*checkpoint::GgufFile::open(s.model))))
+          : std::shared_ptr<const text::Tokenizer>(llama::load_tokenizer(s.model));
   out.tokenizer = tok;
   // Tensor parallelism: every rank loads its slices and runs the same engine steps in lockstep
   // (identical inputs, the same gathered logits and seeds); rank 0 prints.
@@ -142,8 +143,17 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
     const dist::Group group = out.parallel.tp;
     eo.lockstep.broadcast = [group](const std::string& message) { return dist::broadcast_text(message, 0, group); };
   }
-  out.engine = std::make_unique<inference::Engine>(engine_model, std::make_shared<llama::TokenizerDetokenizer>(tok),
-                                                   tok->eos_id(), eo);
+  // Every id that ends generation: the tokenizer's EOS, the config's list (Llama 3.x), the
+  // generation config's.
+  if (!llama::is_gguf_path(s.model)) out.generation = llama::GenerationDefaults::read(s.model);
+  const int64_t eos = tok->eos_id() >= 0 ? tok->eos_id() : config.eos_token_id;
+  const std::vector<const std::vector<int64_t>*> lists = {&config.eos_token_ids, &out.generation.eos_token_ids,
+                                                         &tok->special_tokens().eos_ids};
+  for (const auto* list : lists)
+    for (int64_t id : *list)
+      if (id != eos && std::find(eo.more_eos_ids.begin(), eo.more_eos_ids.end(), id) == eo.more_eos_ids.end())
+        eo.more_eos_ids.push_back(id);
+  out.engine = std::make_unique<inference::Engine>(engine_model, std::make_shared<llama::TokenizerDetokenizer>(tok), eos, eo);
   const std::string weights = out.gpu ? s.dtype + " on " + out.gpu->str()
                                       : std::string(kernels::cpu::to_string(out.model->options().weight_format()));
   char line[512];

@@ -21,6 +21,7 @@
 #include "core/parallel/context.h"
 #include "llama/config.h"
 #include "llama/cuda_inference.h"
+#include "llama/generation_config.h"
 #include "llama/inference.h"
 #include "llama/tokenizer.h"
 
@@ -72,7 +73,8 @@ struct EngineUse {
 };
 
 struct LoadedEngine {
-  std::shared_ptr<const llama::Tokenizer> tokenizer;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  llama::GenerationDefaults generation;  // the model directory's generation_config.json
   std::shared_ptr<llama::LlamaInference> model;          // the CPU engine's model (null on a GPU)
   std::shared_ptr<llama::LlamaCudaInference> gpu_model;  // the GPU engine's
   std::shared_ptr<inference::CausalLM> draft;            // speculative decoding, or null

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <iostream>
 #include <thread>
 
@@ -51,8 +52,11 @@ struct Args {
   std::vector<std::string> prompt;
   std::string input_file;
   int64_t max_new_tokens = 64;
-  double temperature = 0.7, top_p = 0.95, min_p = 0.0, repetition_penalty = 1.1;
+  // Defaults where neither a flag nor the model's generation_config.json says (no repetition
+  // penalty unless asked: greedy text then equals transformers' greedy text).
+  double temperature = 0.7, top_p = 0.95, min_p = 0.0, repetition_penalty = 1.0;
   int64_t top_k = 40;
+  std::set<std::string> given;  // sampling flags set on the command line
   bool stream = false, chat = false;
   bool serve = false;
   std::string perplexity;  // a JSONL file ("text") scored instead of generating
@@ -71,7 +75,8 @@ sigset_t shutdown_signals() {
 }
 
 // The OpenAI-compatible server until SIGTERM or SIGINT, which drain in-flight requests first.
-int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const Tokenizer> tok) {
+int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const text::Tokenizer> tok,
+          const GenerationDefaults& generation) {
   llama_app::ServerOptions o;
   o.host = a.host;
   o.port = a.port;
@@ -85,6 +90,12 @@ int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const Tokeni
   o.defaults.top_p = 1.0;
   o.defaults.top_k = 0;
   o.defaults.repetition_penalty = 1.0;
+  // A model's generation_config.json replaces OpenAI's defaults for what a request leaves out.
+  if (generation.do_sample && !*generation.do_sample) o.defaults.temperature = 0;
+  else if (generation.temperature) o.defaults.temperature = *generation.temperature;
+  if (generation.top_p) o.defaults.top_p = *generation.top_p;
+  if (generation.top_k) o.defaults.top_k = *generation.top_k;
+  if (generation.repetition_penalty) o.defaults.repetition_penalty = *generation.repetition_penalty;
   o.step_when_idle = a.engine.tp > 1;
   llama_app::OpenAIServer server(engine, tok, o);
   // Signals (blocked in every thread since main started) go to one thread that asks the server
@@ -102,10 +113,27 @@ int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const Tokeni
   return 0;
 }
 
+// Text as bytes (a model may generate a NUL; printf would stop there).
+void print_bytes(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+
 // Streamed text straight to standard output.
 void print_text(const inference::TokenEvent& e) {
-  std::fputs(e.text.c_str(), stdout);
+  print_bytes(e.text);
   std::fflush(stdout);
+}
+
+// The model's generation_config.json fills the sampling flags the command line did not set.
+void apply_generation_defaults(Args& a, const GenerationDefaults& g) {
+  auto fill = [&](const char* flag, auto& field, const auto& value) {
+    if (value && !a.given.count(flag)) field = *value;
+  };
+  if (g.do_sample && !*g.do_sample && !a.given.count("temperature")) a.temperature = 0;
+  else fill("temperature", a.temperature, g.temperature);
+  fill("top_p", a.top_p, g.top_p);
+  fill("top_k", a.top_k, g.top_k);
+  fill("min_p", a.min_p, g.min_p);
+  fill("repetition_penalty", a.repetition_penalty, g.repetition_penalty);
+  fill("max_new_tokens", a.max_new_tokens, g.max_new_tokens);
 }
 
 inference::SamplingParams sampling(const Args& a) {
@@ -120,11 +148,12 @@ inference::SamplingParams sampling(const Args& a) {
   return p;
 }
 
-int run(const Args& a) {
+int run(Args a) {
   COLOSSAL_CHECK(!(a.engine.tp > 1 && a.chat), "--tp: --chat runs on one process (use --tp 1)");
   auto loaded = llama_app::load_engine(
       a.engine, {.serve = a.serve, .cpu_only = !a.perplexity.empty(),
                  .cpu_only_why = "--perplexity scores on the CPU engine (use --device cpu)"});
+  apply_generation_defaults(a, loaded.generation);
   const bool quiet = loaded.follower;
   if (quiet) std::freopen("/dev/null", "w", stdout);
   auto& engine = *loaded.engine;
@@ -136,14 +165,14 @@ int run(const Args& a) {
     if (quiet) {  // a follower: step with the leader until it stops
       while (!engine.leader_stopped()) engine.step();
     } else {
-      serve(a, engine, tok);
+      serve(a, engine, tok, loaded.generation);
       engine.stop_followers();
       engine.step();
     }
     dist::shutdown();
     return 0;
   }
-  if (a.serve) return serve(a, engine, tok);
+  if (a.serve) return serve(a, engine, tok, loaded.generation);
   if (!a.perplexity.empty()) {
     // Scored like train_llama's evaluation: samples of --perplexity_length tokens, next-token loss.
     DatasetOptions d;
@@ -170,10 +199,9 @@ int run(const Args& a) {
       history.push_back({"human", line});
       std::vector<int64_t> ids;
       for (const auto& seg : apply_chat_template("llama2", history)) {
-        auto piece = tok->encode(seg.text, false, false);
-        if (!seg.assistant) ids.push_back(tok->bos_id());
+        // BOS before each human turn, EOS after each reply, where the model has them.
+        auto piece = tok->encode_with(seg.text, !seg.assistant, seg.assistant);
         ids.insert(ids.end(), piece.begin(), piece.end());
-        if (seg.assistant) ids.push_back(tok->eos_id());
       }
       inference::GenerationRequest r{ids, sampling(a), print_text};
       auto result = engine.generate({r})[0];
@@ -199,7 +227,7 @@ int run(const Args& a) {
   int64_t prompt_tokens = 0;
   for (const auto& p : prompts) {
     inference::GenerationRequest r;
-    r.prompt = tok->encode(p, true, false);
+    r.prompt = tok->encode(p, true);
     prompt_tokens += static_cast<int64_t>(r.prompt.size());
     r.params = sampling(a);
     if (a.stream) {
@@ -217,7 +245,7 @@ int run(const Args& a) {
     generated += static_cast<int64_t>(results[i].tokens.size());
     ttft = std::max(ttft, results[i].time_to_first_token_s);
     if (a.stream) std::printf("\n");
-    else std::printf("%s%s\n", prompts[i].c_str(), results[i].text.c_str());
+    else print_bytes(prompts[i] + results[i].text + "\n");
   }
   std::fflush(stdout);
   if (!quiet) std::fprintf(stderr, "[infer_llama] %zu prompt(s): %ld prompt tokens (%.1f tokens/s to the last first token), "
@@ -276,6 +304,8 @@ int main(int argc, char** argv) {
                  "seconds after SIGTERM (once in-flight requests are answered) before open connections are closed")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
+  for (const char* flag : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens"})
+    if (app.count(std::string("--") + flag)) a.given.insert(flag);
   a.engine.dtype_given = app.count("--dtype") > 0;
   if (a.serve) {
     // Before any thread exists (LibTorch's pool included), so every thread inherits the mask and

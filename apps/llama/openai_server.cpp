@@ -164,7 +164,7 @@ double unix_now() {
 
 struct OpenAIServer::State {
   inference::Engine& engine;
-  std::shared_ptr<const llama::Tokenizer> tok;
+  std::shared_ptr<const text::Tokenizer> tok;
   ServerOptions options;
   httplib::Server svr;
   std::thread engine_thread;
@@ -179,7 +179,7 @@ struct OpenAIServer::State {
   Histogram ttft, latency;
   inference::EngineStats stats;  // snapshot after each engine step
 
-  State(inference::Engine& e, std::shared_ptr<const llama::Tokenizer> t, ServerOptions o)
+  State(inference::Engine& e, std::shared_ptr<const text::Tokenizer> t, ServerOptions o)
       : engine(e), tok(std::move(t)), options(std::move(o)) {}
 
   void count(const std::string& endpoint, int status) {
@@ -327,13 +327,11 @@ struct OpenAIServer::State {
         std::string text = content;
         if (first_user && !system.empty()) text = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + text;
         first_user = false;
-        ids.push_back(tok->bos_id());
-        auto t = tok->encode("[INST] " + text + " [/INST]", false, false);
+        auto t = tok->encode_with("[INST] " + text + " [/INST]", true, false);
         ids.insert(ids.end(), t.begin(), t.end());
       } else {
-        auto t = tok->encode(content, false, false);
+        auto t = tok->encode_with(content, false, true);
         ids.insert(ids.end(), t.begin(), t.end());
-        ids.push_back(tok->eos_id());
       }
     }
     return ids;
@@ -379,7 +377,7 @@ struct OpenAIServer::State {
         if (p.is_string()) text = p.get<std::string>();
         else if (p.is_array() && p.size() == 1 && p[0].is_string()) text = p[0].get<std::string>();
         else throw ApiError{400, "prompt must be a string (or an array of one string)", "prompt"};
-        r.prompt = tok->encode(text, true, false);
+        r.prompt = tok->encode(text, true);
       }
       r.on_event = [channel](const TokenEvent& e) {
         std::lock_guard<std::mutex> lock(channel->mu);
@@ -535,7 +533,7 @@ struct OpenAIServer::State {
   }
 };
 
-OpenAIServer::OpenAIServer(inference::Engine& engine, std::shared_ptr<const llama::Tokenizer> tokenizer,
+OpenAIServer::OpenAIServer(inference::Engine& engine, std::shared_ptr<const text::Tokenizer> tokenizer,
                            ServerOptions options)
     : state_(std::make_unique<State>(engine, std::move(tokenizer), std::move(options))) {
   auto* s = state_.get();

@@ -34,7 +34,7 @@ struct ServerOptions {
 
 class OpenAIServer {
  public:
-  OpenAIServer(inference::Engine& engine, std::shared_ptr<const llama::Tokenizer> tokenizer, ServerOptions options);
+  OpenAIServer(inference::Engine& engine, std::shared_ptr<const text::Tokenizer> tokenizer, ServerOptions options);
   ~OpenAIServer();
   /// Blocks until stop() has drained the in-flight requests. Throws when the address cannot be
   /// bound.

@@ -48,7 +48,7 @@ struct TrainArgs {
     v("model_config", model_config, "config.json of a model to train from scratch");
     v("dataset", dataset, "JSONL training files (default: the built-in corpus)", alias("data"));
     v("eval_dataset", eval_dataset, "JSONL evaluation file");
-    v("tokenizer", tokenizer, "SentencePiece tokenizer.model");
+    v("tokenizer", tokenizer, "tokenizer: a directory (tokenizer.json, else tokenizer.model) or either file");
     v("vocab_size", vocab_size, "vocabulary of a tokenizer trained here (256 byte pieces, unk, bos, eos and text)",
       at_least(260));
     v("mode", mode, "pretrain | sft", one_of({"pretrain", "sft"}));

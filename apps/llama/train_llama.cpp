@@ -125,10 +125,10 @@ std::optional<double> evaluate(LlamaForCausalLM& model, const TokenDataset& data
 }
 
 // Greedy continuation of `prompt` (full recompute per token; the serving engine is infer_llama).
-std::string generate(LlamaForCausalLM& model, const Tokenizer& tok, const std::string& prompt, int64_t n) {
+std::string generate(LlamaForCausalLM& model, const colossal::text::Tokenizer& tok, const std::string& prompt, int64_t n) {
   torch::NoGradGuard no_grad;
   model->eval();
-  auto ids = tok.encode(prompt, true, false);
+  auto ids = tok.encode(prompt, true);
   size_t prompt_len = ids.size();
   for (int64_t i = 0; i < n; ++i) {
     int64_t max_len = model->config().max_position_embeddings;
@@ -161,7 +161,7 @@ void choose_layout_by_measurement(TrainArgs& a) {
   LlamaConfig cfg = !a.pretrained.empty()     ? LlamaConfig::from_json_file(a.pretrained + "/config.json")
                     : !a.model_config.empty() ? LlamaConfig::from_json_file(a.model_config)
                                               : default_config(a.max_length);
-  if (a.pretrained.empty()) cfg.vocab_size = a.tokenizer.empty() ? a.vocab_size : Tokenizer::load(a.tokenizer).vocab_size();
+  if (a.pretrained.empty()) cfg.vocab_size = a.tokenizer.empty() ? a.vocab_size : load_tokenizer(a.tokenizer)->vocab_size();
   const int world = dist::world_size();
   colossal::apps::AutoLayoutOptions o;
   o.global_batch = a.batch_size * a.loop.accumulation_steps * world;  // what --batch_size means under plain data parallelism
@@ -215,9 +215,9 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
 
   // ---- tokenizer: given, from the pretrained directory, or trained here on the training files
   if (a.tokenizer.empty() && !a.pretrained.empty()) {
-    a.tokenizer = a.pretrained + "/tokenizer.model";
-    COLOSSAL_CHECK(exists(a.tokenizer), "--pretrained ", a.pretrained,
-                   " has no tokenizer.model; pass --tokenizer FILE");
+    COLOSSAL_CHECK(has_tokenizer(a.pretrained), "--pretrained ", a.pretrained,
+                   " has neither tokenizer.json nor tokenizer.model; pass --tokenizer FILE");
+    a.tokenizer = a.pretrained;  // tokenizer.json first, as transformers chooses
   }
   if (a.tokenizer.empty()) {
     a.tokenizer = a.output + "/tokenizer.model";
@@ -230,7 +230,8 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
       std::printf("tokenizer: trained %ld pieces in %.1f s -> %s\n", a.vocab_size, elapsed(t0), a.tokenizer.c_str());
     });
   }
-  auto tok = Tokenizer::load(a.tokenizer);
+  const auto tokenizer = load_tokenizer(a.tokenizer);
+  const colossal::text::Tokenizer& tok = *tokenizer;
 
   // ---- tokenised datasets (rank 0 builds the cache, the others map it)
   DatasetOptions dopt;

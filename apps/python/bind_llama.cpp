@@ -124,16 +124,17 @@ class Server {
 void bind_llama(py::module_& m) {
   auto l = m.def_submodule("llama", "LLaMA models: tokenizer, training model, generation engine, server");
 
-  py::class_<Tokenizer, std::shared_ptr<Tokenizer>>(l, "Tokenizer", "a SentencePiece tokenizer.model")
-      .def(py::init([](const std::string& path) { return std::make_shared<Tokenizer>(Tokenizer::load(path)); }),
+  py::class_<text::Tokenizer, std::shared_ptr<text::Tokenizer>>(
+      l, "Tokenizer", "a model's tokenizer: a directory's tokenizer.json (first) or tokenizer.model, or either file")
+      .def(py::init([](const std::string& path) { return std::shared_ptr<text::Tokenizer>(llama::load_tokenizer(path)); }),
            py::arg("path"))
-      .def("encode", &Tokenizer::encode, py::arg("text"), py::arg("add_bos") = true, py::arg("add_eos") = false)
-      .def("decode", &Tokenizer::decode, py::arg("ids"))
-      .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
-      .def_property_readonly("bos_id", &Tokenizer::bos_id)
-      .def_property_readonly("eos_id", &Tokenizer::eos_id)
-      .def_property_readonly("pad_id", &Tokenizer::pad_id)
-      .def_property_readonly("path", &Tokenizer::path);
+      .def("encode", &text::Tokenizer::encode_with, py::arg("text"), py::arg("add_bos") = true, py::arg("add_eos") = false)
+      .def("decode", &text::Tokenizer::decode, py::arg("ids"), py::arg("skip_special_tokens") = false)
+      .def_property_readonly("vocab_size", &text::Tokenizer::vocab_size)
+      .def_property_readonly("bos_id", &text::Tokenizer::bos_id)
+      .def_property_readonly("eos_id", &text::Tokenizer::eos_id)
+      .def_property_readonly("pad_id", &text::Tokenizer::pad_id)
+      .def_property_readonly("path", &text::Tokenizer::origin);
 
   py::class_<CausalLM, std::shared_ptr<CausalLM>>(l, "CausalLM", "LlamaForCausalLM (C++), for training")
       .def_static("load_pretrained", [](const std::string& dir) {
@@ -170,7 +171,7 @@ void bind_llama(py::module_& m) {
       .def_property_readonly("config_json", [](const CausalLM& self) { return self.config.to_json(); })
       .def("cpp_module", [](CausalLM& self) { return CppModule{self.model.ptr()}; })
       .def("save_pretrained",
-           [](CausalLM& self, const std::string& dir, BoostedModel* boosted, const Tokenizer* tokenizer, bool write) {
+           [](CausalLM& self, const std::string& dir, BoostedModel* boosted, const text::Tokenizer* tokenizer, bool write) {
              py::gil_scoped_release nogil;
              // Under a plugin the whole weights are gathered (a collective under ZeRO-3: every
              // rank calls this; `write` says which one writes).
@@ -185,7 +186,7 @@ void bind_llama(py::module_& m) {
       .def("generate", [](Generator& g, const std::vector<std::string>& prompts, const py::dict& sampling) {
             const auto params = sampling_from(sampling);
             std::vector<inference::GenerationRequest> requests;
-            for (const auto& p : prompts) requests.push_back({g.loaded.tokenizer->encode(p, true, false), params, {}});
+            for (const auto& p : prompts) requests.push_back({g.loaded.tokenizer->encode(p, true), params, {}});
             std::vector<inference::GenerationResult> results;
             {
               py::gil_scoped_release nogil;

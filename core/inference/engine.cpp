@@ -592,7 +592,9 @@ FinishReason Engine::append_token(Sequence& s, int64_t token, double logprob, st
     s.first_token = std::chrono::steady_clock::now();
   }
   ++stats_.generated_tokens;
-  if (token == eos_id_ && !p.ignore_eos) return FinishReason::kEos;
+  if (!p.ignore_eos && (token == eos_id_ || std::find(options_.more_eos_ids.begin(), options_.more_eos_ids.end(), token) !=
+                                                 options_.more_eos_ids.end()))
+    return FinishReason::kEos;
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end())
     return FinishReason::kStop;
   FinishReason reason = FinishReason::kNone;

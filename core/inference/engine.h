@@ -57,6 +57,9 @@ struct EngineOptions {
   int64_t max_num_seqs = 64;         // sequences in one batch
   int64_t max_batched_tokens = 256;  // tokens in one batch (prefill chunks + decode tokens)
   uint64_t seed = 0;                 // for requests without their own seed
+  // Ids that end a sequence as the EOS id does (a model whose config lists several, e.g. Llama 3's
+  // <|end_of_text|>, <|eom_id|>, <|eot_id|>); ignore_eos covers them too.
+  std::vector<int64_t> more_eos_ids;
   void validate() const;
 };
 

@@ -53,7 +53,7 @@ TEST(Dataset, PretrainingPacksCachesAndReportsBadLines) {
   EXPECT_EQ(d.skipped_lines(), 1);
   int64_t expected = 0;
   for (const char* t : {"the quick brown fox", "she said hello", "the lazy dog jumps"})
-    expected += static_cast<int64_t>(f.tok->encode(t, true, true).size());
+    expected += static_cast<int64_t>(f.tok->encode_with(t, true, true).size());
   EXPECT_EQ(d.num_tokens(), expected);
   EXPECT_EQ(d.size(), expected / 4);
   auto b = d.batch({0, 1});
@@ -152,8 +152,8 @@ TEST(Dataset, FineTuningKeepsLossOnAssistantTurnsOnly) {
   auto d = TokenDataset::open(o, *f.tok);
   ASSERT_EQ(d.size(), 1);
   auto b = d.batch({0});
-  auto human = f.tok->encode("[INST] say hello [/INST]", true, false);
-  auto reply = f.tok->encode("hello", false, true);
+  auto human = f.tok->encode_with("[INST] say hello [/INST]", true, false);
+  auto reply = f.tok->encode_with("hello", false, true);
   for (size_t t = 0; t < human.size(); ++t) {
     EXPECT_EQ(b.input_ids[0][t].item<int64_t>(), human[t]);
     EXPECT_EQ(b.labels[0][t].item<int64_t>(), -100) << "no loss on the human turn";

@@ -43,7 +43,7 @@ TEST(Tokenizer, TrainedModelMatchesPythonSentencepiece) {
   EXPECT_EQ(tok.pad_id(), -1);
 
   std::string text = "Mr. Bennet's daughters, 1813 — café ☃";  // unseen characters: byte fallback
-  auto ids = tok.encode(text, /*add_bos=*/true, /*add_eos=*/true);
+  auto ids = tok.encode_with(text, /*add_bos=*/true, /*add_eos=*/true);
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(ids.back(), 2);
   EXPECT_EQ(tok.decode(ids), text) << "byte fallback round-trips characters the corpus never had";

@@ -626,7 +626,7 @@ TEST(TrainLlama, EveryCheckpointOpensAsAModelWithOurTokenizerInTransformers) {
   EXPECT_EQ(hf["class"].get<std::string>().find("Llama"), 0u) << hf["class"];
   auto tok = Tokenizer::load(step + "/tokenizer.model");
   for (size_t i = 0; i < texts.size(); ++i) {
-    EXPECT_EQ(hf["ids"][i].get<std::vector<int64_t>>(), tok.encode(texts[i], true, false)) << texts[i];
+    EXPECT_EQ(hf["ids"][i].get<std::vector<int64_t>>(), tok.encode_with(texts[i], true, false)) << texts[i];
     EXPECT_EQ(hf["decoded"][i].get<std::string>(), texts[i]);
   }
 }
@@ -641,7 +641,7 @@ TEST(TrainLlama, HeldOutLossFallsAndTransformersOpensTheModel) {
   const auto& w = workspace();
   std::string d = w.dir + "/long";
   auto tok = Tokenizer::load(d + "/model/tokenizer.model");
-  auto ids_vec = tok.encode("It is a truth universally acknowledged, that a single man", true, false);
+  auto ids_vec = tok.encode_with("It is a truth universally acknowledged, that a single man", true, false);
   auto ids = torch::tensor(ids_vec, torch::kInt64).unsqueeze(0);
   checkpoint::save_safetensors(d + "/ids.safetensors", {{"ids", ids}});
   std::string script = d + "/logits.py";

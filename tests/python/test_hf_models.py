@@ -1,0 +1,106 @@
+"""Models as people download them: a Llama-3-shaped directory written by transformers, with a
+byte-level BPE tokenizer.json (built by `tokenizers`), no tokenizer.model, a list-valued
+eos_token_id and a generation_config.json. infer_llama's greedy text equals transformers'
+generate, and the Python module's tokenizer reads the directory."""
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+APPS = os.environ.get("COLOSSAL_APPS", "")
+SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+         r"\s*[\r\n]+|\s+(?!\S)|\s+")
+TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
+        "of a wife. However little known the feelings or views of such a man may be on his first entering a "
+        "neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered "
+        "the rightful property of some one or other of their daughters. Emma Woodhouse, handsome, clever, and rich, "
+        "with a comfortable home and happy disposition, seemed to unite some of the best blessings of existence.")
+
+
+@pytest.fixture(scope="module")
+def llama3_dir(tmp_path_factory):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    d = tmp_path_factory.mktemp("llama3")
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+    tok.train_from_iterator([TEXT] * 20, trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                              show_progress=False))
+    bos, eot_text, eot = (tok.token_to_id(s) for s in specials)
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[(specials[0], bos)])
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=specials[0], eos_token=specials[2])
+    hf_tok.save_pretrained(d)
+    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rope_theta=500000.0,
+                         bos_token_id=bos, eos_token_id=[eot_text, eot], tie_word_embeddings=False,
+                         initializer_range=0.3)  # wide weights: decisive logits, no near-ties for greedy to flip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(d)
+    GenerationConfig(bos_token_id=bos, eos_token_id=[eot_text, eot], do_sample=True, temperature=0.6,
+                     top_p=0.9).save_pretrained(d)
+    assert not (d / "tokenizer.model").exists()
+    return d, hf_tok, model
+
+
+def test_infer_llama_greedy_equals_transformers(llama3_dir):
+    d, hf_tok, model = llama3_dir
+    prompt = "It is a truth universally acknowledged"
+    ids = hf_tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=24, do_sample=False, temperature=None, top_p=None)
+    want = hf_tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    # --temperature 0 over the generation config's sampling; nothing else (no hidden penalty).
+    cli = subprocess.run([f"{APPS}/infer_llama", "--model", str(d), "--prompt", prompt, "--temperature", "0",
+                          "--max_new_tokens", "24"], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.rstrip("\n") == prompt + want
+
+
+def test_config_list_eos_and_generation_defaults_are_read(llama3_dir):
+    d, _, _ = llama3_dir
+    assert isinstance(json.loads((d / "config.json").read_text())["eos_token_id"], list)
+    # Without --temperature the generation config's sampling applies (do_sample, 0.6, top_p 0.9):
+    # a seeded run is reproducible and differs from the greedy one with some seed.
+    run = lambda *extra: subprocess.run([f"{APPS}/infer_llama", "--model", str(d), "--max_new_tokens", "16", *extra],
+                                        capture_output=True, text=True, check=True).stdout
+    assert run("--seed", "3") == run("--seed", "3")
+    greedy = run("--temperature", "0")
+    assert any(run("--seed", str(s)) != greedy for s in range(5))
+
+
+def test_python_tokenizer_reads_tokenizer_json(llama3_dir):
+    import colossal
+
+    d, hf_tok, _ = llama3_dir
+    tok = colossal.llama.Tokenizer(str(d))
+    text = "Emma Woodhouse, handsome, clever, and rich <|eot_id|> 12345 caf\u00e9"
+    assert tok.encode(text) == hf_tok(text).input_ids
+    assert tok.decode(hf_tok(text).input_ids) == hf_tok.decode(hf_tok(text).input_ids)
+    assert tok.eos_id == hf_tok.convert_tokens_to_ids("<|eot_id|>")
+
+
+def test_train_llama_fine_tunes_the_directory(llama3_dir, tmp_path):
+    """--pretrained DIR with only tokenizer.json: it tokenises with it, trains, and writes a model
+    directory whose tokenizer files are the ones it was given."""
+    d, hf_tok, _ = llama3_dir
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in [
+        "It is a truth universally acknowledged, that a single man in possession of a good fortune",
+        "Emma Woodhouse, handsome, clever, and rich, with a comfortable home"] * 8))
+    out = tmp_path / "out"
+    r = subprocess.run([f"{APPS}/train_llama", "--pretrained", str(d), "--dataset", str(data), "--eval_dataset", str(data),
+                        "--max_steps", "2", "--batch_size", "2", "--max_length", "32", "--output", str(out),
+                        "--sample_tokens", "0"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (out / "model" / "tokenizer.json").read_text() == (d / "tokenizer.json").read_text()
+    assert not (out / "model" / "tokenizer.model").exists()
+    from transformers import AutoTokenizer
+    assert AutoTokenizer.from_pretrained(out / "model")("Emma").input_ids == hf_tok("Emma").input_ids

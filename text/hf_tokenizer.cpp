@@ -173,6 +173,14 @@ HfTokenizer::HfTokenizer(const std::string& json_text, const std::string& origin
 
 HfTokenizer::~HfTokenizer() = default;
 
+std::map<std::string, std::string> HfTokenizer::special_token_names() const {
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : std::map<std::string, std::string>{{"bos_token", config_.bos_token}, {"eos_token", config_.eos_token},
+                                                                {"pad_token", config_.pad_token}, {"unk_token", config_.unk_token}})
+    if (!v.empty()) out[k] = v;
+  return out;
+}
+
 std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
   return std::make_unique<HfTokenizer>(read_file(path), path);
 }

@@ -46,6 +46,8 @@ class HfTokenizer : public Tokenizer {
   bool is_special(int64_t id) const override { return special_ids_.count(id) > 0; }
   const std::string& origin() const override { return origin_; }
   std::map<std::string, std::string> files() const override { return files_; }
+  std::string chat_template() const override { return config_.chat_template; }
+  std::map<std::string, std::string> special_token_names() const override;
   const TokenizerConfig& config() const { return config_; }
 
  private:

@@ -34,6 +34,10 @@ class Tokenizer {
   virtual std::string piece(int64_t id) const { return decode({id}); }
   /// The files that reproduce this tokenizer in a model directory, by name.
   virtual std::map<std::string, std::string> files() const = 0;
+  /// The model's chat template (Jinja), or "" when it ships none.
+  virtual std::string chat_template() const { return ""; }
+  /// The special tokens' text by name (bos_token, eos_token, ...), as a template sees them.
+  virtual std::map<std::string, std::string> special_token_names() const { return {}; }
 
   /// `text` with the model's BOS in front and its EOS after, as asked (where the model has
   /// them), whatever the post-processor would add: what a training document or a chat turn takes.

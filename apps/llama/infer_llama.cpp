@@ -41,6 +41,7 @@
 #include "llama/parallelize.h"
 #include "llama/perplexity.h"
 #include "llama/tokenizer.h"
+#include "text/chat.h"
 
 using namespace colossal;
 using namespace colossal::llama;
@@ -194,14 +195,22 @@ int run(Args a) {
   if (a.chat) {
     std::vector<std::pair<std::string, std::string>> history;
     std::string line;
-    std::fprintf(stderr, "chat with the model (LLaMA-2 template); an empty line or end of input quits\n> ");
+    const bool own_template = !tok->chat_template().empty();
+    std::fprintf(stderr, "chat with the model (%s); an empty line or end of input quits\n> ",
+                 own_template ? "its chat template" : "no template of its own: LLaMA-2's");
     while (std::getline(std::cin, line) && !line.empty()) {
       history.push_back({"human", line});
       std::vector<int64_t> ids;
-      for (const auto& seg : apply_chat_template("llama2", history)) {
-        // BOS before each human turn, EOS after each reply, where the model has them.
-        auto piece = tok->encode_with(seg.text, !seg.assistant, seg.assistant);
-        ids.insert(ids.end(), piece.begin(), piece.end());
+      if (own_template) {
+        nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+        for (const auto& [who, text] : history) messages.push_back({{"role", who == "human" ? "user" : "assistant"}, {"content", text}});
+        ids = text::encode_chat(*tok, messages, /*add_generation_prompt=*/true);
+      } else {
+        for (const auto& seg : apply_chat_template("llama2", history)) {
+          // BOS before each human turn, EOS after each reply, where the model has them.
+          auto piece = tok->encode_with(seg.text, !seg.assistant, seg.assistant);
+          ids.insert(ids.end(), piece.begin(), piece.end());
+        }
       }
       inference::GenerationRequest r{ids, sampling(a), print_text};
       auto result = engine.generate({r})[0];
@@ -279,7 +288,7 @@ int main(int argc, char** argv) {
   app.add_option("--repetition_penalty", a.repetition_penalty, "1: off")
       ->capture_default_str()->check(CLI::Range(0.01, 100.0));
   app.add_flag("--stream", a.stream, "print tokens as they are generated");
-  app.add_flag("--chat", a.chat, "interactive chat with the LLaMA-2 template");
+  app.add_flag("--chat", a.chat, "interactive chat through the model's chat template (LLaMA-2's when it has none)");
   apps::CliBinder engine_flags(app);
   a.engine.visit(engine_flags);
   app.add_flag("--serve", a.serve, "run the OpenAI-compatible HTTP server");

@@ -20,6 +20,7 @@
 
 #include "core/common/check.h"
 #include "core/common/log.h"
+#include "text/chat.h"
 
 namespace colossal::llama_app {
 
@@ -305,6 +306,16 @@ struct OpenAIServer::State {
   std::vector<int64_t> chat_prompt(const json& b) const {
     if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())
       throw ApiError{400, "messages must be a non-empty array", "messages"};
+    // The model's own chat template, when it ships one (tools pass through to it).
+    if (!tok->chat_template().empty()) {
+      const auto messages = nlohmann::ordered_json::parse(b["messages"].dump());
+      const auto tools = b.contains("tools") ? nlohmann::ordered_json::parse(b["tools"].dump()) : nlohmann::ordered_json();
+      try {
+        return text::encode_chat(*tok, messages, /*add_generation_prompt=*/true, tools);
+      } catch (const std::exception& e) {
+        throw ApiError{400, error_text(e), "messages"};
+      }
+    }
     std::string system;
     std::vector<std::pair<std::string, std::string>> turns;  // (role, content)
     for (const auto& m : b["messages"]) {

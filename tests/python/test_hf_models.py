@@ -4,7 +4,10 @@ eos_token_id and a generation_config.json. infer_llama's greedy text equals tran
 generate, and the Python module's tokenizer reads the directory."""
 import json
 import os
+import socket
 import subprocess
+import time
+import urllib.request
 
 import pytest
 import torch
@@ -17,6 +20,13 @@ TEXT = ("It is a truth universally acknowledged, that a single man in possession
         "neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered "
         "the rightful property of some one or other of their daughters. Emma Woodhouse, handsome, clever, and rich, "
         "with a comfortable home and happy disposition, seemed to unite some of the best blessings of existence.")
+
+
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +46,7 @@ def llama3_dir(tmp_path_factory):
     bos, eot_text, eot = (tok.token_to_id(s) for s in specials)
     tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[(specials[0], bos)])
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=specials[0], eos_token=specials[2])
+    hf_tok.chat_template = LLAMA3_TEMPLATE
     hf_tok.save_pretrained(d)
     config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rope_theta=500000.0,
@@ -104,3 +115,36 @@ def test_train_llama_fine_tunes_the_directory(llama3_dir, tmp_path):
     assert not (out / "model" / "tokenizer.model").exists()
     from transformers import AutoTokenizer
     assert AutoTokenizer.from_pretrained(out / "model")("Emma").input_ids == hf_tok("Emma").input_ids
+
+
+def test_server_chat_goes_through_the_models_template(llama3_dir):
+    """/v1/chat/completions renders the conversation with the directory's chat template (as
+    transformers' apply_chat_template) and answers with transformers' greedy continuation."""
+    d, hf_tok, model = llama3_dir
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Who wrote Emma?"}]
+    ids = hf_tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=10, do_sample=False, temperature=None, top_p=None)
+    want = hf_tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([f"{APPS}/infer_llama", "--serve", "--model", str(d), "--port", str(port), "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(base + "/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        body = {"messages": messages, "max_tokens": 10, "temperature": 0}
+        req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        reply = json.loads(urllib.request.urlopen(req, timeout=60).read())
+        assert reply["choices"][0]["message"]["content"] == want
+        assert reply["usage"]["prompt_tokens"] == ids.shape[1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

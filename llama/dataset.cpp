@@ -1,5 +1,7 @@
 #include "llama/dataset.h"
 
+#include "text/chat.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -149,21 +151,36 @@ void build_cache(const DatasetOptions& o, const text::Tokenizer& tok, const std:
         else problem = "expected a string field \"text\" (or \"source\" and \"target\")";
         if (problem.empty()) add(tok.encode_with(text, true, true), 1);
       } else {
-        std::vector<std::pair<std::string, std::string>> messages;
+        std::vector<std::pair<std::string, std::string>> messages;  // (human|assistant, content)
+        nlohmann::ordered_json roles = nlohmann::ordered_json::array();  // as a chat template reads them
         if (!js.contains("messages") || !js["messages"].is_array() || js["messages"].empty()) {
           problem = "expected a non-empty array \"messages\"";
         } else {
           for (const auto& m : js["messages"]) {
-            if (!m.is_object() || !m.contains("from") || !m.contains("content") || !m["content"].is_string() ||
-                (m["from"] != "human" && m["from"] != "assistant")) {
-              problem = "each message needs \"from\" (human or assistant) and a string \"content\"";
+            // {"role": user|assistant|system|tool, "content"} (transformers) or {"from": human|assistant, "content"}.
+            const bool by_role = m.is_object() && m.contains("role") && m["role"].is_string();
+            const std::string who = by_role ? m["role"].get<std::string>()
+                                    : m.is_object() && m.contains("from") && m["from"].is_string() ? m["from"].get<std::string>() : "";
+            const bool known = by_role ? (who == "user" || who == "assistant" || who == "system" || who == "tool")
+                                       : (who == "human" || who == "assistant");
+            if (!known || !m.contains("content") || !m["content"].is_string()) {
+              problem = "each message needs \"role\" (user, assistant, system or tool) or \"from\" (human or assistant), "
+                        "and a string \"content\"";
               break;
             }
-            messages.emplace_back(m["from"], m["content"]);
+            const std::string role = who == "human" ? "user" : who;
+            roles.push_back(nlohmann::ordered_json::parse(m.dump()));
+            roles.back()["role"] = role;
+            roles.back().erase("from");
+            if (role == "user" || role == "assistant") messages.emplace_back(role == "user" ? "human" : "assistant", m["content"]);
           }
         }
-        if (problem.empty()) {
-          for (const auto& seg : apply_chat_template(o.chat_template, messages)) {
+        const bool own_template = o.chat_template == "auto" && !tok.chat_template().empty();
+        if (problem.empty() && own_template) {
+          for (const auto& seg : template_segments(tok, roles)) add(tok.encode(seg.text, false), seg.assistant ? 1 : 0);
+          docs.push_back(static_cast<int64_t>(tokens.size()));
+        } else if (problem.empty()) {
+          for (const auto& seg : apply_chat_template(o.chat_template == "auto" ? "llama2" : o.chat_template, messages)) {
             // BOS before each human turn, EOS after each reply, where the model has them.
             if (!seg.assistant) add(tok.encode_with(seg.text, true, false), 0);
             else add(tok.encode_with(seg.text, false, true), 1);
@@ -202,9 +219,30 @@ struct TokenDataset::Mapping : MappedFile {
   using MappedFile::MappedFile;
 };
 
+std::vector<ChatSegment> template_segments(const text::Tokenizer& tok, const nlohmann::ordered_json& messages) {
+  std::vector<ChatSegment> out;
+  std::string done;  // the text emitted so far: a prefix of every later rendering
+  auto take = [&](const std::string& rendering, bool assistant, size_t turn) {
+    COLOSSAL_CHECK(rendering.compare(0, done.size(), done) == 0, "[data] the chat template of ", tok.origin(),
+                   " does not render this conversation prefix by prefix (at message ", turn,
+                   "), so the replies cannot be told from the prompt; use --chat_template llama2 or another template");
+    if (rendering.size() > done.size()) out.push_back({rendering.substr(done.size()), assistant});
+    done = rendering;
+  };
+  for (size_t k = 0; k < messages.size(); ++k) {
+    if (messages[k].value("role", "") != "assistant") continue;
+    nlohmann::ordered_json before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(k));
+    nlohmann::ordered_json with(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(k + 1));
+    take(text::render_chat(tok, before, /*add_generation_prompt=*/true), false, k);
+    take(text::render_chat(tok, with, /*add_generation_prompt=*/false), true, k);
+  }
+  take(text::render_chat(tok, messages, /*add_generation_prompt=*/false), false, messages.size());
+  return out;
+}
+
 std::vector<ChatSegment> apply_chat_template(const std::string& name,
                                              const std::vector<std::pair<std::string, std::string>>& messages) {
-  COLOSSAL_CHECK(name == "llama2", "[data] unknown chat template '", name, "' (known: llama2)");
+  COLOSSAL_CHECK(name == "llama2", "[data] unknown chat template '", name, "' (known: auto, llama2)");
   // LLaMA-2: <s>[INST] {human} [/INST] {assistant} </s> per exchange (BOS/EOS added by the
   // caller around each exchange).
   std::vector<ChatSegment> out;

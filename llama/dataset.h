@@ -25,6 +25,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <nlohmann/json.hpp>
+
 #include "llama/tokenizer.h"
 
 namespace colossal::llama {
@@ -33,7 +35,9 @@ struct DatasetOptions {
   std::vector<std::string> files;      // JSONL
   std::string cache_dir = "data_cache";
   std::string mode = "pretrain";       // pretrain | sft
-  std::string chat_template = "llama2";
+  // sft: "auto" renders with the tokenizer's own chat template (LLaMA-2's when it has none);
+  // "llama2" forces LLaMA-2's [INST] format.
+  std::string chat_template = "auto";
   std::string on_bad_line = "stop";    // stop | skip
   int64_t max_length = 512;
   void validate() const;  // files given, mode, on_bad_line, max_length >= 2
@@ -80,5 +84,11 @@ struct ChatSegment {
 };
 std::vector<ChatSegment> apply_chat_template(const std::string& name,
                                              const std::vector<std::pair<std::string, std::string>>& messages);
+
+/// A conversation ({"role", "content"} messages) through a tokenizer's own chat template, cut
+/// into what the model reads (assistant = false) and each reply it learns (assistant = true):
+/// the template rendered up to each reply with the generation prompt, then with the reply. A
+/// template that does not render conversations prefix by prefix is an error that says so.
+std::vector<ChatSegment> template_segments(const text::Tokenizer& tokenizer, const nlohmann::ordered_json& messages);
 
 }  // namespace colossal::llama

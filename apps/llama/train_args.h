@@ -23,6 +23,7 @@ struct TrainArgs {
   int64_t vocab_size = 4000;         // of a trained tokenizer
   std::string mode = "pretrain";     // pretrain | sft
   std::string on_bad_line = "stop";  // stop | skip
+  std::string chat_template = "auto";  // sft: the tokenizer's own (auto) or LLaMA-2's
   std::string output = "out/llama";  // data cache, tokenizer, final model (OUTPUT/model)
   bool grad_checkpoint = false;
   // Optimisation
@@ -53,6 +54,8 @@ struct TrainArgs {
       at_least(260));
     v("mode", mode, "pretrain | sft", one_of({"pretrain", "sft"}));
     v("on_bad_line", on_bad_line, "stop | skip a malformed JSONL line", one_of({"stop", "skip"}));
+    v("chat_template", chat_template, "sft: auto (the tokenizer's own chat template; LLaMA-2's without one) | llama2",
+      one_of({"auto", "llama2"}));
     v("output", output, "data cache, tokenizer and the final model (OUTPUT/model)");
     v("grad_checkpoint", grad_checkpoint, "recompute each decoder layer in backward");
     v("batch_size", batch_size, "samples per rank per micro-batch", at_least(1));

@@ -240,6 +240,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   dopt.mode = a.mode;
   dopt.max_length = a.max_length;
   dopt.on_bad_line = a.on_bad_line;
+  dopt.chat_template = a.chat_template;
   on_rank0_then_all([&] { (void)TokenDataset::open(dopt, tok); });
   auto train = TokenDataset::open(dopt, tok);
   COLOSSAL_CHECK(train.size() > 0, "the training data holds no sample of ", a.max_length, " tokens");

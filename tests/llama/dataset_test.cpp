@@ -147,7 +147,8 @@ TEST(Dataset, FineTuningKeepsLossOnAssistantTurnsOnly) {
   o.mode = "sft";
   o.max_length = 32;
   auto msg = testing::error_message_of([&] { TokenDataset::open(o, *f.tok); });
-  EXPECT_NE(msg.find("sft.jsonl' line 2: each message needs \"from\" (human or assistant)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("sft.jsonl' line 2: each message needs \"role\" (user, assistant, system or tool) or \"from\" "
+                     "(human or assistant)"), std::string::npos) << msg;
   o.on_bad_line = "skip";
   auto d = TokenDataset::open(o, *f.tok);
   ASSERT_EQ(d.size(), 1);
@@ -162,7 +163,7 @@ TEST(Dataset, FineTuningKeepsLossOnAssistantTurnsOnly) {
     EXPECT_EQ(b.labels[0][human.size() + t].item<int64_t>(), reply[t]) << "loss on the reply and its EOS";
   EXPECT_EQ(b.labels[0][31].item<int64_t>(), -100) << "padding carries no loss";
   msg = testing::error_message_of([] { apply_chat_template("chatml", {}); });
-  EXPECT_NE(msg.find("unknown chat template 'chatml' (known: llama2)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown chat template 'chatml' (known: auto, llama2)"), std::string::npos) << msg;
 }
 
 }  // namespace

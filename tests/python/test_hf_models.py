@@ -148,3 +148,29 @@ def test_server_chat_goes_through_the_models_template(llama3_dir):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_sft_learns_only_the_replies_through_the_template(llama3_dir, tmp_path):
+    """--mode sft on {"messages": [{"role", "content"}]} with the directory's chat template: the
+    tokens are the rendered conversation's, and the loss covers exactly each assistant reply (with
+    its end-of-turn token), as transformers' template cuts it."""
+    d, hf_tok, _ = llama3_dir
+    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who wrote Emma?"},
+            {"role": "assistant", "content": "Jane Austen."}, {"role": "user", "content": "When?"},
+            {"role": "assistant", "content": "In 1815."}]
+    data = tmp_path / "sft.jsonl"
+    data.write_text((json.dumps({"messages": conv}) + "\n") * 4)
+    out = tmp_path / "out"
+    r = subprocess.run([f"{APPS}/train_llama", "--pretrained", str(d), "--mode", "sft", "--dataset", str(data),
+                        "--max_steps", "1", "--batch_size", "1", "--max_length", "256", "--output", str(out),
+                        "--sample_tokens", "0", "--eval_interval", "0"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import numpy as np
+    base = next(p for p in (out / "cache").glob("*.json"))
+    tokens = np.fromfile(str(base)[:-5] + ".tokens", dtype=np.int32)
+    mask = np.fromfile(str(base)[:-5] + ".mask", dtype=np.uint8)
+    one = len(tokens) // 4
+    want = hf_tok.apply_chat_template(conv, tokenize=True, return_dict=True)["input_ids"]
+    assert tokens[:one].tolist() == list(want)
+    learned = hf_tok.decode(tokens[:one][mask[:one] == 1].tolist())
+    assert learned == "Jane Austen.<|eot_id|>In 1815.<|eot_id|>"

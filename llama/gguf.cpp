@@ -1,8 +1,13 @@
 #include "llama/gguf.h"
 
+#include <nlohmann/json.hpp>
+
+#include "text/hf_tokenizer.h"
+
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <map>
 
 #include "core/common/check.h"
 #include "llama/inference.h"
@@ -200,6 +205,78 @@ std::string gguf_sentencepiece_proto(const GgufFile& f) {
 
 Tokenizer gguf_tokenizer(const GgufFile& f) {
   return Tokenizer::from_serialized(gguf_sentencepiece_proto(f), f.path());
+}
+
+namespace {
+// The split each tokenizer.ggml.pre name stands for (llama.cpp's converter writes the name).
+struct PreSplit {
+  const char* regex;
+  bool ignore_merges;
+};
+const std::map<std::string, PreSplit>& pre_splits() {
+  static const std::map<std::string, PreSplit> m = {
+      {"llama-bpe", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", true}},
+      {"qwen2", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", false}},
+      {"gpt-2", {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", false}},
+  };
+  return m;
+}
+}  // namespace
+
+std::unique_ptr<text::Tokenizer> gguf_text_tokenizer(const GgufFile& f) {
+  const std::string model = f.get_string("tokenizer.ggml.model");
+  if (model == "llama") return std::make_unique<Tokenizer>(gguf_tokenizer(f));
+  COLOSSAL_CHECK(model == "gpt2", "[gguf] ", f.path(), ": tokenizer.ggml.model is '", model,
+                 "'; this version reads 'llama' (SentencePiece) and 'gpt2' (byte-level BPE) vocabularies");
+  const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "gpt-2";
+  auto split = pre_splits().find(pre == "default" ? "gpt-2" : pre == "llama3" || pre == "llama-v3" ? "llama-bpe" : pre);
+  if (split == pre_splits().end()) {
+    std::string known;
+    for (const auto& [name, s] : pre_splits()) known += (known.empty() ? "" : ", ") + name;
+    COLOSSAL_FAIL("[gguf] ", f.path(), ": tokenizer.ggml.pre '", pre, "' is not supported (supported: ", known, ")");
+  }
+  const auto& tokens = f.get_array("tokenizer.ggml.tokens");
+  const auto& merges = f.get_array("tokenizer.ggml.merges");
+  const std::vector<checkpoint::GgufValue> none;
+  const auto& types = f.has("tokenizer.ggml.token_type") ? f.get_array("tokenizer.ggml.token_type") : none;
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object(), added = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    COLOSSAL_CHECK(tokens[i].kind == checkpoint::GgufValue::Kind::kString, "[gguf] ", f.path(), ": token ", i, " is not a string");
+    vocab[tokens[i].s] = i;
+    const int64_t type = types.empty() ? 1 : types[i].i;  // 3: control (special), 4: user defined
+    if (type == 3 || type == 4)
+      added.push_back({{"id", i}, {"content", tokens[i].s}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", type == 3}});
+  }
+  nlohmann::ordered_json merge_list = nlohmann::ordered_json::array();
+  for (const auto& m : merges) merge_list.push_back(m.s);
+  nlohmann::ordered_json j;
+  j["added_tokens"] = added;
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", split->second.regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                                           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  j["model"] = {{"type", "BPE"}, {"ignore_merges", split->second.ignore_merges}, {"vocab", vocab}, {"merges", merge_list}};
+  text::TokenizerConfig config;
+  auto name_of = [&](const char* key) -> std::string {
+    if (!f.has(key)) return "";
+    const int64_t id = f.get_int(key);
+    COLOSSAL_CHECK(id >= 0 && id < static_cast<int64_t>(tokens.size()), "[gguf] ", f.path(), ": ", key, " ", id,
+                   " is outside the ", tokens.size(), " tokens");
+    return tokens[static_cast<size_t>(id)].s;
+  };
+  config.bos_token = name_of("tokenizer.ggml.bos_token_id");
+  config.eos_token = name_of("tokenizer.ggml.eos_token_id");
+  config.pad_token = name_of("tokenizer.ggml.padding_token_id");
+  if (f.has("tokenizer.chat_template")) config.chat_template = f.get_string("tokenizer.chat_template");
+  // BOS in front when the file says so (llama.cpp's add_bos_token), as a post-processor would.
+  if (f.get_bool("tokenizer.ggml.add_bos_token", false) && !config.bos_token.empty()) {
+    const int64_t bos = f.get_int("tokenizer.ggml.bos_token_id");
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", config.bos_token}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                           {"special_tokens", {{config.bos_token, {{"id", config.bos_token}, {"ids", {bos}}, {"tokens", {config.bos_token}}}}}}};
+  }
+  return std::make_unique<text::HfTokenizer>(j.dump(), f.path(), config);
 }
 
 WeightFormat gguf_weight_format(const GgufFile& f) {

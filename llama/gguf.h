@@ -23,6 +23,11 @@ LlamaConfig gguf_llama_config(const checkpoint::GgufFile& file);
 /// The tokenizer in the file (tokenizer.ggml.model "llama": SentencePiece pieces, scores and
 /// types) rebuilt as a SentencePiece BPE model; throws naming the tokenizer model otherwise.
 Tokenizer gguf_tokenizer(const checkpoint::GgufFile& file);
+/// The vocabulary of any supported GGUF file: SentencePiece's ("llama") as gguf_tokenizer, or a
+/// byte-level BPE ("gpt2": tokens, merges, token types) with the split of its tokenizer.ggml.pre
+/// (llama-bpe for Llama 3, qwen2, gpt-2; others are refused by name), its special tokens and
+/// chat template, run as the tokenizer.json it stands for.
+std::unique_ptr<text::Tokenizer> gguf_text_tokenizer(const checkpoint::GgufFile& file);
 /// The serialized SentencePiece ModelProto gguf_tokenizer loads (exposed for tests).
 std::string gguf_sentencepiece_proto(const checkpoint::GgufFile& file);
 /// The format the file's matrices are in (the first layer's query projection): f32, bf16 (for

@@ -6,6 +6,8 @@
 
 #include "core/common/check.h"
 #include "llama/hf_tokenizer.h"
+#include "core/checkpoint/gguf.h"
+#include "llama/gguf.h"
 #include "text/hf_tokenizer.h"
 
 namespace colossal::llama {
@@ -115,6 +117,7 @@ std::unique_ptr<text::Tokenizer> load_tokenizer(const std::string& path) {
       return std::make_unique<Tokenizer>(Tokenizer::load(path + "/tokenizer.model"));
     COLOSSAL_FAIL("[tokenizer] '", path, "' has neither tokenizer.json nor tokenizer.model");
   }
+  if (is_gguf_path(path)) return gguf_text_tokenizer(*checkpoint::GgufFile::open(path));
   if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
     // A tokenizer.json given by path: its tokenizer_config.json, if any, sits beside it.
     const auto slash = path.rfind('/');

@@ -85,7 +85,7 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
   // A GGUF file carries its vocabulary; a directory has tokenizer.json or tokenizer.model.
   std::shared_ptr<const text::Tokenizer> tok =
       llama::is_gguf_path(s.model)
-          ? std::shared_ptr<const text::Tokenizer>(std::make_shared<llama::Tokenizer>(llama::gguf_tokenizer(*checkpoint::GgufFile::open(s.model))))
+          ? std::shared_ptr<const text::Tokenizer>(llama::gguf_text_tokenizer(*checkpoint::GgufFile::open(s.model)))
           : std::shared_ptr<const text::Tokenizer>(llama::load_tokenizer(s.model));
   out.tokenizer = tok;
   // Tensor parallelism: every rank loads its slices and runs the same engine steps in lockstep

@@ -1,8 +1,9 @@
-"""Writes a LLaMA model directory (config.json, model.safetensors, tokenizer.model) as a GGUF
-file with the `gguf` package from PyPI, the way llama.cpp's converter lays it out: its tensor
-names, the query/key rows permuted for the interleaved rotary layout, the SentencePiece
-vocabulary with scores and token types, every 2-d weight in TYPE (f32, f16, q8_0, q4_0, q4_1), the
-norms in f32.
+"""Writes a LLaMA model directory (config.json, model.safetensors, tokenizer.model or
+tokenizer.json) as a GGUF file with the `gguf` package from PyPI, the way llama.cpp's converter
+lays it out: its tensor names, the query/key rows permuted for the interleaved rotary layout, the
+SentencePiece vocabulary with scores and token types, or a byte-level BPE vocabulary as the
+converter writes Llama 3's (model gpt2, pre llama-bpe, merges, control tokens, add_bos_token, the
+chat template), every 2-d weight in TYPE (f32, f16, q8_0, q4_0, q4_1), the norms in f32.
 
     python write_gguf.py MODEL_DIR OUT.gguf TYPE
 """
@@ -18,6 +19,32 @@ from safetensors.numpy import load_file
 def permute(w, heads):
     # llama.cpp's LlamaModel.permute: rows (i, i + d/2) of each head become (2i, 2i + 1).
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def add_byte_level_vocabulary(w, model_dir):
+    """A tokenizer.json byte-level BPE as llama.cpp's converter writes Llama 3's."""
+    tj = json.load(open(f"{model_dir}/tokenizer.json", encoding="utf-8"))
+    conf = json.load(open(f"{model_dir}/tokenizer_config.json", encoding="utf-8"))
+    vocab = dict(tj["model"]["vocab"])
+    special = {}
+    for t in tj.get("added_tokens", []):
+        vocab[t["content"]] = t["id"]
+        special[t["id"]] = t["special"]
+    tokens = [None] * (max(vocab.values()) + 1)
+    for tok, i in vocab.items():
+        tokens[i] = tok
+    types = [3 if special.get(i) else 4 if i in special else 1 for i in range(len(tokens))]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(vocab[conf["bos_token"]])
+    w.add_eos_token_id(vocab[conf["eos_token"]])
+    w.add_add_bos_token(True)
+    if conf.get("chat_template"):
+        w.add_chat_template(conf["chat_template"])
 
 
 def main(model_dir, out, kind):
@@ -37,23 +64,28 @@ def main(model_dir, out, kind):
     w.add_head_count(heads)
     w.add_head_count_kv(kv)
     w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+    # transformers 5 writes rope_theta inside rope_parameters.
+    w.add_rope_freq_base(float(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)))
     w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
 
-    sp = spm.SentencePieceProcessor(model_file=f"{model_dir}/tokenizer.model")
-    tokens, scores, types = [], [], []
-    for i in range(sp.vocab_size()):
-        tokens.append(sp.id_to_piece(i).encode("utf-8"))
-        scores.append(sp.get_score(i))
-        types.append(2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i)
-                     else 5 if sp.is_unused(i) else 1)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(sp.bos_id())
-    w.add_eos_token_id(sp.eos_id())
-    w.add_unk_token_id(sp.unk_id())
+    import os
+    if os.path.exists(f"{model_dir}/tokenizer.json") and not os.path.exists(f"{model_dir}/tokenizer.model"):
+        add_byte_level_vocabulary(w, model_dir)
+    else:
+        sp = spm.SentencePieceProcessor(model_file=f"{model_dir}/tokenizer.model")
+        tokens, scores, types = [], [], []
+        for i in range(sp.vocab_size()):
+            tokens.append(sp.id_to_piece(i).encode("utf-8"))
+            scores.append(sp.get_score(i))
+            types.append(2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i)
+                         else 5 if sp.is_unused(i) else 1)
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(sp.bos_id())
+        w.add_eos_token_id(sp.eos_id())
+        w.add_unk_token_id(sp.unk_id())
 
     qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
              "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,

@@ -174,3 +174,21 @@ def test_sft_learns_only_the_replies_through_the_template(llama3_dir, tmp_path):
     assert tokens[:one].tolist() == list(want)
     learned = hf_tok.decode(tokens[:one][mask[:one] == 1].tolist())
     assert learned == "Jane Austen.<|eot_id|>In 1815.<|eot_id|>"
+
+
+def test_gguf_of_the_directory_reads_the_byte_level_vocabulary(llama3_dir, tmp_path):
+    """The directory as llama.cpp's converter lays out Llama 3 (vocabulary gpt2, pre llama-bpe,
+    merges, control tokens, the chat template): the same ids as tokenizer.json and the same greedy
+    text as the directory."""
+    d, hf_tok, _ = llama3_dir
+    import sys
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "llama", "write_gguf.py")
+    gguf_path = tmp_path / "model-f32.gguf"
+    subprocess.run([sys.executable, source, str(d), str(gguf_path), "f32"], check=True, capture_output=True)
+    import colossal
+    text = "Emma Woodhouse, handsome <|eot_id|> 1815 caf\u00e9"
+    assert colossal.llama.Tokenizer(str(gguf_path)).encode(text) == hf_tok(text).input_ids
+    run = lambda model: subprocess.run([f"{APPS}/infer_llama", "--model", str(model), "--prompt", "It is a truth",
+                                        "--temperature", "0", "--max_new_tokens", "16"],
+                                       capture_output=True, text=True, check=True).stdout
+    assert run(gguf_path) == run(d)

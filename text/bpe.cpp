@@ -1,7 +1,6 @@
 // Byte-pair encoding as Hugging Face's BPE model: characters (with the continuing-subword prefix
 // and end-of-word suffix), byte fallback or a (fused) unknown token for characters outside the
 // vocabulary, then the lowest-ranked merge, leftmost first, until none applies.
-#include <cstdio>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -54,11 +53,6 @@ class Bpe : public Model {
       COLOSSAL_CHECK(ia && ib && im, "[text] ", m.where(), ": the merge \"", a, "\" + \"", b, "\" uses a token outside the vocabulary");
       merges_.emplace(key(*ia, *ib), std::make_pair(static_cast<int32_t>(r), *im));
     }
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof(name), "<0x%02X>", b);
-      byte_ids_[b] = vocab_.id(name).value_or(-1);
-    }
   }
 
   void tokenize(const std::string& piece, std::vector<int32_t>& out) const override {
@@ -108,14 +102,7 @@ class Bpe : public Model {
         sym.push_back(*id);
         continue;
       }
-      if (byte_fallback_) {
-        bool all = true;
-        for (unsigned char b : s) all = all && byte_ids_[b] >= 0;
-        if (all) {
-          for (unsigned char b : s) sym.push_back(byte_ids_[b]);
-          continue;
-        }
-      }
+      if (byte_fallback_ && vocab_.append_byte_tokens(s, sym)) continue;
       if (unk_) {
         if (pending_unk >= 0 && !fuse_unk_) sym.push_back(pending_unk);
         pending_unk = *unk_;
@@ -146,7 +133,6 @@ class Bpe : public Model {
   std::string prefix_, suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>, PairHash> merges_;
-  int32_t byte_ids_[256];
   mutable std::shared_mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };

@@ -76,20 +76,8 @@ class WordPieceDecoder : public Decoder {
     static const std::vector<std::pair<std::string, std::string>> rules = {
         {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"},
         {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
-    for (const auto& [from, to] : rules) s = replace_all(s, from, to);
+    for (const auto& [from, to] : rules) s = replace_literal(s, from, to);
     return s;
-  }
-
-  static std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
-    std::string out;
-    size_t prev = 0;
-    for (size_t i = s.find(from); i != std::string::npos; i = s.find(from, prev)) {
-      out.append(s, prev, i - prev);
-      out += to;
-      prev = i + from.size();
-    }
-    out.append(s, prev, std::string::npos);
-    return out;
   }
 
  private:
@@ -157,17 +145,7 @@ class ReplaceDecoder : public Decoder {
  public:
   ReplaceDecoder(Regex pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
-    for (auto& t : tokens) {
-      std::string out;
-      size_t prev = 0;
-      for (auto [b, e] : pattern_.find_all(t)) {
-        out.append(t, prev, b - prev);
-        out += content_;
-        prev = e;
-      }
-      out.append(t, prev, std::string::npos);
-      t = std::move(out);
-    }
+    for (auto& t : tokens) t = replace_matches(pattern_, t, content_);
     return tokens;
   }
 
@@ -183,7 +161,7 @@ class BpeDecoder : public Decoder {
     for (size_t i = 0; i < tokens.size(); ++i) {
       auto& t = tokens[i];
       const std::string with = i + 1 == tokens.size() ? "" : " ";
-      if (!suffix_.empty()) t = WordPieceDecoder::replace_all(t, suffix_, with);
+      if (!suffix_.empty()) t = replace_literal(t, suffix_, with);
     }
     return tokens;
   }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/common/check.h"
+#include "text/byte_trie.h"
 #include "text/unicode.h"
 
 namespace colossal::text {
@@ -69,49 +70,26 @@ TokenizerConfig TokenizerConfig::read(const std::string& path) {
   return c;
 }
 
-// Leftmost-longest matching of added tokens (a byte trie; tokens are short and few).
+// Leftmost-longest matching of added tokens (tokens are short and few).
 class HfTokenizer::Matcher {
  public:
   void add(const std::string& pattern, int32_t id) {
-    if (pattern.empty()) return;
-    int node = 0;
-    for (unsigned char c : pattern) {
-      auto it = nodes_[static_cast<size_t>(node)].next.find(c);
-      if (it == nodes_[static_cast<size_t>(node)].next.end()) {
-        nodes_.push_back({});
-        it = nodes_[static_cast<size_t>(node)].next.emplace(c, static_cast<int>(nodes_.size() - 1)).first;
-      }
-      node = it->second;
-    }
-    nodes_[static_cast<size_t>(node)].id = id;
+    if (!pattern.empty()) trie_.insert(pattern, id);
   }
-  bool empty() const { return nodes_.size() == 1; }
+  bool empty() const { return trie_.empty(); }
   /// The first match at or after `from`: (begin, end, id), or begin == npos.
   std::tuple<size_t, size_t, int32_t> find(const std::string& s, size_t from) const {
     for (size_t b = from; b < s.size(); ++b) {
-      int node = 0;
-      size_t best_end = 0;
-      int32_t best_id = -1;
-      for (size_t i = b; i < s.size(); ++i) {
-        auto it = nodes_[static_cast<size_t>(node)].next.find(static_cast<unsigned char>(s[i]));
-        if (it == nodes_[static_cast<size_t>(node)].next.end()) break;
-        node = it->second;
-        if (nodes_[static_cast<size_t>(node)].id >= 0) {
-          best_end = i + 1;
-          best_id = nodes_[static_cast<size_t>(node)].id;
-        }
-      }
-      if (best_id >= 0) return {b, best_end, best_id};
+      size_t longest = 0;
+      int32_t id = -1;
+      trie_.prefixes(s, b, [&](size_t len, int32_t i) { longest = len, id = i; });
+      if (id >= 0) return {b, b + longest, id};
     }
     return {std::string::npos, 0, -1};
   }
 
  private:
-  struct Node {
-    std::map<unsigned char, int> next;
-    int32_t id = -1;
-  };
-  std::vector<Node> nodes_{Node{}};
+  ByteTrie trie_;
 };
 
 HfTokenizer::HfTokenizer(const std::string& json_text, const std::string& origin, const TokenizerConfig& config)
@@ -210,7 +188,7 @@ void HfTokenizer::split_added(std::vector<Segment>& segments, const Matcher& mat
     while (true) {
       auto [b, e, id] = matcher.find(s, search);
       if (b == std::string::npos) break;
-      search = e;
+      search = e;  // a match rejected below is not searched again (as tokenizers' matcher)
       const auto& tok = added_[added_by_id_.at(id)];
       if (tok.single_word) {
         const bool word_before = b > 0 && [&] {
@@ -236,7 +214,7 @@ void HfTokenizer::split_added(std::vector<Segment>& segments, const Matcher& mat
       if (done < b) out.push_back({s.substr(done, b - done), -1, seg.at_start && done == 0});
       out.push_back({s.substr(b, e - b), id, false});
       done = e;
-      search = e;
+      search = e;  // past what rstrip took too
     }
     if (done < s.size()) out.push_back({s.substr(done), -1, seg.at_start && done == 0});
   }

@@ -10,6 +10,7 @@
 
 #include "core/common/check.h"
 #include "text/jinja_value.h"
+#include "text/regex.h"
 #include "text/unicode.h"
 
 namespace colossal::text {
@@ -918,19 +919,6 @@ std::string strip_chars(const std::string& s, const std::string& chars, bool lef
   return s.substr(b, e - b);
 }
 
-std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count = -1) {
-  if (from.empty()) return s;
-  std::string out;
-  size_t prev = 0;
-  for (size_t k = s.find(from); k != std::string::npos && count != 0; k = s.find(from, prev), --count) {
-    out.append(s, prev, k - prev);
-    out += to;
-    prev = k + from.size();
-  }
-  out.append(s, prev, std::string::npos);
-  return out;
-}
-
 std::string title_case(const std::string& s) {
   std::string out;
   bool start = true;
@@ -971,7 +959,7 @@ Value Renderer::method(const Value& self, const std::string& name) {
       if (name == "lower") return Value::string(lowercase(s.s));
       if (name == "title") return Value::string(title_case(s.s));
       if (name == "capitalize") return Value::string(s.s.empty() ? s.s : upper(s.s.substr(0, 1)) + lowercase(s.s.substr(1)));
-      if (name == "replace") return Value::string(replace_all(s.s, arg(0).s, arg(1).s, arg(2).kind == K::kInt ? arg(2).i : -1));
+      if (name == "replace") return Value::string(replace_literal(s.s, arg(0).s, arg(1).s, arg(2).kind == K::kInt ? arg(2).i : -1));
       if (name == "find") { auto k = s.s.find(arg(0).s); return Value::integer(k == std::string::npos ? -1 : static_cast<int64_t>(k)); }
       if (name == "count") {
         int64_t n = 0;
@@ -1120,7 +1108,7 @@ Value Renderer::filter(const Expr& e) {
     if (v.kind == K::kList) { List l(v.list->rbegin(), v.list->rend()); return Value::of_list(std::move(l)); }
     return v;
   }
-  if (f == "replace") return Value::string(replace_all(v.str(), arg(0, "old").str(), arg(1, "new").str(), arg(2, "count").kind == K::kInt ? arg(2, "count").i : -1));
+  if (f == "replace") return Value::string(replace_literal(v.str(), arg(0, "old").str(), arg(1, "new").str(), arg(2, "count").kind == K::kInt ? arg(2, "count").i : -1));
   if (f == "unique") {
     List out;
     if (v.kind == K::kList)

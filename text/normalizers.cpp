@@ -69,17 +69,7 @@ class Prepend : public Normalizer {
 class Replace : public Normalizer {
  public:
   Replace(Regex pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
-  std::string normalize(std::string s) const override {
-    std::string out;
-    size_t prev = 0;
-    for (auto [b, e] : pattern_.find_all(s)) {
-      out.append(s, prev, b - prev);
-      out += content_;
-      prev = e;
-    }
-    out.append(s, prev, std::string::npos);
-    return out;
-  }
+  std::string normalize(std::string s) const override { return replace_matches(pattern_, s, content_); }
 
  private:
   Regex pattern_;

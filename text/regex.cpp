@@ -50,6 +50,31 @@ std::string oniguruma_classes(const std::string& p) {
   return out;
 }
 
+std::string replace_matches(const Regex& pattern, const std::string& text, const std::string& content) {
+  std::string out;
+  size_t prev = 0;
+  for (auto [b, e] : pattern.find_all(text)) {
+    out.append(text, prev, b - prev);
+    out += content;
+    prev = e;
+  }
+  out.append(text, prev, std::string::npos);
+  return out;
+}
+
+std::string replace_literal(const std::string& text, const std::string& from, const std::string& to, int64_t count) {
+  if (from.empty()) return text;
+  std::string out;
+  size_t prev = 0;
+  for (size_t k = text.find(from); k != std::string::npos && count != 0; k = text.find(from, prev), --count) {
+    out.append(text, prev, k - prev);
+    out += to;
+    prev = k + from.size();
+  }
+  out.append(text, prev, std::string::npos);
+  return out;
+}
+
 std::string quote_regex(std::string_view literal) {
   std::string out;
   for (char c : literal) {

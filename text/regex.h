@@ -3,6 +3,7 @@
 // Hugging Face tokenizers gives its patterns (Oniguruma's): \s is the White_Space property (NEL
 // included), \w letters, marks, decimal digits and connector punctuation, \d decimal digits.
 // A pattern PCRE2 rejects is an error naming the pattern, the offset and PCRE2's reason.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +29,11 @@ class Regex {
   std::unique_ptr<Impl> impl_;
   std::string pattern_;
 };
+
+/// `text` with every match of `pattern` replaced by `content`.
+std::string replace_matches(const Regex& pattern, const std::string& text, const std::string& content);
+/// `text` with the first `count` occurrences (all when < 0) of `from` replaced by `to`.
+std::string replace_literal(const std::string& text, const std::string& from, const std::string& to, int64_t count = -1);
 
 /// A literal string as a pattern (every metacharacter quoted).
 std::string quote_regex(std::string_view literal);

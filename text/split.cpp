@@ -91,14 +91,14 @@ const std::vector<std::string>& byte_to_unicode() {
 }
 
 int unicode_to_byte(char32_t c) {
-  static const std::map<char32_t, int> back = [] {
-    std::map<char32_t, int> m;
+  // The byte-level characters all lie below U+0144: a table indexed by code point.
+  static const std::vector<int> back = [] {
+    std::vector<int> v(0x144, -1);
     const auto& t = byte_to_unicode();
-    for (int b = 0; b < 256; ++b) m[decode_utf8(t[b], 0).first] = b;
-    return m;
+    for (int b = 0; b < 256; ++b) v[decode_utf8(t[b], 0).first] = b;
+    return v;
   }();
-  auto it = back.find(c);
-  return it == back.end() ? -1 : it->second;
+  return c < back.size() ? back[c] : -1;
 }
 
 }  // namespace colossal::text

@@ -2,53 +2,16 @@
 // (Viterbi over every vocabulary entry starting at each character); a character no entry covers
 // is the unknown token, scored 10 below the lowest score; adjacent unknowns fuse; with byte
 // fallback an unknown piece becomes its bytes' tokens.
-#include <cstdio>
 #include <limits>
-#include <map>
 
 #include "core/common/check.h"
+#include "text/byte_trie.h"
 #include "text/components.h"
 #include "text/unicode.h"
 #include "text/vocab.h"
 
 namespace colossal::text {
 namespace {
-
-// A byte trie over the vocabulary: every entry that starts a string, shortest first.
-class Trie {
- public:
-  void insert(const std::string& s, int32_t id) {
-    int node = 0;
-    for (unsigned char c : s) {
-      auto& next = nodes_[static_cast<size_t>(node)].next;
-      auto it = next.find(c);
-      if (it == next.end()) {
-        nodes_.push_back({});
-        it = nodes_[static_cast<size_t>(node)].next.emplace(c, static_cast<int>(nodes_.size() - 1)).first;
-      }
-      node = it->second;
-    }
-    nodes_[static_cast<size_t>(node)].id = id;
-  }
-  template <class Fn>
-  void prefixes(const std::string& s, size_t from, Fn&& fn) const {
-    int node = 0;
-    for (size_t i = from; i < s.size(); ++i) {
-      const auto& next = nodes_[static_cast<size_t>(node)].next;
-      auto it = next.find(static_cast<unsigned char>(s[i]));
-      if (it == next.end()) return;
-      node = it->second;
-      if (nodes_[static_cast<size_t>(node)].id >= 0) fn(i + 1 - from, nodes_[static_cast<size_t>(node)].id);
-    }
-  }
-
- private:
-  struct Node {
-    std::map<unsigned char, int> next;
-    int32_t id = -1;
-  };
-  std::vector<Node> nodes_{Node{}};
-};
 
 class Unigram : public Model {
  public:
@@ -70,11 +33,7 @@ class Unigram : public Model {
                      " is outside the vocabulary of ", scores_.size());
     }
     byte_fallback_ = j.boolean("byte_fallback", false);
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof(name), "<0x%02X>", b);
-      byte_ids_[b] = vocab_.id(name).value_or(-1);
-    }
+    vocab_.index_byte_tokens();
   }
 
   void tokenize(const std::string& s, std::vector<int32_t>& out) const override {
@@ -129,14 +88,7 @@ class Unigram : public Model {
         out.push_back(*id);
         continue;
       }
-      if (byte_fallback_) {
-        bool all = true;
-        for (unsigned char b : it->first) all = all && byte_ids_[b] >= 0;
-        if (all) {
-          for (unsigned char b : it->first) out.push_back(byte_ids_[b]);
-          continue;
-        }
-      }
+      if (byte_fallback_ && vocab_.append_byte_tokens(it->first, out)) continue;
       out.push_back(*unk_);
     }
   }
@@ -148,11 +100,10 @@ class Unigram : public Model {
  private:
   Vocab vocab_;
   std::vector<double> scores_;
-  Trie trie_;
+  ByteTrie trie_;
   double min_score_ = std::numeric_limits<double>::infinity();
   std::optional<int32_t> unk_;
   bool byte_fallback_ = false;
-  int32_t byte_ids_[256];
 };
 
 }  // namespace

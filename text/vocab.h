@@ -24,11 +24,17 @@ class Vocab {
     return tokens_[static_cast<size_t>(id)];
   }
   int64_t size() const { return static_cast<int64_t>(ids_.size()); }
+  /// Looks up "<0x00>".."<0xFF>" once (after the last add; from_map does it).
+  void index_byte_tokens();
+  /// Byte fallback: the ids of "<0x00>".."<0xFF>" appended for every byte of `s`, when the
+  /// vocabulary holds all of them (false, nothing appended, otherwise).
+  bool append_byte_tokens(const std::string& s, std::vector<int32_t>& out) const;
 
  private:
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<std::string> tokens_;
   std::vector<bool> present_;
+  std::vector<int32_t> byte_ids_ = std::vector<int32_t>(256, -1);  // "<0xXX>" ids by byte (-1: absent)
 };
 
 }  // namespace colossal::text

@@ -5,6 +5,8 @@
 #
 #   scripts/build_llama_cpp.sh            build (idempotent) and print the directory of the binaries
 #   scripts/build_llama_cpp.sh --root     print the source directory (convert_hf_to_gguf.py, gguf-py)
+#   scripts/build_llama_cpp.sh --source   fetch the sources only (idempotent; setup.sh does, for the
+#                                         tests that run llama.cpp's converter) and print their directory
 #
 # Built: llama-bench (prompt and decode speed), llama-batched-bench (parallel sequences),
 # llama-quantize (q8_0, q4_0), llama-perplexity and
@@ -22,7 +24,8 @@ if [[ "${1:-}" == "--root" ]]; then echo "$SRC"; exit 0; fi
 
 log() { echo "[build_llama_cpp] $*" >&2; }
 
-if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
+fetch_source() {
+  [[ -f "$SRC/CMakeLists.txt" ]] && return 0
   PY="$("$HERE/setup.sh" --python)"
   mkdir -p "$ROOT/download"
   log "downloading llama-cpp-python==$VERSION (sdist) from PyPI"
@@ -33,7 +36,9 @@ if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
   tar xzf "$ROOT/download/llama_cpp_python-$VERSION.tar.gz" -C "$ROOT/src.tmp" --strip-components=1
   [[ -f "$ROOT/src.tmp/vendor/llama.cpp/CMakeLists.txt" ]] || { log "no vendor/llama.cpp in the sdist"; exit 1; }
   rm -rf "$ROOT/src" && mv "$ROOT/src.tmp" "$ROOT/src"
-fi
+}
+fetch_source
+if [[ "${1:-}" == "--source" ]]; then echo "$SRC"; exit 0; fi
 
 TARGETS=(llama-bench llama-batched-bench llama-quantize llama-perplexity llama-completion)
 missing=0

@@ -179,6 +179,10 @@ fetch_deb_files python3-imageio clips usr/lib/python3/dist-packages/imageio/reso
 fetch_deb_files opencv-doc clips usr/share/doc/opencv-doc/examples/data/vtest.avi \
   usr/share/doc/opencv-doc/examples/data/Megamind.avi usr/share/doc/opencv-doc/examples/data/Megamind_bugy.avi
 
+# llama.cpp's sources (from PyPI's llama-cpp-python sdist): the tests run its own converter,
+# convert_hf_to_gguf.py, on model directories. Only fetched here; bench_infer builds the binaries.
+"$(dirname "${BASH_SOURCE[0]}")/build_llama_cpp.sh" --source >/dev/null
+
 # ccache: outside the checkout, large enough for a few LibTorch PCHs (~700 MB each).
 CCACHE_DIR="$CACHE_ROOT/ccache" ccache --max-size=20G >/dev/null
 

@@ -58,6 +58,8 @@ class Decoder {
 };
 
 std::unique_ptr<Normalizer> make_normalizer(const JsonField& j);
+/// SentencePiece's compiled normalisation rules (precompiled.cpp).
+std::unique_ptr<Normalizer> make_precompiled(const JsonField& j);
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonField& j);
 std::unique_ptr<Model> make_model(const JsonField& j);
 std::unique_ptr<PostProcessor> make_post_processor(const JsonField& j);

@@ -1,5 +1,5 @@
 // Decoders: tokens back to text (ByteLevel, Metaspace, WordPiece, ByteFallback, Fuse, Strip,
-// Replace, BPEDecoder, sequences).
+// Replace, BPEDecoder, CTC, sequences).
 #include <cctype>
 
 #include "core/common/check.h"
@@ -170,6 +170,28 @@ class BpeDecoder : public Decoder {
   std::string suffix_;
 };
 
+// CTC (speech models' output): repeated tokens collapsed, the pad token dropped, the word
+// delimiter made a space (with WordPiece's cleanup when asked).
+class CtcDecoder : public Decoder {
+ public:
+  CtcDecoder(std::string pad, std::string delimiter, bool cleanup)
+      : pad_(std::move(pad)), delimiter_(std::move(delimiter)), cleanup_(cleanup) {}
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i > 0 && tokens[i] == tokens[i - 1]) continue;
+      std::string t = replace_literal(tokens[i], pad_, "");
+      if (cleanup_) t = replace_literal(WordPieceDecoder::cleanup(t), delimiter_, " ");
+      if (!t.empty()) out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+ private:
+  std::string pad_, delimiter_;
+  bool cleanup_;
+};
+
 class SequenceDecoder : public Decoder {
  public:
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
@@ -186,7 +208,7 @@ class SequenceDecoder : public Decoder {
 
 std::unique_ptr<Decoder> make_decoder(const JsonField& j) {
   const auto t = j.type("decoder", {"ByteLevel", "Metaspace", "WordPiece", "ByteFallback", "Fuse", "Strip", "Replace",
-                                    "BPEDecoder", "Sequence"});
+                                    "BPEDecoder", "CTC", "Sequence"});
   if (t == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (t == "Metaspace") {
     std::string scheme = j.has("prepend_scheme") ? j["prepend_scheme"].str() : (j.boolean("add_prefix_space", true) ? "always" : "never");
@@ -202,6 +224,9 @@ std::unique_ptr<Decoder> make_decoder(const JsonField& j) {
   }
   if (t == "Replace") return std::make_unique<ReplaceDecoder>(pattern_of(j["pattern"]), j["content"].str());
   if (t == "BPEDecoder") return std::make_unique<BpeDecoder>(j.str("suffix", "</w>"));
+  if (t == "CTC")
+    return std::make_unique<CtcDecoder>(j.str("pad_token", "<pad>"), j.str("word_delimiter_token", "|"),
+                                        j.boolean("cleanup", true));
   std::vector<std::unique_ptr<Decoder>> parts;
   const auto list = j["decoders"];
   for (size_t i = 0; i < list.size(); ++i) parts.push_back(make_decoder(list[i]));

@@ -108,6 +108,39 @@ class BertNormalizer : public Normalizer {
   bool clean_, chinese_, strip_, lower_;
 };
 
+// Marian/NMT's cleaning: ASCII control characters dropped, other spaces and separators made ' '.
+class Nmt : public Normalizer {
+ public:
+  std::string normalize(std::string s) const override {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size();) {
+      const auto [c, n] = decode_utf8(s, i);
+      i += static_cast<size_t>(n);
+      if ((c >= 0x01 && c <= 0x08) || c == 0x0B || (c >= 0x0E && c <= 0x1F) || c == 0x7F || c == 0x8F || c == 0x9F)
+        continue;
+      const bool space = c == 0x09 || c == 0x0A || c == 0x0C || c == 0x0D || c == 0x1680 ||
+                         (c >= 0x200B && c <= 0x200F) || c == 0x2028 || c == 0x2029 || c == 0x2581 || c == 0xFEFF ||
+                         c == 0xFFFD;
+      if (space) out.push_back(' ');
+      else append_utf8(out, c);
+    }
+    return out;
+  }
+};
+
+// Every byte as the printable character GPT-2's byte-level alphabet gives it.
+class ByteLevelNormalizer : public Normalizer {
+ public:
+  std::string normalize(std::string s) const override {
+    const auto& table = byte_to_unicode();
+    std::string out;
+    out.reserve(s.size() * 2);
+    for (const char b : s) out += table[static_cast<unsigned char>(b)];
+    return out;
+  }
+};
+
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
@@ -131,7 +164,8 @@ Regex pattern_of(const JsonField& j) {
 
 std::unique_ptr<Normalizer> make_normalizer(const JsonField& j) {
   const auto t = j.type("normalizer", {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "Strip", "Prepend",
-                                       "Replace", "BertNormalizer", "Sequence"});
+                                       "Replace", "BertNormalizer", "Precompiled", "Nmt", "ByteLevel",
+                                       "Sequence"});
   if (t == "NFC") return std::make_unique<FormNormalizer>(NormalForm::kNFC);
   if (t == "NFD") return std::make_unique<FormNormalizer>(NormalForm::kNFD);
   if (t == "NFKC") return std::make_unique<FormNormalizer>(NormalForm::kNFKC);
@@ -141,6 +175,9 @@ std::unique_ptr<Normalizer> make_normalizer(const JsonField& j) {
   if (t == "Strip") return std::make_unique<Strip>(j.boolean("strip_left", true), j.boolean("strip_right", true));
   if (t == "Prepend") return std::make_unique<Prepend>(j["prepend"].str());
   if (t == "Replace") return std::make_unique<Replace>(pattern_of(j["pattern"]), j["content"].str());
+  if (t == "Precompiled") return make_precompiled(j);
+  if (t == "Nmt") return std::make_unique<Nmt>();
+  if (t == "ByteLevel") return std::make_unique<ByteLevelNormalizer>();
   if (t == "BertNormalizer") {
     const bool lower = j.boolean("lowercase", true);
     // strip_accents null: follows lowercase (BERT's rule).

@@ -8,11 +8,13 @@ namespace colossal::text {
 std::unique_ptr<Model> make_bpe(const JsonField& j);
 std::unique_ptr<Model> make_wordpiece(const JsonField& j);
 std::unique_ptr<Model> make_unigram(const JsonField& j);
+std::unique_ptr<Model> make_word_level(const JsonField& j);
 
 std::unique_ptr<Model> make_model(const JsonField& j) {
-  const auto t = j.type("model", {"BPE", "WordPiece", "Unigram"});
+  const auto t = j.type("model", {"BPE", "WordPiece", "Unigram", "WordLevel"});
   if (t == "BPE") return make_bpe(j);
   if (t == "WordPiece") return make_wordpiece(j);
+  if (t == "WordLevel") return make_word_level(j);
   return make_unigram(j);
 }
 

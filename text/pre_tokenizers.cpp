@@ -98,7 +98,12 @@ class Metaspace : public PreTokenizer {
 
 class Whitespace : public PreTokenizer {
  public:
-  Whitespace() : regex_(R"(\w+|[^\w\s]+)") {}
+  // tokenizers compiles \w+|[^\w\s]+ with Rust's regex crate, whose \w (UTS #18) is wider than
+  // Oniguruma's: Alphabetic (letter numbers, circled letters), marks, decimal digits, connector
+  // punctuation and the joiners ZWNJ/ZWJ. Spelled out so PCRE2 gives the same classes.
+  Whitespace()
+      : regex_(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+|)"
+               R"([^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\p{White_Space}]+)") {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     split_each(pieces, [&](const std::string& s) { return split_by(s.size(), regex_.find_all(s), SplitBehavior::kRemoved, true); });
   }

@@ -43,6 +43,25 @@ std::vector<int> char_lengths(std::string_view s) {
   return out;
 }
 
+std::vector<size_t> grapheme_lengths(std::string_view s) {
+  std::vector<size_t> out;
+  utf8proc_int32_t state = 0;
+  char32_t prev = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size();) {
+    const auto [c, n] = decode_utf8(s, i);
+    if (i > 0 && utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(prev),
+                                                  static_cast<utf8proc_int32_t>(c), &state)) {
+      out.push_back(i - start);
+      start = i;
+    }
+    prev = c;
+    i += static_cast<size_t>(n);
+  }
+  if (start < s.size()) out.push_back(s.size() - start);
+  return out;
+}
+
 bool valid_utf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     utf8proc_int32_t c = 0;

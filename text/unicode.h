@@ -17,6 +17,8 @@ std::vector<char32_t> code_points(std::string_view s);
 /// Byte lengths of each character, in order.
 std::vector<int> char_lengths(std::string_view s);
 bool valid_utf8(std::string_view s);
+/// Byte lengths of the extended grapheme clusters (UAX #29, utf8proc's tables), in order.
+std::vector<size_t> grapheme_lengths(std::string_view s);
 /// Invalid sequences replaced by U+FFFD (as Rust's String::from_utf8_lossy).
 std::string to_valid_utf8(std::string_view s);
 

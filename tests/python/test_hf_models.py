@@ -192,3 +192,37 @@ def test_gguf_of_the_directory_reads_the_byte_level_vocabulary(llama3_dir, tmp_p
                                         "--temperature", "0", "--max_new_tokens", "16"],
                                        capture_output=True, text=True, check=True).stdout
     assert run(gguf_path) == run(d)
+
+
+def test_gguf_from_llama_cpps_own_converter(llama3_dir, tmp_path):
+    """llama.cpp's convert_hf_to_gguf.py (from the sources scripts/setup.sh fetches) on the
+    directory: the file it writes gives the directory's ids and greedy text. The converter runs
+    unchanged but for naming the pre-tokenizer (tests/llama/convert_with_llama_cpp.py says why)."""
+    d, hf_tok, _ = llama3_dir
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.join(here, "..", "..")
+    src = subprocess.run(["bash", os.path.join(root, "scripts", "build_llama_cpp.sh"), "--root"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert os.path.isfile(os.path.join(src, "convert_hf_to_gguf.py")), \
+        f"llama.cpp's sources are missing under {src}: run scripts/setup.sh"
+    gguf_path = tmp_path / "converted-f32.gguf"
+    done = subprocess.run([sys.executable, os.path.join(here, "..", "llama", "convert_with_llama_cpp.py"), src, str(d),
+                           str(gguf_path), "--pre", "llama-bpe"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    import gguf
+    reader = gguf.GGUFReader(str(gguf_path))
+    field = lambda name: reader.fields[name].contents()
+    assert field("tokenizer.ggml.model") == "gpt2" and field("tokenizer.ggml.pre") == "llama-bpe"
+    assert "<|start_header_id|>" in field("tokenizer.chat_template")
+
+    import colossal
+    texts = [TEXT, "Emma Woodhouse, handsome <|eot_id|> 1815 caf\u00e9", "  \n\n spaces\t\tand 1234567 \u4f60\u597d \U0001F999"]
+    tok = colossal.llama.Tokenizer(str(gguf_path))
+    for text in texts:
+        assert tok.encode(text) == hf_tok(text).input_ids, text
+    run = lambda model: subprocess.run([f"{APPS}/infer_llama", "--model", str(model), "--prompt", "It is a truth",
+                                        "--temperature", "0", "--max_new_tokens", "16"],
+                                       capture_output=True, text=True, check=True).stdout
+    assert run(gguf_path) == run(d)

@@ -1,7 +1,10 @@
-// tokenizer.json against the real thing: tests/text/make_tokenizers.py trains six tokenizers with
+// tokenizer.json against the real thing: tests/text/make_tokenizers.py trains nine tokenizers with
 // Hugging Face `tokenizers` on Jane Austen's novels (byte-level BPE with Llama 3's split regex,
 // SentencePiece-style BPE with byte fallback read through transformers' AutoTokenizer, WordPiece
-// with BERT's normalizer, Unigram with NFKC and Metaspace, GPT-2's byte-level BPE, and a BPE
+// with BERT's normalizer, Unigram with NFKC and Metaspace, a SentencePiece Unigram model with
+// nmt_nfkc rules converted by transformers (the Precompiled normalizer of T5/XLM-R, after Nmt),
+// GPT-2's byte-level BPE, a BPE whose normalizer maps bytes (ByteLevel), WordLevel with CTC's
+// decoder, and a BPE
 // with word-piece prefixes, suffixes, digits and punctuation), with special and added tokens;
 // ours must give the same ids (with and without special tokens) and the same decoded text for
 // every line of the corpus sample and of a Unicode torture file. Bad files are named.
@@ -38,6 +41,9 @@ const char* const kTorture[] = {
     "Yesterday morning I went, yesterday morning you came",
     "a\u0085b\u200bc\ufeffd\u00a0e\u3000f",
     "\u0130stanbul \u03a3\u0391\u03a3 stra\u00dfe \ufb01 \uff21\uff22\uff23\uff11\uff12\uff13 \U0001D518\U0001D52B\U0001D526",
+    "\uff76\uff80\uff76\uff85 \uff8a\uff9f\uff8b\uff9f \u2122 \u337b \u3300 x\u00b2 \u00bd \ufb03 \u2474 \u33a1 \uff5e",
+    "e\u0301\u0302\u0303 \u1100\u1161\u11a8 \u0915\u094d\u0937 \U0001F44D\U0001F3FD \u2000\u2003x\u00a0\u00a0y",
+    "\u24b6\u24d1\u216b\u2167x \u02b0\u02e0 \u0f40\u0f72\u0f0b \u0300\u0301alone \u203f\u2040_ \u200c\u200d",
     "ctrl \x01 del \x7f bell \x07",
     "<0x41> <extra_id_0> tail",
     " leading space",
@@ -47,7 +53,9 @@ const char* const kTorture[] = {
     "supercalifragilisticexpialidociousnessintheextreme",
 };
 
-const std::vector<std::string> kKinds = {"byte_level_bpe", "sentencepiece_bpe", "wordpiece", "unigram", "gpt2_bpe", "subword_bpe"};
+const std::vector<std::string> kKinds = {"byte_level_bpe", "sentencepiece_bpe", "wordpiece", "unigram", "sentencepiece_unigram",
+                                         "gpt2_bpe", "byte_level_normalized_bpe", "word_level",
+                                         "subword_bpe"};
 
 // Built once per process: the corpus, the torture file and every tokenizer with its expectations.
 const std::string& fixtures() {
@@ -112,6 +120,11 @@ TEST(HfTokenizer, ByteLevelBpeWithLlama3SplitMatchesTokenizers) { expect_same_as
 TEST(HfTokenizer, SentencePieceStyleBpeWithByteFallbackMatchesTransformers) { expect_same_as_tokenizers("sentencepiece_bpe"); }
 TEST(HfTokenizer, WordPieceWithBertNormalizerMatchesTokenizers) { expect_same_as_tokenizers("wordpiece"); }
 TEST(HfTokenizer, UnigramWithMetaspaceMatchesTokenizers) { expect_same_as_tokenizers("unigram"); }
+TEST(HfTokenizer, SentencePieceUnigramWithPrecompiledCharsmapMatchesTokenizers) {
+  expect_same_as_tokenizers("sentencepiece_unigram");
+}
+TEST(HfTokenizer, ByteLevelNormalizerWithSplitMatchesTokenizers) { expect_same_as_tokenizers("byte_level_normalized_bpe"); }
+TEST(HfTokenizer, WordLevelWithCtcDecoderMatchesTokenizers) { expect_same_as_tokenizers("word_level"); }
 TEST(HfTokenizer, Gpt2ByteLevelBpeMatchesTokenizers) { expect_same_as_tokenizers("gpt2_bpe"); }
 TEST(HfTokenizer, SubwordBpeWithPrefixSuffixDigitsPunctuationMatchesTokenizers) { expect_same_as_tokenizers("subword_bpe"); }
 
@@ -142,7 +155,7 @@ TEST(HfTokenizer, BadFilesAreNamed) {
   auto has = [](const std::string& m, const std::string& part) {
     EXPECT_NE(m.find(part), std::string::npos) << "expected '" << part << "' in: " << m;
   };
-  has(msg(R"({"model": {"type": "Sentencepiece"}})"), "$.model.type: model \"Sentencepiece\" is not supported (supported: BPE, WordPiece, Unigram)");
+  has(msg(R"({"model": {"type": "Sentencepiece"}})"), "$.model.type: model \"Sentencepiece\" is not supported (supported: BPE, WordPiece, Unigram, WordLevel)");
   has(msg(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [3]}})"), "tokenizer.json: $.model.merges[0]: expected a merge \"left right\" or [left, right], found the number 3");
   has(msg(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})"), "$.model.merges[0]: the merge \"a\" + \"b\" uses a token outside the vocabulary");
   has(msg(R"({"model": {"type": "WordPiece", "vocab": {"a": "zero"}}})"), "$.model.vocab.a: expected an integer id, found the string \"zero\"");
@@ -152,8 +165,14 @@ TEST(HfTokenizer, BadFilesAreNamed) {
   has(msg(R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Sideways"},
               "model": {"type": "BPE", "vocab": {}, "merges": []}})"),
       "$.pre_tokenizer.behavior: expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous, found the string \"Sideways\"");
-  has(msg(R"({"normalizer": {"type": "Precompiled"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})"),
-      "$.normalizer.type: normalizer \"Precompiled\" is not supported");
+  has(msg(R"({"normalizer": {"type": "Rot13"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})"),
+      "$.normalizer.type: normalizer \"Rot13\" is not supported");
+  has(msg(R"({"normalizer": {"type": "Precompiled", "precompiled_charsmap": "AAA*"},
+              "model": {"type": "BPE", "vocab": {}, "merges": []}})"),
+      "$.normalizer.precompiled_charsmap: not base64: byte 3 is '*'");
+  has(msg(R"({"normalizer": {"type": "Precompiled", "precompiled_charsmap": "ZAAAAAAAAAA="},
+              "model": {"type": "BPE", "vocab": {}, "merges": []}})"),
+      "$.normalizer.precompiled_charsmap: the charsmap's trie size 100 does not fit its 4 bytes");
   has(msg("{\"model\": "), "tokenizer.json: not valid JSON");
   has(testing::error_message_of([&] { HfTokenizer::from_directory(dir + "/nowhere"); }), "has no tokenizer.json");
 }

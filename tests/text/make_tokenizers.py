@@ -80,6 +80,33 @@ def unigram(corpus):  # T5 / XLM-R shaped
     return tok, None
 
 
+def sentencepiece_unigram(corpus):  # T5 / XLM-R / ALBERT as converted from a .model: Precompiled
+    """A SentencePiece Unigram model trained with nmt_nfkc rules, converted by transformers'
+    SpmConverter: the normalizer is SentencePiece's compiled charsmap (Precompiled)."""
+    import tempfile
+    import sentencepiece as spm
+    from transformers.convert_slow_tokenizer import SpmConverter
+
+    prefix = os.path.join(tempfile.mkdtemp(), "spm")
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=VOCAB, model_type="unigram",
+                                   normalization_rule_name="nmt_nfkc", character_coverage=1.0, minloglevel=2,
+                                   num_threads=1)
+
+    class Slow:  # the little of a slow tokenizer that SpmConverter reads
+        vocab_file = prefix + ".model"
+        legacy = True
+        add_prefix_space = True
+
+    class Converter(SpmConverter):
+        def post_processor(self):
+            return processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+
+    tok = Converter(Slow()).converted()
+    assert tok.to_str().count('"Precompiled"') == 1
+    tok.normalizer = normalizers.Sequence([normalizers.Nmt(), tok.normalizer])  # Marian's cleaning first
+    return tok, None
+
+
 def gpt2_bpe(corpus):  # GPT-2: ByteLevel's own regex, a leading space added
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
@@ -89,6 +116,27 @@ def gpt2_bpe(corpus):  # GPT-2: ByteLevel's own regex, a leading space added
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train([corpus], trainer)
     tok.post_processor = processors.ByteLevel(trim_offsets=True)
+    return tok, None
+
+
+def byte_level_normalized_bpe(corpus):  # bytes mapped by the normalizer, split before each mapped space
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.ByteLevel()
+    tok.pre_tokenizer = pre_tokenizers.Split("\u0120", behavior="merged_with_next")
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train([corpus], trainer)
+    return tok, None
+
+
+def word_level(corpus):  # one id per word (character-level and classic word models), CTC's decoder
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train([corpus], trainers.WordLevelTrainer(vocab_size=VOCAB, special_tokens=["<unk>", "<pad>"],
+                                                  show_progress=False))
+    tok.decoder = decoders.CTC(pad_token="<pad>", word_delimiter_token="|", cleanup=True)
     return tok, None
 
 
@@ -106,7 +154,8 @@ def subword_bpe(corpus):  # classic BPE: word pieces with "##" and "</w>", lower
 
 
 KINDS = {"byte_level_bpe": byte_level_bpe, "sentencepiece_bpe": sentencepiece_bpe, "wordpiece": wordpiece,
-         "unigram": unigram, "gpt2_bpe": gpt2_bpe, "subword_bpe": subword_bpe}
+         "unigram": unigram, "sentencepiece_unigram": sentencepiece_unigram, "gpt2_bpe": gpt2_bpe,
+         "byte_level_normalized_bpe": byte_level_normalized_bpe, "word_level": word_level, "subword_bpe": subword_bpe}
 
 
 def main(root):

@@ -208,16 +208,68 @@ Tokenizer gguf_tokenizer(const GgufFile& f) {
 }
 
 namespace {
-// The split each tokenizer.ggml.pre name stands for (llama.cpp's converter writes the name).
+// The split each tokenizer.ggml.pre name stands for (llama.cpp's converter writes the name, from a
+// hash of the model's tokenizer): the Split regexes of the model's own tokenizer.json, applied in
+// order, each isolating its matches. ignore_merges: whole words found in the vocabulary are taken
+// as they are (Llama 3's tokenizer.json sets it).
 struct PreSplit {
-  const char* regex;
+  std::vector<const char*> regexes;
   bool ignore_merges;
 };
+constexpr const char* kLlama3Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen35Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kGpt2Split = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kTekkenSplit =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kGpt4oSplit =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kDeepseek3Split =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 const std::map<std::string, PreSplit>& pre_splits() {
   static const std::map<std::string, PreSplit> m = {
-      {"llama-bpe", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", true}},
-      {"qwen2", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", false}},
-      {"gpt-2", {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", false}},
+      // Llama 3 and the models that took its tokenizer's split.
+      {"llama-bpe", {{kLlama3Split}, true}},
+      {"dbrx", {{kLlama3Split}, false}},
+      {"smaug-bpe", {{kLlama3Split}, false}},
+      {"chatglm-bpe", {{kLlama3Split}, false}},
+      // Qwen2, Qwen2.5, Qwen3 (and StableLM 2, Hunyuan); Qwen3.5 keeps marks with their letters.
+      {"qwen2", {{kQwen2Split}, false}},
+      {"stablelm2", {{kQwen2Split}, false}},
+      {"hunyuan", {{kQwen2Split}, false}},
+      {"qwen35", {{kQwen35Split}, false}},
+      // GPT-2's own regex (ByteLevel's), and the models that kept it.
+      {"gpt-2", {{kGpt2Split}, false}},
+      {"mpt", {{kGpt2Split}, false}},
+      {"olmo", {{kGpt2Split}, false}},
+      {"jais", {{kGpt2Split}, false}},
+      // Digits one by one, then GPT-2's regex (StarCoder, SmolLM, Command R, EXAONE, ...).
+      {"starcoder", {{"\\p{N}", kGpt2Split}, false}},
+      {"refact", {{"\\p{N}", kGpt2Split}, false}},
+      {"command-r", {{"\\p{N}", kGpt2Split}, false}},
+      {"smollm", {{"\\p{N}", kGpt2Split}, false}},
+      {"codeshell", {{"\\p{N}", kGpt2Split}, false}},
+      {"exaone", {{"\\p{N}", kGpt2Split}, false}},
+      {"minerva-7b", {{"\\p{N}", kGpt2Split}, false}},
+      // Mistral's Tekken (Nemo, Small 3, Pixtral) and GPT-4o's split (Phi-4, MiniMax).
+      {"tekken", {{kTekkenSplit}, false}},
+      {"gpt-4o", {{kGpt4oSplit}, false}},
+      {"minimax-m2", {{kGpt4oSplit}, false}},
+      // DeepSeek V3/R1: digits in threes, CJK runs, then the rest.
+      {"deepseek-v3", {{"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+", kDeepseek3Split},
+                       false}},
   };
   return m;
 }
@@ -252,9 +304,11 @@ std::unique_ptr<text::Tokenizer> gguf_text_tokenizer(const GgufFile& f) {
   for (const auto& m : merges) merge_list.push_back(m.s);
   nlohmann::ordered_json j;
   j["added_tokens"] = added;
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", split->second.regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-                                           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+  nlohmann::ordered_json splits = nlohmann::ordered_json::array();
+  for (const char* regex : split->second.regexes)
+    splits.push_back({{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}});
+  splits.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}});
+  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", splits}};
   j["decoder"] = {{"type", "ByteLevel"}};
   j["model"] = {{"type", "BPE"}, {"ignore_merges", split->second.ignore_merges}, {"vocab", vocab}, {"merges", merge_list}};
   text::TokenizerConfig config;

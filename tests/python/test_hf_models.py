@@ -226,3 +226,65 @@ def test_gguf_from_llama_cpps_own_converter(llama3_dir, tmp_path):
                                         "--temperature", "0", "--max_new_tokens", "16"],
                                        capture_output=True, text=True, check=True).stdout
     assert run(gguf_path) == run(d)
+
+
+# The pre-tokenizers of the models whose GGUF files name these tokenizer.ggml.pre values, as their
+# tokenizer.json files write them (Split regexes in order, then ByteLevel without its own regex).
+_DIGITS = r"\p{N}"
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+PRE_SPLITS = {
+    "llama-bpe": [SPLIT],
+    "qwen2": [r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+              r"\s+(?!\S)|\s+"],
+    "qwen35": [r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "gpt-2": [_GPT2],
+    "starcoder": [_DIGITS, _GPT2],
+    "tekken": [r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+               r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "gpt-4o": [r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+               r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+               r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "deepseek-v3": [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+                    r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|"
+                    r"\s*[\r\n]+|\s+(?!\S)|\s+"],
+}
+MIXED = ["It's 12345 o'clock; THEY'RE here\r\n\n  and   there\tTabs", "CamelCaseWords and HTTPServer x/y//z 3.14159",
+         "\u4f60\u597d\u4e16\u754c\u3001\u3072\u3089\u304c\u306a\u30ab\u30bf\u30ab\u30ca 2024\u5e74",
+         "na\u00efve e\u0301\u0302 \u0915\u094d\u0937 \u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35 !!! ...?? {\"a\": [1, 2]}",
+         "\U0001F469\u200D\U0001F469\u200D\U0001F467 \u00bd \u2460 1,000,000"]
+
+
+@pytest.mark.parametrize("pre", sorted(PRE_SPLITS))
+def test_gguf_pre_tokenizer_names_split_as_the_models_tokenizer_json(pre, tmp_path):
+    """A byte-level BPE trained with each model's split, written to GGUF under that model's
+    tokenizer.ggml.pre name (vocabulary only): our ids equal tokenizers' on mixed text."""
+    import gguf
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(ignore_merges=pre == "llama-bpe"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_SPLITS[pre]] +
+        [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.train_from_iterator([TEXT] * 10 + MIXED * 5, trainers.BpeTrainer(
+        vocab_size=500, special_tokens=["<|end|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    tj = json.loads(tok.to_str())
+    vocab = sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])
+    path = tmp_path / f"{pre}.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list([t for t, _ in vocab])
+    w.add_token_types([3 if t == "<|end|>" else 1 for t, _ in vocab])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    import colossal
+    ours = colossal.llama.Tokenizer(str(path))
+    for text in [TEXT] + MIXED:
+        assert ours.encode(text) == tok.encode(text).ids, (pre, text)

@@ -303,6 +303,27 @@ TokenDataset TokenDataset::open(const DatasetOptions& o, const text::Tokenizer& 
   std::string docs = read_file(base + ".docs");
   d.doc_offsets_.resize(docs.size() / sizeof(int64_t));
   std::memcpy(d.doc_offsets_.data(), docs.data(), docs.size());
+  if (o.mode == "sft") {
+    // A conversation counts when a reply token is a target inside the window: positions 1 to
+    // max_length - 1 (position 0 is never predicted).
+    const auto* msk = static_cast<const uint8_t*>(d.mask_->data);
+    for (size_t i = 0; i + 1 < d.doc_offsets_.size(); ++i) {
+      const int64_t begin = d.doc_offsets_[i], end = std::min(d.doc_offsets_[i + 1], begin + o.max_length);
+      bool reply = false;
+      for (int64_t t = begin + 1; t < end && !reply; ++t) reply = msk[t] != 0;
+      if (reply) {
+        d.samples_.push_back(static_cast<int64_t>(i));
+      } else if (d.no_reply_++ == 0) {
+        COLOSSAL_LOG_WARN("[data] conversation ", i, " (", d.doc_offsets_[i + 1] - begin,
+                          " tokens) has no reply within max_length ", o.max_length, ": left out");
+      }
+    }
+    if (d.no_reply_ > 1)
+      COLOSSAL_LOG_WARN("[data] ", d.no_reply_, " of ", d.doc_offsets_.size() - 1, " conversations have no reply within ",
+                        "max_length ", o.max_length, " and are left out; a longer max_length keeps them");
+    COLOSSAL_CHECK(!d.samples_.empty(), "[data] none of the ", d.doc_offsets_.size() - 1,
+                   " conversations has a reply within max_length ", o.max_length, ": nothing to learn");
+  }
   return d;
 }
 
@@ -310,7 +331,7 @@ int64_t TokenDataset::num_tokens() const { return static_cast<int64_t>(tokens_->
 
 int64_t TokenDataset::size() const {
   if (options_.mode == "pretrain") return num_tokens() / options_.max_length;
-  return static_cast<int64_t>(doc_offsets_.size()) - 1;
+  return static_cast<int64_t>(samples_.size());
 }
 
 Batch TokenDataset::batch(const std::vector<int64_t>& indices) const {
@@ -324,8 +345,9 @@ Batch TokenDataset::batch(const std::vector<int64_t>& indices) const {
   for (int64_t b = 0; b < B; ++b) {
     int64_t i = indices[b];
     COLOSSAL_CHECK(i >= 0 && i < size(), "[data] sample ", i, " is outside [0, ", size(), ")");
-    int64_t begin = options_.mode == "pretrain" ? i * L : doc_offsets_[i];
-    int64_t end = options_.mode == "pretrain" ? begin + L : std::min(doc_offsets_[i + 1], begin + L);
+    const int64_t doc = options_.mode == "pretrain" ? -1 : samples_[static_cast<size_t>(i)];
+    int64_t begin = options_.mode == "pretrain" ? i * L : doc_offsets_[doc];
+    int64_t end = options_.mode == "pretrain" ? begin + L : std::min(doc_offsets_[doc + 1], begin + L);
     for (int64_t t = begin; t < end; ++t) {
       ip[b * L + (t - begin)] = tok[t];
       lp[b * L + (t - begin)] = msk[t] ? tok[t] : -100;

@@ -17,7 +17,9 @@
 //
 // Samples: pretraining packs the stream into windows of max_length + 1 tokens (inputs and the
 // next-token labels); fine-tuning keeps one conversation per sample, truncated to max_length+1,
-// padded with labels -100.
+// padded with labels -100. A conversation whose replies all start past max_length would teach
+// nothing (and give a step no token to average over): it is left out, with a warning that counts
+// such conversations and names the first.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,6 +61,8 @@ class TokenDataset {
   int64_t size() const;            // samples
   int64_t num_tokens() const;
   int64_t skipped_lines() const { return skipped_; }
+  /// sft: conversations left out because no reply token falls inside max_length.
+  int64_t replies_past_max_length() const { return no_reply_; }
   bool reused_cache() const { return reused_; }
   const std::string& cache_key() const { return key_; }
   /// Samples `indices` stacked into a batch.
@@ -69,9 +73,11 @@ class TokenDataset {
   struct Mapping;
   std::unique_ptr<Mapping> tokens_, mask_;
   std::vector<int64_t> doc_offsets_;  // sft: where each conversation starts (and the end)
+  std::vector<int64_t> samples_;      // sft: the conversations trained on (a reply within max_length)
   DatasetOptions options_;
   int64_t pad_id_ = 0;
   int64_t skipped_ = 0;
+  int64_t no_reply_ = 0;
   bool reused_ = false;
   std::string key_;
 };

@@ -166,5 +166,36 @@ TEST(Dataset, FineTuningKeepsLossOnAssistantTurnsOnly) {
   EXPECT_NE(msg.find("unknown chat template 'chatml' (known: auto, llama2)"), std::string::npos) << msg;
 }
 
+TEST(Dataset, ConversationsWithNoReplyInsideMaxLengthAreLeftOut) {
+  // A prompt longer than max_length leaves its reply outside the window: such a sample has no
+  // target (a step would average over nothing), so it is left out and counted; when every
+  // conversation is like that, the error says so.
+  Fixture f;
+  std::string jsonl = f.dir + "/long.jsonl";
+  std::string long_prompt;
+  for (int i = 0; i < 40; ++i) long_prompt += "the quick brown fox jumps over the lazy dog ";
+  std::ofstream(jsonl) << R"({"messages": [{"from": "human", "content": ")" << long_prompt << R"("},)"
+                       << R"( {"from": "assistant", "content": "hello"}]})" << "\n"
+                       << R"({"messages": [{"from": "human", "content": "say hello"},)"
+                       << R"( {"from": "assistant", "content": "hello"}]})" << "\n";
+  DatasetOptions o;
+  o.files = {jsonl};
+  o.cache_dir = f.dir + "/cache";
+  o.mode = "sft";
+  o.max_length = 32;
+  auto d = TokenDataset::open(o, *f.tok);
+  EXPECT_EQ(d.size(), 1);
+  EXPECT_EQ(d.replies_past_max_length(), 1);
+  auto b = d.batch({0});
+  EXPECT_EQ(b.input_ids[0][1].item<int64_t>(), f.tok->encode_with("[INST] say hello [/INST]", true, false)[1])
+      << "the sample kept is the short conversation";
+  EXPECT_GT(b.labels.ne(-100).sum().item<int64_t>(), 0);
+  std::ofstream(jsonl) << R"({"messages": [{"from": "human", "content": ")" << long_prompt << R"("},)"
+                       << R"( {"from": "assistant", "content": "hello"}]})" << "\n";
+  auto msg = testing::error_message_of([&] { TokenDataset::open(o, *f.tok); });
+  EXPECT_NE(msg.find("none of the 1 conversations has a reply within max_length 32: nothing to learn"),
+            std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace colossal::llama

@@ -31,6 +31,12 @@ void LlamaConfig::validate() const {
                    "router_jitter_noise in [0, 1), got ", router_aux_loss_coef, ", ", router_z_loss_coef, ", ",
                    capacity_factor, ", ", router_jitter_noise);
   }
+  COLOSSAL_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "mixtral" || model_type == "qwen2" ||
+                     model_type == "qwen3",
+                 "[llama] config: model_type '", model_type, "' is not one of llama, mistral, mixtral, qwen2, qwen3");
+  COLOSSAL_CHECK(model_type != "mixtral" || is_moe(), "[llama] config: model_type mixtral needs num_local_experts > 0");
+  COLOSSAL_CHECK(!is_moe() || model_type == "mixtral" || model_type == "llama", "[llama] config: ", model_type,
+                 " with num_local_experts: only mixtral's experts are implemented");
   COLOSSAL_CHECK(num_local_experts >= 0, "[llama] config: num_local_experts must be >= 0, got ", num_local_experts);
   COLOSSAL_CHECK(resolved_head_dim() % 2 == 0, "[llama] config: head_dim must be even for rotary embeddings, got ",
                  resolved_head_dim());
@@ -40,7 +46,8 @@ int64_t LlamaConfig::num_parameters() const {
   int64_t d = resolved_head_dim();
   int64_t q = hidden_size * num_attention_heads * d, kv = 2 * hidden_size * num_key_value_heads * d;
   int64_t o = num_attention_heads * d * hidden_size;
-  int64_t bias = attention_bias ? num_attention_heads * d + 2 * num_key_value_heads * d + hidden_size : 0;
+  int64_t bias = (q_k_v_bias() ? num_attention_heads * d + 2 * num_key_value_heads * d : 0) +
+                 (attention_bias ? hidden_size : 0) + (qk_norm ? 2 * d : 0);
   int64_t expert = 3 * hidden_size * intermediate_size;
   int64_t mlp = is_moe() ? num_local_experts * expert + num_local_experts * hidden_size : expert;
   int64_t layer = q + kv + o + bias + mlp + 2 * hidden_size;

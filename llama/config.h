@@ -1,5 +1,6 @@
 #pragma once
-// LLaMA hyper-parameters, named as in a Hugging Face config.json.
+// Decoder hyper-parameters, named as in a Hugging Face config.json: LLaMA and the families built
+// from the same blocks (Mistral, Mixtral, Qwen2/2.5, Qwen3), told apart by model_type.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
+  // llama | mistral | mixtral | qwen2 | qwen3: what config.json said, written back by to_json
+  // (the architecture transformers builds); the differences are the switches below.
+  std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -27,7 +31,9 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   int64_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool attention_bias = false;  // bias on q, k, v and o (LLaMA's and Qwen3's field)
+  bool qkv_bias = false;        // bias on q, k and v only (Qwen2: always)
+  bool qk_norm = false;         // RMSNorm over each head's q and k before the rotation (Qwen3)
   double initializer_range = 0.02;
   RopeScaling rope_scaling;
   int64_t bos_token_id = 1, eos_token_id = 2, pad_token_id = -1;
@@ -47,6 +53,7 @@ struct LlamaConfig {
   double capacity_factor = 0;
 
   bool is_moe() const { return num_local_experts > 0; }
+  bool q_k_v_bias() const { return attention_bias || qkv_bias; }
 
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   /// Throws naming the field when the numbers contradict each other.

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -63,13 +64,40 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
     out = js[key].get<bool>();
   };
   if (js.contains("model_type")) {
-    COLOSSAL_CHECK(js["model_type"] == "llama" || js["model_type"] == "mistral" || js["model_type"] == "mixtral",
-                   "[llama] ", origin, ": model_type is ", js["model_type"].dump(),
-                   ", expected \"llama\", \"mistral\" or \"mixtral\"");
+    const auto& t = js["model_type"];
+    static const std::set<std::string> kRefused = {"qwen2_moe", "qwen3_moe"};
+    COLOSSAL_CHECK(!(t.is_string() && kRefused.count(t.get<std::string>())), "[llama] ", origin, ": model_type ",
+                   t.dump(), ": mixtures of experts with shared experts (Qwen-MoE) are not supported; the dense "
+                   "qwen2 and qwen3 are");
+    COLOSSAL_CHECK(t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen3", "[llama] ", origin,
+                   ": model_type is ", t.dump(), ", expected \"llama\", \"mistral\", \"mixtral\", \"qwen2\" or \"qwen3\"");
+    c.model_type = t.get<std::string>();
   }
+  const std::string family = c.model_type;
+  // Qwen2 always has q/k/v biases (no field says so); Qwen3 always normalises q and k per head.
+  c.qkv_bias = family == "qwen2";
+  c.qk_norm = family == "qwen3";
   if (js.contains("hidden_act")) {
-    COLOSSAL_CHECK(js["hidden_act"] == "silu", "[llama] ", origin, ": hidden_act is ",
+    COLOSSAL_CHECK(js["hidden_act"] == "silu", "[llama] ", origin, ": ", family, ": hidden_act is ",
                    js["hidden_act"].dump(), "; this model implements \"silu\" (SwiGLU)");
+  }
+  // Qwen's sliding-window switches: off is plain causal attention everywhere (sliding_window and
+  // max_window_layers then mean nothing); on is refused by name until windows are implemented.
+  bool qwen_window = false;
+  if (family == "qwen2" || family == "qwen3") {
+    read_bool("use_sliding_window", qwen_window);
+    COLOSSAL_CHECK(!qwen_window, "[llama] ", origin, ": ", family,
+                   ": use_sliding_window true is not supported (sliding-window layers)");
+    int64_t unused = 0;
+    read_int("max_window_layers", unused);
+  }
+  if (js.contains("layer_types")) {  // transformers 5: one attention kind per layer
+    used.insert("layer_types");
+    const auto& types = js["layer_types"];
+    COLOSSAL_CHECK(types.is_array(), "[llama] ", origin, ": field 'layer_types' expected a list, found ", types.dump());
+    for (size_t i = 0; i < types.size(); ++i)
+      COLOSSAL_CHECK(types[i] == "full_attention", "[llama] ", origin, ": ", family, ": layer_types[", i, "] is ",
+                     types[i].dump(), "; only \"full_attention\" layers are supported");
   }
   read_int("vocab_size", c.vocab_size);
   read_int("hidden_size", c.hidden_size);
@@ -83,7 +111,7 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   read_double("rope_theta", c.rope_theta);
   read_int("max_position_embeddings", c.max_position_embeddings);
   read_bool("tie_word_embeddings", c.tie_word_embeddings);
-  read_bool("attention_bias", c.attention_bias);
+  if (family != "qwen2") read_bool("attention_bias", c.attention_bias);
   read_double("initializer_range", c.initializer_range);
   read_int("bos_token_id", c.bos_token_id);
   if (js.contains("eos_token_id") && js["eos_token_id"].is_array()) {  // Llama 3.x: several ids end a turn
@@ -106,12 +134,16 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   read_double("router_jitter_noise", c.router_jitter_noise);
   read_double("router_z_loss_coef", c.router_z_loss_coef);
   read_double("capacity_factor", c.capacity_factor);
-  COLOSSAL_CHECK(js.value("model_type", std::string()) != "mixtral" || c.num_local_experts > 0, "[llama] ", origin,
+  COLOSSAL_CHECK(family != "mixtral" || c.num_local_experts > 0, "[llama] ", origin,
                  ": model_type \"mixtral\" needs num_local_experts > 0");
+  COLOSSAL_CHECK(c.num_local_experts == 0 || family == "mixtral" || family == "llama", "[llama] ", origin, ": ", family,
+                 ": num_local_experts is not a field of this family");
   // Mistral and Mixtral write sliding_window: null is plain causal attention. A window shorter
   // than max_position_embeddings is not implemented; sequences within it attend exactly as a
   // sliding window would, so the model's length is capped there (longer ones are refused by name).
-  if (js.contains("sliding_window")) {
+  if (js.contains("sliding_window") && (family == "qwen2" || family == "qwen3")) {
+    used.insert("sliding_window");  // without use_sliding_window (refused above) it is not applied
+  } else if (js.contains("sliding_window")) {
     used.insert("sliding_window");
     const auto& w = js["sliding_window"];
     COLOSSAL_CHECK(w.is_null() || (w.is_number_integer() && w.get<int64_t>() > 0), "[llama] ", origin,
@@ -167,8 +199,13 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path, std::vector<std
 
 std::string LlamaConfig::to_json() const {
   json js;
-  js["architectures"] = {is_moe() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
-  js["model_type"] = is_moe() ? "mixtral" : "llama";
+  // The family read (a Mixtral built in code says llama: experts make it mixtral).
+  const std::string type = is_moe() ? "mixtral" : model_type;
+  static const std::map<std::string, std::string> kArchitecture = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+  js["architectures"] = {kArchitecture.at(type)};
+  js["model_type"] = type;
   js["hidden_act"] = "silu";
   js["vocab_size"] = vocab_size;
   js["hidden_size"] = hidden_size;
@@ -181,7 +218,9 @@ std::string LlamaConfig::to_json() const {
   js["rope_theta"] = rope_theta;
   js["max_position_embeddings"] = max_position_embeddings;
   js["tie_word_embeddings"] = tie_word_embeddings;
-  js["attention_bias"] = attention_bias;
+  if (type != "qwen2") js["attention_bias"] = attention_bias;  // Qwen2 has no such field: its q/k/v bias is fixed
+  if (type == "qwen2" || type == "qwen3") js["use_sliding_window"] = false;
+  if (type == "mistral") js["sliding_window"] = nullptr;
   js["initializer_range"] = initializer_range;
   js["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() > 1) js["eos_token_id"] = eos_token_ids;

@@ -45,9 +45,11 @@ LlamaCudaInference::LlamaCudaInference(LlamaForCausalLM& model, Options options)
     Layer x;
     auto& a = l->self_attn;
     x.qkv = put(at::cat({a->q_proj->weight, a->k_proj->weight, a->v_proj->weight}, 0));
-    if (config_.attention_bias) {
-      x.qkv_bias = put(at::cat({a->q_proj->bias, a->k_proj->bias, a->v_proj->bias}, 0));
-      x.o_bias = put(a->o_proj->bias);
+    if (config_.q_k_v_bias()) x.qkv_bias = put(at::cat({a->q_proj->bias, a->k_proj->bias, a->v_proj->bias}, 0));
+    if (config_.attention_bias) x.o_bias = put(a->o_proj->bias);
+    if (a->q_norm) {
+      x.q_norm = put(a->q_norm->weight);
+      x.k_norm = put(a->k_norm->weight);
     }
     x.o = put(a->o_proj->weight);
     x.gate_up = put(at::cat({l->mlp->gate_proj->weight, l->mlp->up_proj->weight}, 0));
@@ -170,9 +172,13 @@ at::Tensor LlamaCudaInference::forward(const inference::ModelInput& in, inferenc
     const auto layer = static_cast<int64_t>(li);
     auto x = std::get<0>(cuda::rms_norm_forward(h, L.input_norm, eps));
     auto qkv = L.qkv_bias.defined() ? at::addmm(L.qkv_bias, x, L.qkv.t()) : at::mm(x, L.qkv.t());
-    auto q = cuda::rope(qkv.narrow(1, 0, H * D).view({1, n, H, D}), cos_, sin_, positions, false).view({n, H, D});
-    auto k = cuda::rope(qkv.narrow(1, H * D, KV * D).view({1, n, KV, D}), cos_, sin_, positions, false)
-                 .view({n, KV, D});
+    auto q_in = qkv.narrow(1, 0, H * D), k_in = qkv.narrow(1, H * D, KV * D);
+    if (L.q_norm.defined()) {  // Qwen3: each head normalised (rows of D) before the rotation
+      q_in = std::get<0>(cuda::rms_norm_forward(q_in.reshape({n * H, D}), L.q_norm, eps)).view({n, H * D});
+      k_in = std::get<0>(cuda::rms_norm_forward(k_in.reshape({n * KV, D}), L.k_norm, eps)).view({n, KV * D});
+    }
+    auto q = cuda::rope(q_in.view({1, n, H, D}), cos_, sin_, positions, false).view({n, H, D});
+    auto k = cuda::rope(k_in.view({1, n, KV, D}), cos_, sin_, positions, false).view({n, KV, D});
     auto v = qkv.narrow(1, (H + KV) * D, KV * D).reshape({n, KV, D});
     auto& kc = cache.keys(layer);
     auto& vc = cache.values(layer);

@@ -40,6 +40,7 @@ class LlamaCudaInference : public inference::CausalLM {
 
  private:
   struct Layer {
+    at::Tensor q_norm, k_norm;  // Qwen3: [head_dim]
     at::Tensor input_norm, post_norm, qkv, qkv_bias, o, o_bias, gate_up, down;
   };
   // How one step's tokens attend, worked out once per forward (the same for every layer): fresh

@@ -93,6 +93,11 @@ void silu_mul_rows(const float* gate_up, float* act, int64_t rows, int64_t ffn) 
   });
 }
 
+// Qwen3's per-head RMSNorm of q or k, in place on [n, heads, head_dim] (a view into the qkv rows).
+void head_norm(at::Tensor x, const at::Tensor& weight, double eps) {
+  x.copy_(x * at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps) * weight);
+}
+
 void add_rows(float* h, const float* x, int64_t rows, int64_t dim, const float* bias = nullptr) {
   at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
@@ -147,10 +152,12 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
     auto pack = [&](const char* name, const at::Tensor& t) { return pack_named(prefix + name, t); };
     auto& a = l->self_attn;
     x.qkv = pack("qkv", at::cat({a->q_proj->weight, kv_rows(a->k_proj->weight), kv_rows(a->v_proj->weight)}, 0));
-    if (config_.attention_bias) {
+    if (config_.q_k_v_bias())
       x.qkv_bias = fp32(at::cat({a->q_proj->bias, kv_rows(a->k_proj->bias), kv_rows(a->v_proj->bias)}, 0));
-      // Added once, after the reduction (every rank holds it whole).
-      x.o_bias = fp32(a->o_proj->bias);
+    if (config_.attention_bias) x.o_bias = fp32(a->o_proj->bias);  // added once, after the reduction
+    if (a->q_norm) {
+      x.q_norm = fp32(a->q_norm->weight);
+      x.k_norm = fp32(a->k_norm->weight);
     }
     x.o = pack("o", a->o_proj->weight);
     if (l->block_sparse_moe) {
@@ -424,6 +431,11 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
     float* qkv = b.qkv.data_ptr<float>();
     L.qkv.forward_into(normed, n, qkv, width);
     if (L.qkv_bias.defined()) b.qkv.narrow(0, 0, n).add_(L.qkv_bias);
+    if (L.q_norm.defined()) {
+      auto rows = b.qkv.narrow(0, 0, n);
+      head_norm(rows.narrow(1, 0, heads * d).view({n, heads, d}), L.q_norm, eps);
+      head_norm(rows.narrow(1, heads * d, kv * d).view({n, kv, d}), L.k_norm, eps);
+    }
     rope_rows(qkv, width, b.attn[0].data_ptr<float>(), heads * d, n, heads, d, positions, cos, sin);
     rope_rows(qkv + heads * d, width, qkv + heads * d, width, n, kv, d, positions, cos, sin);
     cache.write_rows(layer, in.attention.slots.const_data_ptr<int64_t>(), n, qkv + heads * d,

@@ -78,6 +78,7 @@ class LlamaInference : public inference::CausalLM {
  private:
   struct Layer {
     at::Tensor input_norm, post_norm, qkv_bias, o_bias;  // fp32
+    at::Tensor q_norm, k_norm;                           // Qwen3: [head_dim] fp32
     inference::PackedLinear qkv, o, gate_up, down;
     at::Tensor router;                                              // Mixtral: [experts, hidden] fp32
     std::vector<inference::PackedLinear> expert_gate_up, expert_down;  // per expert, w1 and w3 fused

@@ -25,13 +25,14 @@ namespace colossal::llama {
 
 using nn::call;
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel)
-    : eps_(eps), parallel_(parallel) {
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel, bool per_head)
+    : eps_(eps), parallel_(parallel), per_head_(per_head) {
   weight = register_parameter("weight", nn::deferred_init_enabled() ? nn::deferred_empty({dim}) : torch::ones({dim}));
 }
 
 std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
-  if (!parallel::splits_sequence_over_tp(parallel_)) return {};
+  const bool partial = per_head_ ? parallel_.tp_size() > 1 : parallel::splits_sequence_over_tp(parallel_);
+  if (!partial) return {};
   parallel::ShardSpec s;
   s.group = parallel_.tp;
   s.gradient_partial = true;
@@ -64,10 +65,17 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where)
     : parallel_(where.parallel), head_dim_(c.resolved_head_dim()) {
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int tp = parallel_.tp_size();
-  q_proj = register_module("q_proj", linear(where.at("q_proj"), c.hidden_size, heads * head_dim_, c.attention_bias));
-  k_proj = register_module("k_proj", linear(where.at("k_proj"), c.hidden_size, kv * head_dim_, c.attention_bias, kv));
-  v_proj = register_module("v_proj", linear(where.at("v_proj"), c.hidden_size, kv * head_dim_, c.attention_bias, kv));
+  const bool qkv_bias = c.q_k_v_bias();
+  q_proj = register_module("q_proj", linear(where.at("q_proj"), c.hidden_size, heads * head_dim_, qkv_bias));
+  k_proj = register_module("k_proj", linear(where.at("k_proj"), c.hidden_size, kv * head_dim_, qkv_bias, kv));
+  v_proj = register_module("v_proj", linear(where.at("v_proj"), c.hidden_size, kv * head_dim_, qkv_bias, kv));
   o_proj = register_module("o_proj", linear(where.at("o_proj"), heads * head_dim_, c.hidden_size, c.attention_bias));
+  if (c.qk_norm) {
+    // Whole on every rank (one head_dim vector shared by the heads); under tp each rank
+    // normalises its own heads, so the gradient is summed over the tensor group.
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, parallel_, /*per_head=*/true));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, parallel_, /*per_head=*/true));
+  }
   heads_ = q_proj->local_out_features() / head_dim_;
   kv_heads_ = k_proj->local_out_features() / head_dim_;
   if (tp > 1 && kv_heads_ == kv && kv < tp) {
@@ -91,6 +99,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
   }
   k = k.view({B, T, kv_heads_, head_dim_});
   v = v.view({B, T, kv_heads_, head_dim_});
+  if (q_norm) {
+    q = call(q_norm, q);
+    k = call(k_norm, k);
+  }
   // Rotary embeddings at the tokens' own positions, before any exchange.
   q = nn::apply_rotary(q, rope.cos, rope.sin, positions);
   k = nn::apply_rotary(k, rope.cos, rope.sin, positions);

@@ -1,6 +1,7 @@
 #pragma once
 // A LLaMA decoder in LibTorch with the Hugging Face parameter names:
-//   model.embed_tokens.weight, model.layers.N.self_attn.{q,k,v,o}_proj.weight,
+//   model.embed_tokens.weight, model.layers.N.self_attn.{q,k,v,o}_proj.{weight,bias},
+//   model.layers.N.self_attn.{q,k}_norm.weight (Qwen3),
 //   model.layers.N.mlp.{gate,up,down}_proj.weight, model.layers.N.{input,post_attention}_layernorm.weight,
 //   model.norm.weight, lm_head.weight
 // and Mixtral (num_local_experts > 0) with model.layers.N.block_sparse_moe.* instead of mlp.* (llama/moe.h).
@@ -26,15 +27,19 @@ namespace colossal::llama {
 
 class RMSNormImpl : public torch::nn::Module, public parallel::ShardedModule {
  public:
-  RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel = {});
+  /// `per_head`: normalises each attention head of this rank (Qwen3's q/k norm): under tensor
+  /// parallelism the heads are split, so its gradient is partial over the tensor group.
+  RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel = {}, bool per_head = false);
   torch::Tensor forward(const torch::Tensor& x);
-  /// Replicated; under split_gather it normalises sequence shards, so its gradient is partial.
+  /// Replicated; under split_gather (or per head under tp) it sees part of the input, so its
+  /// gradient is partial.
   std::map<std::string, parallel::ShardSpec> shard_specs() const override;
   torch::Tensor weight;
 
  private:
   double eps_;
   parallel::ParallelContext parallel_;
+  bool per_head_;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -55,6 +60,7 @@ class AttentionImpl : public torch::nn::Module {
   /// whole sequence, or this rank's shard under all_to_all and ring_attn).
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
   parallel::ParallelLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 (qk_norm): over each head, shared by all heads
 
  private:
   parallel::ParallelContext parallel_;

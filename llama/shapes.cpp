@@ -59,7 +59,7 @@ double training_flops_per_token(const LlamaConfig& c, int64_t sequence) {
 
 tools::ModelSpec model_spec(const LlamaConfig& c) {
   tools::ModelSpec s;
-  s.family = c.is_moe() ? "mixtral" : "llama";
+  s.family = c.is_moe() ? "mixtral" : c.model_type;
   s.vocab = c.vocab_size;
   s.hidden = c.hidden_size;
   s.intermediate = c.intermediate_size;
@@ -71,6 +71,8 @@ tools::ModelSpec model_spec(const LlamaConfig& c) {
   s.experts_per_token = c.is_moe() ? c.num_experts_per_tok : 0;
   s.tied_embeddings = c.tie_word_embeddings;
   s.biases = c.attention_bias;  // (attention projections only; the difference is a few hidden-sized vectors)
+  s.qkv_biases = c.qkv_bias;
+  s.head_norms = c.qk_norm ? 2 : 0;
   return s;
 }
 

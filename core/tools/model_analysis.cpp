@@ -13,8 +13,9 @@ namespace {
 int64_t linear(int64_t in, int64_t out, bool bias) { return in * out + (bias ? out : 0); }
 
 int64_t attention_parameters(const ModelSpec& s) {
-  return linear(s.hidden, s.q_dim(), s.biases) + 2 * linear(s.hidden, s.kv_dim(), s.biases) +
-         linear(s.q_dim(), s.hidden, s.biases);
+  const bool qkv = s.biases || s.qkv_biases;
+  return linear(s.hidden, s.q_dim(), qkv) + 2 * linear(s.hidden, s.kv_dim(), qkv) +
+         linear(s.q_dim(), s.hidden, s.biases) + s.head_norms * s.head_size;
 }
 
 int64_t expert_parameters(const ModelSpec& s) {

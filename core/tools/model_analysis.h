@@ -29,6 +29,8 @@ struct ModelSpec {
   bool tied_embeddings = false;
   bool gated_mlp = true;  // SwiGLU (three matrices) or GELU (two, with biases)
   bool biases = false;    // linear layers with biases (ViT)
+  bool qkv_biases = false;  // biases on the query, key and value projections only
+  int64_t head_norms = 0;   // per-head norm vectors of head_size in each attention (q/k norms)
   // ViT only.
   int64_t patch_dim = 0;  // channels x patch x patch
   int64_t patches = 0;    // tokens per image, the class token included

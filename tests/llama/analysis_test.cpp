@@ -78,7 +78,14 @@ TEST(LlamaModelAnalysis, ParameterCountsMatchTheModels) {
   auto moe = shaped(32, 48, 4, 2, 2);
   moe.num_local_experts = 4;
   moe.num_experts_per_tok = 2;
-  for (const auto& c : {gqa, tied, moe}) {
+  auto qwen2 = gqa;  // q/k/v biases
+  qwen2.model_type = "qwen2";
+  qwen2.qkv_bias = true;
+  auto qwen3 = gqa;  // q/k norms, a head_dim of its own
+  qwen3.model_type = "qwen3";
+  qwen3.qk_norm = true;
+  qwen3.head_dim = 16;
+  for (const auto& c : {gqa, tied, moe, qwen2, qwen3}) {
     LlamaForCausalLM model(c);
     int64_t actual = 0;
     for (const auto& p : model->parameters()) actual += p.numel();

@@ -2,7 +2,7 @@
 // the same seed and the same global batch: losses for 3 AdamW steps with gradient clipping, the
 // clipped norm, and every gradient gathered whole after the data-parallel reduction, within
 // relative 1e-5 (fp32): split_gather x dp with ZeRO-1, tp x sp x dp with ZeRO-2 (all_to_all) and
-// DDP (ring_attn). Invalid combinations of layout and model shape are refused with their reasons
+// DDP (ring_attn); the Qwen2 and Qwen3 blocks under DDP, ZeRO-2, Gemini and tp 2. Invalid combinations of layout and model shape are refused with their reasons
 // before any communication. (The plugin itself — tp x dp under DDP and ZeRO, checkpoints across tp
 // sizes — is tested on a toy transformer in tests/core/booster/hybrid_plugin_test.cpp.)
 #include <gtest/gtest.h>
@@ -30,9 +30,9 @@ LlamaConfig tiny() { return tiny_test_llama(); }
 constexpr int64_t kBatch = 4, kSeq = 16, kSteps = 3;
 constexpr double kClip = 0.5;  // below the first steps' norms: clipping takes effect
 
-torch::Tensor global_batches() {
+torch::Tensor global_batches(const LlamaConfig& c = tiny()) {
   auto g = torch::make_generator<at::CPUGeneratorImpl>(21);
-  return torch::randint(tiny().vocab_size, {kSteps, kBatch, kSeq}, g, torch::kInt64);
+  return torch::randint(c.vocab_size, {kSteps, kBatch, kSeq}, g, torch::kInt64);
 }
 
 struct Run {
@@ -40,11 +40,11 @@ struct Run {
   std::map<std::string, torch::Tensor> grads;  // first step, whole, after clipping
 };
 
-Run reference() {
+Run reference(const LlamaConfig& c = tiny()) {
   torch::manual_seed(5);
-  LlamaForCausalLM model(tiny());
+  LlamaForCausalLM model(c);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
-  auto data = global_batches();
+  auto data = global_batches(c);
   Run run;
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
@@ -59,19 +59,19 @@ Run reference() {
   return run;
 }
 
-Run hybrid(const PluginConfig& o) {
+Run hybrid(const PluginConfig& o, const LlamaConfig& c = tiny()) {
   auto plugin = booster::make_plugin(o);
-  check_parallel(tiny(), plugin->dims(), kSeq);
+  check_parallel(c, plugin->dims(), kSeq);
   const auto ctx = parallel::ParallelContext::from(plugin->dims());
   torch::manual_seed(5);
-  LlamaForCausalLM model(tiny(), ctx);
+  LlamaForCausalLM model(c, ctx);
   const auto specs = parallel::collect_shard_specs(*model);
   auto opt = std::make_shared<torch::optim::AdamW>(model->parameters(),
                                                     torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
   booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), opt);
   auto [dp_rank, dp] = plugin->data_parallel_rank_and_size();
-  auto data = global_batches();
+  auto data = global_batches(c);
   Run run;
   for (int s = 0; s < kSteps; ++s) {
     b.optimizer->zero_grad();
@@ -79,10 +79,14 @@ Run hybrid(const PluginConfig& o) {
     auto loss = model->loss(mine, mine);
     booster.backward(loss, *b.optimizer);
     run.norms.push_back(booster.clip_grad_norm(*b.optimizer, kClip));
-    if (s == 0 && o.options.value("zero_stage", 0) == 0)  // ZeRO keeps reduced gradients in its shards
+    // ZeRO and Gemini keep reduced gradients in their shards.
+    const bool whole_grads = (o.name == "hybrid" || o.name == "ddp") && o.options.value("zero_stage", 0) == 0;
+    if (s == 0 && whole_grads)
       for (const auto& p : model->named_parameters()) {
         auto it = specs.find(p.key());
-        run.grads[p.key()] = it == specs.end() ? p.value().grad().clone() : parallel::gather_full(p.value().grad(), it->second);
+        // Copies: a replicated gradient is the DDP bucket's view, which the next step overwrites.
+        run.grads[p.key()] = it == specs.end() ? p.value().grad().clone()
+                                               : parallel::gather_full(p.value().grad(), it->second).clone();
       }
     b.optimizer->step();
     auto l = torch::tensor({loss.item<double>()}, torch::kFloat64);
@@ -130,6 +134,26 @@ TEST(LlamaHybridParallel, TensorTimesSequenceTimesDataParallelMatchesOneProcess)
     expect_same(want, hybrid(opts(2, 2, "all_to_all", 2)), "tp 2 x sp 2 (all_to_all) x dp 2, ZeRO-2");
     expect_same(want, hybrid(opts(2, 2, "ring_attn", 0)), "tp 2 x sp 2 (ring_attn) x dp 2, DDP");
   }, {.world_size = 8, .deadline_s = 240});
+}
+
+// The other decoder families through every data-parallel plugin and tensor parallelism, on
+// 4 ranks: Qwen2 (q/k/v biases, tied embedding) and Qwen3 (per-head q/k norms whose gradient
+// is summed over the tensor group, its own head_dim, biases on all four projections).
+TEST(LlamaHybridParallel, QwenFamiliesUnderEveryPluginMatchOneProcess) {
+  testing::run_ranks(4, [] {
+    for (const auto& [family, config] : {std::pair{"qwen2", tiny_test_qwen2()}, std::pair{"qwen3", tiny_test_qwen3()}}) {
+      const auto want = reference(config);
+      for (const char* name : {"ddp", "zero2", "gemini"}) {
+        PluginConfig o;
+        o.name = name;
+        o.device = "cpu";
+        expect_same(want, hybrid(o, config), std::string(family) + " under " + name);
+      }
+      expect_same(want, hybrid(opts(2, 1, "none", 0), config), std::string(family) + ": tp 2 x dp 2, DDP");
+      expect_same(want, hybrid(opts(2, 2, "split_gather", 1), config),
+                  std::string(family) + ": tp 2 (split_gather) x dp 2, ZeRO-1");
+    }
+  }, {.world_size = 4, .deadline_s = 240});
 }
 
 // Every check happens before communication: the layout against the world (ParallelDims), the

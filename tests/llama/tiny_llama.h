@@ -17,4 +17,24 @@ inline LlamaConfig tiny_test_llama() {
   return c;
 }
 
+/// Qwen2's blocks on the tiny shape: q/k/v biases (o without), the embedding tied to the head.
+inline LlamaConfig tiny_test_qwen2(bool tied = true) {
+  LlamaConfig c = tiny_test_llama();
+  c.model_type = "qwen2";
+  c.qkv_bias = true;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+/// Qwen3's: q/k RMSNorm per head, a head_dim of its own (12, not hidden / heads), and (Qwen3's
+/// attention_bias) biases on q, k, v and o.
+inline LlamaConfig tiny_test_qwen3() {
+  LlamaConfig c = tiny_test_llama();
+  c.model_type = "qwen3";
+  c.qk_norm = true;
+  c.head_dim = 12;
+  c.attention_bias = true;
+  return c;
+}
+
 }  // namespace colossal::llama

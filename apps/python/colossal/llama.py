@@ -45,13 +45,14 @@ def _engine(model_dir, options):
 
 
 def generate(model_dir, prompts, max_new_tokens=64, temperature=0.7, top_k=40, top_p=0.95,
-             repetition_penalty=1.1, **options):
+             repetition_penalty=1.1, return_tokens=False, **options):
     """Completions of `prompts` (a string or a list) by the model directory; infer_llama's defaults.
 
     Sampling options: min_p, presence_penalty, frequency_penalty, seed, stop, ignore_eos; engine
     options: infer_llama's (device, dtype, tp, draft_model, num_speculative_tokens, kv_cache_mib,
     block_size, max_batch, max_batched_tokens, threads); `model_dir` may be a GGUF file.
-    Returns the text (or a list of texts) generated after each prompt.
+    Returns the text (or a list of texts) generated after each prompt; with return_tokens, a
+    dict per prompt: text, tokens (the generated ids) and finish_reason.
     """
     single = isinstance(prompts, str)
     options = dict(options)
@@ -61,8 +62,8 @@ def generate(model_dir, prompts, max_new_tokens=64, temperature=0.7, top_k=40, t
     _C.llama.check_sampling(sampling)  # a misspelt option fails before the model loads
     generator = _engine(model_dir, dict(engine, seed=options.get("seed", 0)))
     results = generator.generate([prompts] if single else list(prompts), sampling)
-    texts = [r["text"] for r in results]
-    return texts[0] if single else texts
+    out = [dict(r) for r in results] if return_tokens else [r["text"] for r in results]
+    return out[0] if single else out
 
 
 class Server:
@@ -132,7 +133,8 @@ def serve(model_dir, host="127.0.0.1", port=8000, **options):
 
 
 class LlamaForCausalLM:
-    """The C++ LLaMA model, for training loops written in Python.
+    """The C++ decoder (LLaMA and the families of its blocks: Mistral, Mixtral, Qwen2, Qwen3, as
+    config.json's model_type says), for training loops written in Python.
 
     model(input_ids) is the logits [batch, seq, vocab]; model(input_ids, labels=labels) is the mean
     next-token cross entropy (labels are input_ids shifted inside; -100 is ignored). Boost it like
@@ -194,4 +196,7 @@ class LlamaForCausalLM:
             dist.barrier()
 
 
-__all__ = ["train", "generate", "serve", "Server", "Tokenizer", "LlamaForCausalLM"]
+# transformers' name for "whichever decoder the directory holds".
+AutoModelForCausalLM = LlamaForCausalLM
+
+__all__ = ["train", "generate", "serve", "Server", "Tokenizer", "LlamaForCausalLM", "AutoModelForCausalLM"]

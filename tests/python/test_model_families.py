@@ -1,0 +1,146 @@
+"""Decoder families as transformers builds them: for each family a random-weight model saved by
+transformers loads here with its logits (a right-padded batch, fp32, within 1e-4), infer_llama's
+greedy text equals generate's, and the directory we save loads back in transformers as the same
+family with the same logits. Fields a family does not support are refused by name."""
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+APPS = os.environ.get("COLOSSAL_APPS", "")
+TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
+        "of a wife. Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition.")
+SHAPE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             max_position_embeddings=256, rope_theta=10000.0, initializer_range=0.3)
+
+
+def family_config(name, vocab, bos, eos):
+    import transformers as tf
+    common = dict(vocab_size=vocab, bos_token_id=bos, eos_token_id=eos, **SHAPE)
+    if name == "llama":
+        return tf.LlamaConfig(attention_bias=True, **common)
+    if name == "mistral":
+        return tf.MistralConfig(sliding_window=None, head_dim=16, **common)
+    if name == "qwen2":
+        return tf.Qwen2Config(**common)
+    if name == "qwen2_tied":  # the small Qwen2.5 models share the embedding with the head
+        return tf.Qwen2Config(tie_word_embeddings=True, **common)
+    if name == "qwen3":  # head_dim given and different from hidden / heads, as Qwen3 writes it
+        return tf.Qwen3Config(head_dim=32, **common)
+    if name == "qwen3_bias":
+        return tf.Qwen3Config(head_dim=24, attention_bias=True, **common)
+    raise ValueError(name)
+
+
+FAMILIES = ["llama", "mistral", "qwen2", "qwen2_tied", "qwen3", "qwen3_bias"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([TEXT] * 10, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family_dir(request, tokenizer, tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    name = request.param
+    d = tmp_path_factory.mktemp(name)
+    config = family_config(name, len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # biases and norms away from their initial values, so each one matters
+        for pname, p in model.named_parameters():
+            if pname.endswith("bias"):
+                p.normal_(0, 0.3)
+            elif "norm" in pname:
+                p.normal_(1, 0.3)
+    model.save_pretrained(d)
+    tokenizer.save_pretrained(d)
+    return name, d, model
+
+
+def padded_batch(tokenizer):
+    enc = tokenizer([TEXT[:70], TEXT[:31]], return_tensors="pt", padding=True)  # right padding
+    assert enc.attention_mask[1].sum() < enc.attention_mask.shape[1]
+    return enc.input_ids, enc.attention_mask
+
+
+def test_logits_equal_transformers_on_a_padded_batch(family_dir, tokenizer):
+    import colossal
+
+    name, d, model = family_dir
+    ids, mask = padded_batch(tokenizer)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits
+    ours = colossal.llama.AutoModelForCausalLM.from_pretrained(d)
+    assert ours.config["model_type"] == json.loads((d / "config.json").read_text())["model_type"]
+    with torch.no_grad():
+        got = ours(ids)
+    keep = mask.bool()
+    diff = (got[keep] - want[keep]).abs().max().item()
+    assert diff < 1e-4, f"{name}: max logit difference {diff}"
+
+
+def test_greedy_tokens_equal_generate(family_dir, tokenizer):
+    import colossal
+
+    name, d, model = family_dir
+    prompt = "It is a truth universally"
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    want = out[0, ids.shape[1]:].tolist()
+    if want[-1] == tokenizer.eos_token_id:
+        want = want[:-1]  # ours reports the text before the end-of-sequence token
+    got = colossal.llama.generate(d, prompt, max_new_tokens=20, temperature=0, repetition_penalty=1.0,
+                                  return_tokens=True)
+    assert got["tokens"][:len(want)] == want, name
+    # int8 runs the same blocks quantized (its tokens may part from fp32's), through the CLI.
+    cli = subprocess.run([f"{APPS}/infer_llama", "--model", str(d), "--prompt", prompt, "--temperature", "0",
+                          "--max_new_tokens", "8", "--dtype", "int8"], capture_output=True)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.startswith(prompt.encode()), cli.stdout
+
+
+def test_our_directory_loads_back_in_transformers(family_dir, tokenizer, tmp_path):
+    import colossal
+    from transformers import AutoModelForCausalLM
+
+    name, d, model = family_dir
+    ours = colossal.llama.AutoModelForCausalLM.from_pretrained(d)
+    ours.save_pretrained(tmp_path / "ours")
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "ours", dtype=torch.float32).eval()
+    assert type(back) is type(model), f"{name}: {type(back).__name__} instead of {type(model).__name__}"
+    ids, _ = padded_batch(tokenizer)
+    with torch.no_grad():
+        diff = (back(ids).logits - ours(ids)).abs().max().item()
+    assert diff < 1e-4, f"{name}: max logit difference {diff}"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model_type": "qwen3_moe"}, "model_type \"qwen3_moe\": mixtures of experts with shared experts (Qwen-MoE) are "
+                                  "not supported"),
+    ({"use_sliding_window": True}, "qwen2: use_sliding_window true is not supported"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "qwen2: layer_types[1] is \"sliding_attention\""),
+    ({"hidden_act": "gelu"}, "qwen2: hidden_act is \"gelu\""),
+])
+def test_unsupported_fields_are_named(tokenizer, tmp_path, change, message):
+    import colossal
+
+    config = json.loads(family_config("qwen2", len(tokenizer), 0, 1).to_json_string())
+    config.update(change)
+    with pytest.raises(Exception) as e:
+        colossal.llama.AutoModelForCausalLM.from_config(config)
+    assert message in str(e.value)

@@ -107,25 +107,36 @@ bool is_gguf_path(const std::string& path) {
 }
 
 LlamaConfig gguf_llama_config(const GgufFile& f) {
+  // LLaMA and the families llama.cpp stores with the same tensors: Qwen2 (q/k/v biases) and
+  // Qwen3 (q/k norms). Keys are prefixed by the architecture's name.
   const std::string arch = f.get_string("general.architecture");
-  COLOSSAL_CHECK(arch == "llama", "[gguf] ", f.path(), ": general.architecture is '", arch,
-                 "'; this version reads LLaMA-architecture files ('llama')");
-  COLOSSAL_CHECK(f.get_int("llama.expert_count", 0) == 0, "[gguf] ", f.path(), ": llama.expert_count is ",
-                 f.get_int("llama.expert_count", 0), "; mixtures of experts are not read from GGUF in this version");
-  if (f.has("llama.rope.scaling.type")) {
-    const auto scaling = f.get_string("llama.rope.scaling.type");
-    COLOSSAL_CHECK(scaling == "none", "[gguf] ", f.path(), ": llama.rope.scaling.type is '", scaling,
+  COLOSSAL_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3", "[gguf] ", f.path(),
+                 ": general.architecture is '", arch, "'; this version reads 'llama', 'qwen2' and 'qwen3' files");
+  const std::string k = arch + ".";
+  COLOSSAL_CHECK(f.get_int(k + "expert_count", 0) == 0, "[gguf] ", f.path(), ": ", k, "expert_count is ",
+                 f.get_int(k + "expert_count", 0), "; mixtures of experts are not read from GGUF in this version");
+  if (f.has(k + "rope.scaling.type")) {
+    const auto scaling = f.get_string(k + "rope.scaling.type");
+    COLOSSAL_CHECK(scaling == "none", "[gguf] ", f.path(), ": ", k, "rope.scaling.type is '", scaling,
                    "'; rope scaling is not read from GGUF in this version");
   }
   LlamaConfig c;
-  c.num_hidden_layers = f.get_int("llama.block_count");
-  c.hidden_size = f.get_int("llama.embedding_length");
-  c.intermediate_size = f.get_int("llama.feed_forward_length");
-  c.num_attention_heads = f.get_int("llama.attention.head_count");
-  c.num_key_value_heads = f.get_int("llama.attention.head_count_kv", c.num_attention_heads);
-  c.max_position_embeddings = f.get_int("llama.context_length");
-  c.rope_theta = f.get_float("llama.rope.freq_base", 10000.0);
-  c.rms_norm_eps = f.get_float("llama.attention.layer_norm_rms_epsilon", 1e-5);
+  c.model_type = arch;
+  c.num_hidden_layers = f.get_int(k + "block_count");
+  c.hidden_size = f.get_int(k + "embedding_length");
+  c.intermediate_size = f.get_int(k + "feed_forward_length");
+  c.num_attention_heads = f.get_int(k + "attention.head_count");
+  c.num_key_value_heads = f.get_int(k + "attention.head_count_kv", c.num_attention_heads);
+  c.max_position_embeddings = f.get_int(k + "context_length");
+  c.rope_theta = f.get_float(k + "rope.freq_base", 10000.0);
+  c.rms_norm_eps = f.get_float(k + "attention.layer_norm_rms_epsilon", 1e-5);
+  // Biases and q/k norms as the tensors of the first block have them.
+  const bool qkv_bias = f.find("blk.0.attn_q.bias") != nullptr, o_bias = f.find("blk.0.attn_output.bias") != nullptr;
+  COLOSSAL_CHECK(!o_bias || qkv_bias, "[gguf] ", f.path(), ": blk.0.attn_output.bias without blk.0.attn_q.bias");
+  c.attention_bias = o_bias;
+  c.qkv_bias = qkv_bias && !o_bias;
+  c.qk_norm = f.find("blk.0.attn_q_norm.weight") != nullptr;
+  COLOSSAL_CHECK(!c.qk_norm || arch == "qwen3", "[gguf] ", f.path(), ": ", arch, " with attn_q_norm tensors");
   const auto& embed = f.tensor("token_embd.weight");
   COLOSSAL_CHECK(embed.shape.size() == 2 && embed.shape[0] == c.hidden_size, "[gguf] ", f.path(),
                  ": token_embd.weight's ggml shape does not start with embedding_length ", c.hidden_size);
@@ -136,8 +147,8 @@ LlamaConfig gguf_llama_config(const GgufFile& f) {
                  ": blk.0.attn_q.weight's rows are not a multiple of head_count ", c.num_attention_heads);
   const int64_t head_dim = q.shape[1] / c.num_attention_heads;
   if (head_dim != c.hidden_size / c.num_attention_heads) c.head_dim = head_dim;
-  const int64_t rot = f.get_int("llama.rope.dimension_count", head_dim);
-  COLOSSAL_CHECK(rot == head_dim, "[gguf] ", f.path(), ": llama.rope.dimension_count is ", rot, ", the head size ",
+  const int64_t rot = f.get_int(k + "rope.dimension_count", head_dim);
+  COLOSSAL_CHECK(rot == head_dim, "[gguf] ", f.path(), ": ", k, "rope.dimension_count is ", rot, ", the head size ",
                  head_dim, "; partial rotary embeddings are not read in this version");
   COLOSSAL_CHECK(c.num_hidden_layers >= 1 && c.num_key_value_heads >= 1 &&
                      c.num_attention_heads % c.num_key_value_heads == 0 && head_dim % 2 == 0,
@@ -362,9 +373,30 @@ std::shared_ptr<LlamaInference> LlamaInference::load_gguf(const std::string& pat
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer x;
-    auto q = matrix(f, p + "attn_q.weight", format, heads * d, hidden).permute_rows(unpermute_rotary(heads, d));
-    auto k = matrix(f, p + "attn_k.weight", format, kv * d, hidden).permute_rows(unpermute_rotary(kv, d));
+    // llama.cpp's converter interleaves LLaMA's q/k rows (weights and biases); Qwen's it keeps.
+    const bool interleaved = c.model_type == "llama";
+    auto q = matrix(f, p + "attn_q.weight", format, heads * d, hidden);
+    auto k = matrix(f, p + "attn_k.weight", format, kv * d, hidden);
+    if (interleaved) {
+      q = q.permute_rows(unpermute_rotary(heads, d));
+      k = k.permute_rows(unpermute_rotary(kv, d));
+    }
     x.qkv = PackedLinear::concat_rows({q, k, matrix(f, p + "attn_v.weight", format, kv * d, hidden)});
+    if (c.q_k_v_bias()) {
+      auto bias = [&](const char* name, int64_t n, int64_t h) {
+        auto b = norm_vector(f, p + name, n);
+        if (!interleaved || h == 0) return b;
+        const auto order = unpermute_rotary(h, d);
+        return b.index_select(0, at::tensor(order, at::kLong)).contiguous();
+      };
+      x.qkv_bias = at::cat({bias("attn_q.bias", heads * d, heads), bias("attn_k.bias", kv * d, kv),
+                            bias("attn_v.bias", kv * d, 0)});
+    }
+    if (c.attention_bias) x.o_bias = norm_vector(f, p + "attn_output.bias", hidden);
+    if (c.qk_norm) {
+      x.q_norm = norm_vector(f, p + "attn_q_norm.weight", d);
+      x.k_norm = norm_vector(f, p + "attn_k_norm.weight", d);
+    }
     x.o = matrix(f, p + "attn_output.weight", format, hidden, heads * d);
     x.gate_up = PackedLinear::concat_rows(
         {matrix(f, p + "ffn_gate.weight", format, ffn, hidden), matrix(f, p + "ffn_up.weight", format, ffn, hidden)});

@@ -46,17 +46,16 @@ def tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator([TEXT] * 10, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        # <|endoftext|>: transformers reads a qwen2 directory with Qwen2Tokenizer, which adds it if missing
+        vocab_size=300, special_tokens=["<s>", "</s>", "<pad>", "<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False))
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def family_dir(request, tokenizer, tmp_path_factory):
+def build_family(name, tokenizer, d):
+    """A random-weight model of the family saved by transformers (with the tokenizer) in `d`."""
     from transformers import AutoModelForCausalLM
 
-    name = request.param
-    d = tmp_path_factory.mktemp(name)
     config = family_config(name, len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval()
@@ -68,7 +67,13 @@ def family_dir(request, tokenizer, tmp_path_factory):
                 p.normal_(1, 0.3)
     model.save_pretrained(d)
     tokenizer.save_pretrained(d)
-    return name, d, model
+    return model
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family_dir(request, tokenizer, tmp_path_factory):
+    d = tmp_path_factory.mktemp(request.param)
+    return request.param, d, build_family(request.param, tokenizer, d)
 
 
 def padded_batch(tokenizer):
@@ -127,6 +132,39 @@ def test_our_directory_loads_back_in_transformers(family_dir, tokenizer, tmp_pat
     with torch.no_grad():
         diff = (back(ids).logits - ours(ids)).abs().max().item()
     assert diff < 1e-4, f"{name}: max logit difference {diff}"
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2_tied", "qwen3_bias"])
+def test_gguf_from_llama_cpps_converter_gives_the_directorys_tokens(name, tokenizer, tmp_path):
+    """llama.cpp's own convert_hf_to_gguf.py on the family's directory (f32): the file gives the
+    directory's greedy tokens and the same logits as the fp32 engine on the directory (LLaMA's
+    interleaved q/k rows and biases put back; Qwen's kept; Qwen3's q/k norms read)."""
+    import sys
+    import colossal
+
+    d = tmp_path / name
+    model = build_family(name, tokenizer, d)
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = subprocess.run(["bash", os.path.join(here, "..", "..", "scripts", "build_llama_cpp.sh"), "--root"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    gguf_path = tmp_path / f"{name}.gguf"
+    done = subprocess.run([sys.executable, os.path.join(here, "..", "llama", "convert_with_llama_cpp.py"), src, str(d),
+                           str(gguf_path), "--pre", "gpt-2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import gguf
+    arch = gguf.GGUFReader(str(gguf_path)).fields["general.architecture"].contents()
+    assert arch == {"llama": "llama", "qwen2_tied": "qwen2", "qwen3_bias": "qwen3"}[name]
+    prompt = "It is a truth universally"
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    want = out[0, ids.shape[1]:].tolist()
+    if want[-1] == tokenizer.eos_token_id:
+        want = want[:-1]
+    for source in (d, gguf_path):
+        got = colossal.llama.generate(source, prompt, max_new_tokens=16, temperature=0, repetition_penalty=1.0,
+                                      return_tokens=True, dtype="fp32")
+        assert got["tokens"][:len(want)] == want, (name, str(source))
 
 
 @pytest.mark.parametrize("change, message", [

@@ -37,6 +37,7 @@ void LlamaConfig::validate() const {
   COLOSSAL_CHECK(model_type != "mixtral" || is_moe(), "[llama] config: model_type mixtral needs num_local_experts > 0");
   COLOSSAL_CHECK(!is_moe() || model_type == "mixtral" || model_type == "llama", "[llama] config: ", model_type,
                  " with num_local_experts: only mixtral's experts are implemented");
+  COLOSSAL_CHECK(sliding_window >= 0, "[llama] config: sliding_window must be >= 0 (0: none), got ", sliding_window);
   COLOSSAL_CHECK(num_local_experts >= 0, "[llama] config: num_local_experts must be >= 0, got ", num_local_experts);
   COLOSSAL_CHECK(resolved_head_dim() % 2 == 0, "[llama] config: head_dim must be even for rotary embeddings, got ",
                  resolved_head_dim());

@@ -30,6 +30,9 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   int64_t max_position_embeddings = 2048;
+  // Mistral/Mixtral: each token attends to itself and the sliding_window - 1 tokens before it
+  // (transformers' rule: key position > query position - sliding_window). 0: full causal.
+  int64_t sliding_window = 0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // bias on q, k, v and o (LLaMA's and Qwen3's field)
   bool qkv_bias = false;        // bias on q, k and v only (Qwen2: always)

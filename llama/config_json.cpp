@@ -138,17 +138,16 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
                  ": model_type \"mixtral\" needs num_local_experts > 0");
   COLOSSAL_CHECK(c.num_local_experts == 0 || family == "mixtral" || family == "llama", "[llama] ", origin, ": ", family,
                  ": num_local_experts is not a field of this family");
-  // Mistral and Mixtral write sliding_window: null is plain causal attention. A window shorter
-  // than max_position_embeddings is not implemented; sequences within it attend exactly as a
-  // sliding window would, so the model's length is capped there (longer ones are refused by name).
+  // Mistral and Mixtral write sliding_window: null is plain causal attention, a number the window.
   if (js.contains("sliding_window") && (family == "qwen2" || family == "qwen3")) {
     used.insert("sliding_window");  // without use_sliding_window (refused above) it is not applied
-  } else if (js.contains("sliding_window")) {
+  } else if (js.contains("sliding_window") && (family == "mistral" || family == "mixtral")) {
     used.insert("sliding_window");
     const auto& w = js["sliding_window"];
     COLOSSAL_CHECK(w.is_null() || (w.is_number_integer() && w.get<int64_t>() > 0), "[llama] ", origin,
                    ": field 'sliding_window' expected null or a positive integer, found ", w.dump());
-    if (!w.is_null()) c.max_position_embeddings = std::min(c.max_position_embeddings, w.get<int64_t>());
+    // A window as long as the context changes nothing: kept as none.
+    if (!w.is_null() && w.get<int64_t>() < c.max_position_embeddings) c.sliding_window = w.get<int64_t>();
   }
   // transformers 4 writes rope_theta + rope_scaling; transformers 5 one rope_parameters object
   // (with rope_theta inside, rope_type "default" when unscaled).
@@ -220,7 +219,10 @@ std::string LlamaConfig::to_json() const {
   js["tie_word_embeddings"] = tie_word_embeddings;
   if (type != "qwen2") js["attention_bias"] = attention_bias;  // Qwen2 has no such field: its q/k/v bias is fixed
   if (type == "qwen2" || type == "qwen3") js["use_sliding_window"] = false;
-  if (type == "mistral") js["sliding_window"] = nullptr;
+  if (type == "mistral" || type == "mixtral") {
+    if (sliding_window > 0) js["sliding_window"] = sliding_window;
+    else js["sliding_window"] = nullptr;
+  }
   js["initializer_range"] = initializer_range;
   js["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() > 1) js["eos_token_id"] = eos_token_ids;
@@ -246,7 +248,6 @@ std::string LlamaConfig::to_json() const {
     js["router_aux_loss_coef"] = router_aux_loss_coef;
     js["output_router_logits"] = output_router_logits;
     js["router_jitter_noise"] = router_jitter_noise;
-    js["sliding_window"] = nullptr;
     if (router_z_loss_coef > 0) js["router_z_loss_coef"] = router_z_loss_coef;
     if (capacity_factor > 0) js["capacity_factor"] = capacity_factor;
   }

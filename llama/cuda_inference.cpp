@@ -30,6 +30,8 @@ LlamaCudaInference::LlamaCudaInference(LlamaForCausalLM& model, Options options)
   COLOSSAL_CHECK(options.device.is_cuda(), "[llama] LlamaCudaInference runs on a CUDA device, got ", options.device);
   COLOSSAL_CHECK(cuda::kernels_usable(), "[llama] --device ", options.device,
                  ": no CUDA GPU is visible (or this build has no CUDA kernels)");
+  COLOSSAL_CHECK(model->config().sliding_window == 0, "[llama] the GPU engine has no sliding-window attention yet; "
+                 "a model with sliding_window ", model->config().sliding_window, " runs on the CPU engine (--device cpu)");
   COLOSSAL_CHECK(!model->parallel_context().tensor_parallel(),
                  "[llama] the GPU engine runs one process; --tp > 1 is the CPU engine's (use --device cpu)");
   COLOSSAL_CHECK(options.dtype == at::kFloat || options.dtype == at::kBFloat16 || options.dtype == at::kHalf,

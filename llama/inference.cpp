@@ -388,11 +388,18 @@ void LlamaInference::attention(const inference::ModelInput& in, inference::Paged
       auto qs = b.attn[0].narrow(0, r, len).view({1, len, heads, d}).transpose(1, 2);
       auto ks = rows.narrow(1, heads * d, kv * d).view({1, len, kv, d}).transpose(1, 2);
       auto vs = rows.narrow(1, (heads + kv) * d, kv * d).view({1, len, kv, d}).transpose(1, 2);
-      auto o = at::scaled_dot_product_attention(qs, ks, vs, {}, 0.0, /*is_causal=*/true, scale,
+      // A prompt longer than the sliding window: causal within the window, as a mask.
+      const int64_t w = config_.sliding_window;
+      std::optional<at::Tensor> mask;
+      if (w > 0 && len > w) {
+        auto i = at::arange(len, at::kLong).unsqueeze(1), j = at::arange(len, at::kLong).unsqueeze(0);
+        mask = (j <= i).logical_and(j > i - w);
+      }
+      auto o = at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, /*is_causal=*/!mask.has_value(), scale,
                                                 /*enable_gqa=*/kv != heads);
       b.attn[1].narrow(0, r, len).view({len, heads, d}).copy_(o[0].transpose(0, 1));
     } else {
-      inference::paged_attention_rows(q, out, heads, cache, layer, in.attention, scale, r, e);
+      inference::paged_attention_rows(q, out, heads, cache, layer, in.attention, scale, r, e, config_.sliding_window);
     }
     r = e;
   }

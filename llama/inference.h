@@ -56,6 +56,7 @@ class LlamaInference : public inference::CausalLM {
   inference::CacheShape cache_shape() const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_positions() const override { return config_.max_position_embeddings; }
+  int64_t sliding_window() const override { return config_.sliding_window; }
   /// Not re-entrant: the model keeps its activation buffers between calls.
   at::Tensor forward(const inference::ModelInput& input, inference::PagedKVCache& cache) override;
   const LlamaConfig& config() const { return config_; }

@@ -62,7 +62,7 @@ parallel::ParallelLinear linear(const BuildContext& where, int64_t in, int64_t o
 }  // namespace
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where)
-    : parallel_(where.parallel), head_dim_(c.resolved_head_dim()) {
+    : parallel_(where.parallel), head_dim_(c.resolved_head_dim()), window_(c.sliding_window) {
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int tp = parallel_.tp_size();
   const bool qkv_bias = c.q_k_v_bias();
@@ -108,7 +108,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
   k = nn::apply_rotary(k, rope.cos, rope.sin, positions);
   torch::Tensor out;  // [B, T, heads_, head_dim_]
   if (parallel_.sp_mode == Mode::kRingAttn && parallel_.sp_size() > 1) {
-    out = parallel::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), parallel_.sp)
+    out = parallel::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), parallel_.sp, window_)
               .transpose(1, 2);
   } else {
     if (parallel_.sp_mode == Mode::kAllToAll && parallel_.sp_size() > 1) {
@@ -122,8 +122,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
       k = parallel::sequence_to_heads(k, parallel_.sp);
       v = parallel::sequence_to_heads(v, parallel_.sp);
     }
-    out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+    // A sliding window shorter than the sequence: causal and within the window, as a mask.
+    const int64_t len = q.size(1);
+    std::optional<torch::Tensor> mask;
+    if (window_ > 0 && len > window_) mask = parallel::sliding_window_mask(len, window_, q.device());
+    out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
+                                           /*dropout_p=*/0.0, /*is_causal=*/!mask.has_value(),
                                            /*scale=*/std::nullopt, /*enable_gqa=*/k.size(2) != q.size(2))
               .transpose(1, 2);
     if (parallel_.sp_mode == Mode::kAllToAll) out = parallel::heads_to_sequence(out, parallel_.sp);

@@ -66,6 +66,7 @@ class AttentionImpl : public torch::nn::Module {
   parallel::ParallelContext parallel_;
   int64_t heads_, kv_heads_, head_dim_;  // this rank's query and key/value heads
   int64_t kv_select_ = -1;               // kv heads kept whole: the one this rank's queries read
+  int64_t window_ = 0;                   // sliding window (Mistral); 0: full causal
 };
 TORCH_MODULE(Attention);
 

@@ -1,5 +1,7 @@
 #include "core/inference/block_manager.h"
 
+#include <algorithm>
+
 #include "core/common/check.h"
 
 namespace colossal::inference {
@@ -31,8 +33,29 @@ bool BlockManager::reserve(SeqId seq, int64_t tokens) {
 void BlockManager::release(SeqId seq) {
   auto it = tables_.find(seq);
   if (it == tables_.end()) return;
-  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) free_.push_back(*b);
+  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b)
+    if (*b >= 0) free_.push_back(*b);  // blocks released early (release_before) are -1
   tables_.erase(it);
+}
+
+int64_t BlockManager::release_before(SeqId seq, int64_t pos) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end() || pos <= 0) return 0;
+  int64_t freed = 0;
+  const int64_t whole = std::min<int64_t>(pos / block_size_, static_cast<int64_t>(it->second.size()));
+  for (int64_t b = 0; b < whole; ++b) {
+    auto& id = it->second[static_cast<size_t>(b)];
+    if (id < 0) continue;
+    free_.push_back(id);
+    id = -1;
+    ++freed;
+  }
+  return freed;
+}
+
+int64_t BlockManager::held_blocks(SeqId seq) const {
+  const auto& t = table(seq);
+  return static_cast<int64_t>(std::count_if(t.begin(), t.end(), [](int32_t b) { return b >= 0; }));
 }
 
 const std::vector<int32_t>& BlockManager::table(SeqId seq) const {
@@ -46,6 +69,8 @@ int64_t BlockManager::slot(SeqId seq, int64_t pos) const {
   int64_t b = pos / block_size_;
   COLOSSAL_CHECK(b < static_cast<int64_t>(t.size()), "[inference] sequence ", seq, ": position ", pos,
                  " is beyond its ", t.size(), " reserved block(s)");
+  COLOSSAL_CHECK(t[static_cast<size_t>(b)] >= 0, "[inference] sequence ", seq, ": position ", pos,
+                 " lies in a block released as outside the sliding window");
   return static_cast<int64_t>(t[static_cast<size_t>(b)]) * block_size_ + pos % block_size_;
 }
 

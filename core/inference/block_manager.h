@@ -1,7 +1,7 @@
 #pragma once
 // The paged KV cache's bookkeeping: a pool of fixed-size blocks (block_size tokens each) and a
 // block table per sequence. Blocks are taken on demand as a sequence grows and all returned
-// when it ends or is preempted. Nothing here touches tensors (see kv_cache.h).
+// when it ends or is preempted; under a sliding window, those behind the window as it moves. Nothing here touches tensors (see kv_cache.h).
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +28,12 @@ class BlockManager {
   bool reserve(SeqId seq, int64_t tokens);
   /// Returns every block of `seq` to the pool (no-op for an unknown sequence).
   void release(SeqId seq);
+  /// Sliding-window attention: returns the blocks of `seq` that hold only positions before `pos`
+  /// (no token will look at them again); their table entries become -1 so later positions keep
+  /// their blocks' indices. Returns how many were freed.
+  int64_t release_before(SeqId seq, int64_t pos);
+  /// Blocks `seq` holds now (its table less the ones released early).
+  int64_t held_blocks(SeqId seq) const;
 
   /// Physical block ids of `seq`, in token order (empty for an unknown sequence).
   const std::vector<int32_t>& table(SeqId seq) const;

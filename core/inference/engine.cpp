@@ -535,6 +535,10 @@ std::vector<GenerationResult> Engine::step() {
     done.push_back(finish(**it, reasons[k].first, reasons[k].second));
     running_.erase(it);
   }
+  // Sliding window: the next token of a sequence (position `computed`) sees positions from
+  // computed - window + 1 on; blocks wholly before that go back to the pool.
+  if (const int64_t window = model_->sliding_window(); window > 0)
+    for (const auto& s : running_) blocks.release_before(s->id, s->computed - window + 1);
   return done;
 }
 

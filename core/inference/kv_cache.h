@@ -60,7 +60,9 @@ struct AttentionMetadata {
 /// out = softmax(q k^T * scale) v over each token's visible cache positions for the step's tokens
 /// [begin, end) (kernels/cpu/paged_attention), q and out fp32 [tokens, heads, head_dim] (the
 /// metadata's rows index the whole step; it must be contiguous), in parallel over tokens x heads.
+/// `window` > 0: each token sees only the last `window` of its positions (a sliding window).
 void paged_attention_rows(const float* q, float* out, int64_t heads, const PagedKVCache& cache, int64_t layer,
-                          const AttentionMetadata& meta, double scale, int64_t begin, int64_t end);
+                          const AttentionMetadata& meta, double scale, int64_t begin, int64_t end,
+                          int64_t window = 0);
 
 }  // namespace colossal::inference

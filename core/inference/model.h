@@ -21,6 +21,9 @@ class CausalLM {
   virtual CacheShape cache_shape() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_positions() const = 0;
+  /// > 0: each token attends only to the last sliding_window positions (itself included), so
+  /// the engine returns cache blocks behind the window. 0: full causal attention.
+  virtual int64_t sliding_window() const { return 0; }
   /// Logits [S, vocab] in fp32 for input.sample_index.
   virtual at::Tensor forward(const ModelInput& input, PagedKVCache& cache) = 0;
 };

@@ -60,12 +60,15 @@ void paged_attention_portable(const PagedAttentionArgs& p, int64_t begin, int64_
     const int64_t context = p.token_context[t];
     float m = -std::numeric_limits<float>::infinity(), l = 0;
     std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t start = 0; start < context; start += p.block_size) {
+    // A sliding window starts at context - window: earlier blocks are never read (they may be freed).
+    const int64_t first = p.window > 0 ? std::max<int64_t>(0, context - p.window) : 0;
+    for (int64_t start = first / p.block_size * p.block_size; start < context; start += p.block_size) {
       const int64_t block = table[start / p.block_size];
       const int64_t n = std::min(p.block_size, context - start);
+      const int64_t j0 = std::max<int64_t>(0, first - start);
       // Scores of this block's keys, then one rescale of the running state per block.
       float block_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = j0; j < n; ++j) {
         int64_t index = (block * p.block_size + j) * p.kv_heads + kvh;
         scores[j] = dot(q, row(p.k_cache, p.bf16_cache, index, d, scratch.data()), d) * p.scale;
         block_max = std::max(block_max, scores[j]);
@@ -74,7 +77,7 @@ void paged_attention_portable(const PagedAttentionArgs& p, int64_t begin, int64_
       const float correction = std::exp(m - new_m);  // 0 on the first block (m = -inf)
       l *= correction;
       for (int64_t i = 0; i < d; ++i) acc[i] *= correction;
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = j0; j < n; ++j) {
         const float w = std::exp(scores[j] - new_m);
         l += w;
         int64_t index = (block * p.block_size + j) * p.kv_heads + kvh;

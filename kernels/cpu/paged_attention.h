@@ -23,6 +23,7 @@ struct PagedAttentionArgs {
   int64_t max_blocks = 0;
   const int32_t* token_seq = nullptr;      // [tokens]: row of block_tables
   const int32_t* token_context = nullptr;  // [tokens]: keys visible (position + 1 for causal)
+  int64_t window = 0;                      // > 0: only the last `window` of them (a sliding window)
   float scale = 1.0f;
   int64_t tokens = 0;
 };

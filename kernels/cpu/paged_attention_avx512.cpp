@@ -43,11 +43,14 @@ void attend(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
     const int32_t* table = p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks;
     const int64_t context = p.token_context[t];
     float m = -std::numeric_limits<float>::infinity(), l = 0;
-    for (int64_t start = 0; start < context; start += p.block_size) {
+    // A sliding window starts at context - window: earlier blocks are never read (they may be freed).
+    const int64_t first = p.window > 0 ? std::max<int64_t>(0, context - p.window) : 0;
+    for (int64_t start = first / p.block_size * p.block_size; start < context; start += p.block_size) {
       const int64_t block = table[start / p.block_size];
       const int64_t n = std::min(p.block_size, context - start);
+      const int64_t j0 = std::max<int64_t>(0, first - start);
       float block_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = j0; j < n; ++j) {
         const int64_t row = ((block * p.block_size + j) * p.kv_heads + kvh) * d;
         __m512 s = _mm512_mul_ps(q[0], load16<Bf16>(p.k_cache, row));
         for (int c = 1; c < Chunks; ++c) s = _mm512_fmadd_ps(q[c], load16<Bf16>(p.k_cache, row + 16 * c), s);
@@ -59,7 +62,7 @@ void attend(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
       l *= correction;
       const __m512 corr = _mm512_set1_ps(correction);
       for (int c = 0; c < Chunks; ++c) acc[c] = _mm512_mul_ps(acc[c], corr);
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = j0; j < n; ++j) {
         const int64_t row = ((block * p.block_size + j) * p.kv_heads + kvh) * d;
         const float score = scores[j];
         const float w = std::exp(score - new_m);

@@ -95,7 +95,7 @@ TEST(LlamaTensorParallel, TwoRanksMatchOneProcess) { testing::run_ranks(2, check
 TEST(LlamaTensorParallel, FourRanksWithWholeKvHeadsMatchOneProcess) { testing::run_ranks(4, check_tp); }
 
 // tp x sp on the whole world: a {sp, tp} mesh (split_gather: the sequence over the tp group).
-void check_sp(parallel::SequenceParallelMode mode, int tp, bool both_heads) {
+void check_sp(parallel::SequenceParallelMode mode, int tp, bool both_heads, int64_t window = 0) {
   const int sp = dist::world_size() / tp;
   dist::ProcessGroupMesh mesh({{"sp", sp}, {"tp", tp}});
   parallel::ParallelContext ctx;
@@ -104,10 +104,12 @@ void check_sp(parallel::SequenceParallelMode mode, int tp, bool both_heads) {
   ctx.sp_mode = mode;
   for (bool tied : both_heads ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
     auto c = config(tied);
+    c.sliding_window = window;
     auto want = train(c, {});
     auto got = train(c, ctx);
     expect_same(want, got, std::string(parallel::to_string(mode)) + " tp=" + std::to_string(tp) +
-                               " sp=" + std::to_string(sp) + (tied ? " tied" : " untied"));
+                               " sp=" + std::to_string(sp) + (tied ? " tied" : " untied") +
+                               " window=" + std::to_string(window));
   }
 }
 
@@ -123,6 +125,16 @@ TEST(LlamaSequenceParallel, AllToAllMatchesOneProcess) {
 TEST(LlamaSequenceParallel, RingAttentionMatchesOneProcess) {
   testing::run_ranks(2, [] { check_sp(Mode::kRingAttn, 1, true); });
   testing::run_ranks(4, [] { check_sp(Mode::kRingAttn, 1, false); });
+}
+// Mistral's sliding window (5 of 16 tokens) in every sequence-parallel mode: ring attention
+// skips and cuts shards, the others mask the gathered sequence.
+TEST(LlamaSequenceParallel, SlidingWindowMatchesOneProcessInEveryMode) {
+  testing::run_ranks(2, [] {
+    check_sp(Mode::kRingAttn, 1, false, 5);
+    check_sp(Mode::kAllToAll, 1, false, 5);
+    check_sp(Mode::kSplitGather, 2, false, 5);
+  });
+  testing::run_ranks(4, [] { check_sp(Mode::kRingAttn, 1, false, 3); });
 }
 TEST(LlamaSequenceParallel, MixedWithTensorParallelMatchOneProcess) {
   testing::run_ranks(4, [] {

@@ -23,6 +23,8 @@ def family_config(name, vocab, bos, eos):
         return tf.LlamaConfig(attention_bias=True, **common)
     if name == "mistral":
         return tf.MistralConfig(sliding_window=None, head_dim=16, **common)
+    if name == "mistral_window":  # a window shorter than the batch and than prompt + reply
+        return tf.MistralConfig(sliding_window=6, head_dim=16, **common)
     if name == "qwen2":
         return tf.Qwen2Config(**common)
     if name == "qwen2_tied":  # the small Qwen2.5 models share the embedding with the head
@@ -34,7 +36,7 @@ def family_config(name, vocab, bos, eos):
     raise ValueError(name)
 
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen2_tied", "qwen3", "qwen3_bias"]
+FAMILIES = ["llama", "mistral", "mistral_window", "qwen2", "qwen2_tied", "qwen3", "qwen3_bias"]
 
 
 @pytest.fixture(scope="module")

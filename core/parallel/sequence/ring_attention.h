@@ -20,8 +20,12 @@ namespace colossal::parallel {
 
 /// q [B, H, T_local, D], k and v [B, H_kv, T_local, D] (H a multiple of H_kv: grouped-query
 /// attention); returns [B, H, T_local, D]. Scale 1/sqrt(D). A group of one is plain causal
-/// attention.
+/// attention. `window` > 0: a sliding window, query p sees keys (p - window, p]; shards wholly
+/// behind every query's window are passed on without any work, blocks the window cuts are masked.
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const dist::Group& group);
+                             const dist::Group& group, int64_t window = 0);
+
+/// [len, len] bool: true where query i sees key j (causal, within the last `window` positions).
+torch::Tensor sliding_window_mask(int64_t len, int64_t window, const torch::Device& device);
 
 }  // namespace colossal::parallel

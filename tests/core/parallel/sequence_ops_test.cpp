@@ -25,17 +25,23 @@ struct Dense {
 };
 
 // Causal attention over the whole sequence in [B, T, H, D] layout, with its q/k/v gradients for
-// the upstream gradient R.
-Dense dense_attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V, const torch::Tensor& R) {
+// the upstream gradient R. A sliding window as a mask built here by hand (query i sees keys j
+// with i - window < j <= i).
+Dense dense_attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V, const torch::Tensor& R,
+                      int64_t window = 0) {
   auto q = Q.clone().requires_grad_(true), k = K.clone().requires_grad_(true), v = V.clone().requires_grad_(true);
-  auto out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, 0.0, true,
-                                              std::nullopt, Q.size(2) != K.size(2))
+  const int64_t T = Q.size(1);
+  auto mask = torch::zeros({T, T}, torch::kBool);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j <= i; ++j) mask[i][j] = window == 0 || j > i - window;
+  auto out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask, 0.0,
+                                              false, std::nullopt, Q.size(2) != K.size(2))
                  .transpose(1, 2);
   (out * R).sum().backward();
   return {out.detach(), q.grad(), k.grad(), v.grad()};
 }
 
-void check_attention(SequenceParallelMode mode) {
+void check_attention(SequenceParallelMode mode, int64_t window = 0) {
   ParallelContext ctx;
   ctx.sp = dist::world_group();
   ctx.sp_mode = mode;
@@ -43,14 +49,14 @@ void check_attention(SequenceParallelMode mode) {
   const int64_t B = 2, T = 16, H = 4, KV = 2, D = 8;
   auto Q = torch::randn({B, T, H, D}), K = torch::randn({B, T, KV, D}), V = torch::randn({B, T, KV, D});
   auto R = torch::randn({B, T, H, D});
-  auto want = dense_attention(Q, K, V, R);
+  auto want = dense_attention(Q, K, V, R, window);
 
   auto q = take_local(Q, ctx).requires_grad_(true);
   auto k = take_local(K, ctx).requires_grad_(true);
   auto v = take_local(V, ctx).requires_grad_(true);
   torch::Tensor out;
   if (mode == SequenceParallelMode::kRingAttn) {
-    out = ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), ctx.sp).transpose(1, 2);
+    out = ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), ctx.sp, window).transpose(1, 2);
   } else {
     // Ulysses with kv heads copied per query head when sp does not divide them.
     auto kk = k, vv = v;
@@ -62,7 +68,8 @@ void check_attention(SequenceParallelMode mode) {
                             ctx.sp);
   }
   (out * take_local(R, ctx)).sum().backward();
-  const std::string what = std::string(to_string(mode)) + " sp=" + std::to_string(ctx.sp.size());
+  const std::string what = std::string(to_string(mode)) + " sp=" + std::to_string(ctx.sp.size()) +
+                           " window=" + std::to_string(window);
   expect_close(out, take_local(want.out, ctx), what + ": output");
   expect_close(q.grad(), take_local(want.dq, ctx), what + ": dq");
   expect_close(k.grad(), take_local(want.dk, ctx), what + ": dk");
@@ -97,6 +104,14 @@ TEST(SequenceParallelOps, RingAttentionMatchesDenseOnTwoRanks) {
 }
 TEST(SequenceParallelOps, RingAttentionMatchesDenseOnFourRanks) {
   testing::run_ranks(4, [] { check_attention(SequenceParallelMode::kRingAttn); });
+}
+// Windows shorter than a zigzag chunk, spanning a few, and longer than the sequence (T = 16:
+// chunks of 4 on 2 ranks, of 2 on 4), so shards are skipped, cut and taken whole.
+TEST(SequenceParallelOps, RingAttentionWithASlidingWindowMatchesItsMask) {
+  for (int64_t window : {2, 3, 6, 11, 40}) {
+    testing::run_ranks(2, [window] { check_attention(SequenceParallelMode::kRingAttn, window); });
+    testing::run_ranks(4, [window] { check_attention(SequenceParallelMode::kRingAttn, window); });
+  }
 }
 TEST(SequenceParallelOps, UlyssesMatchesDenseOnTwoAndFourRanks) {
   testing::run_ranks(2, [] { check_attention(SequenceParallelMode::kAllToAll); });

@@ -1,10 +1,22 @@
 #include "llama/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/common/check.h"
 
 namespace colossal::llama {
+
+const std::vector<std::string>& LlamaConfig::families() {
+  static const std::vector<std::string> kFamilies = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2"};
+  return kFamilies;
+}
+
+std::string LlamaConfig::family_list() {
+  std::string out;
+  for (const auto& f : families()) out += (out.empty() ? "" : ", ") + f;
+  return out;
+}
 
 void LlamaConfig::validate() const {
   auto positive = [](const char* name, int64_t v) {
@@ -31,9 +43,18 @@ void LlamaConfig::validate() const {
                    "router_jitter_noise in [0, 1), got ", router_aux_loss_coef, ", ", router_z_loss_coef, ", ",
                    capacity_factor, ", ", router_jitter_noise);
   }
-  COLOSSAL_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "mixtral" || model_type == "qwen2" ||
-                     model_type == "qwen3",
-                 "[llama] config: model_type '", model_type, "' is not one of llama, mistral, mixtral, qwen2, qwen3");
+  COLOSSAL_CHECK(std::find(families().begin(), families().end(), model_type) != families().end(),
+                 "[llama] config: model_type '", model_type, "' is not one of ", family_list());
+  COLOSSAL_CHECK(hidden_act == "silu" || hidden_act == "gelu" || hidden_act == "gelu_pytorch_tanh",
+                 "[llama] config: hidden_act '", hidden_act, "' is not silu, gelu or gelu_pytorch_tanh");
+  COLOSSAL_CHECK(!is_moe() || hidden_act == "silu", "[llama] config: experts are SwiGLU (hidden_act silu)");
+  COLOSSAL_CHECK(query_pre_attn_scalar >= 0 && attn_logit_softcapping >= 0 && final_logit_softcapping >= 0,
+                 "[llama] config: query_pre_attn_scalar, attn_logit_softcapping and final_logit_softcapping must be "
+                 ">= 0 (0: unused), got ", query_pre_attn_scalar, ", ", attn_logit_softcapping, ", ",
+                 final_logit_softcapping);
+  COLOSSAL_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_hidden_layers,
+                 "[llama] config: layer_types has ", sliding_layers.size(), " entries for ", num_hidden_layers,
+                 " layers");
   COLOSSAL_CHECK(model_type != "mixtral" || is_moe(), "[llama] config: model_type mixtral needs num_local_experts > 0");
   COLOSSAL_CHECK(!is_moe() || model_type == "mixtral" || model_type == "llama", "[llama] config: ", model_type,
                  " with num_local_experts: only mixtral's experts are implemented");
@@ -41,6 +62,23 @@ void LlamaConfig::validate() const {
   COLOSSAL_CHECK(num_local_experts >= 0, "[llama] config: num_local_experts must be >= 0, got ", num_local_experts);
   COLOSSAL_CHECK(resolved_head_dim() % 2 == 0, "[llama] config: head_dim must be even for rotary embeddings, got ",
                  resolved_head_dim());
+}
+
+int64_t LlamaConfig::layer_window(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  if (sliding_layers.empty()) return sliding_window;
+  return sliding_layers.at(static_cast<size_t>(layer)) ? sliding_window : 0;
+}
+
+int64_t LlamaConfig::shared_window() const {
+  for (int64_t i = 0; i < num_hidden_layers; ++i)
+    if (layer_window(i) == 0) return 0;
+  return sliding_window;
+}
+
+double LlamaConfig::attention_scale() const {
+  const double scalar = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(resolved_head_dim());
+  return 1.0 / std::sqrt(scalar);
 }
 
 int64_t LlamaConfig::num_parameters() const {
@@ -51,7 +89,7 @@ int64_t LlamaConfig::num_parameters() const {
                  (attention_bias ? hidden_size : 0) + (qk_norm ? 2 * d : 0);
   int64_t expert = 3 * hidden_size * intermediate_size;
   int64_t mlp = is_moe() ? num_local_experts * expert + num_local_experts * hidden_size : expert;
-  int64_t layer = q + kv + o + bias + mlp + 2 * hidden_size;
+  int64_t layer = q + kv + o + bias + mlp + (sandwich_norms ? 4 : 2) * hidden_size;
   int64_t embed = vocab_size * hidden_size;
   return embed + num_hidden_layers * layer + hidden_size + (tie_word_embeddings ? 0 : embed);
 }

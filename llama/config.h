@@ -1,6 +1,7 @@
 #pragma once
 // Decoder hyper-parameters, named as in a Hugging Face config.json: LLaMA and the families built
-// from the same blocks (Mistral, Mixtral, Qwen2/2.5, Qwen3), told apart by model_type.
+// from the same blocks (Mistral, Mixtral, Qwen2/2.5, Qwen3, Gemma, Gemma 2), told apart by
+// model_type.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
-  // llama | mistral | mixtral | qwen2 | qwen3: what config.json said, written back by to_json
+  // llama | mistral | mixtral | qwen2 | qwen3 | gemma | gemma2: what config.json said, written back by to_json
   // (the architecture transformers builds); the differences are the switches below.
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
@@ -37,6 +38,21 @@ struct LlamaConfig {
   bool attention_bias = false;  // bias on q, k, v and o (LLaMA's and Qwen3's field)
   bool qkv_bias = false;        // bias on q, k and v only (Qwen2: always)
   bool qk_norm = false;         // RMSNorm over each head's q and k before the rotation (Qwen3)
+  // Gemma: GeGLU with the tanh GELU, RMSNorm scaling by (1 + weight) (weights start at 0),
+  // embeddings multiplied by sqrt(hidden_size). Gemma 2 adds norms on the attention's and the
+  // MLP's outputs ("sandwich"), tanh soft-capping of attention scores and of the logits
+  // (cap * tanh(x / cap)), the attention scale 1 / sqrt(query_pre_attn_scalar), and
+  // sliding-window layers alternating with global ones (layer_types).
+  std::string hidden_act = "silu";  // silu (SwiGLU) | gelu_pytorch_tanh (GeGLU)
+  bool norm_plus_one = false;
+  bool scale_embeddings = false;
+  bool sandwich_norms = false;
+  double query_pre_attn_scalar = 0;   // 0: head_dim
+  double attn_logit_softcapping = 0;  // 0: none
+  double final_logit_softcapping = 0; // 0: none
+  // Per layer, whether it is a sliding-window layer (transformers' layer_types); empty: every
+  // layer is when sliding_window > 0 (Mistral).
+  std::vector<bool> sliding_layers;
   double initializer_range = 0.02;
   RopeScaling rope_scaling;
   int64_t bos_token_id = 1, eos_token_id = 2, pad_token_id = -1;
@@ -58,7 +74,18 @@ struct LlamaConfig {
   bool is_moe() const { return num_local_experts > 0; }
   bool q_k_v_bias() const { return attention_bias || qkv_bias; }
 
+  /// The model_type values this config describes, in the order error messages list them.
+  static const std::vector<std::string>& families();
+  /// families() joined with ", " (for messages).
+  static std::string family_list();
+
   int64_t resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  /// The attention window of layer `layer` (0: full causal attention).
+  int64_t layer_window(int64_t layer) const;
+  /// The window every layer shares (KV blocks behind it can be freed), else 0.
+  int64_t shared_window() const;
+  /// Scores are q.k times this.
+  double attention_scale() const;
   /// Throws naming the field when the numbers contradict each other.
   void validate() const;
   /// Reads a Hugging Face config.json: throws naming the file and field for a wrong type, a

@@ -19,7 +19,9 @@ using json = nlohmann::json;
 const std::set<std::string> kIgnored = {
     "architectures", "transformers_version", "torch_dtype", "use_cache", "pretraining_tp",
     "attention_dropout", "mlp_bias", "_name_or_path", "dtype", "output_attentions",
-    "output_hidden_states", "return_dict", "model_type", "hidden_act"};
+    "output_hidden_states", "return_dict", "model_type", "hidden_act", "hidden_activation"};
+
+bool is_gemma(const std::string& family) { return family == "gemma" || family == "gemma2"; }
 
 }  // namespace
 
@@ -69,17 +71,56 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
     COLOSSAL_CHECK(!(t.is_string() && kRefused.count(t.get<std::string>())), "[llama] ", origin, ": model_type ",
                    t.dump(), ": mixtures of experts with shared experts (Qwen-MoE) are not supported; the dense "
                    "qwen2 and qwen3 are");
-    COLOSSAL_CHECK(t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen2" || t == "qwen3", "[llama] ", origin,
-                   ": model_type is ", t.dump(), ", expected \"llama\", \"mistral\", \"mixtral\", \"qwen2\" or \"qwen3\"");
+    const auto& known = LlamaConfig::families();
+    COLOSSAL_CHECK(t.is_string() && std::find(known.begin(), known.end(), t.get<std::string>()) != known.end(),
+                   "[llama] ", origin, ": model_type is ", t.dump(), ", expected one of ", LlamaConfig::family_list());
     c.model_type = t.get<std::string>();
   }
   const std::string family = c.model_type;
   // Qwen2 always has q/k/v biases (no field says so); Qwen3 always normalises q and k per head.
   c.qkv_bias = family == "qwen2";
   c.qk_norm = family == "qwen3";
-  if (js.contains("hidden_act")) {
-    COLOSSAL_CHECK(js["hidden_act"] == "silu", "[llama] ", origin, ": ", family, ": hidden_act is ",
-                   js["hidden_act"].dump(), "; this model implements \"silu\" (SwiGLU)");
+  // The gated MLP's activation: transformers' Gemma 2 reads hidden_activation, the others hidden_act.
+  const char* act_key = family == "gemma2" ? "hidden_activation" : "hidden_act";
+  c.hidden_act = is_gemma(family) ? "gelu_pytorch_tanh" : "silu";
+  if (js.contains(act_key) && !js[act_key].is_null()) {
+    const auto& act = js[act_key];
+    COLOSSAL_CHECK(act == "silu" || act == "gelu" || act == "gelu_pytorch_tanh", "[llama] ", origin, ": ", family, ": ",
+                   act_key, " is ", act.dump(), "; the gated MLP implements \"silu\" (SwiGLU), \"gelu\" and "
+                   "\"gelu_pytorch_tanh\" (GeGLU)");
+    c.hidden_act = act.get<std::string>();
+  }
+  if (is_gemma(family)) {
+    c.norm_plus_one = true;
+    c.scale_embeddings = true;
+    c.tie_word_embeddings = true;  // Gemma's default
+    bool bidirectional = false;
+    read_bool("use_bidirectional_attention", bidirectional);
+    COLOSSAL_CHECK(!bidirectional, "[llama] ", origin, ": ", family,
+                   ": use_bidirectional_attention true is not supported (a decoder attends causally)");
+  }
+  if (family == "gemma2") {
+    c.sandwich_norms = true;
+    c.query_pre_attn_scalar = 256;  // Gemma 2's defaults, as transformers fills them in
+    c.attn_logit_softcapping = 50;
+    c.final_logit_softcapping = 30;
+    c.sliding_window = 4096;
+    for (const char* key : {"query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"}) {
+      if (!js.contains(key)) continue;
+      used.insert(key);
+      double& field = std::string(key) == "query_pre_attn_scalar" ? c.query_pre_attn_scalar
+                      : std::string(key) == "attn_logit_softcapping" ? c.attn_logit_softcapping
+                                                                      : c.final_logit_softcapping;
+      if (js[key].is_null()) {  // no cap (the scalar cannot be null)
+        COLOSSAL_CHECK(std::string(key) != "query_pre_attn_scalar", "[llama] ", origin,
+                       ": field 'query_pre_attn_scalar' expected a number, found null");
+        field = 0;
+        continue;
+      }
+      COLOSSAL_CHECK(js[key].is_number() && js[key].get<double>() > 0, "[llama] ", origin, ": field '", key,
+                     "' expected a positive number or null, found ", js[key].dump());
+      field = js[key].get<double>();
+    }
   }
   // Qwen's sliding-window switches: off is plain causal attention everywhere (sliding_window and
   // max_window_layers then mean nothing); on is refused by name until windows are implemented.
@@ -91,13 +132,18 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
     int64_t unused = 0;
     read_int("max_window_layers", unused);
   }
-  if (js.contains("layer_types")) {  // transformers 5: one attention kind per layer
+  if (js.contains("layer_types") && !js["layer_types"].is_null()) {  // transformers 5: one attention kind per layer
     used.insert("layer_types");
     const auto& types = js["layer_types"];
     COLOSSAL_CHECK(types.is_array(), "[llama] ", origin, ": field 'layer_types' expected a list, found ", types.dump());
-    for (size_t i = 0; i < types.size(); ++i)
-      COLOSSAL_CHECK(types[i] == "full_attention", "[llama] ", origin, ": ", family, ": layer_types[", i, "] is ",
-                     types[i].dump(), "; only \"full_attention\" layers are supported");
+    for (size_t i = 0; i < types.size(); ++i) {
+      const bool sliding = types[i] == "sliding_attention";
+      COLOSSAL_CHECK(types[i] == "full_attention" || (sliding && family == "gemma2"), "[llama] ", origin, ": ", family,
+                     ": layer_types[", i, "] is ", types[i].dump(), "; ",
+                     family == "gemma2" ? "\"full_attention\" and \"sliding_attention\" layers are supported"
+                                        : "only \"full_attention\" layers are supported in this family");
+      c.sliding_layers.push_back(sliding);
+    }
   }
   read_int("vocab_size", c.vocab_size);
   read_int("hidden_size", c.hidden_size);
@@ -141,13 +187,18 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   // Mistral and Mixtral write sliding_window: null is plain causal attention, a number the window.
   if (js.contains("sliding_window") && (family == "qwen2" || family == "qwen3")) {
     used.insert("sliding_window");  // without use_sliding_window (refused above) it is not applied
-  } else if (js.contains("sliding_window") && (family == "mistral" || family == "mixtral")) {
+  } else if (js.contains("sliding_window") && (family == "mistral" || family == "mixtral" || family == "gemma2")) {
     used.insert("sliding_window");
     const auto& w = js["sliding_window"];
     COLOSSAL_CHECK(w.is_null() || (w.is_number_integer() && w.get<int64_t>() > 0), "[llama] ", origin,
                    ": field 'sliding_window' expected null or a positive integer, found ", w.dump());
     // A window as long as the context changes nothing: kept as none.
-    if (!w.is_null() && w.get<int64_t>() < c.max_position_embeddings) c.sliding_window = w.get<int64_t>();
+    c.sliding_window = !w.is_null() && w.get<int64_t>() < c.max_position_embeddings ? w.get<int64_t>() : 0;
+  }
+  if (family == "gemma2") {
+    if (c.sliding_window >= c.max_position_embeddings) c.sliding_window = 0;
+    if (c.sliding_layers.empty())  // transformers' default: even layers slide, odd ones are global
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers.push_back(i % 2 == 0);
   }
   // transformers 4 writes rope_theta + rope_scaling; transformers 5 one rope_parameters object
   // (with rope_theta inside, rope_type "default" when unscaled).
@@ -202,10 +253,11 @@ std::string LlamaConfig::to_json() const {
   const std::string type = is_moe() ? "mixtral" : model_type;
   static const std::map<std::string, std::string> kArchitecture = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"gemma", "GemmaForCausalLM"},
+      {"gemma2", "Gemma2ForCausalLM"}};
   js["architectures"] = {kArchitecture.at(type)};
   js["model_type"] = type;
-  js["hidden_act"] = "silu";
+  js[type == "gemma2" ? "hidden_activation" : "hidden_act"] = hidden_act;
   js["vocab_size"] = vocab_size;
   js["hidden_size"] = hidden_size;
   js["intermediate_size"] = intermediate_size;
@@ -222,6 +274,22 @@ std::string LlamaConfig::to_json() const {
   if (type == "mistral" || type == "mixtral") {
     if (sliding_window > 0) js["sliding_window"] = sliding_window;
     else js["sliding_window"] = nullptr;
+  }
+  // Gemma 2's sliding layers need a number: one as long as the context is no window at all.
+  if (type == "gemma2") js["sliding_window"] = sliding_window > 0 ? sliding_window : max_position_embeddings;
+  if (type == "gemma2") {
+    // An integer in transformers' Gemma2Config (strictly checked).
+    const double scalar = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(resolved_head_dim());
+    if (scalar == std::floor(scalar)) js["query_pre_attn_scalar"] = static_cast<int64_t>(scalar);
+    else js["query_pre_attn_scalar"] = scalar;
+    auto cap = [](double v) { return v > 0 ? json(v) : json(nullptr); };
+    js["attn_logit_softcapping"] = cap(attn_logit_softcapping);
+    js["final_logit_softcapping"] = cap(final_logit_softcapping);
+    json types = json::array();
+    for (int64_t i = 0; i < num_hidden_layers; ++i)
+      types.push_back(!sliding_layers.empty() && sliding_layers[static_cast<size_t>(i)] ? "sliding_attention"
+                                                                                       : "full_attention");
+    js["layer_types"] = types;
   }
   js["initializer_range"] = initializer_range;
   js["bos_token_id"] = bos_token_id;

@@ -93,6 +93,24 @@ void silu_mul_rows(const float* gate_up, float* act, int64_t rows, int64_t ffn) 
   });
 }
 
+// act[r] = gelu(gate_up[r, :ffn]) * gate_up[r, ffn:]: the tanh approximation (Gemma's
+// gelu_pytorch_tanh) or the exact erf form.
+void gelu_mul_rows(const float* gate_up, float* act, int64_t rows, int64_t ffn, bool tanh_form) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kInvSqrt2 = 0.7071067811865476f;
+  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate_up + r * 2 * ffn;
+      float* o = act + r * ffn;
+      for (int64_t i = 0; i < ffn; ++i) {
+        const float x = g[i];
+        const float cdf = tanh_form ? 0.5f * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)))
+                                    : 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+        o[i] = x * cdf * g[ffn + i];
+      }
+    }
+  });
+}
+
 // Qwen3's per-head RMSNorm of q or k, in place on [n, heads, head_dim] (a view into the qkv rows).
 void head_norm(at::Tensor x, const at::Tensor& weight, double eps) {
   x.copy_(x * at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps) * weight);
@@ -138,6 +156,8 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
     return PackedLinear(t, format);
   };
   auto fp32 = [](const at::Tensor& t) { return t.detach().to(at::kFloat).contiguous(); };
+  // Gemma's norms scale by (1 + w): folded once here.
+  auto norm_weight = [&](const at::Tensor& t) { return config_.norm_plus_one ? fp32(t) + 1.0 : fp32(t); };
   const int64_t d = config_.resolved_head_dim(), kv = config_.num_key_value_heads;
   const int tp = parallel_.tp_size();
   heads_ = config_.num_attention_heads / tp;
@@ -156,8 +176,8 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
       x.qkv_bias = fp32(at::cat({a->q_proj->bias, kv_rows(a->k_proj->bias), kv_rows(a->v_proj->bias)}, 0));
     if (config_.attention_bias) x.o_bias = fp32(a->o_proj->bias);  // added once, after the reduction
     if (a->q_norm) {
-      x.q_norm = fp32(a->q_norm->weight);
-      x.k_norm = fp32(a->k_norm->weight);
+      x.q_norm = norm_weight(a->q_norm->weight);
+      x.k_norm = norm_weight(a->k_norm->weight);
     }
     x.o = pack("o", a->o_proj->weight);
     if (l->block_sparse_moe) {
@@ -174,13 +194,17 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
       x.gate_up = pack("gate_up", at::cat({l->mlp->gate_proj->weight, l->mlp->up_proj->weight}, 0));
       x.down = pack("down", l->mlp->down_proj->weight);
     }
-    x.input_norm = fp32(l->input_layernorm->weight);
-    x.post_norm = fp32(l->post_attention_layernorm->weight);
+    x.input_norm = norm_weight(l->input_layernorm->weight);
+    x.post_norm = norm_weight(l->post_attention_layernorm->weight);
+    if (l->pre_feedforward_layernorm) {
+      x.pre_ff_norm = norm_weight(l->pre_feedforward_layernorm->weight);
+      x.post_ff_norm = norm_weight(l->post_feedforward_layernorm->weight);
+    }
     layers_.push_back(std::move(x));
   }
   embed_ = pack_named("embed", model->model->embed_tokens->weight);
   vocab_start_ = parallel_.tp_rank() * embed_.out_features();
-  norm_ = fp32(model->model->norm->weight);
+  norm_ = norm_weight(model->model->norm->weight);
   lm_head_ = model->lm_head ? pack_named("lm_head", model->lm_head->weight) : embed_;
   make_tables();
 }
@@ -373,7 +397,8 @@ void LlamaInference::attention(const inference::ModelInput& in, inference::Paged
                                int64_t n) {
   auto& b = buffers_;
   const int64_t d = config_.resolved_head_dim(), heads = heads_, kv = kv_heads_;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = config_.attention_scale(), cap = config_.attn_logit_softcapping;
+  const int64_t w = config_.layer_window(layer);
   const float* q = b.attn[0].data_ptr<float>();
   float* out = b.attn[1].data_ptr<float>();
   const int32_t* seq = in.attention.token_seq.const_data_ptr<int32_t>();
@@ -388,18 +413,24 @@ void LlamaInference::attention(const inference::ModelInput& in, inference::Paged
       auto qs = b.attn[0].narrow(0, r, len).view({1, len, heads, d}).transpose(1, 2);
       auto ks = rows.narrow(1, heads * d, kv * d).view({1, len, kv, d}).transpose(1, 2);
       auto vs = rows.narrow(1, (heads + kv) * d, kv * d).view({1, len, kv, d}).transpose(1, 2);
-      // A prompt longer than the sliding window: causal within the window, as a mask.
-      const int64_t w = config_.sliding_window;
+      // Causal, within the sliding window when the prompt is longer than it.
+      auto i = at::arange(len, at::kLong).unsqueeze(1), j = at::arange(len, at::kLong).unsqueeze(0);
       std::optional<at::Tensor> mask;
-      if (w > 0 && len > w) {
-        auto i = at::arange(len, at::kLong).unsqueeze(1), j = at::arange(len, at::kLong).unsqueeze(0);
-        mask = (j <= i).logical_and(j > i - w);
+      if (w > 0 && len > w) mask = (j <= i).logical_and(j > i - w);
+      at::Tensor o;
+      if (cap > 0) {  // Gemma 2's soft-capped scores: no fused kernel has the hook, so spelled out
+        auto kk = kv != heads ? ks.repeat_interleave(heads / kv, 1) : ks;
+        auto vv = kv != heads ? vs.repeat_interleave(heads / kv, 1) : vs;
+        auto scores = at::tanh(at::matmul(qs, kk.transpose(-1, -2)) * (scale / cap)) * cap;
+        scores.masked_fill_(mask ? mask->logical_not() : j > i, -std::numeric_limits<float>::infinity());
+        o = at::matmul(at::softmax(scores, -1), vv);
+      } else {
+        o = at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, /*is_causal=*/!mask.has_value(), scale,
+                                             /*enable_gqa=*/kv != heads);
       }
-      auto o = at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, /*is_causal=*/!mask.has_value(), scale,
-                                                /*enable_gqa=*/kv != heads);
       b.attn[1].narrow(0, r, len).view({len, heads, d}).copy_(o[0].transpose(0, 1));
     } else {
-      inference::paged_attention_rows(q, out, heads, cache, layer, in.attention, scale, r, e, config_.sliding_window);
+      inference::paged_attention_rows(q, out, heads, cache, layer, in.attention, scale, r, e, w, cap);
     }
     r = e;
   }
@@ -425,6 +456,7 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
   } else {
     h.copy_(embed_.rows(in.tokens));
   }
+  if (config_.scale_embeddings) h.mul_(static_cast<float>(std::sqrt(static_cast<double>(hidden))));
   float* hp = h.data_ptr<float>();
   float* normed = b.normed.data_ptr<float>();
   const int64_t width = b.qkv.size(1);
@@ -451,24 +483,38 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
     auto o = b.out.narrow(0, 0, n);
     L.o.forward_into(b.attn[1].data_ptr<float>(), n, o.data_ptr<float>(), hidden);
     o = all_reduced(o);
-    add_rows(hp, o.data_ptr<float>(), n, hidden, L.o_bias.defined() ? L.o_bias.const_data_ptr<float>() : nullptr);
-    rms_norm_rows(hp, L.post_norm.const_data_ptr<float>(), normed, n, hidden, eps);
+    if (L.pre_ff_norm.defined()) {  // Gemma 2: the attention's output normalised before it is added
+      if (L.o_bias.defined()) o.add_(L.o_bias);
+      float* op = o.data_ptr<float>();
+      rms_norm_rows(op, L.post_norm.const_data_ptr<float>(), op, n, hidden, eps);
+      add_rows(hp, op, n, hidden);
+      rms_norm_rows(hp, L.pre_ff_norm.const_data_ptr<float>(), normed, n, hidden, eps);
+    } else {
+      add_rows(hp, o.data_ptr<float>(), n, hidden, L.o_bias.defined() ? L.o_bias.const_data_ptr<float>() : nullptr);
+      rms_norm_rows(hp, L.post_norm.const_data_ptr<float>(), normed, n, hidden, eps);
+    }
     if (L.router.defined()) {
       h.add_(mixture_of_experts(b.normed.narrow(0, 0, n), L, ffn));
       continue;
     }
     float* gu = b.gate_up.data_ptr<float>();
     L.gate_up.forward_into(normed, n, gu, 2 * ffn);
-    silu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn);
+    if (config_.hidden_act == "silu") silu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn);
+    else gelu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn, config_.hidden_act == "gelu_pytorch_tanh");
     auto down = b.out.narrow(0, 0, n);
     L.down.forward_into(b.act.data_ptr<float>(), n, down.data_ptr<float>(), hidden);
     down = all_reduced(down);
+    if (L.post_ff_norm.defined()) {
+      float* dp = down.data_ptr<float>();
+      rms_norm_rows(dp, L.post_ff_norm.const_data_ptr<float>(), dp, n, hidden, eps);
+    }
     add_rows(hp, down.data_ptr<float>(), n, hidden);
   }
   auto last = h.index_select(0, in.sample_index).contiguous();
   const int64_t s = last.size(0);
   rms_norm_rows(last.data_ptr<float>(), norm_.const_data_ptr<float>(), last.data_ptr<float>(), s, hidden, eps);
   auto logits = lm_head_.forward(last);  // [S, vocab / tp] fp32
+  if (const double cap = config_.final_logit_softcapping; cap > 0) logits = at::tanh(logits / cap) * cap;
   if (!parallel_.tensor_parallel()) return logits;
   // Every rank's vocabulary slice, in rank order; the padding sits at the end.
   const int tp = parallel_.tp_size();

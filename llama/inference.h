@@ -56,7 +56,7 @@ class LlamaInference : public inference::CausalLM {
   inference::CacheShape cache_shape() const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_positions() const override { return config_.max_position_embeddings; }
-  int64_t sliding_window() const override { return config_.sliding_window; }
+  int64_t sliding_window() const override { return config_.shared_window(); }
   /// Not re-entrant: the model keeps its activation buffers between calls.
   at::Tensor forward(const inference::ModelInput& input, inference::PagedKVCache& cache) override;
   const LlamaConfig& config() const { return config_; }
@@ -78,7 +78,9 @@ class LlamaInference : public inference::CausalLM {
 
  private:
   struct Layer {
-    at::Tensor input_norm, post_norm, qkv_bias, o_bias;  // fp32
+    // fp32; Gemma's (1 + w) norms folded into their weights. post_norm: the MLP's input norm, or
+    // (Gemma 2) the attention output's, with pre_ff_norm / post_ff_norm around the MLP.
+    at::Tensor input_norm, post_norm, pre_ff_norm, post_ff_norm, qkv_bias, o_bias;
     at::Tensor q_norm, k_norm;                           // Qwen3: [head_dim] fp32
     inference::PackedLinear qkv, o, gate_up, down;
     at::Tensor router;                                              // Mixtral: [experts, hidden] fp32

@@ -25,9 +25,11 @@ namespace colossal::llama {
 
 using nn::call;
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel, bool per_head)
-    : eps_(eps), parallel_(parallel), per_head_(per_head) {
-  weight = register_parameter("weight", nn::deferred_init_enabled() ? nn::deferred_empty({dim}) : torch::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel, bool per_head,
+                         bool plus_one)
+    : eps_(eps), parallel_(parallel), per_head_(per_head), plus_one_(plus_one) {
+  weight = register_parameter("weight", nn::deferred_init_enabled() ? nn::deferred_empty({dim})
+                                        : plus_one ? torch::zeros({dim}) : torch::ones({dim}));
 }
 
 std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
@@ -41,7 +43,12 @@ std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // In fp32 whatever the compute dtype, as Hugging Face does (fused when everything is fp32).
-  return nn::rms_norm(x, weight, eps_);
+  if (!plus_one_) return nn::rms_norm(x, weight, eps_);
+  // Gemma: (1 + w) formed in fp32 and applied before the cast back, as transformers' GemmaRMSNorm.
+  if (x.scalar_type() == torch::kFloat) return nn::rms_norm(x, weight.to(torch::kFloat) + 1.0, eps_);
+  auto h = x.to(torch::kFloat);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return (h * (weight.to(torch::kFloat) + 1.0)).to(x.scalar_type());
 }
 
 RotaryTables RotaryTables::make(const LlamaConfig& c, int64_t max_positions) {
@@ -59,10 +66,34 @@ parallel::ParallelLinear linear(const BuildContext& where, int64_t in, int64_t o
   return where.linear(in, out, bias, kv_heads);
 }
 
+// cap x tanh(x / cap), keeping -inf (masked or padded) entries as they are.
+torch::Tensor soft_cap(const torch::Tensor& x, double cap) {
+  auto capped = torch::tanh(x / cap) * cap;
+  return torch::where(x.isneginf(), x, capped);
+}
+
+// Attention with Gemma 2's soft-capped scores, spelled out (SDPA has no hook between the
+// product and the softmax). q [B, H, T, D], k and v [B, H_kv, T, D]; the softmax in fp32.
+torch::Tensor soft_capped_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, double scale, double cap,
+                                    int64_t window) {
+  const int64_t groups = q.size(1) / k.size(1), T = q.size(2);
+  if (groups > 1) {
+    k = k.repeat_interleave(groups, 1);
+    v = v.repeat_interleave(groups, 1);
+  }
+  auto scores = torch::matmul(q.to(torch::kFloat), k.to(torch::kFloat).transpose(-1, -2)) * scale;
+  scores = torch::tanh(scores / cap) * cap;
+  auto visible = window > 0 ? parallel::sliding_window_mask(T, window, q.device())
+                            : torch::ones({T, T}, q.options().dtype(torch::kBool)).tril();
+  scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v.to(torch::kFloat)).to(q.scalar_type());
+}
+
 }  // namespace
 
-AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where)
-    : parallel_(where.parallel), head_dim_(c.resolved_head_dim()), window_(c.sliding_window) {
+AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where, int64_t layer)
+    : parallel_(where.parallel), head_dim_(c.resolved_head_dim()), window_(c.layer_window(layer)),
+      scale_(c.attention_scale()), softcap_(c.attn_logit_softcapping) {
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int tp = parallel_.tp_size();
   const bool qkv_bias = c.q_k_v_bias();
@@ -73,8 +104,10 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where)
   if (c.qk_norm) {
     // Whole on every rank (one head_dim vector shared by the heads); under tp each rank
     // normalises its own heads, so the gradient is summed over the tensor group.
-    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, parallel_, /*per_head=*/true));
-    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, parallel_, /*per_head=*/true));
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, parallel_, /*per_head=*/true,
+                                               c.norm_plus_one));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, parallel_, /*per_head=*/true,
+                                               c.norm_plus_one));
   }
   heads_ = q_proj->local_out_features() / head_dim_;
   kv_heads_ = k_proj->local_out_features() / head_dim_;
@@ -108,7 +141,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
   k = nn::apply_rotary(k, rope.cos, rope.sin, positions);
   torch::Tensor out;  // [B, T, heads_, head_dim_]
   if (parallel_.sp_mode == Mode::kRingAttn && parallel_.sp_size() > 1) {
-    out = parallel::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), parallel_.sp, window_)
+    COLOSSAL_CHECK(softcap_ == 0, "[llama] attn_logit_softcapping ", softcap_, " under ring_attn is not implemented; "
+                   "use --sp_mode all_to_all or split_gather");
+    out = parallel::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), parallel_.sp, window_,
+                                   scale_)
               .transpose(1, 2);
   } else {
     if (parallel_.sp_mode == Mode::kAllToAll && parallel_.sp_size() > 1) {
@@ -126,16 +162,22 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
     const int64_t len = q.size(1);
     std::optional<torch::Tensor> mask;
     if (window_ > 0 && len > window_) mask = parallel::sliding_window_mask(len, window_, q.device());
-    out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
-                                           /*dropout_p=*/0.0, /*is_causal=*/!mask.has_value(),
-                                           /*scale=*/std::nullopt, /*enable_gqa=*/k.size(2) != q.size(2))
-              .transpose(1, 2);
+    if (softcap_ > 0) {
+      out = soft_capped_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale_, softcap_,
+                                  mask ? window_ : 0)
+                .transpose(1, 2);
+    } else {
+      out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
+                                             /*dropout_p=*/0.0, /*is_causal=*/!mask.has_value(), scale_,
+                                             /*enable_gqa=*/k.size(2) != q.size(2))
+                .transpose(1, 2);
+    }
     if (parallel_.sp_mode == Mode::kAllToAll) out = parallel::heads_to_sequence(out, parallel_.sp);
   }
   return call(o_proj, out.reshape({B, T, heads_ * head_dim_}));
 }
 
-MLPImpl::MLPImpl(const LlamaConfig& c, const BuildContext& where) : parallel_(where.parallel) {
+MLPImpl::MLPImpl(const LlamaConfig& c, const BuildContext& where) : parallel_(where.parallel), act_(c.hidden_act) {
   gate_proj = register_module("gate_proj", linear(where.at("gate_proj"), c.hidden_size, c.intermediate_size, false));
   up_proj = register_module("up_proj", linear(where.at("up_proj"), c.hidden_size, c.intermediate_size, false));
   down_proj = register_module("down_proj", linear(where.at("down_proj"), c.intermediate_size, c.hidden_size, false));
@@ -143,19 +185,26 @@ MLPImpl::MLPImpl(const LlamaConfig& c, const BuildContext& where) : parallel_(wh
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
   auto x = parallel::enter_tensor_parallel(x_in, parallel_);
-  return call(down_proj, nn::swiglu(call(gate_proj, x), call(up_proj, x)));
+  if (act_ == "silu") return call(down_proj, nn::swiglu(call(gate_proj, x), call(up_proj, x)));
+  auto gate = torch::gelu(call(gate_proj, x), act_ == "gelu_pytorch_tanh" ? "tanh" : "none");
+  return call(down_proj, gate * call(up_proj, x));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& where) {
-  self_attn = register_module("self_attn", Attention(c, where.at("self_attn")));
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& where, int64_t layer) {
+  self_attn = register_module("self_attn", Attention(c, where.at("self_attn"), layer));
   if (c.is_moe())
     block_sparse_moe = register_module("block_sparse_moe", SparseMoeBlock(c, where.at("block_sparse_moe")));
   else
     mlp = register_module("mlp", MLP(c, where.at("mlp")));
-  input_layernorm =
-      register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
+  auto norm = [&](const char* name) {
+    return register_module(name, RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel, false, c.norm_plus_one));
+  };
+  input_layernorm = norm("input_layernorm");
+  post_attention_layernorm = norm("post_attention_layernorm");
+  if (c.sandwich_norms) {
+    pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
+    post_feedforward_layernorm = norm("post_feedforward_layernorm");
+  }
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
@@ -165,12 +214,16 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTabl
 
 torch::Tensor DecoderLayerImpl::attention_half(const torch::Tensor& x, const RotaryTables& rope,
                                                const torch::Tensor& positions) {
-  return x + self_attn->forward(call(input_layernorm, x), rope, positions);
+  auto out = self_attn->forward(call(input_layernorm, x), rope, positions);
+  if (pre_feedforward_layernorm) out = call(post_attention_layernorm, out);
+  return x + out;
 }
 
 torch::Tensor DecoderLayerImpl::feed_forward_half(const torch::Tensor& h, parallel::expert::RouterLosses* router) {
-  auto normed = call(post_attention_layernorm, h);
-  return h + (block_sparse_moe ? block_sparse_moe->forward(normed, router) : mlp->forward(normed));
+  auto normed = call(pre_feedforward_layernorm ? pre_feedforward_layernorm : post_attention_layernorm, h);
+  auto out = block_sparse_moe ? block_sparse_moe->forward(normed, router) : mlp->forward(normed);
+  if (post_feedforward_layernorm) out = call(post_feedforward_layernorm, out);
+  return h + out;
 }
 
 DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
@@ -185,12 +238,12 @@ DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
     for (int64_t i = begin; i < end; ++i) held.push_back(i);
   std::sort(held.begin(), held.end());
   for (int64_t i : held) {
-    layers.push_back(DecoderLayer(c, where.at("layers." + std::to_string(i))));
+    layers.push_back(DecoderLayer(c, where.at("layers." + std::to_string(i)), i));
     layer_ids.push_back(i);
     stack->register_module(std::to_string(i), layers.back());
   }
   if (!pipe.enabled() || pipe.holds_last())
-    norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel));
+    norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel, false, c.norm_plus_one));
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel)
@@ -227,7 +280,7 @@ void LlamaForCausalLMImpl::init_parameter(const std::string& name, torch::Tensor
     return;
   }
   if (full.dim() == 1) {
-    if (name.find("norm") != std::string::npos) full.fill_(1.0);
+    if (name.find("norm") != std::string::npos) full.fill_(config_.norm_plus_one ? 0.0 : 1.0);
     else full.zero_();
     return;
   }
@@ -325,6 +378,9 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
     auto ids = holds_sequence_shard() ? parallel::take_local(input, parallel_) : input;
     tools::MemoryTracer::Scope traced("embed_tokens");
     h = call(model->embed_tokens, ids);
+    // Gemma: sqrt(hidden_size), rounded to the embedding's dtype as transformers does.
+    if (config_.scale_embeddings)
+      h = h * torch::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), h.options());
   } else {
     h = hidden_in;
   }
@@ -364,9 +420,11 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
   if (to_hidden) return h;
   tools::MemoryTracer::Scope traced("lm_head");
   auto entered = parallel::enter_tensor_parallel(h, parallel_);
-  if (lm_head) return call(lm_head, entered);
+  const double cap = config_.final_logit_softcapping;
+  if (lm_head) return cap > 0 ? soft_cap(call(lm_head, entered), cap) : call(lm_head, entered);
   const auto& embed = model->embed_tokens;
   auto logits = nn::run_hooked(*embed, [&] { return torch::linear(entered, embed->weight); });
+  if (cap > 0) logits = soft_cap(logits, cap);
   if (parallel_.tensor_parallel()) {  // padded vocabulary rows of the last ranks: never predicted
     const int64_t part = embed->weight.size(0), start = parallel_.tp_rank() * part;
     const int64_t real = std::clamp<int64_t>(config_.vocab_size - start, 0, part);
@@ -418,7 +476,7 @@ torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const t
   // head on the CPU: no logits-sized gradient besides the logits, which are read once. Under
   // tensor parallelism each rank holds a vocabulary slice (vocab_parallel_cross_entropy).
   const bool fused = !parallel_.tensor_parallel() && !parallel_.pipeline.enabled() &&
-                     input_ids.device().is_cpu();
+                     input_ids.device().is_cpu() && config_.final_logit_softcapping == 0;
   if (!fused) return loss_from_logits(local_logits(input_ids), labels);
   auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true);
   auto flat_target = next_token_targets(labels).reshape({-1});
@@ -490,6 +548,8 @@ parallel::ParallelPlan parallel_plan(const LlamaConfig& config) {
       {"model.layers.*.block_sparse_moe.experts.*.w2", SplitStyle::kRow},
       {"model.layers.*.input_layernorm", SplitStyle::kReplicate},
       {"model.layers.*.post_attention_layernorm", SplitStyle::kReplicate},
+      {"model.layers.*.pre_feedforward_layernorm", SplitStyle::kReplicate},
+      {"model.layers.*.post_feedforward_layernorm", SplitStyle::kReplicate},
       {"model.norm", SplitStyle::kReplicate},
   };
   if (!config.tie_word_embeddings) plan.rules.push_back({"lm_head", SplitStyle::kVocabHead});

@@ -29,7 +29,9 @@ class RMSNormImpl : public torch::nn::Module, public parallel::ShardedModule {
  public:
   /// `per_head`: normalises each attention head of this rank (Qwen3's q/k norm): under tensor
   /// parallelism the heads are split, so its gradient is partial over the tensor group.
-  RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel = {}, bool per_head = false);
+  /// `plus_one`: scales by (1 + weight), weights starting at 0 (Gemma).
+  RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel = {}, bool per_head = false,
+              bool plus_one = false);
   torch::Tensor forward(const torch::Tensor& x);
   /// Replicated; under split_gather (or per head under tp) it sees part of the input, so its
   /// gradient is partial.
@@ -39,7 +41,7 @@ class RMSNormImpl : public torch::nn::Module, public parallel::ShardedModule {
  private:
   double eps_;
   parallel::ParallelContext parallel_;
-  bool per_head_;
+  bool per_head_, plus_one_;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -55,7 +57,8 @@ using BuildContext = parallel::PlanBuilder;
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const LlamaConfig& config, const BuildContext& where);
+  /// `layer`: the layer's index in the whole model (its window, Gemma 2's alternating layers).
+  AttentionImpl(const LlamaConfig& config, const BuildContext& where, int64_t layer);
   /// `positions`: the sequence positions of the tokens attention computes q, k and v for (the
   /// whole sequence, or this rank's shard under all_to_all and ring_attn).
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
@@ -66,7 +69,9 @@ class AttentionImpl : public torch::nn::Module {
   parallel::ParallelContext parallel_;
   int64_t heads_, kv_heads_, head_dim_;  // this rank's query and key/value heads
   int64_t kv_select_ = -1;               // kv heads kept whole: the one this rank's queries read
-  int64_t window_ = 0;                   // sliding window (Mistral); 0: full causal
+  int64_t window_ = 0;                   // sliding window (Mistral, Gemma 2's local layers); 0: full causal
+  double scale_ = 0;                     // scores = q.k x scale_
+  double softcap_ = 0;                   // Gemma 2: scores = cap x tanh(scores / cap); 0: none
 };
 TORCH_MODULE(Attention);
 
@@ -78,22 +83,27 @@ class MLPImpl : public torch::nn::Module {
 
  private:
   parallel::ParallelContext parallel_;
+  std::string act_;  // of the gate: silu (SwiGLU), gelu or gelu_pytorch_tanh (GeGLU)
 };
 TORCH_MODULE(MLP);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const LlamaConfig& config, const BuildContext& where);
+  DecoderLayerImpl(const LlamaConfig& config, const BuildContext& where, int64_t layer);
   /// A MoE layer adds its routing to `router` when given.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
                         parallel::expert::RouterLosses* router = nullptr);
-  /// The two residual halves: x + attention(norm(x)), and h + feed-forward(norm(h)).
+  /// The two residual halves: x + attention(norm(x)), and h + feed-forward(norm(h)) (Gemma 2:
+  /// each output normalised again before it is added).
   torch::Tensor attention_half(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
   torch::Tensor feed_forward_half(const torch::Tensor& h, parallel::expert::RouterLosses* router = nullptr);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};                           // dense LLaMA
   SparseMoeBlock block_sparse_moe{nullptr};  // Mixtral (num_local_experts > 0)
+  // post_attention_layernorm: the MLP's input norm, or (sandwich_norms) the attention output's
+  // norm, with pre_/post_feedforward_layernorm around the MLP.
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
 };
 TORCH_MODULE(DecoderLayer);
 

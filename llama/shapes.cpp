@@ -73,6 +73,7 @@ tools::ModelSpec model_spec(const LlamaConfig& c) {
   s.biases = c.attention_bias;  // (attention projections only; the difference is a few hidden-sized vectors)
   s.qkv_biases = c.qkv_bias;
   s.head_norms = c.qk_norm ? 2 : 0;
+  s.layer_norms = c.sandwich_norms ? 4 : 2;
   return s;
 }
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -28,10 +29,11 @@ tools::ModelSpec read_spec(const std::string& path) {
   COLOSSAL_CHECK(j.is_object(), "[analyze] '", path, "': expected a JSON object (a config.json)");
   const std::string type = j.value("model_type", std::string("llama"));
   if (type == "vit") return vit::model_spec(vit::ViTConfig::from_json_file(path));
-  if (type == "llama" || type == "mistral" || type == "mixtral" || type == "qwen2" || type == "qwen3") {
+  const auto& decoders = llama::LlamaConfig::families();
+  if (std::find(decoders.begin(), decoders.end(), type) != decoders.end())
     return llama::model_spec(llama::LlamaConfig::from_json_file(path));
-  }
-  COLOSSAL_FAIL("[analyze] '", path, "': model_type '", type, "' is not one we model (llama, mistral, mixtral, qwen2, qwen3, vit)");
+  COLOSSAL_FAIL("[analyze] '", path, "': model_type '", type, "' is not one we model (",
+                llama::LlamaConfig::family_list(), ", vit)");
 }
 
 }  // namespace

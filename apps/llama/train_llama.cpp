@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -411,8 +412,11 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   std::string out = a.output + "/model";
   if (r == 0) {
     save_pretrained(cfg, state, out, {}, &tok);
-    std::printf("saved: %s (config.json, generation_config.json, model.safetensors, tokenizer.model, tokenizer.json, "
-                "tokenizer_config.json)\n", out.c_str());
+    auto files = colossal::fs::list_dir(out);  // what was written: tokenizer.model or tokenizer.json, as the tokenizer is
+    std::sort(files.begin(), files.end());
+    std::string listed;
+    for (const auto& f : files) listed += (listed.empty() ? "" : ", ") + f;
+    std::printf("saved: %s (%s)\n", out.c_str(), listed.c_str());
   }
   dist::barrier(dist::world_group());
   if (a.sample_tokens > 0 && r == 0) {

@@ -92,9 +92,11 @@ kernels::cpu::PagedAttentionArgs attention_args(const float* q, float* out, int6
 }  // namespace
 
 void paged_attention_rows(const float* q, float* out, int64_t heads, const PagedKVCache& cache, int64_t layer,
-                          const AttentionMetadata& meta, double scale, int64_t begin, int64_t end, int64_t window) {
+                          const AttentionMetadata& meta, double scale, int64_t begin, int64_t end, int64_t window,
+                          double softcap) {
   auto a = attention_args(q, out, heads, meta.token_seq.size(0), cache, layer, meta, scale);
   a.window = window;
+  a.softcap = static_cast<float>(softcap);
   at::parallel_for(begin * heads, end * heads, 1, [&](int64_t b, int64_t e) { kernels::cpu::paged_attention(a, b, e); });
 }
 

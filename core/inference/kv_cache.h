@@ -61,8 +61,9 @@ struct AttentionMetadata {
 /// [begin, end) (kernels/cpu/paged_attention), q and out fp32 [tokens, heads, head_dim] (the
 /// metadata's rows index the whole step; it must be contiguous), in parallel over tokens x heads.
 /// `window` > 0: each token sees only the last `window` of its positions (a sliding window).
+/// `softcap` > 0: scores become softcap x tanh(score / softcap) before the softmax (Gemma 2).
 void paged_attention_rows(const float* q, float* out, int64_t heads, const PagedKVCache& cache, int64_t layer,
                           const AttentionMetadata& meta, double scale, int64_t begin, int64_t end,
-                          int64_t window = 0);
+                          int64_t window = 0, double softcap = 0);
 
 }  // namespace colossal::inference

@@ -49,7 +49,7 @@ struct Share {
 Share rank_share(const ModelSpec& s, const Layout& l) {
   const int64_t layers_per_stage = (s.layers + l.pp - 1) / l.pp;
   const double tp = l.tp;
-  double layer_dense = attention_parameters(s) / tp + 2.0 * norm_parameters(s);
+  double layer_dense = attention_parameters(s) / tp + static_cast<double>(s.layer_norms * norm_parameters(s));
   double layer_experts = 0;
   if (s.experts > 0) {
     layer_dense += static_cast<double>(s.hidden) * s.experts;  // the router (replicated)
@@ -102,7 +102,7 @@ std::vector<ModuleParameters> parameters_by_module(const ModelSpec& s) {
     } else {
       push(p + "mlp", expert_parameters(s), expert_parameters(s));
     }
-    push(p + "norms", 2 * norm_parameters(s), 2 * norm_parameters(s));
+    push(p + "norms", s.layer_norms * norm_parameters(s), s.layer_norms * norm_parameters(s));
   }
   push("norm", norm_parameters(s), norm_parameters(s));
   if (s.family == "vit") {

@@ -31,6 +31,7 @@ struct ModelSpec {
   bool biases = false;    // linear layers with biases (ViT)
   bool qkv_biases = false;  // biases on the query, key and value projections only
   int64_t head_norms = 0;   // per-head norm vectors of head_size in each attention (q/k norms)
+  int64_t layer_norms = 2;  // norms per layer (4: Gemma 2's around both halves' outputs too)
   // ViT only.
   int64_t patch_dim = 0;  // channels x patch x patch
   int64_t patches = 0;    // tokens per image, the class token included

@@ -71,6 +71,7 @@ void paged_attention_portable(const PagedAttentionArgs& p, int64_t begin, int64_
       for (int64_t j = j0; j < n; ++j) {
         int64_t index = (block * p.block_size + j) * p.kv_heads + kvh;
         scores[j] = dot(q, row(p.k_cache, p.bf16_cache, index, d, scratch.data()), d) * p.scale;
+        if (p.softcap > 0) scores[j] = p.softcap * std::tanh(scores[j] / p.softcap);
         block_max = std::max(block_max, scores[j]);
       }
       const float new_m = std::max(m, block_max);

@@ -25,6 +25,7 @@ struct PagedAttentionArgs {
   const int32_t* token_context = nullptr;  // [tokens]: keys visible (position + 1 for causal)
   int64_t window = 0;                      // > 0: only the last `window` of them (a sliding window)
   float scale = 1.0f;
+  float softcap = 0.0f;                    // > 0: score = softcap * tanh(score / softcap) (Gemma 2)
   int64_t tokens = 0;
 };
 

@@ -55,6 +55,7 @@ void attend(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
         __m512 s = _mm512_mul_ps(q[0], load16<Bf16>(p.k_cache, row));
         for (int c = 1; c < Chunks; ++c) s = _mm512_fmadd_ps(q[c], load16<Bf16>(p.k_cache, row + 16 * c), s);
         scores[j] = _mm512_reduce_add_ps(s);
+        if (p.softcap > 0) scores[j] = p.softcap * std::tanh(scores[j] / p.softcap);
         block_max = std::max(block_max, scores[j]);
       }
       const float new_m = std::max(m, block_max);

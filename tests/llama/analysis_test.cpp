@@ -85,10 +85,15 @@ TEST(LlamaModelAnalysis, ParameterCountsMatchTheModels) {
   qwen3.model_type = "qwen3";
   qwen3.qk_norm = true;
   qwen3.head_dim = 16;
-  for (const auto& c : {gqa, tied, moe, qwen2, qwen3}) {
+  auto gemma2 = gqa;  // four norms a layer, a tied head
+  gemma2.model_type = "gemma2";
+  gemma2.sandwich_norms = gemma2.norm_plus_one = gemma2.tie_word_embeddings = true;
+  gemma2.head_dim = 32;
+  for (const auto& c : {gqa, tied, moe, qwen2, qwen3, gemma2}) {
     LlamaForCausalLM model(c);
     int64_t actual = 0;
     for (const auto& p : model->parameters()) actual += p.numel();
+    EXPECT_EQ(c.num_parameters(), actual) << c.model_type;
     EXPECT_EQ(tools::total_parameters(model_spec(c)), actual) << model_spec(c).family << " tied " << c.tie_word_embeddings;
   }
   // A MoE layer's active parameters per token: its top-k experts only.

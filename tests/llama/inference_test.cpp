@@ -179,6 +179,51 @@ TEST(Inference, SlidingWindowMatchesItsMaskEverywhereAndFreesBlocksBehindIt) {
   EXPECT_EQ(engine.cache().blocks().used_blocks(), 0);
 }
 
+// Gemma 2's blocks in the engine: (1 + w) norms folded, sandwich norms, GeGLU, scaled
+// embeddings, soft-capped scores in the prefill and in both paged kernels (head_dim 16: AVX-512
+// where the CPU has it; 12: the portable kernel), capped logits, windowed layers alternating
+// with global ones. Logits equal the training model's, greedy equals recomputation, and no
+// block is freed early: the global layers read the whole context.
+TEST(Inference, Gemma2FollowsTheTrainingModelAndKeepsTheGlobalLayersContext) {
+  for (int64_t head_dim : {16, 12}) {
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    auto c = tiny_config();
+    c.model_type = "gemma2";
+    c.hidden_act = "gelu_pytorch_tanh";
+    c.norm_plus_one = c.scale_embeddings = c.sandwich_norms = true;
+    c.head_dim = head_dim;
+    c.query_pre_attn_scalar = 20;
+    c.attn_logit_softcapping = 2;  // low: the scores of these weights (std 0.3) are bent hard
+    c.final_logit_softcapping = 3;
+    c.sliding_window = 6;
+    c.sliding_layers = {true, false};
+    c.tie_word_embeddings = true;
+    auto m = tiny_model(c);
+    torch::NoGradGuard no_grad;
+    auto ids = prompt_of(40, 4);
+    auto ref = m->forward(torch::tensor(ids, torch::kInt64).unsqueeze(0))[0];
+    EXPECT_LE(ref.abs().max().item<double>(), 3.0) << "logits capped";
+    LlamaInference inf(m, LlamaInference::Options{});
+    EXPECT_EQ(inf.sliding_window(), 0) << "a global layer keeps every block";
+    for (int64_t chunk : {0, 1, 5}) {
+      auto fed = chunk == 0 ? inf.logits(ids) : inf.logits(ids, chunk);
+      EXPECT_TRUE(torch::allclose(fed, ref, 1e-4, 1e-4)) << "chunk " << chunk << ": "
+                                                         << (fed - ref).abs().max().item<double>();
+    }
+    EngineOptions o;
+    o.cache.block_size = 4;
+    o.cache.num_blocks = 64;
+    o.max_batched_tokens = 10;
+    auto engine = make_engine(m, o);
+    std::vector<int64_t> lengths = {3, 9, 17};
+    std::vector<GenerationRequest> reqs;
+    for (size_t i = 0; i < lengths.size(); ++i) reqs.push_back(greedy(prompt_of(lengths[i], i), 12));
+    auto results = engine.generate(reqs);
+    for (size_t i = 0; i < lengths.size(); ++i)
+      EXPECT_EQ(results[i].tokens, reference_greedy(m, reqs[i].prompt, 12)) << "prompt of " << lengths[i];
+  }
+}
+
 // int8/int4 weights: the logits of fp32 arithmetic over the dequantized weights, up to the
 // inputs' own int8 rounding (per block of 32 values: half a step of 1/127 of the block's largest),
 // and the same greedy choice wherever the choice is clear; bf16 within bf16's rounding.

@@ -126,6 +126,28 @@ TEST(LlamaSequenceParallel, RingAttentionMatchesOneProcess) {
   testing::run_ranks(2, [] { check_sp(Mode::kRingAttn, 1, true); });
   testing::run_ranks(4, [] { check_sp(Mode::kRingAttn, 1, false); });
 }
+// Gemma 2's blocks (soft caps, alternating windows, sandwich norms) where the whole sequence
+// meets in attention; ring attention refuses the soft cap by name.
+TEST(LlamaSequenceParallel, Gemma2MatchesOneProcessAndRingAttentionRefusesItsCap) {
+  testing::run_ranks(2, [] {
+    for (auto mode : {Mode::kAllToAll, Mode::kSplitGather}) {
+      dist::ProcessGroupMesh mesh({{"sp", mode == Mode::kAllToAll ? 2 : 1}, {"tp", mode == Mode::kAllToAll ? 1 : 2}});
+      parallel::ParallelContext ctx;
+      ctx.tp = mesh.group("tp");
+      ctx.sp = mesh.group("sp");
+      ctx.sp_mode = mode;
+      auto c = tiny_test_gemma2(false);
+      expect_same(train(c, {}), train(c, ctx), std::string("gemma2 ") + parallel::to_string(mode));
+    }
+    parallel::ParallelContext ring;
+    ring.sp = dist::world_group();
+    ring.sp_mode = Mode::kRingAttn;
+    LlamaForCausalLM model(tiny_test_gemma2(false), ring);
+    auto msg = testing::error_message_of([&] { model->forward(torch::zeros({1, 8}, torch::kInt64)); });
+    EXPECT_NE(msg.find("attn_logit_softcapping 10 under ring_attn is not implemented"), std::string::npos) << msg;
+  });
+}
+
 // Mistral's sliding window (5 of 16 tokens) in every sequence-parallel mode: ring attention
 // skips and cuts shards, the others mask the gathered sequence.
 TEST(LlamaSequenceParallel, SlidingWindowMatchesOneProcessInEveryMode) {

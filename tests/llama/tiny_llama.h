@@ -37,4 +37,24 @@ inline LlamaConfig tiny_test_qwen3() {
   return c;
 }
 
+/// Gemma 2's: GeGLU (tanh), (1 + w) norms around both halves, scaled embeddings, an attention
+/// scale of its own, soft caps of 10 and 5 (Gemma 2's are 50 and 30), and a window of 5 on the
+/// even layers (the tests' sequences are longer). With caps of 3 and 2 the layouts part by
+/// 2e-5..5e-5 in the second and third steps' gradient norms while the first step's gradients
+/// agree to 1e-5 (measured): such low caps make later steps sensitive to fp32 rounding order.
+inline LlamaConfig tiny_test_gemma2(bool tied = true) {
+  LlamaConfig c = tiny_test_llama();
+  c.model_type = "gemma2";
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.norm_plus_one = c.scale_embeddings = c.sandwich_norms = true;
+  c.head_dim = 16;
+  c.query_pre_attn_scalar = 24;
+  c.attn_logit_softcapping = 10;
+  c.final_logit_softcapping = 5;
+  c.sliding_window = 5;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers.push_back(i % 2 == 0);
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
 }  // namespace colossal::llama

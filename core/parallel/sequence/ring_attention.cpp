@@ -136,12 +136,13 @@ WindowCut window_cut(const StepShape& sh, int owner, int rank, int n, int64_t ch
 
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, c10::intrusive_ptr<GroupHolder> holder, int64_t window) {
+                               const torch::Tensor& v, c10::intrusive_ptr<GroupHolder> holder, int64_t window,
+                               double scale) {
     ctx->saved_data["window"] = window;
+    ctx->saved_data["scale"] = scale;
     const auto& g = holder->group;
     const int n = g.size(), r = g.rank();
     const int64_t groups = q.size(1) / k.size(1), chunk = q.size(2) / 2;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     auto out = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
     auto lse = torch::full({q.size(0), q.size(1), q.size(2)}, -INFINITY, q.options().dtype(torch::kFloat));
     auto kv = torch::stack({k, v}).contiguous();
@@ -176,7 +177,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     auto dout = grads[0].to(q.scalar_type()).contiguous();
     const int n = g.size(), r = g.rank();
     const int64_t groups = q.size(1) / k.size(1), chunk = q.size(2) / 2;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t window = ctx->saved_data["window"].toInt();
     auto dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
     auto kv = torch::stack({k, v}).contiguous();
@@ -200,7 +201,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       if (n > 1) dkv = ring_shift(dkv, g);
     }
     return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -213,20 +214,21 @@ torch::Tensor sliding_window_mask(int64_t len, int64_t window, const torch::Devi
 }
 
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const dist::Group& group, int64_t window) {
+                             const dist::Group& group, int64_t window, double scale) {
   COLOSSAL_CHECK(window >= 0, "[sp] ring attention: sliding window ", window, " is negative");
+  if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   COLOSSAL_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "[sp] ring attention expects [B, H, T, D] tensors");
   COLOSSAL_CHECK(q.size(1) % k.size(1) == 0, "[sp] ring attention: ", q.size(1), " query heads do not divide by ",
                  k.size(1), " key/value heads");
   if (!group.is_member() || group.size() == 1) {
     std::optional<torch::Tensor> mask;
     if (window > 0 && q.size(2) > window) mask = sliding_window_mask(q.size(2), window, q.device());
-    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/!mask, std::nullopt,
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/!mask, scale,
                                             /*enable_gqa=*/q.size(1) != k.size(1));
   }
   COLOSSAL_CHECK(q.size(2) % 2 == 0, "[sp] ring attention: the local sequence (", q.size(2),
                  " tokens) must be two zigzag chunks of equal length");
-  return RingAttention::apply(q, k, v, hold(group), window);
+  return RingAttention::apply(q, k, v, hold(group), window, scale);
 }
 
 }  // namespace colossal::parallel

@@ -22,8 +22,9 @@ namespace colossal::parallel {
 /// attention); returns [B, H, T_local, D]. Scale 1/sqrt(D). A group of one is plain causal
 /// attention. `window` > 0: a sliding window, query p sees keys (p - window, p]; shards wholly
 /// behind every query's window are passed on without any work, blocks the window cuts are masked.
+/// `scale` > 0 replaces 1/sqrt(D) (Gemma's query_pre_attn_scalar).
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const dist::Group& group, int64_t window = 0);
+                             const dist::Group& group, int64_t window = 0, double scale = 0);
 
 /// [len, len] bool: true where query i sees key j (causal, within the last `window` positions).
 torch::Tensor sliding_window_mask(int64_t len, int64_t window, const torch::Device& device);

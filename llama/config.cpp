@@ -8,7 +8,8 @@
 namespace colossal::llama {
 
 const std::vector<std::string>& LlamaConfig::families() {
-  static const std::vector<std::string> kFamilies = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2"};
+  static const std::vector<std::string> kFamilies = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2",
+                                                         "gpt2"};
   return kFamilies;
 }
 
@@ -47,7 +48,7 @@ void LlamaConfig::validate() const {
                  "[llama] config: model_type '", model_type, "' is not one of ", family_list());
   COLOSSAL_CHECK(hidden_act == "silu" || hidden_act == "gelu" || hidden_act == "gelu_pytorch_tanh",
                  "[llama] config: hidden_act '", hidden_act, "' is not silu, gelu or gelu_pytorch_tanh");
-  COLOSSAL_CHECK(!is_moe() || hidden_act == "silu", "[llama] config: experts are SwiGLU (hidden_act silu)");
+  COLOSSAL_CHECK(!is_moe() || (hidden_act == "silu" && gated_mlp), "[llama] config: experts are SwiGLU (hidden_act silu)");
   COLOSSAL_CHECK(query_pre_attn_scalar >= 0 && attn_logit_softcapping >= 0 && final_logit_softcapping >= 0,
                  "[llama] config: query_pre_attn_scalar, attn_logit_softcapping and final_logit_softcapping must be "
                  ">= 0 (0: unused), got ", query_pre_attn_scalar, ", ", attn_logit_softcapping, ", ",
@@ -87,11 +88,14 @@ int64_t LlamaConfig::num_parameters() const {
   int64_t o = num_attention_heads * d * hidden_size;
   int64_t bias = (q_k_v_bias() ? num_attention_heads * d + 2 * num_key_value_heads * d : 0) +
                  (attention_bias ? hidden_size : 0) + (qk_norm ? 2 * d : 0);
-  int64_t expert = 3 * hidden_size * intermediate_size;
+  int64_t expert = (gated_mlp ? 3 : 2) * hidden_size * intermediate_size +
+                   (mlp_bias ? intermediate_size + hidden_size : 0);
   int64_t mlp = is_moe() ? num_local_experts * expert + num_local_experts * hidden_size : expert;
-  int64_t layer = q + kv + o + bias + mlp + (sandwich_norms ? 4 : 2) * hidden_size;
+  const int64_t norm = (layer_norm ? 2 : 1) * hidden_size;  // LayerNorm: weight and bias
+  int64_t layer = q + kv + o + bias + mlp + (sandwich_norms ? 4 : 2) * norm;
   int64_t embed = vocab_size * hidden_size;
-  return embed + num_hidden_layers * layer + hidden_size + (tie_word_embeddings ? 0 : embed);
+  const int64_t positions = learned_positions ? max_position_embeddings * hidden_size : 0;
+  return embed + positions + num_hidden_layers * layer + norm + (tie_word_embeddings ? 0 : embed);
 }
 
 int64_t LlamaConfig::num_active_parameters() const {

@@ -1,6 +1,6 @@
 #pragma once
 // Decoder hyper-parameters, named as in a Hugging Face config.json: LLaMA and the families built
-// from the same blocks (Mistral, Mixtral, Qwen2/2.5, Qwen3, Gemma, Gemma 2), told apart by
+// from the same blocks (Mistral, Mixtral, Qwen2/2.5, Qwen3, Gemma, Gemma 2, GPT-2), told apart by
 // model_type.
 #include <cstdint>
 #include <string>
@@ -50,6 +50,13 @@ struct LlamaConfig {
   double query_pre_attn_scalar = 0;   // 0: head_dim
   double attn_logit_softcapping = 0;  // 0: none
   double final_logit_softcapping = 0; // 0: none
+  // GPT-2: learned absolute positions (model.embed_positions) instead of rotary ones, LayerNorm
+  // with a bias instead of RMSNorm (rms_norm_eps is its epsilon), a plain MLP (up, activation,
+  // down) with biases; its checkpoints' names and Conv1D layout are translated (llama/gpt2_layout.h).
+  bool learned_positions = false;
+  bool layer_norm = false;
+  bool gated_mlp = true;
+  bool mlp_bias = false;
   // Per layer, whether it is a sliding-window layer (transformers' layer_types); empty: every
   // layer is when sliding_window > 0 (Mistral).
   std::vector<bool> sliding_layers;

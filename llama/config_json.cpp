@@ -23,12 +23,115 @@ const std::set<std::string> kIgnored = {
 
 bool is_gemma(const std::string& family) { return family == "gemma" || family == "gemma2"; }
 
+// GPT-2's config.json names its fields its own way (n_embd, n_layer, ...): read into the same
+// config, with GPT-2's blocks switched on.
+LlamaConfig gpt2_from_json(const json& js, const std::string& origin, std::vector<std::string>* unknown,
+                           bool require_shape) {
+  static const std::set<std::string> kIgnoredGpt2 = {
+      "architectures", "transformers_version", "torch_dtype", "dtype", "use_cache", "model_type", "_name_or_path",
+      "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
+      "summary_proj_to_labels", "summary_first_dropout", "reorder_and_upcast_attn", "task_specific_params",
+      "output_attentions", "output_hidden_states", "return_dict", "n_ctx"};
+  if (require_shape)
+    for (const char* key : {"vocab_size", "n_embd", "n_layer", "n_head", "n_positions"})
+      COLOSSAL_CHECK(js.contains(key) && !js[key].is_null(), "[llama] ", origin, ": gpt2: field '", key,
+                     "' is missing (a GPT-2 config.json gives vocab_size, n_embd, n_layer, n_head and n_positions)");
+  std::set<std::string> used;
+  auto field = [&](const char* key) -> const json* {
+    if (!js.contains(key)) return nullptr;
+    used.insert(key);
+    return js[key].is_null() ? nullptr : &js[key];
+  };
+  auto read_int = [&](const char* key, int64_t& out) {
+    if (const json* v = field(key)) {
+      COLOSSAL_CHECK(v->is_number_integer(), "[llama] ", origin, ": field '", key, "' expected an integer, found ",
+                     v->dump());
+      out = v->get<int64_t>();
+    }
+  };
+  auto read_bool = [&](const char* key, bool fallback) {
+    if (const json* v = field(key)) {
+      COLOSSAL_CHECK(v->is_boolean(), "[llama] ", origin, ": field '", key, "' expected true or false, found ",
+                     v->dump());
+      return v->get<bool>();
+    }
+    return fallback;
+  };
+  LlamaConfig c;
+  c.model_type = "gpt2";
+  c.learned_positions = c.layer_norm = c.mlp_bias = c.attention_bias = true;
+  c.gated_mlp = false;
+  c.tie_word_embeddings = true;
+  c.hidden_act = "gelu_pytorch_tanh";  // gelu_new: the same tanh formula
+  c.rms_norm_eps = 1e-5;
+  c.bos_token_id = c.eos_token_id = 50256;
+  read_int("vocab_size", c.vocab_size);
+  read_int("n_embd", c.hidden_size);
+  read_int("n_layer", c.num_hidden_layers);
+  read_int("n_head", c.num_attention_heads);
+  c.num_key_value_heads = c.num_attention_heads;
+  read_int("n_positions", c.max_position_embeddings);
+  c.intermediate_size = 4 * c.hidden_size;  // n_inner null
+  read_int("n_inner", c.intermediate_size);
+  if (const json* v = field("activation_function")) {
+    COLOSSAL_CHECK(*v == "gelu_new" || *v == "gelu_pytorch_tanh" || *v == "gelu", "[llama] ", origin,
+                   ": gpt2: activation_function is ", v->dump(), "; gelu_new, gelu_pytorch_tanh and gelu are supported");
+    c.hidden_act = *v == "gelu" ? "gelu" : "gelu_pytorch_tanh";
+  }
+  if (const json* v = field("layer_norm_epsilon")) {
+    COLOSSAL_CHECK(v->is_number(), "[llama] ", origin, ": field 'layer_norm_epsilon' expected a number");
+    c.rms_norm_eps = v->get<double>();
+  }
+  if (const json* v = field("initializer_range")) c.initializer_range = v->get<double>();
+  if (!read_bool("scale_attn_weights", true)) c.query_pre_attn_scalar = 1;  // scores unscaled
+  COLOSSAL_CHECK(!read_bool("scale_attn_by_inverse_layer_idx", false), "[llama] ", origin,
+                 ": gpt2: scale_attn_by_inverse_layer_idx true is not supported");
+  COLOSSAL_CHECK(!read_bool("add_cross_attention", false), "[llama] ", origin,
+                 ": gpt2: add_cross_attention true is not supported (a decoder without an encoder)");
+  c.tie_word_embeddings = read_bool("tie_word_embeddings", true);
+  read_int("bos_token_id", c.bos_token_id);
+  read_int("eos_token_id", c.eos_token_id);
+  read_int("pad_token_id", c.pad_token_id);
+  if (unknown)
+    for (auto it = js.begin(); it != js.end(); ++it)
+      if (!used.count(it.key()) && !kIgnoredGpt2.count(it.key())) unknown->push_back(it.key());
+  try {
+    c.validate();
+  } catch (const std::exception& e) {
+    COLOSSAL_FAIL(origin, ": ", error_text(e));
+  }
+  return c;
+}
+
+std::string gpt2_to_json(const LlamaConfig& c) {
+  json js;
+  js["architectures"] = {"GPT2LMHeadModel"};
+  js["model_type"] = "gpt2";
+  js["vocab_size"] = c.vocab_size;
+  js["n_embd"] = c.hidden_size;
+  js["n_layer"] = c.num_hidden_layers;
+  js["n_head"] = c.num_attention_heads;
+  js["n_positions"] = c.max_position_embeddings;
+  js["n_inner"] = c.intermediate_size;
+  js["activation_function"] = c.hidden_act == "gelu" ? "gelu" : "gelu_new";
+  js["layer_norm_epsilon"] = c.rms_norm_eps;
+  js["initializer_range"] = c.initializer_range;
+  js["scale_attn_weights"] = c.query_pre_attn_scalar != 1;
+  js["tie_word_embeddings"] = c.tie_word_embeddings;
+  js["bos_token_id"] = c.bos_token_id;
+  js["eos_token_id"] = c.eos_token_id;
+  if (c.pad_token_id >= 0) js["pad_token_id"] = c.pad_token_id;
+  js["torch_dtype"] = "float32";
+  return js.dump(2) + "\n";
+}
+
 }  // namespace
 
 LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::string& origin,
                                         std::vector<std::string>* unknown, bool require_shape) {
   auto js = json::parse(text, nullptr, /*allow_exceptions=*/false);
   COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[llama] ", origin, ": not a JSON object");
+  if (js.contains("model_type") && js["model_type"] == "gpt2") return gpt2_from_json(js, origin, unknown, require_shape);
   // transformers would fill a missing size from LlamaConfig's 7B defaults and then report
   // hundreds of mismatched tensors; the field itself is the error.
   if (require_shape) {
@@ -248,6 +351,7 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path, std::vector<std
 }
 
 std::string LlamaConfig::to_json() const {
+  if (model_type == "gpt2") return gpt2_to_json(*this);
   json js;
   // The family read (a Mixtral built in code says llama: experts make it mixtral).
   const std::string type = is_moe() ? "mixtral" : model_type;

@@ -34,9 +34,10 @@ LlamaCudaInference::LlamaCudaInference(LlamaForCausalLM& model, Options options)
                  "a model with sliding_window ", model->config().sliding_window, " runs on the CPU engine (--device cpu)");
   const auto& c = model->config();
   COLOSSAL_CHECK(c.hidden_act == "silu" && !c.norm_plus_one && !c.sandwich_norms && !c.scale_embeddings &&
-                     c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 0 && c.query_pre_attn_scalar == 0,
+                     c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 0 && c.query_pre_attn_scalar == 0 &&
+                     !c.learned_positions && !c.layer_norm && c.gated_mlp,
                  "[llama] the GPU engine does not run ", c.model_type, " yet (GeGLU, (1 + w) norms, scaled "
-                 "embeddings, soft-capping); it runs on the CPU engine (--device cpu)");
+                 "embeddings, soft-capping, learned positions, LayerNorm); it runs on the CPU engine (--device cpu)");
   COLOSSAL_CHECK(!model->parallel_context().tensor_parallel(),
                  "[llama] the GPU engine runs one process; --tp > 1 is the CPU engine's (use --device cpu)");
   COLOSSAL_CHECK(options.dtype == at::kFloat || options.dtype == at::kBFloat16 || options.dtype == at::kHalf,

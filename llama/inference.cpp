@@ -60,6 +60,37 @@ void rms_norm_rows(const float* x, const float* w, float* out, int64_t rows, int
   });
 }
 
+// out[r] = w * (x[r] - mean) / sqrt(var + eps) + b (GPT-2's LayerNorm).
+void layer_norm_rows(const float* x, const float* w, const float* bias, float* out, int64_t rows, int64_t dim,
+                     double eps) {
+  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* in = x + r * dim;
+      float* o = out + r * dim;
+      float sum = 0;
+      for (int64_t i = 0; i < dim; ++i) sum += in[i];
+      const float mean = sum / static_cast<float>(dim);
+      float ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += (in[i] - mean) * (in[i] - mean);
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
+      for (int64_t i = 0; i < dim; ++i) o[i] = w[i] * ((in[i] - mean) * inv) + bias[i];
+    }
+  });
+}
+
+// act[r] = gelu(x[r]) in place (GPT-2's ungated MLP), tanh form or exact.
+void gelu_rows(float* x, int64_t rows, int64_t dim, bool tanh_form) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kInvSqrt2 = 0.7071067811865476f;
+  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      for (int64_t i = 0; i < dim; ++i) {
+        float& v = x[r * dim + i];
+        v *= tanh_form ? 0.5f * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)))
+                       : 0.5f * (1.0f + std::erf(v * kInvSqrt2));
+      }
+  });
+}
+
 // LLaMA's rotary embedding (rotate-half layout) of `heads` heads of row r of `src` into `dst`
 // (in place when equal): the cos/sin tables' row is the token's position.
 void rope_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t heads,
@@ -190,12 +221,21 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
         x.expert_down.push_back(pack((ex + "down").c_str(), e->w2->weight));
       }
       router_ = moe->router();
+    } else if (!l->mlp->gate_proj) {  // GPT-2: up, activation, down, with biases
+      x.gate_up = pack("gate_up", l->mlp->up_proj->weight);
+      x.down = pack("down", l->mlp->down_proj->weight);
+      if (l->mlp->up_proj->bias.defined()) x.up_bias = fp32(l->mlp->up_proj->bias);
+      if (l->mlp->down_proj->bias.defined()) x.down_bias = fp32(l->mlp->down_proj->bias);  // after the reduction
     } else {
       x.gate_up = pack("gate_up", at::cat({l->mlp->gate_proj->weight, l->mlp->up_proj->weight}, 0));
       x.down = pack("down", l->mlp->down_proj->weight);
     }
     x.input_norm = norm_weight(l->input_layernorm->weight);
     x.post_norm = norm_weight(l->post_attention_layernorm->weight);
+    if (l->input_layernorm->bias.defined()) {
+      x.input_norm_bias = fp32(l->input_layernorm->bias);
+      x.post_norm_bias = fp32(l->post_attention_layernorm->bias);
+    }
     if (l->pre_feedforward_layernorm) {
       x.pre_ff_norm = norm_weight(l->pre_feedforward_layernorm->weight);
       x.post_ff_norm = norm_weight(l->post_feedforward_layernorm->weight);
@@ -205,6 +245,8 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
   embed_ = pack_named("embed", model->model->embed_tokens->weight);
   vocab_start_ = parallel_.tp_rank() * embed_.out_features();
   norm_ = norm_weight(model->model->norm->weight);
+  if (model->model->norm->bias.defined()) norm_bias_ = fp32(model->model->norm->bias);
+  if (model->model->embed_positions) positions_ = fp32(model->model->embed_positions->weight);
   lm_head_ = model->lm_head ? pack_named("lm_head", model->lm_head->weight) : embed_;
   make_tables();
 }
@@ -345,6 +387,15 @@ LlamaInference::PackedMatrices LlamaInference::load_packed(const std::string& fi
   return out;
 }
 
+void LlamaInference::norm_rows(const float* x, const at::Tensor& weight, const at::Tensor& bias, float* out,
+                               int64_t rows) const {
+  if (bias.defined())
+    layer_norm_rows(x, weight.const_data_ptr<float>(), bias.const_data_ptr<float>(), out, rows, config_.hidden_size,
+                    config_.rms_norm_eps);
+  else
+    rms_norm_rows(x, weight.const_data_ptr<float>(), out, rows, config_.hidden_size, config_.rms_norm_eps);
+}
+
 inference::CacheShape LlamaInference::cache_shape() const {
   return {config_.num_hidden_layers, kv_heads_, config_.resolved_head_dim(), options_.dtype};
 }
@@ -457,6 +508,7 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
     h.copy_(embed_.rows(in.tokens));
   }
   if (config_.scale_embeddings) h.mul_(static_cast<float>(std::sqrt(static_cast<double>(hidden))));
+  if (positions_.defined()) h.add_(positions_.index_select(0, in.positions));
   float* hp = h.data_ptr<float>();
   float* normed = b.normed.data_ptr<float>();
   const int64_t width = b.qkv.size(1);
@@ -466,7 +518,7 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
   for (size_t li = 0; li < layers_.size(); ++li) {
     const auto& L = layers_[li];
     const auto layer = static_cast<int64_t>(li);
-    rms_norm_rows(hp, L.input_norm.const_data_ptr<float>(), normed, n, hidden, eps);
+    norm_rows(hp, L.input_norm, L.input_norm_bias, normed, n);
     float* qkv = b.qkv.data_ptr<float>();
     L.qkv.forward_into(normed, n, qkv, width);
     if (L.qkv_bias.defined()) b.qkv.narrow(0, 0, n).add_(L.qkv_bias);
@@ -475,8 +527,12 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
       head_norm(rows.narrow(1, 0, heads * d).view({n, heads, d}), L.q_norm, eps);
       head_norm(rows.narrow(1, heads * d, kv * d).view({n, kv, d}), L.k_norm, eps);
     }
-    rope_rows(qkv, width, b.attn[0].data_ptr<float>(), heads * d, n, heads, d, positions, cos, sin);
-    rope_rows(qkv + heads * d, width, qkv + heads * d, width, n, kv, d, positions, cos, sin);
+    if (positions_.defined()) {  // GPT-2: positions are in the embeddings; q as it is
+      b.attn[0].narrow(0, 0, n).copy_(b.qkv.narrow(0, 0, n).narrow(1, 0, heads * d));
+    } else {
+      rope_rows(qkv, width, b.attn[0].data_ptr<float>(), heads * d, n, heads, d, positions, cos, sin);
+      rope_rows(qkv + heads * d, width, qkv + heads * d, width, n, kv, d, positions, cos, sin);
+    }
     cache.write_rows(layer, in.attention.slots.const_data_ptr<int64_t>(), n, qkv + heads * d,
                      qkv + (heads + kv) * d, width);
     attention(in, cache, layer, n);
@@ -491,19 +547,28 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
       rms_norm_rows(hp, L.pre_ff_norm.const_data_ptr<float>(), normed, n, hidden, eps);
     } else {
       add_rows(hp, o.data_ptr<float>(), n, hidden, L.o_bias.defined() ? L.o_bias.const_data_ptr<float>() : nullptr);
-      rms_norm_rows(hp, L.post_norm.const_data_ptr<float>(), normed, n, hidden, eps);
+      norm_rows(hp, L.post_norm, L.post_norm_bias, normed, n);
     }
     if (L.router.defined()) {
       h.add_(mixture_of_experts(b.normed.narrow(0, 0, n), L, ffn));
       continue;
     }
     float* gu = b.gate_up.data_ptr<float>();
-    L.gate_up.forward_into(normed, n, gu, 2 * ffn);
-    if (config_.hidden_act == "silu") silu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn);
-    else gelu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn, config_.hidden_act == "gelu_pytorch_tanh");
+    const bool tanh_gelu = config_.hidden_act == "gelu_pytorch_tanh";
+    if (!config_.gated_mlp) {  // GPT-2: gelu(up x + b)
+      float* act = b.act.data_ptr<float>();
+      L.gate_up.forward_into(normed, n, act, ffn);
+      if (L.up_bias.defined()) b.act.narrow(0, 0, n).add_(L.up_bias);
+      gelu_rows(act, n, ffn, tanh_gelu);
+    } else {
+      L.gate_up.forward_into(normed, n, gu, 2 * ffn);
+      if (config_.hidden_act == "silu") silu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn);
+      else gelu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn, tanh_gelu);
+    }
     auto down = b.out.narrow(0, 0, n);
     L.down.forward_into(b.act.data_ptr<float>(), n, down.data_ptr<float>(), hidden);
     down = all_reduced(down);
+    if (L.down_bias.defined()) down.add_(L.down_bias);
     if (L.post_ff_norm.defined()) {
       float* dp = down.data_ptr<float>();
       rms_norm_rows(dp, L.post_ff_norm.const_data_ptr<float>(), dp, n, hidden, eps);
@@ -512,7 +577,7 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
   }
   auto last = h.index_select(0, in.sample_index).contiguous();
   const int64_t s = last.size(0);
-  rms_norm_rows(last.data_ptr<float>(), norm_.const_data_ptr<float>(), last.data_ptr<float>(), s, hidden, eps);
+  norm_rows(last.data_ptr<float>(), norm_, norm_bias_, last.data_ptr<float>(), s);
   auto logits = lm_head_.forward(last);  // [S, vocab / tp] fp32
   if (const double cap = config_.final_logit_softcapping; cap > 0) logits = at::tanh(logits / cap) * cap;
   if (!parallel_.tensor_parallel()) return logits;

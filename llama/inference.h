@@ -81,6 +81,7 @@ class LlamaInference : public inference::CausalLM {
     // fp32; Gemma's (1 + w) norms folded into their weights. post_norm: the MLP's input norm, or
     // (Gemma 2) the attention output's, with pre_ff_norm / post_ff_norm around the MLP.
     at::Tensor input_norm, post_norm, pre_ff_norm, post_ff_norm, qkv_bias, o_bias;
+    at::Tensor input_norm_bias, post_norm_bias, up_bias, down_bias;  // GPT-2: LayerNorm, the MLP's biases
     at::Tensor q_norm, k_norm;                           // Qwen3: [head_dim] fp32
     inference::PackedLinear qkv, o, gate_up, down;
     at::Tensor router;                                              // Mixtral: [experts, hidden] fp32
@@ -97,6 +98,8 @@ class LlamaInference : public inference::CausalLM {
   at::Tensor all_reduced(at::Tensor x) const;
   at::Tensor mixture_of_experts(const at::Tensor& x, const Layer& layer, int64_t ffn) const;
   void attention(const inference::ModelInput& in, inference::PagedKVCache& cache, int64_t layer, int64_t n);
+  /// RMSNorm, or LayerNorm when `bias` is defined, of `rows` rows of x into out (in place allowed).
+  void norm_rows(const float* x, const at::Tensor& weight, const at::Tensor& bias, float* out, int64_t rows) const;
   Buffers& buffers(int64_t n);
 
   LlamaConfig config_;
@@ -105,7 +108,8 @@ class LlamaInference : public inference::CausalLM {
   int64_t heads_ = 0, kv_heads_ = 0, vocab_start_ = 0;  // this rank's
   std::vector<Layer> layers_;
   parallel::expert::RouterOptions router_;  // Mixtral
-  at::Tensor norm_, cos_, sin_;
+  at::Tensor norm_, norm_bias_, cos_, sin_;
+  at::Tensor positions_;  // GPT-2: the learned position embeddings [positions, hidden] fp32
   inference::PackedLinear embed_, lm_head_;
   Buffers buffers_;
 };

@@ -26,10 +26,12 @@ namespace colossal::llama {
 using nn::call;
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel, bool per_head,
-                         bool plus_one)
+                         bool plus_one, bool layer_norm)
     : eps_(eps), parallel_(parallel), per_head_(per_head), plus_one_(plus_one) {
   weight = register_parameter("weight", nn::deferred_init_enabled() ? nn::deferred_empty({dim})
                                         : plus_one ? torch::zeros({dim}) : torch::ones({dim}));
+  if (layer_norm)
+    bias = register_parameter("bias", nn::deferred_init_enabled() ? nn::deferred_empty({dim}) : torch::zeros({dim}));
 }
 
 std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
@@ -38,10 +40,33 @@ std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
   parallel::ShardSpec s;
   s.group = parallel_.tp;
   s.gradient_partial = true;
+  if (bias.defined()) return {{"weight", s}, {"bias", s}};
+  return {{"weight", s}};
+}
+
+LearnedPositionsImpl::LearnedPositionsImpl(int64_t positions, int64_t dim, const parallel::ParallelContext& parallel)
+    : parallel_(parallel) {
+  weight = register_parameter("weight", nn::deferred_init_enabled() ? nn::deferred_empty({positions, dim})
+                                                                    : torch::zeros({positions, dim}));
+}
+
+torch::Tensor LearnedPositionsImpl::forward(const torch::Tensor& positions) {
+  return torch::embedding(weight, positions);
+}
+
+std::map<std::string, parallel::ShardSpec> LearnedPositionsImpl::shard_specs() const {
+  if (!parallel::splits_sequence_over_tp(parallel_)) return {};
+  parallel::ShardSpec s;
+  s.group = parallel_.tp;
+  s.gradient_partial = true;
   return {{"weight", s}};
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (bias.defined()) {  // LayerNorm, in fp32 whatever the compute dtype
+    return torch::layer_norm(x.to(torch::kFloat), {x.size(-1)}, weight.to(torch::kFloat), bias.to(torch::kFloat), eps_)
+        .to(x.scalar_type());
+  }
   // In fp32 whatever the compute dtype, as Hugging Face does (fused when everything is fp32).
   if (!plus_one_) return nn::rms_norm(x, weight, eps_);
   // Gemma: (1 + w) formed in fp32 and applied before the cast back, as transformers' GemmaRMSNorm.
@@ -93,7 +118,7 @@ torch::Tensor soft_capped_attention(const torch::Tensor& q, torch::Tensor k, tor
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where, int64_t layer)
     : parallel_(where.parallel), head_dim_(c.resolved_head_dim()), window_(c.layer_window(layer)),
-      scale_(c.attention_scale()), softcap_(c.attn_logit_softcapping) {
+      scale_(c.attention_scale()), softcap_(c.attn_logit_softcapping), rotary_(!c.learned_positions) {
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int tp = parallel_.tp_size();
   const bool qkv_bias = c.q_k_v_bias();
@@ -136,9 +161,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
     q = call(q_norm, q);
     k = call(k_norm, k);
   }
-  // Rotary embeddings at the tokens' own positions, before any exchange.
-  q = nn::apply_rotary(q, rope.cos, rope.sin, positions);
-  k = nn::apply_rotary(k, rope.cos, rope.sin, positions);
+  // Rotary embeddings at the tokens' own positions, before any exchange (GPT-2 added its learned
+  // positions to the embeddings instead).
+  if (rotary_) {
+    q = nn::apply_rotary(q, rope.cos, rope.sin, positions);
+    k = nn::apply_rotary(k, rope.cos, rope.sin, positions);
+  }
   torch::Tensor out;  // [B, T, heads_, head_dim_]
   if (parallel_.sp_mode == Mode::kRingAttn && parallel_.sp_size() > 1) {
     COLOSSAL_CHECK(softcap_ == 0, "[llama] attn_logit_softcapping ", softcap_, " under ring_attn is not implemented; "
@@ -178,16 +206,19 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
 }
 
 MLPImpl::MLPImpl(const LlamaConfig& c, const BuildContext& where) : parallel_(where.parallel), act_(c.hidden_act) {
-  gate_proj = register_module("gate_proj", linear(where.at("gate_proj"), c.hidden_size, c.intermediate_size, false));
-  up_proj = register_module("up_proj", linear(where.at("up_proj"), c.hidden_size, c.intermediate_size, false));
-  down_proj = register_module("down_proj", linear(where.at("down_proj"), c.intermediate_size, c.hidden_size, false));
+  if (c.gated_mlp)
+    gate_proj = register_module("gate_proj", linear(where.at("gate_proj"), c.hidden_size, c.intermediate_size, false));
+  up_proj = register_module("up_proj", linear(where.at("up_proj"), c.hidden_size, c.intermediate_size, c.mlp_bias));
+  down_proj =
+      register_module("down_proj", linear(where.at("down_proj"), c.intermediate_size, c.hidden_size, c.mlp_bias));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
   auto x = parallel::enter_tensor_parallel(x_in, parallel_);
+  const char* approximate = act_ == "gelu_pytorch_tanh" ? "tanh" : "none";
+  if (!gate_proj) return call(down_proj, torch::gelu(call(up_proj, x), approximate));  // GPT-2: no gate
   if (act_ == "silu") return call(down_proj, nn::swiglu(call(gate_proj, x), call(up_proj, x)));
-  auto gate = torch::gelu(call(gate_proj, x), act_ == "gelu_pytorch_tanh" ? "tanh" : "none");
-  return call(down_proj, gate * call(up_proj, x));
+  return call(down_proj, torch::gelu(call(gate_proj, x), approximate) * call(up_proj, x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& where, int64_t layer) {
@@ -197,7 +228,8 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& whe
   else
     mlp = register_module("mlp", MLP(c, where.at("mlp")));
   auto norm = [&](const char* name) {
-    return register_module(name, RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel, false, c.norm_plus_one));
+    return register_module(name, RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel, false, c.norm_plus_one,
+                                         c.layer_norm));
   };
   input_layernorm = norm("input_layernorm");
   post_attention_layernorm = norm("post_attention_layernorm");
@@ -230,8 +262,12 @@ DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
   // A pipeline stage builds only its own layers, under their global names (layers.N.*), so its
   // checkpoints are pieces of the one Hugging Face layout.
   const auto& pipe = where.parallel.pipeline;
-  if (!pipe.enabled() || pipe.holds_first())
+  if (!pipe.enabled() || pipe.holds_first()) {
     embed_tokens = register_module("embed_tokens", where.at("embed_tokens").embedding(c.vocab_size, c.hidden_size));
+    if (c.learned_positions)
+      embed_positions = register_module("embed_positions",
+                                        LearnedPositions(c.max_position_embeddings, c.hidden_size, where.parallel));
+  }
   auto stack = register_module("layers", std::make_shared<torch::nn::Module>("LayerStack"));
   std::vector<int64_t> held;
   for (const auto& [begin, end] : pipe.layer_ranges(c.num_hidden_layers, stage_costs(c, c.max_position_embeddings)))
@@ -243,7 +279,8 @@ DecoderImpl::DecoderImpl(const LlamaConfig& c, const BuildContext& where) {
     stack->register_module(std::to_string(i), layers.back());
   }
   if (!pipe.enabled() || pipe.holds_last())
-    norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel, false, c.norm_plus_one));
+    norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, where.parallel, false, c.norm_plus_one,
+                                           c.layer_norm));
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel)
@@ -280,7 +317,9 @@ void LlamaForCausalLMImpl::init_parameter(const std::string& name, torch::Tensor
     return;
   }
   if (full.dim() == 1) {
-    if (name.find("norm") != std::string::npos) full.fill_(config_.norm_plus_one ? 0.0 : 1.0);
+    const bool norm_weight = name.find("norm") != std::string::npos && name.size() > 7 &&
+                             name.compare(name.size() - 7, 7, ".weight") == 0;
+    if (norm_weight) full.fill_(config_.norm_plus_one ? 0.0 : 1.0);
     else full.zero_();
     return;
   }
@@ -336,6 +375,15 @@ const RotaryTables& LlamaForCausalLMImpl::host_rope_for(int64_t seq_len) {
   return long_rope_;
 }
 
+torch::Tensor LlamaForCausalLMImpl::embedded_positions(const torch::Tensor& positions, int64_t seq_len) const {
+  COLOSSAL_CHECK(seq_len <= config_.max_position_embeddings, "[llama] sequence of ", seq_len,
+                 " tokens exceeds the ", config_.max_position_embeddings, " learned positions (n_positions)");
+  if (!parallel::splits_sequence_over_tp(parallel_)) return positions;
+  return parallel::sequence_positions(seq_len, parallel::SequenceParallelMode::kSplitGather, parallel_.tp_rank(),
+                                      parallel_.tp_size())
+      .to(positions.device());
+}
+
 bool LlamaForCausalLMImpl::holds_sequence_shard() const {
   return parallel_.sp_mode != parallel::SequenceParallelMode::kSplitGather && parallel::shards_sequence(parallel_);
 }
@@ -381,6 +429,7 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
     // Gemma: sqrt(hidden_size), rounded to the embedding's dtype as transformers does.
     if (config_.scale_embeddings)
       h = h * torch::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), h.options());
+    if (model->embed_positions) h = h + call(model->embed_positions, embedded_positions(positions, T)).to(h.dtype());
   } else {
     h = hidden_in;
   }
@@ -452,7 +501,10 @@ std::vector<torch::Tensor> LlamaForCausalLMImpl::chunk_parameters(int chunk) {
     for (auto& p : m.parameters()) out.push_back(p);
   };
   const auto [first, last] = chunk_ends(chunk);
-  if (first) add(*model->embed_tokens);
+  if (first) {
+    add(*model->embed_tokens);
+    if (model->embed_positions) add(*model->embed_positions);
+  }
   const auto [begin, end] = chunk_layers_.at(chunk);
   for (size_t k = 0; k < model->layers.size(); ++k)
     if (model->layer_ids[k] >= begin && model->layer_ids[k] < end) add(*model->layers[k]);
@@ -534,6 +586,7 @@ parallel::ParallelPlan parallel_plan(const LlamaConfig& config) {
   parallel::ParallelPlan plan;
   plan.rules = {
       {"model.embed_tokens", SplitStyle::kVocabEmbedding},
+      {"model.embed_positions", SplitStyle::kReplicate},
       {"model.layers.*.self_attn.q_proj", SplitStyle::kColumn},
       {"model.layers.*.self_attn.k_proj", SplitStyle::kColumn, false, /*kv_heads=*/true},
       {"model.layers.*.self_attn.v_proj", SplitStyle::kColumn, false, /*kv_heads=*/true},

@@ -29,14 +29,15 @@ class RMSNormImpl : public torch::nn::Module, public parallel::ShardedModule {
  public:
   /// `per_head`: normalises each attention head of this rank (Qwen3's q/k norm): under tensor
   /// parallelism the heads are split, so its gradient is partial over the tensor group.
-  /// `plus_one`: scales by (1 + weight), weights starting at 0 (Gemma).
+  /// `plus_one`: scales by (1 + weight), weights starting at 0 (Gemma). `layer_norm`: LayerNorm
+  /// instead (mean-centred, with a bias; GPT-2).
   RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel = {}, bool per_head = false,
-              bool plus_one = false);
+              bool plus_one = false, bool layer_norm = false);
   torch::Tensor forward(const torch::Tensor& x);
   /// Replicated; under split_gather (or per head under tp) it sees part of the input, so its
   /// gradient is partial.
   std::map<std::string, parallel::ShardSpec> shard_specs() const override;
-  torch::Tensor weight;
+  torch::Tensor weight, bias;  // bias: LayerNorm only
 
  private:
   double eps_;
@@ -44,6 +45,20 @@ class RMSNormImpl : public torch::nn::Module, public parallel::ShardedModule {
   bool per_head_, plus_one_;
 };
 TORCH_MODULE(RMSNorm);
+
+/// GPT-2's learned absolute positions: [max_position_embeddings, hidden], replicated; under
+/// split_gather each rank adds the rows of its own tokens, so the gradient is partial.
+class LearnedPositionsImpl : public torch::nn::Module, public parallel::ShardedModule {
+ public:
+  LearnedPositionsImpl(int64_t positions, int64_t dim, const parallel::ParallelContext& parallel);
+  torch::Tensor forward(const torch::Tensor& positions);
+  std::map<std::string, parallel::ShardSpec> shard_specs() const override;
+  torch::Tensor weight;
+
+ private:
+  parallel::ParallelContext parallel_;
+};
+TORCH_MODULE(LearnedPositions);
 
 /// cos/sin tables for positions [0, max_positions), [max_positions, head_dim].
 struct RotaryTables {
@@ -72,6 +87,7 @@ class AttentionImpl : public torch::nn::Module {
   int64_t window_ = 0;                   // sliding window (Mistral, Gemma 2's local layers); 0: full causal
   double scale_ = 0;                     // scores = q.k x scale_
   double softcap_ = 0;                   // Gemma 2: scores = cap x tanh(scores / cap); 0: none
+  bool rotary_ = true;                   // false: GPT-2's learned positions are in the embeddings
 };
 TORCH_MODULE(Attention);
 
@@ -111,6 +127,7 @@ class DecoderImpl : public torch::nn::Module {
  public:
   DecoderImpl(const LlamaConfig& config, const BuildContext& where);
   parallel::ParallelEmbedding embed_tokens{nullptr};
+  LearnedPositions embed_positions{nullptr};  // GPT-2 (learned_positions), with the embedding
   std::vector<DecoderLayer> layers;  // the layers this rank holds, registered as layers.N.*
   std::vector<int64_t> layer_ids;    // their indices in the whole model (N)
   RMSNorm norm{nullptr};             // null on a pipeline stage without the head
@@ -199,6 +216,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   parallel::ParallelContext parallel_;
   uint64_t init_seed_ = 0;
   std::shared_ptr<const checkpoint::CheckpointReader> weights_;  // lazy load_pretrained
+  /// The global positions of the hidden states a first stage embeds (its shard's under
+  /// split_gather, which the embedding's reduce-scatter leaves on each rank).
+  torch::Tensor embedded_positions(const torch::Tensor& positions, int64_t seq_len) const;
   RotaryTables rope_;       // positions [0, max_position_embeddings)
   RotaryTables long_rope_;  // dynamic scaling: the last longer length seen
   RotaryTables rope_on_device_;  // the tables in use, on the GPU the model runs on

@@ -10,6 +10,7 @@
 #include "core/nn/deferred_init.h"
 #include "core/parallel/tensor/shard.h"
 #include "core/parallel/tensor/checkpoint.h"
+#include "llama/gpt2_layout.h"
 #include "llama/hf_tokenizer.h"
 
 namespace colossal::llama {
@@ -30,7 +31,9 @@ std::map<std::string, std::string> model_dir_files(const LlamaConfig& config, co
 void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& weights,
                      const std::string& dir, const checkpoint::SaveModelOptions& options,
                      const text::Tokenizer* tokenizer) {
-  checkpoint::save_model_state(weights, dir, options);  // creates dir
+  // GPT-2 in its own names and Conv1D layout, as transformers opens it.
+  checkpoint::save_model_state(config.model_type == "gpt2" ? to_gpt2_checkpoint(weights, config) : weights, dir,
+                               options);  // creates dir
   for (const auto& [name, bytes] : model_dir_files(config, tokenizer)) {
     checkpoint::write_text_atomically(dir + "/" + name, bytes);
   }
@@ -48,8 +51,11 @@ LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelO
   COLOSSAL_CHECK(parallel.ep_size() == 1, "[llama] load_pretrained builds the whole model; under expert parallelism "
                  "use load_pretrained_lazily (each rank reads only its experts)");
   out.model = LlamaForCausalLM(out.config, parallel);
-  out.report = parallel.tensor_parallel() ? parallel::load_model_slices(*out.model, dir, options)
-                                          : checkpoint::load_model_state(*out.model, dir, options);
+  auto opts = options;
+  if (out.config.model_type == "gpt2")
+    opts.adapt = [config = out.config](checkpoint::CheckpointReader& r) { adapt_gpt2_checkpoint(r, config); };
+  out.report = parallel.tensor_parallel() ? parallel::load_model_slices(*out.model, dir, opts)
+                                          : checkpoint::load_model_state(*out.model, dir, opts);
   return out;
 }
 
@@ -60,7 +66,8 @@ LoadedModel load_pretrained_lazily(const std::string& dir, const parallel::Paral
     nn::DeferredInitGuard deferred;
     out.model = LlamaForCausalLM(out.config, parallel);
   }
-  auto reader = std::make_shared<const checkpoint::CheckpointReader>(dir);
+  auto reader = std::make_shared<checkpoint::CheckpointReader>(dir);
+  if (out.config.model_type == "gpt2") adapt_gpt2_checkpoint(*reader, out.config);
   // Strict, against the full (unsplit) shapes: nothing is read until boost.
   const auto specs = parallel::collect_shard_specs(*out.model);
   auto names = reader->names();

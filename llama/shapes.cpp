@@ -74,6 +74,9 @@ tools::ModelSpec model_spec(const LlamaConfig& c) {
   s.qkv_biases = c.qkv_bias;
   s.head_norms = c.qk_norm ? 2 : 0;
   s.layer_norms = c.sandwich_norms ? 4 : 2;
+  s.gated_mlp = c.gated_mlp;
+  s.layer_norm = c.layer_norm;
+  if (c.learned_positions) s.learned_positions = c.max_position_embeddings;
   return s;
 }
 

@@ -72,6 +72,7 @@ LoadReport load_model_state(torch::nn::Module& model, const std::string& dir,
 LoadReport load_state_into(const NamedTensors& targets, const std::string& dir,
                            const LoadModelOptions& options, const std::set<std::string>& held_elsewhere) {
   CheckpointReader reader(dir);
+  if (options.adapt) options.adapt(reader);
   LoadReport report;
   auto names = reader.names();
   std::set<std::string> in_checkpoint(names.begin(), names.end());

@@ -3,6 +3,7 @@
 // (named_parameters, then named_buffers), in one safetensors file or shards plus an index.
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -21,6 +22,9 @@ struct SaveModelOptions {
 
 struct LoadModelOptions {
   bool strict = true;  // every name present on both sides with the same shape
+  /// Applied to the reader before anything is compared: a checkpoint in another layout
+  /// presented under the model's names (CheckpointReader::derive / hide).
+  std::function<void(CheckpointReader&)> adapt;
 };
 
 /// What load_model did besides copying: everything that differed.

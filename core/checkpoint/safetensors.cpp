@@ -211,17 +211,39 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& pr
 
 std::vector<std::string> CheckpointReader::names() const {
   std::vector<std::string> out;
-  for (const auto& [name, _] : where_) out.push_back(name);
+  for (const auto& [name, _] : where_)
+    if (!hidden_.count(name) && !derived_.count(name)) out.push_back(name);
+  for (const auto& [name, _] : derived_) out.push_back(name);
+  std::sort(out.begin(), out.end());
   return out;
 }
 
+void CheckpointReader::derive(const std::string& name, c10::ScalarType dtype, std::vector<int64_t> shape,
+                              std::function<at::Tensor(const CheckpointReader&)> make) {
+  Derived d;
+  d.info.name = name;
+  d.info.dtype = dtype;
+  d.info.shape = std::move(shape);
+  d.make = std::move(make);
+  derived_[name] = std::move(d);
+}
+
+void CheckpointReader::hide(const std::string& name) { hidden_.insert(name); }
+
 const TensorInfo& CheckpointReader::info(const std::string& name) const {
+  if (auto d = derived_.find(name); d != derived_.end()) return d->second.info;
   auto it = where_.find(name);
   COLOSSAL_CHECK(it != where_.end(), "[checkpoint] '", dir_, "' has no tensor '", name, "'");
   return *it->second->find(name);
 }
 
 at::Tensor CheckpointReader::view(const std::string& name) const {
+  if (auto d = derived_.find(name); d != derived_.end()) {
+    auto t = d->second.make(*this);
+    COLOSSAL_CHECK(at::IntArrayRef(d->second.info.shape) == t.sizes(), "[checkpoint] '", dir_, "': derived tensor '",
+                   name, "' came out ", t.sizes(), ", expected ", at::IntArrayRef(d->second.info.shape));
+    return t;
+  }
   auto it = where_.find(name);
   COLOSSAL_CHECK(it != where_.end(), "[checkpoint] '", dir_, "' has no tensor '", name, "'");
   return it->second->view(name);

@@ -17,7 +17,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -98,19 +100,36 @@ std::vector<std::string> save_sharded(const std::string& dir, const NamedTensors
                                       const std::map<std::string, std::string>& metadata = {});
 
 /// Reads a directory written by save_sharded (or by transformers): single file or index + shards.
+///
+/// A checkpoint laid out differently from the model that reads it (another family's names, a
+/// fused matrix the model keeps as several, a transposed layout) is read through derived
+/// tensors: derive() adds a tensor computed from stored ones, hide() takes stored ones out of
+/// names(), so loaders see the model's names and nothing else changes.
 class CheckpointReader {
  public:
   explicit CheckpointReader(const std::string& dir, const std::string& prefix = "model");
   std::vector<std::string> names() const;
-  bool contains(const std::string& name) const { return where_.count(name) != 0; }
+  bool contains(const std::string& name) const { return derived_.count(name) != 0 || where_.count(name) != 0; }
   const TensorInfo& info(const std::string& name) const;
   at::Tensor view(const std::string& name) const;
   at::Tensor load(const std::string& name) const { return view(name).clone(); }
+  const std::string& dir() const { return dir_; }
+  /// Tensor `name` of `dtype` and `shape`, made by `make` when read (a view or a new tensor).
+  void derive(const std::string& name, c10::ScalarType dtype, std::vector<int64_t> shape,
+              std::function<at::Tensor(const CheckpointReader&)> make);
+  /// Stored tensor `name` is left out of names() (still readable: derived tensors read it).
+  void hide(const std::string& name);
 
  private:
+  struct Derived {
+    TensorInfo info;
+    std::function<at::Tensor(const CheckpointReader&)> make;
+  };
   std::string dir_;
   std::map<std::string, std::shared_ptr<SafetensorsFile>> files_;  // by file name
   std::map<std::string, std::shared_ptr<SafetensorsFile>> where_;  // tensor -> file
+  std::map<std::string, Derived> derived_;
+  std::set<std::string> hidden_;
 };
 
 }  // namespace colossal::checkpoint

@@ -23,7 +23,8 @@ int64_t expert_parameters(const ModelSpec& s) {
                      : linear(s.hidden, s.intermediate, s.biases) + linear(s.intermediate, s.hidden, s.biases);
 }
 
-int64_t norm_parameters(const ModelSpec& s) { return s.biases ? 2 * s.hidden : s.hidden; }  // LayerNorm has a bias
+// LayerNorm (ViT's, GPT-2's) has a bias.
+int64_t norm_parameters(const ModelSpec& s) { return s.layer_norm || s.family == "vit" ? 2 * s.hidden : s.hidden; }
 
 // Elements per token that one decoder layer keeps for backward in this project's implementation,
 // measured with the memory tracer (tests/llama/analysis_test.cpp fits and checks them): 6 per
@@ -92,6 +93,8 @@ std::vector<ModuleParameters> parameters_by_module(const ModelSpec& s) {
     push("embeddings", embed, embed);
   } else {
     push("embed_tokens", s.vocab * s.hidden, s.vocab * s.hidden);
+    if (s.learned_positions > 0)
+      push("embed_positions", s.learned_positions * s.hidden, s.learned_positions * s.hidden);
   }
   for (int64_t i = 0; i < s.layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";

@@ -32,6 +32,8 @@ struct ModelSpec {
   bool qkv_biases = false;  // biases on the query, key and value projections only
   int64_t head_norms = 0;   // per-head norm vectors of head_size in each attention (q/k norms)
   int64_t layer_norms = 2;  // norms per layer (4: Gemma 2's around both halves' outputs too)
+  bool layer_norm = false;        // LayerNorm (weight and bias) rather than RMSNorm (ViT: always)
+  int64_t learned_positions = 0;  // rows of a learned position table (GPT-2), beside the embedding
   // ViT only.
   int64_t patch_dim = 0;  // channels x patch x patch
   int64_t patches = 0;    // tokens per image, the class token included

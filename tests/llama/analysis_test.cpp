@@ -89,7 +89,15 @@ TEST(LlamaModelAnalysis, ParameterCountsMatchTheModels) {
   gemma2.model_type = "gemma2";
   gemma2.sandwich_norms = gemma2.norm_plus_one = gemma2.tie_word_embeddings = true;
   gemma2.head_dim = 32;
-  for (const auto& c : {gqa, tied, moe, qwen2, qwen3, gemma2}) {
+  auto gpt2 = gqa;  // learned positions, LayerNorm and MLP biases, no gate
+  gpt2.model_type = "gpt2";
+  gpt2.num_key_value_heads = gpt2.num_attention_heads;
+  gpt2.learned_positions = gpt2.layer_norm = gpt2.mlp_bias = gpt2.attention_bias = gpt2.tie_word_embeddings = true;
+  gpt2.gated_mlp = false;
+  gpt2.hidden_act = "gelu_pytorch_tanh";
+  auto biased = gqa;  // LLaMA's attention_bias: biases on the projections, RMSNorm without one
+  biased.attention_bias = true;
+  for (const auto& c : {gqa, tied, moe, qwen2, qwen3, gemma2, gpt2, biased}) {
     LlamaForCausalLM model(c);
     int64_t actual = 0;
     for (const auto& p : model->parameters()) actual += p.numel();

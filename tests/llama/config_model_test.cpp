@@ -50,8 +50,8 @@ TEST(LlamaConfig, ContradictionsAndWrongTypesNameTheField) {
   EXPECT_NE(msg.find("num_attention_heads (32) must be a multiple of num_key_value_heads (5)"), std::string::npos) << msg;
   msg = testing::error_message_of([] { LlamaConfig::from_json_text(R"({"hidden_size": "big"})", "c.json"); });
   EXPECT_NE(msg.find("field 'hidden_size' expected an integer, found \"big\""), std::string::npos) << msg;
-  msg = testing::error_message_of([] { LlamaConfig::from_json_text(R"({"model_type": "gpt2"})", "c.json"); });
-  EXPECT_NE(msg.find("model_type is \"gpt2\""), std::string::npos) << msg;
+  msg = testing::error_message_of([] { LlamaConfig::from_json_text(R"({"model_type": "bert"})", "c.json"); });
+  EXPECT_NE(msg.find("model_type is \"bert\", expected one of llama, mistral"), std::string::npos) << msg;
   msg = testing::error_message_of([] {
     LlamaConfig::from_json_text(R"({"rope_scaling": {"rope_type": "yarn", "factor": 4}})", "c.json");
   });

@@ -2,7 +2,7 @@
 // the same seed and the same global batch: losses for 3 AdamW steps with gradient clipping, the
 // clipped norm, and every gradient gathered whole after the data-parallel reduction, within
 // relative 1e-5 (fp32): split_gather x dp with ZeRO-1, tp x sp x dp with ZeRO-2 (all_to_all) and
-// DDP (ring_attn); the Qwen2, Qwen3 and Gemma 2 blocks under DDP, ZeRO-2, Gemini and tp 2. Invalid combinations of layout and model shape are refused with their reasons
+// DDP (ring_attn); the Qwen2, Qwen3, Gemma 2 and GPT-2 blocks under DDP, ZeRO-2, Gemini and tp 2. Invalid combinations of layout and model shape are refused with their reasons
 // before any communication. (The plugin itself — tp x dp under DDP and ZeRO, checkpoints across tp
 // sizes — is tested on a toy transformer in tests/core/booster/hybrid_plugin_test.cpp.)
 #include <gtest/gtest.h>
@@ -140,11 +140,12 @@ TEST(LlamaHybridParallel, TensorTimesSequenceTimesDataParallelMatchesOneProcess)
 // 4 ranks: Qwen2 (q/k/v biases, tied embedding), Qwen3 (per-head q/k norms whose gradient
 // is summed over the tensor group, its own head_dim, biases on all four projections) and
 // Gemma 2 (sandwich norms, GeGLU, soft caps on scores and on vocabulary-parallel logits,
-// alternating windows).
+// alternating windows) and GPT-2 (learned positions, LayerNorm biases, an ungated MLP with
+// biases split over tp).
 TEST(LlamaHybridParallel, OtherFamiliesUnderEveryPluginMatchOneProcess) {
   testing::run_ranks(4, [] {
     for (const auto& [family, config] : {std::pair{"qwen2", tiny_test_qwen2()}, std::pair{"qwen3", tiny_test_qwen3()},
-                                         std::pair{"gemma2", tiny_test_gemma2()}}) {
+                                         std::pair{"gemma2", tiny_test_gemma2()}, std::pair{"gpt2", tiny_test_gpt2()}}) {
       const auto want = reference(config);
       for (const char* name : {"ddp", "zero2", "gemini"}) {
         PluginConfig o;

@@ -224,6 +224,36 @@ TEST(Inference, Gemma2FollowsTheTrainingModelAndKeepsTheGlobalLayersContext) {
   }
 }
 
+// GPT-2's blocks in the engine: learned positions added to the embeddings, no rotation,
+// LayerNorm with biases, the ungated MLP with its biases; prefill, decode and chunks follow the
+// training model, greedy equals recomputation.
+TEST(Inference, Gpt2FollowsTheTrainingModel) {
+  auto c = tiny_config();
+  c.model_type = "gpt2";
+  c.num_key_value_heads = c.num_attention_heads;
+  c.learned_positions = c.layer_norm = c.mlp_bias = c.attention_bias = true;
+  c.gated_mlp = false;
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.tie_word_embeddings = true;
+  auto m = tiny_model(c);
+  torch::NoGradGuard no_grad;
+  auto ids = prompt_of(40, 6);
+  auto ref = m->forward(torch::tensor(ids, torch::kInt64).unsqueeze(0))[0];
+  LlamaInference inf(m, LlamaInference::Options{});
+  for (int64_t chunk : {0, 1, 5}) {
+    auto fed = chunk == 0 ? inf.logits(ids) : inf.logits(ids, chunk);
+    EXPECT_TRUE(torch::allclose(fed, ref, 1e-4, 1e-4)) << "chunk " << chunk << ": " << (fed - ref).abs().max().item<double>();
+  }
+  EngineOptions o;
+  o.cache.block_size = 4;
+  o.cache.num_blocks = 64;
+  o.max_batched_tokens = 10;
+  auto engine = make_engine(m, o);
+  std::vector<GenerationRequest> reqs = {greedy(prompt_of(3, 1), 10), greedy(prompt_of(17, 2), 10)};
+  auto results = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(results[i].tokens, reference_greedy(m, reqs[i].prompt, 10));
+}
+
 // int8/int4 weights: the logits of fp32 arithmetic over the dequantized weights, up to the
 // inputs' own int8 rounding (per block of 32 values: half a step of 1/127 of the block's largest),
 // and the same greedy choice wherever the choice is clear; bf16 within bf16's rounding.

@@ -196,7 +196,7 @@ booster::PluginConfig hybrid(int pp, int tp, const std::string& schedule, int ch
   return c;
 }
 
-// Qwen2's, Qwen3's and Gemma 2's blocks in pipeline stages (untied: a tied head across stages is
+// Qwen2's, Qwen3's, Gemma 2's and GPT-2's blocks in pipeline stages (untied: a tied head across stages is
 // refused): pp 2 x dp 2 under 1f1b and pp 2 x tp 2 under interleaved with ZeRO-1; the first
 // step's gradients and both steps' norms and losses within 1e-5. The parameters after the second
 // AdamW step are not compared for Qwen3: with its q/k norms on this tiny shape, Adam turns
@@ -204,7 +204,8 @@ booster::PluginConfig hybrid(int pp, int tp, const std::string& schedule, int ch
 // gradients that produced it agree to 1e-5), past the tolerance tuned on LLaMA.
 TEST(LlamaPipeline, OtherFamiliesInStagesMatchOneProcess) {
   testing::run_ranks(4, [] {
-    for (auto c : {tiny_test_qwen2(/*tied=*/false), tiny_test_qwen3(), tiny_test_gemma2(/*tied=*/false)}) {
+    for (auto c : {tiny_test_qwen2(/*tied=*/false), tiny_test_qwen3(), tiny_test_gemma2(/*tied=*/false),
+                   tiny_test_gpt2(/*tied=*/false)}) {
       c.num_hidden_layers = 4;
       if (!c.sliding_layers.empty()) c.sliding_layers = {true, false, true, false};
       const bool params = !c.qk_norm;

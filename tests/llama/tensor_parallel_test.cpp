@@ -148,6 +148,23 @@ TEST(LlamaSequenceParallel, Gemma2MatchesOneProcessAndRingAttentionRefusesItsCap
   });
 }
 
+// GPT-2's learned positions under each sequence-parallel mode: every rank adds the rows of its
+// own tokens (contiguous shards, the zigzag under ring_attn, the tp shard under split_gather).
+TEST(LlamaSequenceParallel, Gpt2PositionsMatchOneProcessInEveryMode) {
+  testing::run_ranks(2, [] {
+    for (auto mode : {Mode::kAllToAll, Mode::kRingAttn, Mode::kSplitGather}) {
+      const bool tp = mode == Mode::kSplitGather;
+      dist::ProcessGroupMesh mesh({{"sp", tp ? 1 : 2}, {"tp", tp ? 2 : 1}});
+      parallel::ParallelContext ctx;
+      ctx.tp = mesh.group("tp");
+      ctx.sp = mesh.group("sp");
+      ctx.sp_mode = mode;
+      auto c = tiny_test_gpt2(false);
+      expect_same(train(c, {}), train(c, ctx), std::string("gpt2 ") + parallel::to_string(mode));
+    }
+  });
+}
+
 // Mistral's sliding window (5 of 16 tokens) in every sequence-parallel mode: ring attention
 // skips and cuts shards, the others mask the gathered sequence.
 TEST(LlamaSequenceParallel, SlidingWindowMatchesOneProcessInEveryMode) {

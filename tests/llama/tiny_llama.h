@@ -57,4 +57,18 @@ inline LlamaConfig tiny_test_gemma2(bool tied = true) {
   return c;
 }
 
+/// GPT-2's: learned positions, LayerNorm with biases, a plain GELU MLP with biases, biases on
+/// q, k, v and o, no rotary embedding.
+inline LlamaConfig tiny_test_gpt2(bool tied = true) {
+  LlamaConfig c = tiny_test_llama();
+  c.model_type = "gpt2";
+  c.num_key_value_heads = c.num_attention_heads;
+  c.learned_positions = c.layer_norm = c.mlp_bias = c.attention_bias = true;
+  c.gated_mlp = false;
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
 }  // namespace colossal::llama

@@ -41,10 +41,13 @@ def family_config(name, vocab, bos, eos):
         # and caps low enough that tanh bends the scores and the logits.
         return tf.Gemma2Config(head_dim=256, query_pre_attn_scalar=144, sliding_window=6,
                                attn_logit_softcapping=3.0, final_logit_softcapping=2.0, **common)
+    if name == "gpt2":  # learned positions, LayerNorm with biases, Conv1D c_attn, a plain GELU MLP, tied head
+        return tf.GPT2Config(vocab_size=vocab, bos_token_id=bos, eos_token_id=eos, n_embd=64, n_layer=2, n_head=4,
+                             n_inner=96, n_positions=256, initializer_range=0.3)
     raise ValueError(name)
 
 
-FAMILIES = ["llama", "mistral", "mistral_window", "qwen2", "qwen2_tied", "qwen3", "qwen3_bias", "gemma", "gemma2"]
+FAMILIES = ["llama", "mistral", "mistral_window", "qwen2", "qwen2_tied", "qwen3", "qwen3_bias", "gemma", "gemma2", "gpt2"]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,7 @@ def build_family(name, tokenizer, d):
         for pname, p in model.named_parameters():
             if pname.endswith("bias"):
                 p.normal_(0, 0.3)
-            elif "norm" in pname:
+            elif "norm" in pname or ".ln_" in pname:
                 p.normal_(1, 0.3)
     model.save_pretrained(d)
     tokenizer.save_pretrained(d)
@@ -194,6 +197,9 @@ def test_gguf_from_llama_cpps_converter_gives_the_directorys_tokens(name, tokeni
     ("gemma2", {"use_bidirectional_attention": True}, "gemma2: use_bidirectional_attention true is not supported"),
     ("gemma2", {"attn_logit_softcapping": -1}, "field 'attn_logit_softcapping' expected a positive number or null"),
     ("gemma", {"layer_types": ["sliding_attention", "full_attention"]}, "gemma: layer_types[0] is \"sliding_attention\""),
+    ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, "gpt2: scale_attn_by_inverse_layer_idx true is not supported"),
+    ("gpt2", {"add_cross_attention": True}, "gpt2: add_cross_attention true is not supported"),
+    ("gpt2", {"activation_function": "relu"}, "gpt2: activation_function is \"relu\""),
 ])
 def test_unsupported_fields_are_named(tokenizer, tmp_path, family, change, message):
     import colossal

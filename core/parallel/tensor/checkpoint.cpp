@@ -34,6 +34,7 @@ checkpoint::LoadReport load_model_slices(torch::nn::Module& model, const std::st
                                          const checkpoint::LoadModelOptions& options) {
   const auto specs = collect_shard_specs(model);
   checkpoint::CheckpointReader reader(dir);
+  if (options.adapt) options.adapt(reader);
   checkpoint::LoadReport report;
   auto names = reader.names();
   std::set<std::string> in_checkpoint(names.begin(), names.end());

@@ -48,7 +48,8 @@ void LlamaConfig::validate() const {
                  "[llama] config: model_type '", model_type, "' is not one of ", family_list());
   COLOSSAL_CHECK(hidden_act == "silu" || hidden_act == "gelu" || hidden_act == "gelu_pytorch_tanh",
                  "[llama] config: hidden_act '", hidden_act, "' is not silu, gelu or gelu_pytorch_tanh");
-  COLOSSAL_CHECK(!is_moe() || (hidden_act == "silu" && gated_mlp), "[llama] config: experts are SwiGLU (hidden_act silu)");
+  COLOSSAL_CHECK(!is_moe() || (hidden_act == "silu" && gated_mlp),
+                 "[llama] config: experts are SwiGLU (hidden_act silu)");
   COLOSSAL_CHECK(query_pre_attn_scalar >= 0 && attn_logit_softcapping >= 0 && final_logit_softcapping >= 0,
                  "[llama] config: query_pre_attn_scalar, attn_logit_softcapping and final_logit_softcapping must be "
                  ">= 0 (0: unused), got ", query_pre_attn_scalar, ", ", attn_logit_softcapping, ", ",

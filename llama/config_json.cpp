@@ -75,7 +75,8 @@ LlamaConfig gpt2_from_json(const json& js, const std::string& origin, std::vecto
   read_int("n_inner", c.intermediate_size);
   if (const json* v = field("activation_function")) {
     COLOSSAL_CHECK(*v == "gelu_new" || *v == "gelu_pytorch_tanh" || *v == "gelu", "[llama] ", origin,
-                   ": gpt2: activation_function is ", v->dump(), "; gelu_new, gelu_pytorch_tanh and gelu are supported");
+                   ": gpt2: activation_function is ", v->dump(),
+                   "; gelu_new, gelu_pytorch_tanh and gelu are supported");
     c.hidden_act = *v == "gelu" ? "gelu" : "gelu_pytorch_tanh";
   }
   if (const json* v = field("layer_norm_epsilon")) {
@@ -131,7 +132,8 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
                                         std::vector<std::string>* unknown, bool require_shape) {
   auto js = json::parse(text, nullptr, /*allow_exceptions=*/false);
   COLOSSAL_CHECK(!js.is_discarded() && js.is_object(), "[llama] ", origin, ": not a JSON object");
-  if (js.contains("model_type") && js["model_type"] == "gpt2") return gpt2_from_json(js, origin, unknown, require_shape);
+  if (js.contains("model_type") && js["model_type"] == "gpt2")
+    return gpt2_from_json(js, origin, unknown, require_shape);
   // transformers would fill a missing size from LlamaConfig's 7B defaults and then report
   // hundreds of mismatched tensors; the field itself is the error.
   if (require_shape) {

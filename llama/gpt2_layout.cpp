@@ -67,14 +67,16 @@ void adapt_gpt2_checkpoint(checkpoint::CheckpointReader& reader, const LlamaConf
       const bool weight = std::string(p) == "weight";
       COLOSSAL_CHECK(info.shape.size() == (weight ? 2u : 1u) && info.shape.back() == 3 * h, "[llama] '", reader.dir(),
                      "': ", name, " is ", at::IntArrayRef(info.shape), ", expected ",
-                     weight ? "[" + std::to_string(h) + ", " + std::to_string(3 * h) + "]" : "[" + std::to_string(3 * h) + "]");
+                     weight ? "[" + std::to_string(h) + ", " + std::to_string(3 * h) + "]"
+                            : "[" + std::to_string(3 * h) + "]");
       const char* parts[] = {"q_proj.", "k_proj.", "v_proj."};
       for (int k = 0; k < 3; ++k) {
         std::vector<int64_t> shape = weight ? std::vector<int64_t>{h, info.shape[0]} : std::vector<int64_t>{h};
-        reader.derive(layer(i) + parts[k] + p, info.dtype, shape, [name, k, h, weight](const checkpoint::CheckpointReader& f) {
+        auto make = [name, k, h, weight](const checkpoint::CheckpointReader& f) {
           auto part = f.view(name).narrow(-1, k * h, h);
           return weight ? part.t() : part;
-        });
+        };
+        reader.derive(layer(i) + parts[k] + p, info.dtype, shape, make);
       }
       reader.hide(name);
     }
@@ -102,7 +104,8 @@ checkpoint::NamedTensors to_gpt2_checkpoint(const checkpoint::NamedTensors& weig
   }
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string t = prefix + "h." + std::to_string(i) + ".attn.c_attn.";
-    auto q = take(layer(i) + "q_proj.weight"), k = take(layer(i) + "k_proj.weight"), v = take(layer(i) + "v_proj.weight");
+    auto q = take(layer(i) + "q_proj.weight"), k = take(layer(i) + "k_proj.weight");
+    auto v = take(layer(i) + "v_proj.weight");
     out.emplace_back(t + "weight", at::cat({q, k, v}, 0).t().contiguous());
     auto qb = take(layer(i) + "q_proj.bias"), kb = take(layer(i) + "k_proj.bias"), vb = take(layer(i) + "v_proj.bias");
     out.emplace_back(t + "bias", at::cat({qb, kb, vb}, 0));

@@ -105,5 +105,45 @@ TEST(ModelIO, StrictLoadReportsEveryDifferenceAtOnce) {
                            saved[2]->as<torch::nn::Linear>()->bias.to(torch::kBFloat16).to(torch::kFloat32)));
 }
 
+// A checkpoint in another layout, read through LoadModelOptions::adapt: one fused, transposed
+// matrix presented as the model's two linear layers (derived tensors), the stored name hidden;
+// a derived tensor of the wrong shape is named.
+TEST(ModelIO, AdaptedCheckpointLoadsUnderTheModelsNames) {
+  std::string dir = ::testing::TempDir() + "mio_adapt_" + std::to_string(::getpid());
+  torch::manual_seed(2);
+  auto fused = torch::randn({8, 12});  // [in, out of both]: a Conv1D-style layout
+  save_model_state({{"fused.weight", fused}, {"a.bias", torch::randn({6})}, {"b.bias", torch::randn({6})}}, dir);
+  torch::nn::Sequential net;
+  net->push_back("a", torch::nn::Linear(8, 6));
+  net->push_back("b", torch::nn::Linear(8, 6));
+  LoadModelOptions options;
+  options.adapt = [](CheckpointReader& r) {
+    for (int k = 0; k < 2; ++k)
+      r.derive(k == 0 ? "a.weight" : "b.weight", torch::kFloat, {6, 8},
+               [k](const CheckpointReader& f) { return f.view("fused.weight").narrow(1, 6 * k, 6).t(); });
+    r.hide("fused.weight");
+  };
+  auto report = load_model_state(*net, dir, options);
+  EXPECT_TRUE(report.clean()) << report.describe();
+  EXPECT_TRUE(torch::equal(net[0]->as<torch::nn::Linear>()->weight, fused.narrow(1, 0, 6).t()));
+  EXPECT_TRUE(torch::equal(net[1]->as<torch::nn::Linear>()->weight, fused.narrow(1, 6, 6).t()));
+  // Without the hide, the stored tensor is still there: reported as not in the model.
+  options.adapt = [](CheckpointReader& r) {
+    for (const char* name : {"a.weight", "b.weight"})
+      r.derive(name, torch::kFloat, {6, 8},
+               [](const CheckpointReader& f) { return f.view("fused.weight").narrow(1, 0, 6).t(); });
+  };
+  report = load_model_state(*net, dir, {.strict = false, .adapt = options.adapt});
+  EXPECT_EQ(report.unexpected, std::vector<std::string>{"fused.weight"});
+  // A derived tensor that does not come out as declared is an error naming it.
+  options.adapt = [](CheckpointReader& r) {
+    r.derive("a.weight", torch::kFloat, {6, 8}, [](const CheckpointReader& f) { return f.view("fused.weight"); });
+    r.derive("b.weight", torch::kFloat, {6, 8}, [](const CheckpointReader& f) { return f.view("fused.weight"); });
+    r.hide("fused.weight");
+  };
+  auto msg = testing::error_message_of([&] { load_model_state(*net, dir, options); });
+  EXPECT_NE(msg.find("derived tensor 'a.weight' came out [8, 12], expected [6, 8]"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace colossal::checkpoint

@@ -78,19 +78,6 @@ void layer_norm_rows(const float* x, const float* w, const float* bias, float* o
   });
 }
 
-// act[r] = gelu(x[r]) in place (GPT-2's ungated MLP), tanh form or exact.
-void gelu_rows(float* x, int64_t rows, int64_t dim, bool tanh_form) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f, kInvSqrt2 = 0.7071067811865476f;
-  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r)
-      for (int64_t i = 0; i < dim; ++i) {
-        float& v = x[r * dim + i];
-        v *= tanh_form ? 0.5f * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)))
-                       : 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-      }
-  });
-}
-
 // LLaMA's rotary embedding (rotate-half layout) of `heads` heads of row r of `src` into `dst`
 // (in place when equal): the cos/sin tables' row is the token's position.
 void rope_rows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t heads,
@@ -124,20 +111,27 @@ void silu_mul_rows(const float* gate_up, float* act, int64_t rows, int64_t ffn) 
   });
 }
 
-// act[r] = gelu(gate_up[r, :ffn]) * gate_up[r, ffn:]: the tanh approximation (Gemma's
-// gelu_pytorch_tanh) or the exact erf form.
-void gelu_mul_rows(const float* gate_up, float* act, int64_t rows, int64_t ffn, bool tanh_form) {
+// gelu(x): the tanh approximation (gelu_pytorch_tanh, GPT-2's gelu_new) or the exact erf form.
+inline float gelu(float x, bool tanh_form) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f, kInvSqrt2 = 0.7071067811865476f;
+  return x * (tanh_form ? 0.5f * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)))
+                        : 0.5f * (1.0f + std::erf(x * kInvSqrt2)));
+}
+
+// x[r] = gelu(x[r]) in place (GPT-2's ungated MLP).
+void gelu_rows(float* x, int64_t rows, int64_t dim, bool tanh_form) {
+  at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * dim; i < e * dim; ++i) x[i] = gelu(x[i], tanh_form);
+  });
+}
+
+// act[r] = gelu(gate_up[r, :ffn]) * gate_up[r, ffn:] (Gemma's GeGLU).
+void gelu_mul_rows(const float* gate_up, float* act, int64_t rows, int64_t ffn, bool tanh_form) {
   at::parallel_for(0, rows, kRowGrain, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float* g = gate_up + r * 2 * ffn;
       float* o = act + r * ffn;
-      for (int64_t i = 0; i < ffn; ++i) {
-        const float x = g[i];
-        const float cdf = tanh_form ? 0.5f * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)))
-                                    : 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-        o[i] = x * cdf * g[ffn + i];
-      }
+      for (int64_t i = 0; i < ffn; ++i) o[i] = gelu(g[i], tanh_form) * g[ffn + i];
     }
   });
 }

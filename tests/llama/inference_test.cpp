@@ -18,6 +18,7 @@
 #include "llama/inference.h"
 #include "tests/support/id_detokenizer.h"
 #include "llama/pretrained.h"
+#include "tests/llama/tiny_llama.h"
 #include "tests/support/errors.h"
 
 namespace colossal::llama {
@@ -228,13 +229,9 @@ TEST(Inference, Gemma2FollowsTheTrainingModelAndKeepsTheGlobalLayersContext) {
 // LayerNorm with biases, the ungated MLP with its biases; prefill, decode and chunks follow the
 // training model, greedy equals recomputation.
 TEST(Inference, Gpt2FollowsTheTrainingModel) {
-  auto c = tiny_config();
-  c.model_type = "gpt2";
-  c.num_key_value_heads = c.num_attention_heads;
-  c.learned_positions = c.layer_norm = c.mlp_bias = c.attention_bias = true;
-  c.gated_mlp = false;
-  c.hidden_act = "gelu_pytorch_tanh";
-  c.tie_word_embeddings = true;
+  auto c = tiny_test_gpt2();
+  c.vocab_size = tiny_config().vocab_size;  // the prompts' ids
+  c.max_position_embeddings = tiny_config().max_position_embeddings;
   auto m = tiny_model(c);
   torch::NoGradGuard no_grad;
   auto ids = prompt_of(40, 6);

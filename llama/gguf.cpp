@@ -106,12 +106,66 @@ bool is_gguf_path(const std::string& path) {
   return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
 }
 
+namespace {
+
+void read_special_ids(const GgufFile& f, LlamaConfig& c) {
+  if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_id = f.get_int("tokenizer.ggml.bos_token_id");
+  if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_id = f.get_int("tokenizer.ggml.eos_token_id");
+  if (f.has("tokenizer.ggml.padding_token_id")) c.pad_token_id = f.get_int("tokenizer.ggml.padding_token_id");
+}
+
+// GPT-2 as llama.cpp's converter writes it: one fused attn_qkv (with bias), learned positions
+// (position_embd), LayerNorms with biases, an ungated GELU MLP with biases. The converter writes
+// feed_forward_length as 4 x embedding_length whatever n_inner is, so the MLP width is read from
+// ffn_up's shape.
+LlamaConfig gguf_gpt2_config(const GgufFile& f) {
+  LlamaConfig c;
+  c.model_type = "gpt2";
+  c.learned_positions = c.layer_norm = c.mlp_bias = c.attention_bias = true;
+  c.gated_mlp = false;
+  c.hidden_act = "gelu_pytorch_tanh";  // llama.cpp's GPT-2 uses the tanh GELU, as gelu_new
+  c.num_hidden_layers = f.get_int("gpt2.block_count");
+  c.hidden_size = f.get_int("gpt2.embedding_length");
+  c.num_attention_heads = f.get_int("gpt2.attention.head_count");
+  c.num_key_value_heads = c.num_attention_heads;
+  c.max_position_embeddings = f.get_int("gpt2.context_length");
+  c.rms_norm_eps = f.get_float("gpt2.attention.layer_norm_epsilon", 1e-5);
+  const auto& embed = f.tensor("token_embd.weight");
+  COLOSSAL_CHECK(embed.shape.size() == 2 && embed.shape[0] == c.hidden_size, "[gguf] ", f.path(),
+                 ": token_embd.weight's ggml shape does not start with embedding_length ", c.hidden_size);
+  c.vocab_size = embed.shape[1];
+  const auto& up = f.tensor("blk.0.ffn_up.weight");
+  COLOSSAL_CHECK(up.shape.size() == 2 && up.shape[0] == c.hidden_size, "[gguf] ", f.path(),
+                 ": blk.0.ffn_up.weight's ggml shape does not start with embedding_length ", c.hidden_size);
+  c.intermediate_size = up.shape[1];
+  const auto& positions = f.tensor("position_embd.weight");
+  COLOSSAL_CHECK(positions.shape.size() == 2 && positions.shape[0] == c.hidden_size, "[gguf] ", f.path(),
+                 ": position_embd.weight's ggml shape does not start with embedding_length ", c.hidden_size);
+  c.max_position_embeddings = positions.shape[1];  // the table bounds the context, whatever the key says
+  c.tie_word_embeddings = f.find("output.weight") == nullptr;
+  COLOSSAL_CHECK(c.num_hidden_layers >= 1 && c.num_attention_heads >= 1 && c.hidden_size % c.num_attention_heads == 0,
+                 "[gguf] ", f.path(), ": gpt2: embedding_length ", c.hidden_size, " does not split into ",
+                 c.num_attention_heads, " heads");
+  c.bos_token_id = c.eos_token_id = 50256;
+  read_special_ids(f, c);
+  try {
+    c.validate();
+  } catch (const std::exception& e) {
+    COLOSSAL_FAIL("[gguf] ", f.path(), ": ", e.what());
+  }
+  return c;
+}
+
+}  // namespace
+
 LlamaConfig gguf_llama_config(const GgufFile& f) {
   // LLaMA and the families llama.cpp stores with the same tensors: Qwen2 (q/k/v biases) and
-  // Qwen3 (q/k norms). Keys are prefixed by the architecture's name.
+  // Qwen3 (q/k norms); GPT-2 with its own. Keys are prefixed by the architecture's name.
   const std::string arch = f.get_string("general.architecture");
+  if (arch == "gpt2") return gguf_gpt2_config(f);
   COLOSSAL_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3", "[gguf] ", f.path(),
-                 ": general.architecture is '", arch, "'; this version reads 'llama', 'qwen2' and 'qwen3' files");
+                 ": general.architecture is '", arch, "'; this version reads 'llama', 'qwen2', 'qwen3' and 'gpt2' "
+                 "files");
   const std::string k = arch + ".";
   COLOSSAL_CHECK(f.get_int(k + "expert_count", 0) == 0, "[gguf] ", f.path(), ": ", k, "expert_count is ",
                  f.get_int(k + "expert_count", 0), "; mixtures of experts are not read from GGUF in this version");
@@ -154,9 +208,7 @@ LlamaConfig gguf_llama_config(const GgufFile& f) {
                      c.num_attention_heads % c.num_key_value_heads == 0 && head_dim % 2 == 0,
                  "[gguf] ", f.path(), ": inconsistent hyper-parameters (", c.num_hidden_layers, " layers, ",
                  c.num_attention_heads, " heads over ", c.num_key_value_heads, " kv heads of ", head_dim, ")");
-  if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_id = f.get_int("tokenizer.ggml.bos_token_id");
-  if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_id = f.get_int("tokenizer.ggml.eos_token_id");
-  if (f.has("tokenizer.ggml.padding_token_id")) c.pad_token_id = f.get_int("tokenizer.ggml.padding_token_id");
+  read_special_ids(f, c);
   return c;
 }
 
@@ -345,7 +397,7 @@ std::unique_ptr<text::Tokenizer> gguf_text_tokenizer(const GgufFile& f) {
 }
 
 WeightFormat gguf_weight_format(const GgufFile& f) {
-  const auto& t = f.tensor("blk.0.attn_q.weight");
+  const auto& t = f.tensor(f.find("blk.0.attn_q.weight") ? "blk.0.attn_q.weight" : "blk.0.attn_qkv.weight");
   switch (t.type) {
     case type_id(GgmlType::kF32): return WeightFormat::kF32;
     case type_id(GgmlType::kF16):
@@ -370,6 +422,10 @@ std::shared_ptr<LlamaInference> LlamaInference::load_gguf(const std::string& pat
   const auto format = *options.weights;
   const int64_t hidden = c.hidden_size, d = c.resolved_head_dim(), heads = c.num_attention_heads,
                 kv = c.num_key_value_heads, ffn = c.intermediate_size;
+  if (c.model_type == "gpt2") {
+    m->load_gguf_gpt2(f, format);
+    return m;
+  }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer x;
@@ -409,6 +465,35 @@ std::shared_ptr<LlamaInference> LlamaInference::load_gguf(const std::string& pat
   m->norm_ = norm_vector(f, "output_norm.weight", hidden);
   m->lm_head_ = c.tie_word_embeddings ? m->embed_ : matrix(f, "output.weight", format, c.vocab_size, hidden);
   return m;
+}
+
+void LlamaInference::load_gguf_gpt2(const GgufFile& f, WeightFormat format) {
+  const auto& c = config_;
+  const int64_t hidden = c.hidden_size, ffn = c.intermediate_size;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer x;
+    // The converter transposed GPT-2's Conv1D weights: rows are output features (q, k, v).
+    x.qkv = matrix(f, p + "attn_qkv.weight", format, 3 * hidden, hidden);
+    x.qkv_bias = norm_vector(f, p + "attn_qkv.bias", 3 * hidden);
+    x.o = matrix(f, p + "attn_output.weight", format, hidden, hidden);
+    x.o_bias = norm_vector(f, p + "attn_output.bias", hidden);
+    x.gate_up = matrix(f, p + "ffn_up.weight", format, ffn, hidden);
+    x.up_bias = norm_vector(f, p + "ffn_up.bias", ffn);
+    x.down = matrix(f, p + "ffn_down.weight", format, hidden, ffn);
+    x.down_bias = norm_vector(f, p + "ffn_down.bias", hidden);
+    x.input_norm = norm_vector(f, p + "attn_norm.weight", hidden);
+    x.input_norm_bias = norm_vector(f, p + "attn_norm.bias", hidden);
+    x.post_norm = norm_vector(f, p + "ffn_norm.weight", hidden);
+    x.post_norm_bias = norm_vector(f, p + "ffn_norm.bias", hidden);
+    layers_.push_back(std::move(x));
+  }
+  embed_ = matrix(f, "token_embd.weight", format, c.vocab_size, hidden);
+  positions_ = norm_vector(f, "position_embd.weight", c.max_position_embeddings * hidden)
+                   .view({c.max_position_embeddings, hidden});
+  norm_ = norm_vector(f, "output_norm.weight", hidden);
+  norm_bias_ = norm_vector(f, "output_norm.bias", hidden);
+  lm_head_ = c.tie_word_embeddings ? embed_ : matrix(f, "output.weight", format, c.vocab_size, hidden);
 }
 
 }  // namespace colossal::llama

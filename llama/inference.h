@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "core/checkpoint/gguf.h"
 #include "core/inference/model.h"
 #include "core/inference/packed_linear.h"
 #include "llama/config.h"
@@ -95,6 +96,8 @@ class LlamaInference : public inference::CausalLM {
   // The weights are filled in by the caller (load_gguf); the tables are made here.
   LlamaInference(const LlamaConfig& config, Options options);
   void make_tables();
+  /// GPT-2's tensors from a GGUF file (llama/gguf.cpp), matrices in `format`.
+  void load_gguf_gpt2(const checkpoint::GgufFile& file, inference::WeightFormat format);
   at::Tensor all_reduced(at::Tensor x) const;
   at::Tensor mixture_of_experts(const at::Tensor& x, const Layer& layer, int64_t ffn) const;
   void attention(const inference::ModelInput& in, inference::PagedKVCache& cache, int64_t layer, int64_t n);

@@ -1,7 +1,8 @@
 // colossal._C.apps: the applications as functions, with the binaries' command-line arguments
-// (colossal/llama.py, vit.py, recsys.py and sora.py turn keyword arguments into them).
+// (colossal/llama.py, vit.py, bert.py, recsys.py and sora.py turn keyword arguments into them).
 #include <torch/csrc/utils/pybind.h>
 
+#include "apps/bert/train_bert.h"
 #include "apps/llama/train_llama.h"
 #include "apps/python/bindings.h"
 #include "apps/python/interruptible.h"
@@ -37,6 +38,10 @@ void bind_apps(py::module_& m) {
         return summary_dict(run_interruptible([&] { return vit_app::train_vit(args); }));
       },
       py::arg("args"), "train_vit with these arguments; returns {exit_code, metrics, outputs}");
+  apps.def("train_bert", [](const std::vector<std::string>& args) {
+        return summary_dict(run_interruptible([&] { return bert_app::train_bert(args); }));
+      },
+      py::arg("args"), "train_bert with these arguments; returns {exit_code, metrics, outputs}");
   apps.def("train_recsys", [](const std::vector<std::string>& args) {
         return summary_dict(run_interruptible([&] { return recsys_app::train_recsys(args); }));
       },

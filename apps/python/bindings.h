@@ -8,5 +8,6 @@ void bind_dist(pybind11::module_& m);     // colossal._C.dist: the runtime and t
 void bind_booster(pybind11::module_& m);  // colossal._C: Booster, plugins, boosted optimizers
 void bind_apps(pybind11::module_& m);     // colossal._C.apps: train_llama, train_vit as functions
 void bind_llama(pybind11::module_& m);    // colossal._C.llama: tokenizer, model, engine, server
+void bind_bert(pybind11::module_& m);     // colossal._C.bert: BERT masked LM and classifier
 
 }  // namespace colossal::python

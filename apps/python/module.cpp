@@ -25,4 +25,5 @@ PYBIND11_MODULE(_C, m) {
   colossal::python::bind_booster(m);
   colossal::python::bind_apps(m);
   colossal::python::bind_llama(m);
+  colossal::python::bind_bert(m);
 }

@@ -154,11 +154,12 @@ def test_our_directory_loads_back_in_transformers(family_dir, tokenizer, tmp_pat
     assert diff < tolerance(want), f"{name}: max logit difference {diff}"
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2_tied", "qwen3_bias"])
+@pytest.mark.parametrize("name", ["llama", "qwen2_tied", "qwen3_bias", "gpt2"])
 def test_gguf_from_llama_cpps_converter_gives_the_directorys_tokens(name, tokenizer, tmp_path):
     """llama.cpp's own convert_hf_to_gguf.py on the family's directory (f32): the file gives the
-    directory's greedy tokens and the same logits as the fp32 engine on the directory (LLaMA's
-    interleaved q/k rows and biases put back; Qwen's kept; Qwen3's q/k norms read)."""
+    directory's greedy tokens (LLaMA's interleaved q/k rows and biases put back; Qwen's kept;
+    Qwen3's q/k norms read; GPT-2's fused attn_qkv, position table, LayerNorm and MLP biases, and
+    an MLP width taken from the tensors, since the converter writes 4 x n_embd whatever n_inner is)."""
     import sys
     import colossal
 
@@ -167,13 +168,17 @@ def test_gguf_from_llama_cpps_converter_gives_the_directorys_tokens(name, tokeni
     here = os.path.dirname(os.path.abspath(__file__))
     src = subprocess.run(["bash", os.path.join(here, "..", "..", "scripts", "build_llama_cpp.sh"), "--root"],
                          capture_output=True, text=True, check=True).stdout.strip()
+    if name == "gpt2":  # the converter reads n_ctx, which GPT-2's published config.json has and transformers 5 omits
+        config = json.loads((d / "config.json").read_text())
+        config["n_ctx"] = config["n_positions"]
+        (d / "config.json").write_text(json.dumps(config))
     gguf_path = tmp_path / f"{name}.gguf"
     done = subprocess.run([sys.executable, os.path.join(here, "..", "llama", "convert_with_llama_cpp.py"), src, str(d),
                            str(gguf_path), "--pre", "gpt-2"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     import gguf
     arch = gguf.GGUFReader(str(gguf_path)).fields["general.architecture"].contents()
-    assert arch == {"llama": "llama", "qwen2_tied": "qwen2", "qwen3_bias": "qwen3"}[name]
+    assert arch == {"llama": "llama", "qwen2_tied": "qwen2", "qwen3_bias": "qwen3", "gpt2": "gpt2"}[name]
     prompt = "It is a truth universally"
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     with torch.no_grad():

@@ -26,9 +26,10 @@ from . import _C
 from . import dist
 from .booster import Booster, BoostedOptimizer, launch, plugins
 from .pipeline import PipelineModule
+from . import bert
 from . import llama
 from . import recsys
 from . import sora
 from . import vit
 
-__all__ = ["Booster", "BoostedOptimizer", "PipelineModule", "dist", "launch", "llama", "plugins", "recsys", "sora", "vit"]
+__all__ = ["Booster", "BoostedOptimizer", "PipelineModule", "bert", "dist", "launch", "llama", "plugins", "recsys", "sora", "vit"]

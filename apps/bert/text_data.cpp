@@ -295,15 +295,17 @@ void mask_tokens(TextBatch& b, const std::vector<int64_t>& idx, uint64_t seed, i
     const uint64_t sample = static_cast<uint64_t>(idx[static_cast<size_t>(r)]);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ULL + static_cast<uint64_t>(epoch) * 7919ULL +
                                                         sample * 2654435761ULL);
-    auto draws = torch::rand({N, 2}, gen);
-    auto random_ids = torch::randint(vocab_size, {N}, gen, torch::kLong);
+    // Three draws per position, in position order: a token's draws do not depend on how long
+    // the batch it sits in is padded.
+    auto draws = torch::rand({N, 3}, gen);
     auto d = draws.accessor<float, 2>();
     for (int64_t t = 0; t < N; ++t) {
       if (!mask[r][t] || tok.is_special(ids[r][t]) || d[t][0] >= probability) continue;
       out[r][t] = ids[r][t];
       const float how = d[t][1];
       if (how < 0.8f) ids[r][t] = mask_id;
-      else if (how < 0.9f) ids[r][t] = random_ids[t].item<int64_t>();
+      else if (how < 0.9f)
+        ids[r][t] = std::min<int64_t>(vocab_size - 1, static_cast<int64_t>(d[t][2] * static_cast<float>(vocab_size)));
     }
   }
   b.labels = labels;

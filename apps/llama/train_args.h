@@ -9,6 +9,7 @@
 #include "apps/common/auto_layout.h"
 #include "apps/common/train_loop.h"
 #include "core/booster/plugin_config.h"
+#include "core/peft/lora.h"
 #include "core/common/options.h"
 
 namespace colossal::llama_app {
@@ -39,6 +40,9 @@ struct TrainArgs {
   // The loop's settings (steps, clipping, checkpoints, logs; apps/common/train_loop.h)
   apps::TrainLoopOptions loop{.max_steps = 300, .grad_clip = 1.0, .eval_interval = 100};
   apps::AutoLayoutFlags auto_layout;  // --plugin auto's trials, budget and report
+  // LoRA (--lora_rank > 0): adapters trained, the base frozen (core/peft/lora.h)
+  peft::LoraConfig lora{.rank = 0};
+  bool merge_lora = false;  // also write OUTPUT/model with the adapters folded in
   // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
   booster::PluginConfig plugin;
   std::string config;  // the file these came from, if any
@@ -69,6 +73,8 @@ struct TrainArgs {
     v("sample_tokens", sample_tokens, "tokens to generate after training (0: none)", at_least(0));
     loop.visit(v);
     auto_layout.visit(v);
+    lora.visit(v);
+    v("merge_lora", merge_lora, "with --lora_rank: also write OUTPUT/model with the adapters folded into the weights");
   }
   void validate() const;
 };

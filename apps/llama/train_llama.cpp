@@ -33,6 +33,7 @@
 #include "core/dist/runtime.h"
 #include "core/nn/deferred_init.h"
 #include "core/optim/factory.h"
+#include "core/peft/lora.h"
 #include "core/optim/lr_scheduler.h"
 #include "core/parallel/expert/router_stats.h"
 #include "llama/corpus.h"
@@ -301,6 +302,22 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                  "--max_length ", a.max_length, " exceeds the model's max_position_embeddings ",
                  cfg.max_position_embeddings);
   model->set_gradient_checkpointing(a.grad_checkpoint);
+  if (a.lora.enabled()) {
+    a.lora.targets = colossal::peft::split_names(a.lora.targets);
+    a.lora.modules_to_save = colossal::peft::split_names(a.lora.modules_to_save);
+    a.lora.seed = a.loop.seed;
+    // all-linear: every linear layer of the blocks, not the output head (as PEFT's all-linear).
+    const auto layers = colossal::peft::enable_lora(*model, a.lora, {"lm_head"});
+    for (const auto& name : layers.adapted)
+      COLOSSAL_CHECK(name != "lm_head", "[lora] lm_head: adapters on the output head are not supported (the loss "
+                     "reads its weight directly); train it in full with --lora_modules_to_save lm_head");
+    if (r == 0)
+      std::printf("lora: rank %ld, alpha %g, %zu layers adapted (%s); %.2fM trainable, %.2fM frozen parameters on "
+                  "rank 0\n", a.lora.rank, a.lora.alpha, layers.adapted.size(), a.lora.init.c_str(),
+                  layers.trainable / 1e6, layers.frozen / 1e6);
+  } else {
+    COLOSSAL_CHECK(!a.merge_lora, "--merge_lora needs --lora_rank > 0");
+  }
 
   if (!colossal::nn::has_deferred_parameters(*model)) model->to(device);  // else boost makes them there
 
@@ -410,6 +427,23 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   // ---- the Hugging Face directory: weights gathered whole whatever the plugin, config, tokenizer
   auto state = run.boosted.optimizer->model_wrapper().checkpoint().model_state_to_save(*model);
   std::string out = a.output + "/model";
+  if (a.lora.enabled()) {
+    // The adapter in PEFT's format (whole tensors, whatever the layout); the merged model only
+    // when asked for.
+    const std::string adapter = a.output + "/adapter";
+    if (r == 0) {
+      colossal::peft::save_adapter(colossal::peft::adapter_tensors(state, a.lora), a.lora, adapter, a.pretrained);
+      std::printf("saved: %s (adapter_config.json, adapter_model.safetensors)\n", adapter.c_str());
+    }
+    summary.outputs["adapter"] = adapter;
+    if (!a.merge_lora) {
+      dist::barrier(dist::world_group());
+      summary.outputs["checkpoints"] = a.save_dir;
+      std::fflush(stdout);
+      return;
+    }
+    state = colossal::peft::merged_state(state, a.lora);
+  }
   if (r == 0) {
     save_pretrained(cfg, state, out, {}, &tok);
     auto files = colossal::fs::list_dir(out);  // what was written: tokenizer.model or tokenizer.json, as the tokenizer is

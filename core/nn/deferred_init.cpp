@@ -62,6 +62,28 @@ bool has_deferred_parameters(const torch::nn::Module& model) {
   return false;
 }
 
+namespace {
+void materialize_where(torch::nn::Module& model, const c10::Device& device, bool frozen_only) {
+  auto* init = dynamic_cast<ParameterInitializer*>(&model);
+  COLOSSAL_CHECK(init != nullptr, "[nn] the model (", model.name(), ") was built under deferred init but does not say "
+                 "how to initialise its parameters (it is no colossal::nn::ParameterInitializer); build it eagerly");
+  torch::NoGradGuard no_grad;
+  const auto specs = parallel::collect_shard_specs(model);
+  for (auto& item : model.named_parameters()) {
+    auto& p = item.value();
+    if (!is_deferred(p) || (frozen_only && p.requires_grad())) continue;
+    const auto* split = parallel::split_spec(specs, item.key());
+    auto full = torch::empty(parallel::full_shape(p, split), torch::kFloat32);
+    init->init_parameter(item.key(), full);
+    p.set_data(parallel::local_part(full, split, p).to(device, p.scalar_type()));  // in place: handles stay valid
+  }
+}
+}  // namespace
+
+void materialize_frozen(torch::nn::Module& model, const c10::Device& device) {
+  if (has_deferred_parameters(model)) materialize_where(model, device, /*frozen_only=*/true);
+}
+
 void materialize(torch::nn::Module& model, const c10::Device& device) {
   if (!has_deferred_parameters(model)) return;
   auto* init = dynamic_cast<ParameterInitializer*>(&model);

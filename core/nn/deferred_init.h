@@ -77,5 +77,9 @@ bool has_deferred_parameters(const torch::nn::Module& model);
 /// from the model's ParameterInitializer (on the CPU), and this rank's tensor-parallel slice
 /// kept. Throws naming the model when it has deferred parameters but no initializer.
 void materialize(torch::nn::Module& model, const c10::Device& device);
+/// The same for the frozen (requires_grad false) parameters only, without telling the
+/// initializer that all are done: ZeRO-3 keeps a LoRA run's frozen base whole on every rank and
+/// materialises the trainable ones in its chunks after.
+void materialize_frozen(torch::nn::Module& model, const c10::Device& device);
 
 }  // namespace colossal::nn

@@ -3,10 +3,13 @@
 #include <torch/nn/init.h>
 #include <torch/torch.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
 
 #include "core/common/check.h"
 #include "core/nn/deferred_init.h"
+#include "core/nn/module_hooks.h"
 #include "core/nn/weight_gradient_store.h"
 #include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
@@ -85,10 +88,15 @@ void ParallelLinearImpl::lay_out(int tp, int r) {
 }
 
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
-  if (!ctx_.tensor_parallel()) return nn::linear(x, weight, bias);
+  if (!ctx_.tensor_parallel()) {
+    auto y = nn::linear(x, weight, bias);
+    return has_lora() ? y + lora_term(x) : y;
+  }
   switch (options_.style) {
     case SplitStyle::kRow: {
-      auto y = leave_tensor_parallel(nn::linear(x, weight), ctx_);
+      auto partial = nn::linear(x, weight);
+      if (has_lora()) partial = partial + lora_term(x);  // B (A_i x_i) summed by the same reduction
+      auto y = leave_tensor_parallel(partial, ctx_);
       return bias.defined() ? y + bias : y;
     }
     case SplitStyle::kVocabHead: {
@@ -101,10 +109,85 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
     }
     case SplitStyle::kColumn: {
       auto y = nn::linear(x, weight, bias);
+      if (has_lora()) y = y + lora_term(x);
       return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
     }
-    default: return nn::linear(x, weight, bias);
+    default: {
+      auto y = nn::linear(x, weight, bias);
+      return has_lora() ? y + lora_term(x) : y;
+    }
   }
+}
+
+torch::Tensor ParallelLinearImpl::lora_term(const torch::Tensor& x) {
+  auto in = x;
+  if (lora_dropout_ > 0 && is_training()) in = torch::dropout(x, lora_dropout_, /*train=*/true);
+  auto a = nn::run_hooked(*lora_A, [&] { return nn::linear(in, lora_A->weight); });
+  return nn::run_hooked(*lora_B, [&] { return nn::linear(a, lora_B->weight); }) * lora_scaling_;
+}
+
+void ParallelLinearImpl::add_lora(const LoraAdapterOptions& o, const std::string& name) {
+  COLOSSAL_CHECK(!has_lora(), "[lora] ", name, " already has an adapter");
+  COLOSSAL_CHECK(options_.style == SplitStyle::kColumn || options_.style == SplitStyle::kRow ||
+                     options_.style == SplitStyle::kReplicate,
+                 "[lora] ", name, ": adapters go on linear layers, not on a vocabulary-parallel head");
+  const int64_t in = options_.in_features, out = options_.out_features;
+  COLOSSAL_CHECK(o.rank >= 1 && o.rank <= std::min(in, out), "[lora] ", name, ": rank ", o.rank,
+                 " must be between 1 and the layer's smaller side (", in, " -> ", out, ")");
+  COLOSSAL_CHECK(o.alpha > 0, "[lora] alpha must be positive, got ", o.alpha);
+  COLOSSAL_CHECK(o.dropout >= 0 && o.dropout < 1, "[lora] dropout must be in [0, 1), got ", o.dropout);
+  // Under tp a column layer's adapter input is whole on every rank and would need the same mask
+  // on each; not built yet.
+  COLOSSAL_CHECK(o.dropout == 0 || !ctx_.tensor_parallel(), "[lora] ", name, ": adapter dropout ", o.dropout,
+                 " with tensor parallelism is not supported yet (use --lora_dropout 0 with --tp > 1)");
+  torch::NoGradGuard no_grad;
+  lora_scaling_ = o.alpha / static_cast<double>(o.rank);
+  lora_dropout_ = o.dropout;
+  torch::Tensor a = torch::zeros({o.rank, in}), b = torch::zeros({out, o.rank});
+  if (o.init == "pissa") {
+    // PiSSA (Meng et al., 2024): the top `rank` singular directions of W move into the adapter
+    // (B A = U_r S_r V_r^T / scaling), the base keeps the rest, so the model is unchanged.
+    COLOSSAL_CHECK(!ctx_.tensor_parallel() && !nn::is_deferred(weight), "[lora] ", name,
+                   ": PiSSA initialisation needs the whole base weight on one process, built eagerly "
+                   "(use --lora_init kaiming or gaussian under tensor parallelism or lazy construction)");
+    auto w = weight.to(torch::kFloat64);
+    auto [u, sv, vh] = at::linalg_svd(w, /*full_matrices=*/false);
+    auto root = (sv.narrow(0, 0, o.rank) / lora_scaling_).sqrt();
+    a = (root.unsqueeze(1) * vh.narrow(0, 0, o.rank)).to(torch::kFloat);
+    b = (u.narrow(1, 0, o.rank) * root.unsqueeze(0)).to(torch::kFloat);
+    weight.copy_((w - lora_scaling_ * b.to(torch::kFloat64).matmul(a.to(torch::kFloat64))).to(weight.scalar_type()));
+  } else {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(nn::parameter_seed(o.seed, name + ".lora_A.weight"));
+    if (o.init == "gaussian") {
+      a.normal_(0.0, 1.0 / static_cast<double>(o.rank), gen);  // PEFT's "gaussian"
+    } else {
+      COLOSSAL_CHECK(o.init == "kaiming", "[lora] init '", o.init, "': expected kaiming, gaussian or pissa");
+      // PEFT's default: kaiming_uniform_(a = sqrt(5)) over A's fan-in, a bound of 1 / sqrt(in).
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+      a.uniform_(-bound, bound, gen);
+    }
+  }
+  lora_A = register_module("lora_A", LoraWeight(a));
+  lora_B = register_module("lora_B", LoraWeight(b));
+  if (ctx_.tensor_parallel()) {  // this rank's slices of the full tensors
+    const auto specs = shard_specs();
+    if (const auto* sa = split_spec(specs, "lora_A.weight")) lora_A->weight.set_data(slice_of(a, *sa, sa->local_size).clone());
+    if (const auto* sb = split_spec(specs, "lora_B.weight")) lora_B->weight.set_data(slice_of(b, *sb, weight.size(0)).clone());
+  }
+  lora_A->weight.set_data(lora_A->weight.to(weight.device()));
+  lora_B->weight.set_data(lora_B->weight.to(weight.device()));
+}
+
+void ParallelLinearImpl::merge_lora() {
+  COLOSSAL_CHECK(has_lora(), "[lora] merge: this layer has no adapter");
+  torch::NoGradGuard no_grad;
+  // Column and replicated layers: B_i A is this rank's rows; row layers: B A_i its columns.
+  auto delta = lora_B->weight.to(torch::kFloat64).matmul(lora_A->weight.to(torch::kFloat64)) * lora_scaling_;
+  weight.copy_((weight.to(torch::kFloat64) + delta).to(weight.scalar_type()));
+  unregister_module("lora_A");
+  unregister_module("lora_B");
+  lora_A = nullptr;
+  lora_B = nullptr;
 }
 
 std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
@@ -121,6 +204,13 @@ std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
       s.local_size = std::clamp<int64_t>(options_.out_features - out_start_, 0, weight.size(0));
       out["weight"] = s;
       if (bias.defined()) out["bias"] = s;
+      if (options_.style == SplitStyle::kColumn) {  // B split like the weight's rows; A whole, its gradient summed
+        out["lora_B.weight"] = s;
+        ShardSpec a;
+        a.group = ctx_.tp;
+        a.gradient_partial = true;
+        out["lora_A.weight"] = a;
+      }
       break;
     }
     case SplitStyle::kRow: {
@@ -129,6 +219,13 @@ std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
       s.local_start = ctx_.tp_rank() * weight.size(1);
       s.local_size = weight.size(1);
       out["weight"] = s;
+      out["lora_A.weight"] = s;  // A split like the weight's columns; B whole, its gradient summed
+      {
+        ShardSpec b;
+        b.group = ctx_.tp;
+        b.gradient_partial = true;
+        out["lora_B.weight"] = b;
+      }
       if (bias.defined()) {  // replicated; complete on every rank unless added to sequence shards
         ShardSpec rb;
         rb.group = ctx_.tp;
@@ -141,6 +238,8 @@ std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
       s.gradient_partial = options_.gradient_partial;
       out["weight"] = s;
       if (bias.defined()) out["bias"] = s;
+      out["lora_A.weight"] = s;
+      out["lora_B.weight"] = s;
     }
   }
   return out;

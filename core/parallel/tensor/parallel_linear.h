@@ -15,6 +15,8 @@
 // from the weights of a single process with the same seed.
 #include <torch/nn/module.h>
 
+#include <string>
+
 #include "core/parallel/context.h"
 #include "core/parallel/plan.h"
 #include "core/parallel/tensor/shard.h"
@@ -43,6 +45,24 @@ torch::Tensor leave_tensor_parallel(const torch::Tensor& partial, const Parallel
 /// MLP blocks are sequence shards over the tp group.
 bool splits_sequence_over_tp(const ParallelContext& ctx);
 
+/// A LoRA adapter's settings on one layer (nn/lora.h attaches adapters by name).
+struct LoraAdapterOptions {
+  int64_t rank = 8;
+  double alpha = 16;          // scaling = alpha / rank
+  double dropout = 0;         // on the adapter's input, in training
+  std::string init = "kaiming";  // kaiming (PEFT's default) | gaussian | pissa
+  uint64_t seed = 0;          // A's values come from (seed, the layer's full name), whatever the layout
+};
+
+/// One adapter matrix as a module of its own ("lora_A.weight", "lora_B.weight": PEFT's names), so
+/// ZeRO-3's hooks gather it like any parameter-owning module.
+class LoraWeightImpl : public torch::nn::Module {
+ public:
+  explicit LoraWeightImpl(torch::Tensor w) { weight = register_parameter("weight", std::move(w)); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(LoraWeight);
+
 class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
  public:
   ParallelLinearImpl(const ParallelLinearOptions& options, const ParallelContext& ctx);
@@ -56,15 +76,31 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   /// Real (unpadded) outputs start here on this rank.
   int64_t out_start() const { return out_start_; }
 
+  /// Attaches a LoRA adapter: y = W x + b + (alpha / rank) B A dropout(x), A [rank, in], B [out,
+  /// rank] as full tensors, split like the base (column: B by rows, A whole with its gradient
+  /// summed over tp; row: A by columns, B whole with its gradient summed). B starts at zero
+  /// (kaiming, gaussian), or PiSSA takes the base's top singular directions into A and B and
+  /// leaves W minus them (one process). `name`: the layer's full name (A's seed).
+  void add_lora(const LoraAdapterOptions& options, const std::string& name);
+  bool has_lora() const { return !lora_A.is_empty(); }
+  double lora_scaling() const { return lora_scaling_; }
+  /// W + scaling B A into the base weight (this rank's slice), the adapter removed.
+  void merge_lora();
+
   torch::Tensor weight, bias;
+  LoraWeight lora_A{nullptr}, lora_B{nullptr};
 
  private:
   // This rank's slice bounds and parameter shapes, registered without memory (what deferred
   // init keeps; the eager constructor then fills them from the full tensors).
   void lay_out(int tp, int tp_rank);
 
+  /// The adapter's term for this rank's input x (before any reduction of a row layer).
+  torch::Tensor lora_term(const torch::Tensor& x);
+
   ParallelLinearOptions options_;
   ParallelContext ctx_;
+  double lora_scaling_ = 0, lora_dropout_ = 0;
   int64_t out_start_ = 0;
   torch::Tensor pad_mask_;  // vocab head: true on this rank's padded outputs
 };

@@ -52,6 +52,14 @@ class GeminiModel : public StepHooks, public StateStore {
                            : std::nullopt) {
     chunks_.collect(model, optimizer);
     parallel::broadcast_model_state(model, group);  // a lazily built model: its seed
+    {
+      // Frozen parameters (a LoRA run's base) are in no chunk: whole on every rank, in the
+      // compute dtype, never reduced or stepped.
+      nn::materialize_frozen(model, device);
+      torch::NoGradGuard no_grad;
+      for (auto& p : model.parameters())
+        if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.detach().to(device, compute_dtype_));
+    }
     auto* init = dynamic_cast<nn::ParameterInitializer*>(&model);
     chunks_.build(policy_, shards_, optimizer, /*keep_all_gathered=*/options.check_first_step, init);
     if (init) init->parameters_materialized();

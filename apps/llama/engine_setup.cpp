@@ -13,9 +13,11 @@
 #include "core/dist/collectives.h"
 #include "core/dist/parallel_dims.h"
 #include "core/dist/runtime.h"
+#include "core/peft/lora.h"
 #include "kernels/cpu/matvec.h"
 #include "llama/gguf.h"
 #include "llama/parallelize.h"
+#include "llama/pretrained.h"
 
 namespace colossal::llama_app {
 namespace {
@@ -55,7 +57,18 @@ std::optional<c10::Device> gpu_for(const EngineSetup& s, const EngineUse& use) {
 
 // A model directory, or a GGUF file (weights in the file's format unless a dtype says otherwise).
 std::shared_ptr<LlamaInference> load_cpu_model(const std::string& path, const EngineSetup& s,
-                                               const parallel::ParallelContext& parallel = {}) {
+                                               const parallel::ParallelContext& parallel = {},
+                                               const std::string& lora = "") {
+  if (!lora.empty()) {
+    // The base as a training model, the adapter attached and folded in (each rank its slices),
+    // then packed for the engine like any model.
+    COLOSSAL_CHECK(!llama::is_gguf_path(path), "--lora ", lora, ": adapters apply to a Hugging Face directory, not "
+                   "to a GGUF file (", path, ")");
+    auto loaded = llama::load_pretrained(path, {}, parallel);
+    peft::load_adapter(*loaded.model, lora, {"lm_head"});
+    peft::merge_lora(*loaded.model);
+    return std::make_shared<LlamaInference>(loaded.model, LlamaInference::Options::named(s.dtype));
+  }
   if (!llama::is_gguf_path(path)) return LlamaInference::load(path, LlamaInference::Options::named(s.dtype), parallel);
   COLOSSAL_CHECK(!parallel.tensor_parallel(), "--tp ", s.tp, ": a GGUF file (", path,
                  ") runs on one process in this version; use --tp 1 or its Hugging Face directory");
@@ -105,10 +118,11 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
   }
   std::shared_ptr<inference::CausalLM> engine_model;
   if (out.gpu) {
+    COLOSSAL_CHECK(s.lora.empty(), "--lora: adapters are folded in by the CPU engine in this version (use --device cpu)");
     out.gpu_model = LlamaCudaInference::load(s.model, {*out.gpu, LlamaCudaInference::dtype_named(s.dtype)});
     engine_model = out.gpu_model;
   } else {
-    out.model = load_cpu_model(s.model, s, out.parallel);
+    out.model = load_cpu_model(s.model, s, out.parallel, s.lora);
     engine_model = out.model;
   }
   const auto& config = out.config();

@@ -34,6 +34,7 @@ struct EngineSetup {
   bool dtype_given = false;     // a GGUF file keeps its own format unless a dtype is given (not a setting)
   int tp = 1;                   // tensor-parallel ranks (under colossal run, exactly this many)
   std::string draft_model;      // speculative decoding
+  std::string lora;             // a PEFT LoRA adapter directory folded into the weights at load
   int64_t num_speculative_tokens = 4;
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
   uint64_t seed = 0;
@@ -55,6 +56,8 @@ struct EngineSetup {
     v("draft_model", draft_model,
       "speculative decoding: a smaller model with the same tokenizer proposes tokens that the model checks in one "
       "pass (greedy output unchanged, sampling from the model's exact distribution)");
+    v("lora", lora, "a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) for --model; "
+      "its adapters are folded into the weights at load (CPU engine)");
     v("num_speculative_tokens", num_speculative_tokens, "tokens the draft proposes per step", between(1, 64));
     v("kv_cache_mib", kv_cache_mib, "KV cache memory (at most what the machine has available)", between(1, 1 << 30));
     v("block_size", block_size, "tokens per KV block", between(1, 4096));

@@ -43,6 +43,7 @@ struct TrainArgs {
   // LoRA (--lora_rank > 0): adapters trained, the base frozen (core/peft/lora.h)
   peft::LoraConfig lora{.rank = 0};
   bool merge_lora = false;  // also write OUTPUT/model with the adapters folded in
+  std::string lora_adapter; // a PEFT adapter directory to continue training (its config replaces the --lora_* flags)
   // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
   booster::PluginConfig plugin;
   std::string config;  // the file these came from, if any
@@ -75,6 +76,8 @@ struct TrainArgs {
     auto_layout.visit(v);
     lora.visit(v);
     v("merge_lora", merge_lora, "with --lora_rank: also write OUTPUT/model with the adapters folded into the weights");
+    v("lora_adapter", lora_adapter, "continue training this PEFT LoRA adapter (its adapter_config.json replaces the "
+      "--lora_* settings)");
   }
   void validate() const;
 };

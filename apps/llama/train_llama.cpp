@@ -302,7 +302,11 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                  "--max_length ", a.max_length, " exceeds the model's max_position_embeddings ",
                  cfg.max_position_embeddings);
   model->set_gradient_checkpointing(a.grad_checkpoint);
-  if (a.lora.enabled()) {
+  if (!a.lora_adapter.empty()) {
+    a.lora = colossal::peft::load_adapter(*model, a.lora_adapter, {"lm_head"});
+    if (r == 0)
+      std::printf("lora: continuing %s (rank %ld, alpha %g)\n", a.lora_adapter.c_str(), a.lora.rank, a.lora.alpha);
+  } else if (a.lora.enabled()) {
     a.lora.targets = colossal::peft::split_names(a.lora.targets);
     a.lora.modules_to_save = colossal::peft::split_names(a.lora.modules_to_save);
     a.lora.seed = a.loop.seed;

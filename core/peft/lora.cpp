@@ -13,6 +13,7 @@
 #include "core/common/check.h"
 #include "core/common/fs.h"
 #include "core/parallel/tensor/parallel_linear.h"
+#include "core/parallel/tensor/shard.h"
 
 namespace colossal::peft {
 namespace {
@@ -200,6 +201,33 @@ checkpoint::NamedTensors read_adapter_tensors(const std::string& dir) {
   }
   COLOSSAL_CHECK(!out.empty(), "[lora] '", dir, "' holds no adapter tensors");
   return out;
+}
+
+LoraConfig load_adapter(torch::nn::Module& model, const std::string& dir, const std::vector<std::string>& exclude) {
+  auto config = read_adapter_config(dir);
+  const auto tensors = read_adapter_tensors(dir);
+  // PEFT lists modules_to_save that the model may name differently; keep only what the file has.
+  enable_lora(model, config, exclude);
+  std::map<std::string, at::Tensor> params;
+  for (auto& item : model.named_parameters()) params[item.key()] = item.value();
+  const auto specs = parallel::collect_shard_specs(model);
+  std::set<std::string> filled;
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : tensors) {
+    auto it = params.find(name);
+    COLOSSAL_CHECK(it != params.end(), "[lora] '", dir, "': adapter tensor '", name, "' names no parameter of the "
+                   "model (is the adapter for another base model?)");
+    const auto* split = parallel::split_spec(specs, name);
+    const auto full = parallel::full_shape(it->second, split);
+    COLOSSAL_CHECK(t.sizes().vec() == full, "[lora] '", dir, "': adapter tensor '", name, "' is ", t.sizes(),
+                   ", the model's is ", at::IntArrayRef(full), " (an adapter for another base model, or another rank)");
+    it->second.copy_(parallel::local_part(t.to(torch::kFloat), split, it->second));
+    filled.insert(name);
+  }
+  for (const auto& [name, p] : params)
+    COLOSSAL_CHECK(!is_adapter_tensor(name) || filled.count(name), "[lora] '", dir, "': the adapter has no '", name,
+                   "' although its config targets that layer");
+  return config;
 }
 
 int merge_lora(torch::nn::Module& model) {

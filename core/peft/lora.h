@@ -74,6 +74,12 @@ LoraConfig read_adapter_config(const std::string& dir);
 /// adapter names removed).
 checkpoint::NamedTensors read_adapter_tensors(const std::string& dir);
 
+/// A PEFT adapter directory onto `model`: adapters attached as its adapter_config.json says (with
+/// `exclude` for all-linear, as enable_lora) and its tensors copied in (each rank its slices
+/// under tensor parallelism). Throws naming a tensor that fits no layer (name, or shapes) and a
+/// layer the adapter left without values. Returns the adapter's config.
+LoraConfig load_adapter(torch::nn::Module& model, const std::string& dir, const std::vector<std::string>& exclude = {});
+
 /// Folds every adapter into its base weight (W + alpha/rank B A, in float64) and removes it.
 /// Returns how many layers were merged.
 int merge_lora(torch::nn::Module& model);

@@ -130,7 +130,7 @@ void ParallelLinearImpl::add_lora(const LoraAdapterOptions& o, const std::string
   COLOSSAL_CHECK(!has_lora(), "[lora] ", name, " already has an adapter");
   COLOSSAL_CHECK(options_.style == SplitStyle::kColumn || options_.style == SplitStyle::kRow ||
                      options_.style == SplitStyle::kReplicate,
-                 "[lora] ", name, ": adapters go on linear layers, not on a vocabulary-parallel head");
+                 "[lora] ", name, ": adapters go on linear layers, not on a vocabulary head (train it in full through modules_to_save)");
   const int64_t in = options_.in_features, out = options_.out_features;
   COLOSSAL_CHECK(o.rank >= 1 && o.rank <= std::min(in, out), "[lora] ", name, ": rank ", o.rank,
                  " must be between 1 and the layer's smaller side (", in, " -> ", out, ")");

@@ -190,6 +190,17 @@ void bind_booster(py::module_& m) {
             return self.boost_module(m.module, kind, groups);
           },
           py::arg("module"), py::arg("optimizer_kind"), py::arg("param_groups"))
+      .def("enable_lora", [](PyBooster& self, const CppModule& m, int64_t rank, double alpha, double dropout,
+                             const std::vector<std::string>& targets, const std::string& init,
+                             const std::vector<std::string>& modules_to_save, const std::vector<std::string>& exclude,
+                             uint64_t seed) {
+            peft::LoraConfig c{.rank = rank, .alpha = alpha, .dropout = dropout, .targets = targets, .init = init,
+                               .modules_to_save = modules_to_save, .seed = seed};
+            const auto layers = self.get().enable_lora(*m.module, c, exclude);
+            return py::make_tuple(layers.adapted, layers.trainable, layers.frozen);
+          },
+          py::arg("module"), py::arg("rank"), py::arg("alpha"), py::arg("dropout"), py::arg("targets"),
+          py::arg("init"), py::arg("modules_to_save"), py::arg("exclude"), py::arg("seed"))
       .def("backward", [](PyBooster& self, const at::Tensor& loss, BoostedModel& b) {
             py::gil_scoped_release nogil;  // a Python autograd.Function in the graph takes it back
             self.get().backward(loss, b.optimizer());

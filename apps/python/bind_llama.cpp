@@ -16,6 +16,7 @@
 #include "core/checkpoint/model_io.h"
 #include "core/common/check.h"
 #include "core/inference/engine.h"
+#include "core/peft/lora.h"
 #include "llama/inference.h"
 #include "llama/pretrained.h"
 #include "llama/tokenizer.h"
@@ -177,6 +178,7 @@ void bind_llama(py::module_& m) {
              // rank calls this; `write` says which one writes).
              auto state = boosted ? boosted->optimizer().model_wrapper().checkpoint().model_state_to_save(*self.model)
                                   : checkpoint::model_state(*self.model);
+             state = peft::merged_state(state, *self.model);  // LoRA adapters (if any) folded in
              if (write) llama::save_pretrained(self.config, state, dir, {}, tokenizer);
            },
            py::arg("dir"), py::arg("boosted").none(true), py::arg("tokenizer").none(true), py::arg("write"));

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/common/check.h"
@@ -108,6 +109,7 @@ Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
     nn::materialize(*model, plugin_->device());
   }
   auto wrapper = plugin_->wrap_model(*model, *optimizer);
+  boosted_models_.push_back(model.get());
   auto boosted_opt = std::make_shared<BoostedOptimizer>(std::move(optimizer), wrapper.get());
   auto dtype = wrapper->hooks().compute_dtype();
   wrappers_.push_back(std::move(wrapper));
@@ -117,6 +119,14 @@ Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
   }
   return Boosted{std::move(model), std::move(boosted_opt), std::move(lr_scheduler), dtype,
                  std::move(sampler)};
+}
+
+peft::LoraLayers Booster::enable_lora(torch::nn::Module& model, const peft::LoraConfig& config,
+                                     const std::vector<std::string>& exclude) {
+  COLOSSAL_CHECK(std::find(boosted_models_.begin(), boosted_models_.end(), &model) == boosted_models_.end(),
+                 "[booster] enable_lora after boost: the plugin has already laid out this model's parameters; call "
+                 "enable_lora first, then build the optimizer and boost");
+  return peft::enable_lora(model, config, exclude);
 }
 
 void Booster::backward(const torch::Tensor& loss, BoostedOptimizer& optimizer) {

@@ -31,6 +31,7 @@
 #include "core/checkpoint/model_io.h"
 #include "core/data/distributed_sampler.h"
 #include "core/optim/lr_scheduler.h"
+#include "core/peft/lora.h"
 
 namespace colossal::booster {
 
@@ -114,6 +115,13 @@ class Booster {
                 std::shared_ptr<optim::LRScheduler> lr_scheduler = nullptr,
                 std::shared_ptr<data::DistributedSampler> sampler = nullptr);
 
+  /// LoRA adapters on `model`, before it is boosted (as ColossalAI's booster.enable_lora):
+  /// peft::enable_lora with the base frozen, so the plugin then reduces, shards and steps only
+  /// the adapters. Build the optimizer after this call. Throws for a model this Booster has
+  /// already boosted (its plugin has laid out the parameters it had).
+  peft::LoraLayers enable_lora(torch::nn::Module& model, const peft::LoraConfig& config,
+                               const std::vector<std::string>& exclude = {});
+
   /// loss.backward() with the plugin's gradient synchronisation around it.
   void backward(const torch::Tensor& loss, BoostedOptimizer& optimizer);
 
@@ -179,6 +187,7 @@ class Booster {
  private:
   std::shared_ptr<Plugin> plugin_;
   std::vector<std::unique_ptr<ModelWrapper>> wrappers_;
+  std::vector<const torch::nn::Module*> boosted_models_;  // enable_lora refuses these
   struct PendingSave {  // an asynchronous checkpoint being written
     std::thread thread;
     std::exception_ptr error;

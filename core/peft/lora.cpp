@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -240,9 +241,10 @@ int merge_lora(torch::nn::Module& model) {
   return merged;
 }
 
-checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, const LoraConfig& config) {
+namespace {
+checkpoint::NamedTensors merged_with(const checkpoint::NamedTensors& state,
+                                     const std::function<double(const std::string& layer)>& scaling_of) {
   std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
-  const double scaling = config.alpha / static_cast<double>(config.rank);
   checkpoint::NamedTensors out;
   for (const auto& [name, t] : state) {
     if (is_adapter_tensor(name)) continue;
@@ -250,7 +252,7 @@ checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, con
       const std::string layer = name.substr(0, name.size() - 7);
       auto a = by_name.find(layer + ".lora_A.weight"), b = by_name.find(layer + ".lora_B.weight");
       if (a != by_name.end() && b != by_name.end()) {
-        auto delta = b->second.to(torch::kFloat64).matmul(a->second.to(torch::kFloat64)) * scaling;
+        auto delta = b->second.to(torch::kFloat64).matmul(a->second.to(torch::kFloat64)) * scaling_of(layer);
         out.push_back({name, (t.to(torch::kFloat64) + delta).to(t.scalar_type())});
         continue;
       }
@@ -258,6 +260,24 @@ checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, con
     out.push_back({name, t});
   }
   return out;
+}
+}  // namespace
+
+checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, const LoraConfig& config) {
+  const double scaling = config.alpha / static_cast<double>(config.rank);
+  return merged_with(state, [scaling](const std::string&) { return scaling; });
+}
+
+checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, const torch::nn::Module& model) {
+  std::map<std::string, double> scalings;
+  for (const auto& item : model.named_modules("", /*include_self=*/false))
+    if (auto l = std::dynamic_pointer_cast<parallel::ParallelLinearImpl>(item.value()); l && l->has_lora())
+      scalings[item.key()] = l->lora_scaling();
+  return merged_with(state, [&](const std::string& layer) {
+    auto it = scalings.find(layer);
+    COLOSSAL_CHECK(it != scalings.end(), "[lora] merge: '", layer, "' has adapter tensors but no adapted layer");
+    return it->second;
+  });
 }
 
 std::vector<std::string> split_names(const std::vector<std::string>& values) {

@@ -86,6 +86,8 @@ int merge_lora(torch::nn::Module& model);
 /// The same on a whole (gathered) state: each "<layer>.weight" with its adapter folded in, the
 /// adapter tensors left out; what a plain Hugging Face directory holds.
 checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, const LoraConfig& config);
+/// The same with each layer's scaling read from `model`'s adapted layers.
+checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, const torch::nn::Module& model);
 /// Splits a comma-separated list given as one flag value ("q_proj,v_proj") into its names.
 std::vector<std::string> split_names(const std::vector<std::string>& values);
 

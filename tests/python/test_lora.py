@@ -7,6 +7,7 @@ runs to one process, and bad targets and ranks are named."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -136,3 +137,48 @@ def test_bad_lora_settings_are_named(flags, message, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0
     assert message in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_booster_enable_lora_from_python(base, tmp_path):
+    """Booster.enable_lora before boost (ColossalAI's API): only the adapters train under ZeRO-2,
+    the base stays bitwise, enable_lora after boost is refused, and save_pretrained writes the
+    merged weights transformers reads."""
+    script = tmp_path / "lora_booster.py"
+    script.write_text(f"""
+import sys, torch, colossal
+colossal.launch(seed=0)
+model = colossal.llama.LlamaForCausalLM.from_pretrained({str(base)!r})
+booster = colossal.Booster(plugin="zero2")
+adapted = booster.enable_lora(model, rank=4, alpha=8, target_modules=["q_proj", "v_proj"])
+assert adapted == [f"model.layers.{{i}}.self_attn.{{n}}" for i in range(2) for n in ("q_proj", "v_proj")], adapted
+params = dict(model.named_parameters())
+base_q = params["model.layers.0.self_attn.q_proj.weight"].detach().clone()
+optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+model, optimizer, *_ = booster.boost(model, optimizer)
+ids = torch.randint(3, 200, (2, 16), generator=torch.Generator().manual_seed(0))
+losses = []
+for _ in range(4):
+    optimizer.zero_grad()
+    loss = model(ids, labels=ids)
+    booster.backward(loss, optimizer)
+    optimizer.step()
+    losses.append(loss.item())
+assert losses[-1] < losses[0], losses
+assert torch.equal(params["model.layers.0.self_attn.q_proj.weight"], base_q)
+try:
+    booster.enable_lora(model, rank=4)
+    sys.exit("enable_lora after boost was accepted")
+except ValueError as e:
+    assert "after boost" in str(e)
+model.save_pretrained({str(tmp_path / "merged")!r})
+print("ok", losses)
+""")
+    colossal_run(1, sys.executable, script)
+    from transformers import LlamaForCausalLM
+    merged = LlamaForCausalLM.from_pretrained(tmp_path / "merged")
+    base_model = LlamaForCausalLM.from_pretrained(base)
+    names = {n for n, _ in merged.named_parameters()}
+    assert not any("lora" in n for n in names)
+    diff = (merged.model.layers[0].self_attn.q_proj.weight - base_model.model.layers[0].self_attn.q_proj.weight).abs().max()
+    assert diff.item() > 0  # the adapter folded in
+    assert torch.equal(merged.model.layers[0].self_attn.k_proj.weight, base_model.model.layers[0].self_attn.k_proj.weight)

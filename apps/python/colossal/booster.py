@@ -172,6 +172,24 @@ class Booster:
         self._by_model[id(model)] = boosted
         return model, BoostedOptimizer(boosted, optimizer), criterion, dataloader, lr_scheduler
 
+    def enable_lora(self, model, rank=8, alpha=16, dropout=0.0, target_modules="all-linear", init="kaiming",
+                    modules_to_save=(), seed=0):
+        """LoRA adapters on a colossal model (colossal.llama.LlamaForCausalLM), before boost() and
+        before its optimizer is built (ColossalAI's booster.enable_lora): the base is frozen, so
+        the plugin reduces, shards and steps only the adapters. target_modules: layer names or
+        suffixes ("q_proj"), * wildcards, or "all-linear" (the output head left out). Returns the
+        adapted layers' names. save_pretrained(dir) of such a model writes the merged weights;
+        colossal.llama.train(lora_rank=...) writes PEFT's adapter files."""
+        if not hasattr(model, "_cpp_module"):
+            raise TypeError("colossal: enable_lora adapts colossal models (colossal.llama.LlamaForCausalLM); for a "
+                            "torch.nn.Module use peft.get_peft_model and boost the result")
+        if id(model) in self._by_model:
+            raise ValueError("colossal: enable_lora after boost: call it first, then build the optimizer and boost")
+        targets = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+        adapted, _, _ = self._cxx.enable_lora(model._cpp_module(), rank, float(alpha), float(dropout), targets, init,
+                                              list(modules_to_save), ["lm_head"], seed)
+        return adapted
+
     def _boosted(self, model_or_optimizer):
         if isinstance(model_or_optimizer, BoostedOptimizer):
             return model_or_optimizer._b

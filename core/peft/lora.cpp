@@ -13,6 +13,7 @@
 #include "core/checkpoint/model_io.h"
 #include "core/common/check.h"
 #include "core/common/fs.h"
+#include "core/nn/deferred_init.h"
 #include "core/parallel/tensor/parallel_linear.h"
 #include "core/parallel/tensor/shard.h"
 
@@ -51,6 +52,10 @@ void LoraConfig::validate() const {
   COLOSSAL_CHECK(init == "kaiming" || init == "gaussian" || init == "pissa", "[lora] init '", init,
                  "': expected kaiming, gaussian or pissa");
   COLOSSAL_CHECK(!enabled() || !targets.empty(), "[lora] no target layers (--lora_target)");
+  COLOSSAL_CHECK(quantize_base.empty() || quantize_base == "nf4" || quantize_base == "int8" || quantize_base == "int4",
+                 "[qlora] --quantize_base '", quantize_base, "': expected nf4, int8 or int4");
+  COLOSSAL_CHECK(quantize_base.empty() || enabled(), "[qlora] --quantize_base ", quantize_base,
+                 " needs --lora_rank > 0 (QLoRA trains adapters over a frozen quantized base)");
 }
 
 LoraLayers enable_lora(torch::nn::Module& model, const LoraConfig& config, const std::vector<std::string>& exclude) {
@@ -97,6 +102,37 @@ LoraLayers enable_lora(torch::nn::Module& model, const LoraConfig& config, const
   }
   for (const auto& m : config.modules_to_save)
     COLOSSAL_CHECK(used_save.count(m), "[lora] modules_to_save '", m, "' names no module with parameters");
+  return out;
+}
+
+QuantizedBase quantize_base(torch::nn::Module& model, const std::string& format,
+                            const std::vector<std::string>& exclude) {
+  const auto f = nn::QuantizedWeight::parse(format);
+  QuantizedBase out;
+  const auto specs = parallel::collect_shard_specs(model);
+  auto* init = dynamic_cast<nn::ParameterInitializer*>(&model);
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto layer = std::dynamic_pointer_cast<parallel::ParallelLinearImpl>(item.value());
+    const std::string& name = item.key();
+    if (!layer || layer->quantized().defined() || layer->options().style == parallel::SplitStyle::kVocabHead ||
+        layer->weight.requires_grad() ||
+        std::any_of(exclude.begin(), exclude.end(), [&](const std::string& e) { return matches(e, name); }))
+      continue;
+    torch::Tensor local = layer->weight;
+    if (nn::is_deferred(local)) {
+      COLOSSAL_CHECK(init != nullptr, "[qlora] ", name, ".weight has no values and the model cannot make them");
+      const auto* split = parallel::split_spec(specs, name + ".weight");
+      auto full = torch::empty(parallel::full_shape(local, split), torch::kFloat32);
+      init->init_parameter(name + ".weight", full);
+      local = parallel::local_part(full, split, local);
+    }
+    out.full_bytes += local.numel() * 4;
+    layer->quantize_base(f, local);
+    out.bytes += layer->quantized().bytes();
+    out.layers.push_back(name);
+  }
+  COLOSSAL_CHECK(!out.layers.empty(), "[qlora] --quantize_base ", format, ": no frozen linear layer to quantize");
   return out;
 }
 

@@ -32,6 +32,8 @@ struct LoraConfig {
   std::string init = "kaiming";       // kaiming (PEFT's default) | gaussian | pissa
   std::vector<std::string> modules_to_save;  // modules trained in full beside the adapters (embed_tokens, lm_head)
   uint64_t seed = 0;                  // adapters' initial values derive from (seed, layer name)
+  // QLoRA: the frozen base of every linear layer (but `exclude`'s) kept in nf4 | int8 | int4 ("": as loaded).
+  std::string quantize_base;
 
   template <class V>
   void visit(V& v) {
@@ -41,6 +43,8 @@ struct LoraConfig {
     v("lora_target", targets, "layers to adapt: names or suffixes (q_proj,v_proj), * wildcards, or all-linear");
     v("lora_init", init, "adapter initialisation: kaiming | gaussian | pissa", one_of({"kaiming", "gaussian", "pissa"}));
     v("lora_modules_to_save", modules_to_save, "modules trained in full beside the adapters (embed_tokens, lm_head)");
+    v("quantize_base", quantize_base, "QLoRA: keep the frozen base linear weights in nf4 | int8 | int4 (empty: as loaded)",
+      one_of({"", "nf4", "int8", "int4"}));
   }
   void validate() const;
   bool enabled() const { return rank > 0; }
@@ -56,6 +60,19 @@ struct LoraLayers {
 /// of modules_to_save). `exclude`: layers "all-linear" leaves out (the output head). Throws for a
 /// target that matches no layer, naming it and the linear layers there are.
 LoraLayers enable_lora(torch::nn::Module& model, const LoraConfig& config, const std::vector<std::string>& exclude = {});
+
+struct QuantizedBase {
+  std::vector<std::string> layers;  // layers whose base is now quantized
+  int64_t bytes = 0;                // what their bases hold now on this rank
+  int64_t full_bytes = 0;           // what they held in fp32
+};
+
+/// QLoRA: quantizes the frozen base weight of every linear layer but the vocabulary head and
+/// `exclude`'s (after enable_lora or load_adapter), one layer at a time: a weight not loaded yet
+/// (lazy construction) is read through the model's initializer, this rank's slice quantized and
+/// the full-precision values dropped, so the whole model never exists in fp32.
+QuantizedBase quantize_base(torch::nn::Module& model, const std::string& format,
+                            const std::vector<std::string>& exclude = {});
 
 /// True for an adapter tensor's name (".lora_A." or ".lora_B.").
 bool is_adapter_tensor(const std::string& name);

@@ -87,14 +87,20 @@ void ParallelLinearImpl::lay_out(int tp, int r) {
   if (o.bias) bias = register_parameter("bias", nn::deferred_empty({o.style == SplitStyle::kRow ? o.out_features : out}));
 }
 
+torch::Tensor ParallelLinearImpl::base(const torch::Tensor& x, const torch::Tensor& b) {
+  if (!quantized_.defined()) return nn::linear(x, weight, b);
+  auto y = nn::quantized_linear(x, quantized_);
+  return b.defined() ? y + b : y;
+}
+
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
   if (!ctx_.tensor_parallel()) {
-    auto y = nn::linear(x, weight, bias);
+    auto y = base(x, bias);
     return has_lora() ? y + lora_term(x) : y;
   }
   switch (options_.style) {
     case SplitStyle::kRow: {
-      auto partial = nn::linear(x, weight);
+      auto partial = base(x, {});
       if (has_lora()) partial = partial + lora_term(x);  // B (A_i x_i) summed by the same reduction
       auto y = leave_tensor_parallel(partial, ctx_);
       return bias.defined() ? y + bias : y;
@@ -108,12 +114,12 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
       return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
     }
     case SplitStyle::kColumn: {
-      auto y = nn::linear(x, weight, bias);
+      auto y = base(x, bias);
       if (has_lora()) y = y + lora_term(x);
       return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
     }
     default: {
-      auto y = nn::linear(x, weight, bias);
+      auto y = base(x, bias);
       return has_lora() ? y + lora_term(x) : y;
     }
   }
@@ -178,8 +184,24 @@ void ParallelLinearImpl::add_lora(const LoraAdapterOptions& o, const std::string
   lora_B->weight.set_data(lora_B->weight.to(weight.device()));
 }
 
+void ParallelLinearImpl::quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& local) {
+  COLOSSAL_CHECK(!quantized_.defined(), "[qlora] the base of this layer is quantized already");
+  COLOSSAL_CHECK(!weight.requires_grad(), "[qlora] a trained weight cannot be quantized (only a LoRA run's frozen "
+                 "base is): enable LoRA first");
+  COLOSSAL_CHECK(options_.style != SplitStyle::kVocabHead, "[qlora] the vocabulary head is not quantized");
+  const auto& values = local.defined() ? local : weight;
+  COLOSSAL_CHECK(!nn::is_deferred(values), "[qlora] quantize_base: the weight has no values yet (materialise it first)");
+  COLOSSAL_CHECK(values.sizes() == weight.sizes(), "[qlora] quantize_base: values ", values.sizes(),
+                 " for a weight of ", weight.sizes());
+  quantized_ = nn::QuantizedWeight(values.to(torch::kCPU), format);
+  torch::NoGradGuard no_grad;
+  weight.set_data(torch::empty({0}, weight.options()));
+}
+
 void ParallelLinearImpl::merge_lora() {
   COLOSSAL_CHECK(has_lora(), "[lora] merge: this layer has no adapter");
+  COLOSSAL_CHECK(!quantized_.defined(), "[qlora] merge: the base of this layer is quantized; fold the adapter into "
+                 "the original weights instead (colossal merge --model BASE --adapter DIR --output OUT)");
   torch::NoGradGuard no_grad;
   // Column and replicated layers: B_i A is this rank's rows; row layers: B A_i its columns.
   auto delta = lora_B->weight.to(torch::kFloat64).matmul(lora_A->weight.to(torch::kFloat64)) * lora_scaling_;
@@ -201,8 +223,8 @@ std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
       s.dim = 0;
       s.full_size = options_.out_features;
       s.local_start = out_start_;
-      s.local_size = std::clamp<int64_t>(options_.out_features - out_start_, 0, weight.size(0));
-      out["weight"] = s;
+      s.local_size = std::clamp<int64_t>(options_.out_features - out_start_, 0, local_out_features());
+      if (!quantized_.defined()) out["weight"] = s;
       if (bias.defined()) out["bias"] = s;
       if (options_.style == SplitStyle::kColumn) {  // B split like the weight's rows; A whole, its gradient summed
         out["lora_B.weight"] = s;
@@ -216,9 +238,9 @@ std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
     case SplitStyle::kRow: {
       s.dim = 1;
       s.full_size = options_.in_features;
-      s.local_start = ctx_.tp_rank() * weight.size(1);
-      s.local_size = weight.size(1);
-      out["weight"] = s;
+      s.local_size = quantized_.defined() ? quantized_.cols() : weight.size(1);
+      s.local_start = ctx_.tp_rank() * s.local_size;
+      if (!quantized_.defined()) out["weight"] = s;
       out["lora_A.weight"] = s;  // A split like the weight's columns; B whole, its gradient summed
       {
         ShardSpec b;
@@ -236,7 +258,7 @@ std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
     }
     default: {
       s.gradient_partial = options_.gradient_partial;
-      out["weight"] = s;
+      if (!quantized_.defined()) out["weight"] = s;
       if (bias.defined()) out["bias"] = s;
       out["lora_A.weight"] = s;
       out["lora_B.weight"] = s;

@@ -17,6 +17,7 @@
 
 #include <string>
 
+#include "core/nn/quantized_weight.h"
 #include "core/parallel/context.h"
 #include "core/parallel/plan.h"
 #include "core/parallel/tensor/shard.h"
@@ -72,7 +73,7 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   std::map<std::string, ShardSpec> shard_specs() const override;
   const ParallelLinearOptions& options() const { return options_; }
   /// Output features this rank computes (column: out/tp, padded for a vocabulary head).
-  int64_t local_out_features() const { return weight.size(0); }
+  int64_t local_out_features() const { return quantized_.defined() ? quantized_.rows() : weight.size(0); }
   /// Real (unpadded) outputs start here on this rank.
   int64_t out_start() const { return out_start_; }
 
@@ -87,6 +88,13 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   /// W + scaling B A into the base weight (this rank's slice), the adapter removed.
   void merge_lora();
 
+  /// QLoRA: keeps the frozen base weight (this rank's slice: `local`, or `weight` when undefined)
+  /// quantized and dequantizes it piece by piece in forward and backward. `weight` is left an
+  /// empty [0] tensor (frozen): the values live in quantized(), and the layer's full-precision
+  /// state is gone (a merged model is written from the original checkpoint: colossal merge).
+  void quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& local = {});
+  const nn::QuantizedWeight& quantized() const { return quantized_; }
+
   torch::Tensor weight, bias;
   LoraWeight lora_A{nullptr}, lora_B{nullptr};
 
@@ -97,12 +105,15 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
 
   /// The adapter's term for this rank's input x (before any reduction of a row layer).
   torch::Tensor lora_term(const torch::Tensor& x);
+  /// x W^T (+ b): the full-precision weight, or the quantized base.
+  torch::Tensor base(const torch::Tensor& x, const torch::Tensor& b);
 
   ParallelLinearOptions options_;
   ParallelContext ctx_;
   double lora_scaling_ = 0, lora_dropout_ = 0;
   int64_t out_start_ = 0;
   torch::Tensor pad_mask_;  // vocab head: true on this rank's padded outputs
+  nn::QuantizedWeight quantized_;
 };
 TORCH_MODULE(ParallelLinear);
 

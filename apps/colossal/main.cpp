@@ -3,6 +3,7 @@
 //                [--hostfile F] [--max_restarts K] [--tee RANK] [--config FILE] -- PROGRAM ARGS...
 //   colossal verify [--nproc_per_node N] [--steps K] [--keep] -- PROGRAM ARGS...
 //   colossal check
+//   colossal merge --model BASE --adapter ADAPTER --output DIR [--dtype bf16]
 //   colossal plot metrics.jsonl [--out DIR --metrics loss lr ...]
 //   colossal analyze --model_config config.json [--seq N --batch B --precision P --world 1 2 4 --json F]
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 #include <iostream>
 
 #include "apps/colossal/analyze_command.h"
+#include "apps/colossal/merge_command.h"
 #include "apps/colossal/plot_command.h"
 #include "core/common/check.h"
 #include "core/common/config.h"
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
   app.add_subcommand("check", "print versions, BLAS, threads, Gloo/NCCL/CUDA, cores, memory");
   colossal::apps::AnalyzeArgs analyze_args;
   colossal::apps::add_analyze_command(app, analyze_args);
+  colossal::apps::MergeArgs merge_args;
+  colossal::apps::add_merge_command(app, merge_args);
   colossal::apps::PlotArgs plot_args;
   colossal::apps::add_plot_command(app, plot_args);
 
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("analyze")) return colossal::apps::run_analyze(analyze_args);
     if (app.got_subcommand("plot")) return colossal::apps::run_plot(plot_args);
+    if (app.got_subcommand("merge")) return colossal::apps::run_merge(merge_args);
     if (app.got_subcommand("verify")) {
       vopts.launch.tee = tee >= 0 ? tee : 0;
       vopts.launch.command = command.empty() ? verify->remaining() : command;

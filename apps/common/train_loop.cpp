@@ -176,7 +176,8 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
     if (t.before_save) t.before_save();
     booster::CheckpointOptions options{.keep_last = static_cast<int>(loop_.keep_checkpoints),
                                        .model_files = t.model_files,
-                                       .write_rank_state = t.save_rank_state};
+                                       .write_rank_state = t.save_rank_state,
+                                       .trainable_only = t.save_trainable_only};
     booster.save_checkpoint(b, t.checkpoint_dir,
                             {.step = step, .epoch = sampler->epoch(), .global_batch = per_step, .replicas = n}, options);
     progress.event("checkpoint", step, extra, t.checkpoint_dir + "/step-" + std::to_string(step));

@@ -153,6 +153,7 @@ struct TrainTask {
   // ---- checkpoints
   std::string checkpoint_dir;      // <dir>/step-N
   std::map<std::string, std::string> model_files;  // written beside each checkpoint's weights
+  bool save_trainable_only = false;  // checkpoints hold only what trains (a LoRA run's adapters)
   std::function<void(const std::string& step_dir)> save_rank_state, load_rank_state;
   std::function<void()> before_save;               // flush caches into the model's buffers
   /// After the checkpoint (if any) is loaded: the step to come, and the sampler where it stands

@@ -302,8 +302,10 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                  "--max_length ", a.max_length, " exceeds the model's max_position_embeddings ",
                  cfg.max_position_embeddings);
   model->set_gradient_checkpointing(a.grad_checkpoint);
+  const std::string quantize_base = a.lora.quantize_base;
   if (!a.lora_adapter.empty()) {
     a.lora = colossal::peft::load_adapter(*model, a.lora_adapter, {"lm_head"});
+    a.lora.quantize_base = quantize_base;
     if (r == 0)
       std::printf("lora: continuing %s (rank %ld, alpha %g)\n", a.lora_adapter.c_str(), a.lora.rank, a.lora.alpha);
   } else if (a.lora.enabled()) {
@@ -321,6 +323,17 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                   layers.trainable / 1e6, layers.frozen / 1e6);
   } else {
     COLOSSAL_CHECK(!a.merge_lora, "--merge_lora needs --lora_rank > 0");
+  }
+  if (!quantize_base.empty()) {
+    // QLoRA: every frozen linear weight but the head in 4 or 8 bits, read and quantized one at a
+    // time (a lazily loaded checkpoint never exists whole in full precision).
+    COLOSSAL_CHECK(device.is_cpu(), "--quantize_base: the quantized base runs on the CPU in this version");
+    COLOSSAL_CHECK(!a.merge_lora || !a.pretrained.empty(), "--merge_lora with --quantize_base needs --pretrained: the "
+                   "adapter is folded into the original weights, which the run no longer holds");
+    const auto q = colossal::peft::quantize_base(*model, quantize_base, {"lm_head"});
+    if (r == 0)
+      std::printf("qlora: %zu base layers in %s, %.1f MB on rank 0 (%.1f MB in fp32)\n", q.layers.size(),
+                  quantize_base.c_str(), q.bytes / 1e6, q.full_bytes / 1e6);
   }
 
   if (!colossal::nn::has_deferred_parameters(*model)) model->to(device);  // else boost makes them there
@@ -412,6 +425,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   task.checkpoint_dir = a.save_dir;
   // Every checkpoint's model/ opens as a model: config and tokenizer files beside the weights.
   task.model_files = model_dir_files(cfg, &tok);
+  task.save_trainable_only = a.lora.enabled();  // a LoRA run's checkpoints: adapters, their optimizer, the position
   if (r == 0) {
     std::printf("model: %.2fM parameters (hidden %ld, layers %ld, heads %ld/%ld kv, vocab %ld)%s\n",
                 cfg.num_parameters() / 1e6, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
@@ -442,6 +456,19 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     summary.outputs["adapter"] = adapter;
     if (!a.merge_lora) {
       dist::barrier(dist::world_group());
+      summary.outputs["checkpoints"] = a.save_dir;
+      std::fflush(stdout);
+      return;
+    }
+    if (!quantize_base.empty()) {
+      // The base in the run is quantized: fold the adapter into the original weights instead.
+      if (r == 0) {
+        const auto merged = colossal::peft::write_merged_model(a.pretrained, adapter, out);
+        std::printf("saved: %s (%s with the adapter folded in: %zu tensors)\n", out.c_str(), a.pretrained.c_str(),
+                    merged.tensors);
+      }
+      dist::barrier(dist::world_group());
+      summary.outputs["model"] = out;
       summary.outputs["checkpoints"] = a.save_dir;
       std::fflush(stdout);
       return;

@@ -9,5 +9,6 @@ void bind_booster(pybind11::module_& m);  // colossal._C: Booster, plugins, boos
 void bind_apps(pybind11::module_& m);     // colossal._C.apps: train_llama, train_vit as functions
 void bind_llama(pybind11::module_& m);    // colossal._C.llama: tokenizer, model, engine, server
 void bind_bert(pybind11::module_& m);     // colossal._C.bert: BERT masked LM and classifier
+void bind_peft(pybind11::module_& m);     // colossal._C.peft: QLoRA base formats, adapter merging
 
 }  // namespace colossal::python

@@ -26,4 +26,5 @@ PYBIND11_MODULE(_C, m) {
   colossal::python::bind_apps(m);
   colossal::python::bind_llama(m);
   colossal::python::bind_bert(m);
+  colossal::python::bind_peft(m);
 }

@@ -85,6 +85,10 @@ struct CheckpointOptions {
   // embedding tables): called on every rank with the step directory, before the checkpoint
   // counts as complete (with async, before save_checkpoint returns).
   std::function<void(const std::string& step_dir)> write_rank_state;
+  // Only the parameters that train go into model/ (a LoRA run: its adapters and modules_to_save;
+  // the frozen base comes again from where the run loaded it). state.json says so, and
+  // load_checkpoint then restores those alone.
+  bool trainable_only = false;
   void validate() const;  // keep_last >= 0, the model options', plain file names
 };
 

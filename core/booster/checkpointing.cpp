@@ -103,6 +103,17 @@ void restore_optimizer_state(CheckpointLayout& layout, torch::optim::Optimizer& 
   layout.load_external_optimizer_state(source);
 }
 
+// The tensors of `state` that are parameters of `model` requiring a gradient.
+checkpoint::NamedTensors trainable_part(const checkpoint::NamedTensors& state, const torch::nn::Module& model) {
+  std::set<std::string> trainable;
+  for (const auto& p : model.named_parameters())
+    if (p.value().requires_grad()) trainable.insert(p.key());
+  checkpoint::NamedTensors out;
+  for (const auto& [name, t] : state)
+    if (trainable.count(name)) out.emplace_back(name, t);
+  return out;
+}
+
 // Everything one rank writes for a checkpoint, captured at save time.
 struct Snapshot {
   std::string root, dir;
@@ -193,6 +204,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
   };
   // Collective under some plugins (sharded parameters are gathered): every rank calls it.
   auto params = layout.model_state_to_save(*boosted.model);
+  if (options.trainable_only) params = trainable_part(params, *boosted.model);
   s->optimizer = collect_optimizer_state(layout, boosted.optimizer->inner(), *boosted.model, plugin_->name());
   s->optimizer.tensors = copy(s->optimizer.tensors);
   if (s->rank == 0) {
@@ -205,6 +217,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
     if (state.replicas > 0) js["replicas"] = state.replicas;
     js["plugin"] = plugin_->name();
     js["world_size"] = s->world;
+    if (options.trainable_only) js["model_contents"] = "trainable";
     if (boosted.lr_scheduler) js["lr_scheduler_step"] = boosted.lr_scheduler->last_step();
     js["plugin_state"] = boosted.optimizer->model_wrapper().hooks().extra_state();
     if (boosted.sampler) js["sampler"] = boosted.sampler->state_dict();
@@ -348,13 +361,15 @@ TrainingState Booster::read_training_state(const std::string& root) {
 
 TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root) {
   const std::string dir = step_directory(root);
+  const auto js = read_state_json(dir);
   auto& layout = boosted.optimizer->model_wrapper().checkpoint();
   auto params = layout.full_model_state(*boosted.model);
+  // A LoRA run's checkpoint holds what trains; the frozen rest is already in the model.
+  if (js.value("model_contents", std::string("full")) == "trainable") params = trainable_part(params, *boosted.model);
   auto report = checkpoint::load_state_into(params, dir + "/model", {}, layout.state_held_elsewhere());
   layout.after_model_load();
   restore_optimizer_state(layout, boosted.optimizer->inner(), *boosted.model, dir);
 
-  const auto js = read_state_json(dir);
   const TrainingState state = training_state_of(js);
   if (boosted.lr_scheduler && js.contains("lr_scheduler_step")) {
     boosted.lr_scheduler->set_step(js["lr_scheduler_step"].get<int64_t>());

@@ -316,6 +316,63 @@ checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, con
   });
 }
 
+checkpoint::NamedTensors merge_adapter_into_checkpoint(const std::string& base_dir, const std::string& adapter_dir) {
+  const auto config = read_adapter_config(adapter_dir);
+  const auto adapter = read_adapter_tensors(adapter_dir);
+  checkpoint::CheckpointReader base(base_dir);
+  std::map<std::string, at::Tensor> replaced;
+  checkpoint::NamedTensors state;
+  for (const auto& [name, t] : adapter) {
+    if (is_adapter_tensor(name)) {
+      const std::string layer = name.substr(0, name.find(".lora_"));
+      COLOSSAL_CHECK(base.contains(layer + ".weight"), "[lora] merge: adapter tensor '", name, "' of ", adapter_dir,
+                     " has no layer '", layer, ".weight' in ", base_dir, " (is it this adapter's base model?)");
+      const auto& w = base.info(layer + ".weight").shape;
+      const bool is_a = name.find(".lora_A.") != std::string::npos;
+      const bool fits = t.dim() == 2 && w.size() == 2 && t.size(0) == (is_a ? config.rank : w[0]) &&
+                        t.size(1) == (is_a ? w[1] : config.rank);
+      COLOSSAL_CHECK(fits, "[lora] merge: ", name, " is ", t.sizes(), " but ", layer, ".weight in ", base_dir, " is [",
+                     w.size() == 2 ? std::to_string(w[0]) + ", " + std::to_string(w[1]) : std::string("?"),
+                     "] (expected ", is_a ? "[rank, in]" : "[out, rank]", " with rank ", config.rank, ")");
+      state.push_back({name, t});
+    } else {
+      COLOSSAL_CHECK(base.contains(name), "[lora] merge: '", name, "' of ", adapter_dir, " is not in ", base_dir);
+      COLOSSAL_CHECK(base.info(name).shape == t.sizes().vec(), "[lora] merge: ", name, " is ", t.sizes(), " in ",
+                     adapter_dir, " but differs in ", base_dir);
+      replaced[name] = t;
+    }
+  }
+  for (const auto& name : base.names()) {
+    auto it = replaced.find(name);
+    state.push_back({name, it != replaced.end() ? it->second.to(base.info(name).dtype) : base.view(name)});
+  }
+  return merged_state(state, config);
+}
+
+MergedModel write_merged_model(const std::string& base_dir, const std::string& adapter_dir, const std::string& output,
+                               std::optional<c10::ScalarType> dtype) {
+  COLOSSAL_CHECK(fs::is_directory(base_dir), "[merge] base model ", base_dir, ": no such directory");
+  COLOSSAL_CHECK(fs::is_directory(adapter_dir), "[merge] adapter ", adapter_dir, ": no such directory");
+  COLOSSAL_CHECK(output != base_dir, "[merge] the output must differ from the base (", base_dir,
+                 "): the base is read while the merged model is written");
+  MergedModel out;
+  auto state = merge_adapter_into_checkpoint(base_dir, adapter_dir);
+  out.tensors = state.size();
+  for (const auto& [n, t] : state) out.bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  checkpoint::SaveModelOptions options;
+  options.dtype = dtype;
+  options.shard = out.bytes > (int64_t{5} << 30);
+  fs::make_dirs(output);
+  checkpoint::save_model_state(state, output, options);
+  for (const auto& f : fs::list_dir(base_dir)) {
+    const bool weights = f.find(".safetensors") != std::string::npos || f.rfind("pytorch_model", 0) == 0;
+    if (weights || fs::is_directory(base_dir + "/" + f)) continue;
+    fs::copy_file(base_dir + "/" + f, output + "/" + f);
+    ++out.other_files;
+  }
+  return out;
+}
+
 std::vector<std::string> split_names(const std::vector<std::string>& values) {
   std::vector<std::string> out;
   for (const auto& v : values) {

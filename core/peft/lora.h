@@ -14,6 +14,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,24 @@ int merge_lora(torch::nn::Module& model);
 checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, const LoraConfig& config);
 /// The same with each layer's scaling read from `model`'s adapted layers.
 checkpoint::NamedTensors merged_state(const checkpoint::NamedTensors& state, const torch::nn::Module& model);
+/// A Hugging Face checkpoint directory's weights with a PEFT adapter directory folded in (what
+/// colossal merge writes): each adapted "<layer>.weight" becomes W + alpha/r B A (computed in
+/// float64, stored in W's dtype), tensors of modules_to_save replace the base's, every other
+/// tensor is the base's. Throws naming an adapter tensor the base has no layer for, or whose
+/// shape does not fit it.
+checkpoint::NamedTensors merge_adapter_into_checkpoint(const std::string& base_dir, const std::string& adapter_dir);
+
+struct MergedModel {
+  size_t tensors = 0;
+  int64_t bytes = 0;
+  int other_files = 0;  // config, tokenizer, generation settings copied from the base
+};
+/// merge_adapter_into_checkpoint written to `output` as a Hugging Face directory (sharded past
+/// 5 GB, as transformers does), with the base directory's other files beside it; `dtype`
+/// converts floating tensors. What colossal merge does.
+MergedModel write_merged_model(const std::string& base_dir, const std::string& adapter_dir, const std::string& output,
+                               std::optional<c10::ScalarType> dtype = std::nullopt);
+
 /// Splits a comma-separated list given as one flag value ("q_proj,v_proj") into its names.
 std::vector<std::string> split_names(const std::vector<std::string>& values);
 

@@ -51,7 +51,8 @@ void nf4_quantize(const float* x, int64_t n, uint8_t* codes, float* absmax) {
     const int64_t len = std::min(kPiece, n - p0);
     quantize_blockwise(x + p0, len, kNf4Block, kNf4Values, 16, index, absmax + p0 / kNf4Block);
     for (int64_t i = 0; i < len; i += 2) {
-      const uint8_t lo = i + 1 < len ? index[i + 1] : 0;  // an odd count pads the last low nibble with 0
+      // An odd count pads the last low nibble with the level of 0 (index 7), as bitsandbytes does.
+      const uint8_t lo = i + 1 < len ? index[i + 1] : 7;
       codes[(p0 + i) / 2] = static_cast<uint8_t>(index[i] << 4 | lo);
     }
   }

@@ -182,3 +182,128 @@ print("ok", losses)
     diff = (merged.model.layers[0].self_attn.q_proj.weight - base_model.model.layers[0].self_attn.q_proj.weight).abs().max()
     assert diff.item() > 0  # the adapter folded in
     assert torch.equal(merged.model.layers[0].self_attn.k_proj.weight, base_model.model.layers[0].self_attn.k_proj.weight)
+
+
+# ---- QLoRA: the quantized base against bitsandbytes, and a QLoRA run against LoRA on its values
+
+def test_nf4_is_bitsandbytes_format():
+    """Our NF4 levels and absmax map are bitsandbytes'; the 4-bit codes of a weight are the ones
+    quantize_4bit writes; bitsandbytes' stored state (codes, 8-bit absmax, second-level scales,
+    offset) reads here to its own dequantize_4bit bit for bit. bitsandbytes' CPU quantizer of the
+    absmax (a binary search) lands one code away from the nearest on a few blocks; ours takes the
+    nearest (its Python reference's rule), so only those absmax codes may differ, by one."""
+    import bitsandbytes.functional as F
+    from bitsandbytes.backends.utils import _NF4_QUANT_TABLE
+    from colossal import _C
+    P = _C.peft
+    assert torch.equal(P.nf4_levels(), _NF4_QUANT_TABLE.cpu())
+    assert torch.equal(P.dynamic_map(), F.create_dynamic_map(signed=True))
+    torch.manual_seed(0)
+    for shape in [(96, 4096), (40, 200), (7, 33)]:
+        w = torch.randn(shape) * 0.02
+        q, state = F.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+        ours = P.quantize(w, "nf4")
+        assert torch.equal(ours.codes, q.reshape(-1)), shape
+        assert ours.absmax_offset == state.offset.item(), shape
+        assert torch.equal(ours.absmax_scales, state.state2.absmax), shape
+        step = (ours.absmax_codes.int() - state.absmax.int()).abs()
+        assert step.max().item() <= 1 and (step > 0).float().mean().item() < 0.01, shape
+        theirs = P.nf4_from_parts(*shape, q.reshape(-1), state.absmax, state.state2.absmax, state.offset.item())
+        assert torch.equal(theirs.dequantize(), F.dequantize_4bit(q, state)), shape
+        # Round trip: every value within half a level gap (at most 0.16 of its block's absmax) plus
+        # the 8-bit absmax's error.
+        assert (ours.dequantize() - w).abs().max().item() <= 0.17 * w.abs().max().item()
+    assert P.quantize(torch.randn(64, 64), "nf4").bytes == 64 * 64 // 2 + 64 + 4
+
+
+def _losses(log):
+    return [json.loads(line)["loss"] for line in log.read_text().splitlines() if '"loss"' in line and '"event"' not in line]
+
+
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.mark.parametrize("fmt", ["nf4", "int4"])
+def test_qlora_follows_lora_on_the_dequantized_base_and_merges_into_the_original(base, fmt, tmp_path):
+    """train_llama --quantize_base: the same losses and adapter as a LoRA run whose base is our
+    dequantized weights (1e-5), and --merge_lora folds the adapter into the original full-precision
+    weights (PEFT's merge_and_unload of the adapter on the original base, 1e-5)."""
+    from peft import PeftModel
+    from safetensors.torch import load_file, save_file
+    from transformers import LlamaForCausalLM
+    from colossal import _C
+    import shutil
+
+    deq = tmp_path / "dequantized"
+    shutil.copytree(base, deq)
+    state = load_file(base / "model.safetensors")
+    for name in list(state):
+        if any(f".{leaf}.weight" in name for leaf in LINEARS):
+            state[name] = _C.peft.quantize(state[name], fmt).dequantize().to(state[name].dtype)
+    save_file(state, deq / "model.safetensors", metadata={"format": "pt"})
+    flags = ["--lora_rank", "4", "--lora_alpha", "8", "--lora_init", "gaussian", "--log_interval", "1", *COMMON]
+    _, text = colossal_run(1, f"{APPS}/train_llama", "--pretrained", base, "--output", tmp_path / "q",
+                           "--quantize_base", fmt, "--merge_lora", "--log_file", tmp_path / "q.jsonl", *flags)
+    assert f"qlora: 14 base layers in {fmt}" in text, text
+    colossal_run(1, f"{APPS}/train_llama", "--pretrained", deq, "--output", tmp_path / "l",
+                 "--log_file", tmp_path / "l.jsonl", *flags)
+    q_losses, l_losses = _losses(tmp_path / "q.jsonl"), _losses(tmp_path / "l.jsonl")
+    assert len(q_losses) == 3 and q_losses == pytest.approx(l_losses, rel=1e-5)
+    qa = load_file(tmp_path / "q" / "adapter" / "adapter_model.safetensors")
+    la = load_file(tmp_path / "l" / "adapter" / "adapter_model.safetensors")
+    assert sorted(qa) == sorted(la)
+    for k in qa:
+        assert (qa[k] - la[k]).abs().max().item() <= 1e-5 * la[k].abs().max().item() + 1e-7, k
+    merged = LlamaForCausalLM.from_pretrained(tmp_path / "q" / "model")
+    want = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(base), tmp_path / "q" / "adapter").merge_and_unload()
+    mine = dict(merged.named_parameters())
+    assert max((p - mine[n]).abs().max().item() for n, p in want.named_parameters()) < 1e-5
+
+
+def test_lora_checkpoints_hold_only_the_adapters_and_resume(base, tmp_path):
+    """A LoRA run's checkpoint: the adapters (and their optimizer state, the data position), not
+    the frozen base; resuming from it continues the run (the resumed steps equal an unbroken run's)."""
+    from safetensors import safe_open
+    flags = ["--pretrained", base, "--lora_rank", "4", "--lora_init", "gaussian", "--log_interval", "1",
+             "--max_length", "64", "--batch_size", "2", "--sample_tokens", "0", "--eval_interval", "0", "--lr", "5e-3"]
+    colossal_run(1, f"{APPS}/train_llama", "--output", tmp_path / "whole", "--max_steps", "4", "--save_interval", "2",
+                 "--keep_checkpoints", "0", "--log_file", tmp_path / "whole.jsonl", *flags)
+    step = next((tmp_path / "whole").rglob("step-2"))
+    names = []
+    for f in (step / "model").glob("*.safetensors"):
+        with safe_open(f, "pt") as s:
+            names += list(s.keys())
+    assert names and all(".lora_A." in n or ".lora_B." in n for n in names), names
+    assert json.loads((step / "state.json").read_text())["model_contents"] == "trainable"
+    size = sum(f.stat().st_size for f in (step / "model").glob("*.safetensors"))
+    assert size < (base / "model.safetensors").stat().st_size / 5
+    colossal_run(1, f"{APPS}/train_llama", "--output", tmp_path / "resumed", "--max_steps", "4",
+                 "--load_checkpoint", str(step), "--log_file", tmp_path / "resumed.jsonl", *flags)
+    assert _losses(tmp_path / "resumed.jsonl") == pytest.approx(_losses(tmp_path / "whole.jsonl")[2:], rel=1e-5)
+
+
+def test_colossal_merge_equals_pefts_merge_and_names_a_wrong_base(base, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+    torch.manual_seed(3)
+    model = get_peft_model(LlamaForCausalLM.from_pretrained(base),
+                           LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "down_proj"], init_lora_weights=False))
+    model.save_pretrained(tmp_path / "adapter")
+    r = subprocess.run([f"{APPS}/colossal", "merge", "--model", str(base), "--adapter", str(tmp_path / "adapter"),
+                        "--output", str(tmp_path / "merged")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "merged" / "tokenizer.json").exists() and (tmp_path / "merged" / "config.json").exists()
+    want = model.merge_and_unload()
+    mine = dict(LlamaForCausalLM.from_pretrained(tmp_path / "merged").named_parameters())
+    assert max((p - mine[n]).abs().max().item() for n, p in want.named_parameters()) < 1e-5
+    # A base without the adapted layers' shapes: named, nothing written.
+    from transformers import LlamaConfig
+    other = LlamaConfig.from_pretrained(base)
+    other.intermediate_size = 128
+    LlamaForCausalLM(other).save_pretrained(tmp_path / "other")
+    r = subprocess.run([f"{APPS}/colossal", "merge", "--model", str(tmp_path / "other"), "--adapter",
+                        str(tmp_path / "adapter"), "--output", str(tmp_path / "bad")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0
+    assert "mlp.down_proj.lora_A.weight is [4, 96] but model.layers.0.mlp.down_proj.weight" in r.stdout + r.stderr, \
+        r.stdout + r.stderr

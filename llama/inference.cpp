@@ -187,10 +187,10 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
   const int tp = parallel_.tp_size();
   heads_ = config_.num_attention_heads / tp;
   // Fewer kv heads than tp: the model keeps them whole; this rank's queries read only one.
-  const bool kv_whole = tp > 1 && kv < tp;
-  kv_heads_ = kv_whole ? 1 : kv / tp;
-  const int64_t kv_select = kv_whole ? parallel_.tp_rank() * heads_ / (config_.num_attention_heads / kv) : 0;
-  auto kv_rows = [&](const at::Tensor& t) { return kv_whole ? t.narrow(0, kv_select * d, d) : t; };
+  kv_whole_ = tp > 1 && kv < tp;
+  kv_heads_ = kv_whole_ ? 1 : kv / tp;
+  kv_select_ = kv_whole_ ? parallel_.tp_rank() * heads_ / (config_.num_attention_heads / kv) : 0;
+  auto kv_rows = [&](const at::Tensor& t) { return kv_whole_ ? t.narrow(0, kv_select_ * d, d) : t; };
   for (auto& l : model->model->layers) {
     Layer x;
     const std::string prefix = "layers." + std::to_string(layers_.size()) + ".";
@@ -243,6 +243,45 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
   if (model->model->embed_positions) positions_ = fp32(model->model->embed_positions->weight);
   lm_head_ = model->lm_head ? pack_named("lm_head", model->lm_head->weight) : embed_;
   make_tables();
+}
+
+int64_t LlamaInference::add_adapter(LlamaForCausalLM& adapted) {
+  torch::NoGradGuard no_grad;
+  auto& blocks = adapted->model->layers;
+  COLOSSAL_CHECK(blocks.size() == layers_.size(), "[lora] serving: the adapted model has ", blocks.size(),
+                 " layers, the engine's ", layers_.size());
+  const int64_t id = adapters_ + 1, d = config_.resolved_head_dim();
+  int64_t pieces = 0;
+  // One projection's update into columns [offset, ...) of a packed matrix (k/v: the rows this
+  // rank's fused matrix keeps when the kv heads are whole).
+  auto add = [&](inference::MatrixAdapters& to, const parallel::ParallelLinear& l, int64_t offset, bool kv = false) {
+    if (!l || !l->has_lora()) return;
+    auto b = l->lora_B->weight * l->lora_scaling();
+    to.add(id, l->lora_A->weight, kv && kv_whole_ ? b.narrow(0, kv_select_ * d, d) : b, offset);
+    ++pieces;
+  };
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    auto& l = blocks[i];
+    auto& x = layers_[i];
+    auto& a = l->self_attn;
+    add(x.qkv_lora, a->q_proj, 0);
+    add(x.qkv_lora, a->k_proj, heads_ * d, true);
+    add(x.qkv_lora, a->v_proj, (heads_ + kv_heads_) * d, true);
+    add(x.o_lora, a->o_proj, 0);
+    if (l->block_sparse_moe) {
+      for (auto& e : l->block_sparse_moe->experts)
+        COLOSSAL_CHECK(!e->w1->has_lora() && !e->w2->has_lora() && !e->w3->has_lora(), "[lora] serving: layer ", i,
+                       " has adapters on its experts; several adapters at once cover attention and dense MLP layers "
+                       "(serve this one alone with --lora DIR: it is folded into the weights)");
+      continue;
+    }
+    const int64_t ffn = config_.intermediate_size / parallel_.tp_size();
+    if (l->mlp->gate_proj) add(x.gate_up_lora, l->mlp->gate_proj, 0);
+    add(x.gate_up_lora, l->mlp->up_proj, l->mlp->gate_proj ? ffn : 0);
+    add(x.down_lora, l->mlp->down_proj, 0);
+  }
+  COLOSSAL_CHECK(pieces > 0, "[lora] serving: the model given has no adapter on any linear layer");
+  return adapters_ = id;
 }
 
 LlamaInference::LlamaInference(const LlamaConfig& config, Options options)
@@ -492,6 +531,7 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
                  config_.max_position_embeddings);
   auto& b = buffers(n);
   auto h = b.h.narrow(0, 0, n);
+  const auto adapter_rows = inference::AdapterRows::of(in.adapters);  // multi-LoRA: tokens by adapter
   if (parallel_.tensor_parallel()) {
     // This rank's slice of the vocabulary: rows it does not hold contribute zeros to the sum.
     auto local = in.tokens - vocab_start_;
@@ -515,6 +555,7 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
     norm_rows(hp, L.input_norm, L.input_norm_bias, normed, n);
     float* qkv = b.qkv.data_ptr<float>();
     L.qkv.forward_into(normed, n, qkv, width);
+    L.qkv_lora.apply(b.normed.narrow(0, 0, n), b.qkv.narrow(0, 0, n), adapter_rows);
     if (L.qkv_bias.defined()) b.qkv.narrow(0, 0, n).add_(L.qkv_bias);
     if (L.q_norm.defined()) {
       auto rows = b.qkv.narrow(0, 0, n);
@@ -532,6 +573,7 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
     attention(in, cache, layer, n);
     auto o = b.out.narrow(0, 0, n);
     L.o.forward_into(b.attn[1].data_ptr<float>(), n, o.data_ptr<float>(), hidden);
+    L.o_lora.apply(b.attn[1].narrow(0, 0, n), o, adapter_rows);  // partial under tp, as the base is
     o = all_reduced(o);
     if (L.pre_ff_norm.defined()) {  // Gemma 2: the attention's output normalised before it is added
       if (L.o_bias.defined()) o.add_(L.o_bias);
@@ -552,15 +594,18 @@ at::Tensor LlamaInference::forward(const inference::ModelInput& in, inference::P
     if (!config_.gated_mlp) {  // GPT-2: gelu(up x + b)
       float* act = b.act.data_ptr<float>();
       L.gate_up.forward_into(normed, n, act, ffn);
+      L.gate_up_lora.apply(b.normed.narrow(0, 0, n), b.act.narrow(0, 0, n), adapter_rows);
       if (L.up_bias.defined()) b.act.narrow(0, 0, n).add_(L.up_bias);
       gelu_rows(act, n, ffn, tanh_gelu);
     } else {
       L.gate_up.forward_into(normed, n, gu, 2 * ffn);
+      L.gate_up_lora.apply(b.normed.narrow(0, 0, n), b.gate_up.narrow(0, 0, n), adapter_rows);
       if (config_.hidden_act == "silu") silu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn);
       else gelu_mul_rows(gu, b.act.data_ptr<float>(), n, ffn, tanh_gelu);
     }
     auto down = b.out.narrow(0, 0, n);
     L.down.forward_into(b.act.data_ptr<float>(), n, down.data_ptr<float>(), hidden);
+    L.down_lora.apply(b.act.narrow(0, 0, n), down, adapter_rows);
     down = all_reduced(down);
     if (L.down_bias.defined()) down.add_(L.down_bias);
     if (L.post_ff_norm.defined()) {

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/checkpoint/gguf.h"
+#include "core/inference/lora_adapters.h"
 #include "core/inference/model.h"
 #include "core/inference/packed_linear.h"
 #include "llama/config.h"
@@ -74,6 +75,12 @@ class LlamaInference : public inference::CausalLM {
   /// (otherwise empty: the caller packs again).
   static PackedMatrices load_packed(const std::string& file, inference::WeightFormat format,
                                     const std::string& signature);
+  /// Multi-LoRA serving: keeps the LoRA adapters attached to `adapted` (a model of this one's
+  /// config and tensor-parallel layout with adapters on its linear layers, e.g. built lazily and
+  /// given peft::load_adapter) beside the packed base, unmerged; returns the adapter's id (1, 2,
+  /// ...) that requests name (GenerationRequest::adapter). Adapters on experts are refused.
+  int64_t add_adapter(LlamaForCausalLM& adapted);
+  int64_t num_adapters() const override { return adapters_; }
   /// Bytes of the matrices one decode token reads (every layer's, the head's): the bandwidth bound.
   int64_t weight_bytes_per_token() const;
 
@@ -85,6 +92,7 @@ class LlamaInference : public inference::CausalLM {
     at::Tensor input_norm_bias, post_norm_bias, up_bias, down_bias;  // GPT-2: LayerNorm, the MLP's biases
     at::Tensor q_norm, k_norm;                           // Qwen3: [head_dim] fp32
     inference::PackedLinear qkv, o, gate_up, down;
+    inference::MatrixAdapters qkv_lora, o_lora, gate_up_lora, down_lora;  // multi-LoRA serving
     at::Tensor router;                                              // Mixtral: [experts, hidden] fp32
     std::vector<inference::PackedLinear> expert_gate_up, expert_down;  // per expert, w1 and w3 fused
   };
@@ -109,6 +117,10 @@ class LlamaInference : public inference::CausalLM {
   Options options_;
   parallel::ParallelContext parallel_;
   int64_t heads_ = 0, kv_heads_ = 0, vocab_start_ = 0;  // this rank's
+  // Fewer kv heads than tp: the rank's layers hold them whole, and it reads rows kv_select_ * d on.
+  bool kv_whole_ = false;
+  int64_t kv_select_ = 0;
+  int64_t adapters_ = 0;
   std::vector<Layer> layers_;
   parallel::expert::RouterOptions router_;  // Mixtral
   at::Tensor norm_, norm_bias_, cos_, sin_;

@@ -55,6 +55,31 @@ std::optional<c10::Device> gpu_for(const EngineSetup& s, const EngineUse& use) {
   return device.has_index() ? device : c10::Device(c10::kCUDA, 0);
 }
 
+// --lora's entries: one plain DIR (folded in), or NAME=DIR pairs (kept apart).
+struct LoraEntries {
+  std::string folded;
+  std::vector<std::pair<std::string, std::string>> named;
+};
+
+LoraEntries lora_entries(const std::vector<std::string>& lora) {
+  LoraEntries out;
+  for (const auto& e : lora) {
+    const auto eq = e.find('=');
+    if (eq == std::string::npos) {
+      COLOSSAL_CHECK(lora.size() == 1, "--lora ", e, ": with several adapters each is NAME=DIR (the name requests "
+                     "give as their \"model\"); one DIR alone is folded into the weights");
+      out.folded = e;
+      continue;
+    }
+    const std::string name = e.substr(0, eq), dir = e.substr(eq + 1);
+    COLOSSAL_CHECK(!name.empty() && !dir.empty(), "--lora ", e, ": expected NAME=DIR");
+    for (const auto& [other, _] : out.named)
+      COLOSSAL_CHECK(other != name, "--lora: the name '", name, "' is given twice");
+    out.named.emplace_back(name, dir);
+  }
+  return out;
+}
+
 // A model directory, or a GGUF file (weights in the file's format unless a dtype says otherwise).
 std::shared_ptr<LlamaInference> load_cpu_model(const std::string& path, const EngineSetup& s,
                                                const parallel::ParallelContext& parallel = {},
@@ -76,10 +101,32 @@ std::shared_ptr<LlamaInference> load_cpu_model(const std::string& path, const En
                                                        : LlamaInference::Options{});
 }
 
+// Multi-LoRA: each adapter attached to a weightless copy of the model (built lazily, never
+// read: only its layers' shapes and tensor-parallel slices matter) and kept by the engine.
+std::vector<std::string> add_named_adapters(LlamaInference& engine_model, const std::string& path,
+                                            const std::vector<std::pair<std::string, std::string>>& named,
+                                            const parallel::ParallelContext& parallel) {
+  std::vector<std::string> names;
+  if (named.empty()) return names;
+  COLOSSAL_CHECK(!llama::is_gguf_path(path), "--lora: adapters apply to a Hugging Face directory, not to a GGUF file (",
+                 path, ")");
+  for (const auto& [name, dir] : named) {
+    auto shape = llama::load_pretrained_lazily(path, parallel);
+    const auto config = peft::load_adapter(*shape.model, dir, {"lm_head"});
+    COLOSSAL_CHECK(config.modules_to_save.empty(), "--lora ", name, "=", dir, ": the adapter also trains ",
+                   config.modules_to_save.size(), " module(s) in full (modules_to_save), which requests cannot "
+                   "share; serve it alone with --lora ", dir, " (folded into the weights)");
+    engine_model.add_adapter(shape.model);
+    names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace
 
 void validate(const EngineSetup& s, const EngineUse& use) {
   validate_options(s);
+  (void)lora_entries(s.lora);
   const auto gpu = gpu_for(s, use);
   COLOSSAL_CHECK(s.dtype != "fp16" || gpu, "--dtype fp16 runs on a GPU; on the CPU use fp32, bf16, int8 or int4");
   // The cache is allocated whole: asking for more than the machine has would only fail later.
@@ -118,11 +165,13 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
   }
   std::shared_ptr<inference::CausalLM> engine_model;
   if (out.gpu) {
-    COLOSSAL_CHECK(s.lora.empty(), "--lora: adapters are folded in by the CPU engine in this version (use --device cpu)");
+    COLOSSAL_CHECK(s.lora.empty(), "--lora: adapters are served by the CPU engine in this version (use --device cpu)");
     out.gpu_model = LlamaCudaInference::load(s.model, {*out.gpu, LlamaCudaInference::dtype_named(s.dtype)});
     engine_model = out.gpu_model;
   } else {
-    out.model = load_cpu_model(s.model, s, out.parallel, s.lora);
+    const auto lora = lora_entries(s.lora);
+    out.model = load_cpu_model(s.model, s, out.parallel, lora.folded);
+    out.adapter_names = add_named_adapters(*out.model, s.model, lora.named, out.parallel);
     engine_model = out.model;
   }
   const auto& config = out.config();
@@ -177,6 +226,10 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
   out.description = line;
   if (s.tp > 1) out.description = "tensor parallel over " + std::to_string(s.tp) + " ranks; " + out.description;
+  if (!out.adapter_names.empty()) {
+    out.description += "; LoRA adapters served per request:";
+    for (const auto& name : out.adapter_names) out.description += " " + name;
+  }
   if (out.draft) {
     std::snprintf(line, sizeof line, "; speculative decoding: %s (%.1fM parameters) proposes %ld token(s) a step",
                   s.draft_model.c_str(), draft_parameters / 1e6, static_cast<long>(s.num_speculative_tokens));

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/common/options.h"
 #include "core/inference/engine.h"
@@ -34,7 +35,9 @@ struct EngineSetup {
   bool dtype_given = false;     // a GGUF file keeps its own format unless a dtype is given (not a setting)
   int tp = 1;                   // tensor-parallel ranks (under colossal run, exactly this many)
   std::string draft_model;      // speculative decoding
-  std::string lora;             // a PEFT LoRA adapter directory folded into the weights at load
+  // PEFT LoRA adapters: one DIR is folded into the weights at load; NAME=DIR entries stay apart
+  // and each request picks one by name (multi-LoRA serving).
+  std::vector<std::string> lora;
   int64_t num_speculative_tokens = 4;
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
   uint64_t seed = 0;
@@ -56,8 +59,9 @@ struct EngineSetup {
     v("draft_model", draft_model,
       "speculative decoding: a smaller model with the same tokenizer proposes tokens that the model checks in one "
       "pass (greedy output unchanged, sampling from the model's exact distribution)");
-    v("lora", lora, "a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) for --model; "
-      "its adapters are folded into the weights at load (CPU engine)");
+    v("lora", lora, "PEFT LoRA adapters (adapter_config.json + adapter_model.safetensors) for --model: one DIR is "
+      "folded into the weights at load; NAME=DIR (any number) are kept apart and served together, each request "
+      "picking one by its \"model\" field (CPU engine)");
     v("num_speculative_tokens", num_speculative_tokens, "tokens the draft proposes per step", between(1, 64));
     v("kv_cache_mib", kv_cache_mib, "KV cache memory (at most what the machine has available)", between(1, 1 << 30));
     v("block_size", block_size, "tokens per KV block", between(1, 4096));
@@ -86,6 +90,7 @@ struct LoadedEngine {
   std::optional<c10::Device> gpu;
   bool follower = false;               // tp > 1: a rank other than 0 (it prints nothing)
   std::string description;             // what was loaded, for a log line
+  std::vector<std::string> adapter_names;  // multi-LoRA: adapter i + 1's name (GenerationRequest::adapter)
   const llama::LlamaConfig& config() const { return gpu_model ? gpu_model->config() : model->config(); }
 };
 

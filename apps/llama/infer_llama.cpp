@@ -77,7 +77,7 @@ sigset_t shutdown_signals() {
 
 // The OpenAI-compatible server until SIGTERM or SIGINT, which drain in-flight requests first.
 int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const text::Tokenizer> tok,
-          const GenerationDefaults& generation) {
+          const GenerationDefaults& generation, const std::vector<std::string>& adapter_names) {
   llama_app::ServerOptions o;
   o.host = a.host;
   o.port = a.port;
@@ -86,6 +86,10 @@ int serve(const Args& a, inference::Engine& engine, std::shared_ptr<const text::
   o.shutdown_grace_s = a.shutdown_grace_s;
   o.model_name = a.served_name.empty() ? a.engine.model.substr(a.engine.model.find_last_of('/') + 1) : a.served_name;
   if (o.model_name.empty()) o.model_name = "llama";
+  o.adapter_names = adapter_names;
+  for (const auto& name : adapter_names)
+    COLOSSAL_CHECK(name != o.model_name, "--lora ", name, "=...: the name is the base model's (", o.model_name,
+                   "); give the adapter another one or set --served_model_name");
   o.defaults.max_tokens = 16;  // OpenAI's default
   o.defaults.temperature = 1.0;
   o.defaults.top_p = 1.0;
@@ -166,14 +170,16 @@ int run(Args a) {
     if (quiet) {  // a follower: step with the leader until it stops
       while (!engine.leader_stopped()) engine.step();
     } else {
-      serve(a, engine, tok, loaded.generation);
+      serve(a, engine, tok, loaded.generation, loaded.adapter_names);
       engine.stop_followers();
       engine.step();
     }
     dist::shutdown();
     return 0;
   }
-  if (a.serve) return serve(a, engine, tok, loaded.generation);
+  if (a.serve) return serve(a, engine, tok, loaded.generation, loaded.adapter_names);
+  COLOSSAL_CHECK(loaded.adapter_names.empty(), "--lora NAME=DIR: named adapters are served per request (--serve); to "
+                 "generate here with one adapter, give --lora DIR (folded into the weights)");
   if (!a.perplexity.empty()) {
     // Scored like train_llama's evaluation: samples of --perplexity_length tokens, next-token loss.
     DatasetOptions d;

@@ -138,6 +138,7 @@ struct Channel {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<TokenEvent> events;
+  std::string model;  // the name the response carries: the base's, or the LoRA adapter's asked for
 };
 
 // The next engine event for a response being written. While none comes, `keep_alive` is written
@@ -275,14 +276,20 @@ struct OpenAIServer::State {
     return p;
   }
 
-  void check_model(const json& b) const {
-    if (b.contains("model") && !b["model"].is_null()) {
-      if (!b["model"].is_string()) throw ApiError{400, "model must be a string", "model"};
-      if (b["model"] != options.model_name)
-        throw ApiError{404, "The model '" + b["model"].get<std::string>() + "' does not exist (this server serves '" +
-                                options.model_name + "')",
-                       "model", "invalid_request_error", "model_not_found"};
-    }
+  // The adapter a request's "model" names (0: the base model; absent: the base), as vLLM serves
+  // LoRA adapters under their own names.
+  int64_t adapter_for(const json& b, std::string& name) const {
+    name = options.model_name;
+    if (!b.contains("model") || b["model"].is_null()) return 0;
+    if (!b["model"].is_string()) throw ApiError{400, "model must be a string", "model"};
+    name = b["model"].get<std::string>();
+    if (name == options.model_name) return 0;
+    for (size_t i = 0; i < options.adapter_names.size(); ++i)
+      if (options.adapter_names[i] == name) return static_cast<int64_t>(i) + 1;
+    std::string served = "'" + options.model_name + "'";
+    for (const auto& a : options.adapter_names) served += ", '" + a + "'";
+    throw ApiError{404, "The model '" + name + "' does not exist (this server serves " + served + ")", "model",
+                   "invalid_request_error", "model_not_found"};
   }
 
   static json parse_body(const httplib::Request& req) {
@@ -373,7 +380,7 @@ struct OpenAIServer::State {
     auto channel = std::make_shared<Channel>();
     try {
       b = parse_body(req);
-      check_model(b);
+      r.adapter = adapter_for(b, channel->model);
       r.params = sampling(b);
       if (b.contains("stream") && !b["stream"].is_null()) {
         if (!b["stream"].is_boolean()) throw ApiError{400, "stream must be a boolean", "stream"};
@@ -453,7 +460,7 @@ struct OpenAIServer::State {
               json chunk = {{"id", rid},
                             {"object", chat ? "chat.completion.chunk" : "text_completion"},
                             {"created", created},
-                            {"model", self->options.model_name},
+                            {"model", channel->model},
                             {"choices", {choice}}};
               if (e.finished) chunk["usage"] = self->usage(prompt_tokens, completion);
               std::string line = "data: " + to_text(chunk) + "\n\n";
@@ -495,7 +502,7 @@ struct OpenAIServer::State {
             json body = {{"id", rid},
                          {"object", chat ? "chat.completion" : "text_completion"},
                          {"created", created},
-                         {"model", self->options.model_name},
+                         {"model", channel->model},
                          {"choices", {choice}},
                          {"usage", self->usage(prompt_tokens, static_cast<int64_t>(pieces.size()))}};
             std::string s = to_text(body);
@@ -554,8 +561,12 @@ OpenAIServer::OpenAIServer(inference::Engine& engine, std::shared_ptr<const text
   s->svr.Post("/v1/chat/completions",
               [s](const httplib::Request& q, httplib::Response& r) { s->handle_generate(q, r, true); });
   s->svr.Get("/v1/models", [s](const httplib::Request&, httplib::Response& r) {
-    json body = {{"object", "list"},
-                 {"data", {{{"id", s->options.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "colossal-cpp"}}}}};
+    json data = json::array();
+    data.push_back({{"id", s->options.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "colossal-cpp"}});
+    for (const auto& a : s->options.adapter_names)  // LoRA adapters name their base as their parent (as vLLM)
+      data.push_back({{"id", a}, {"object", "model"}, {"created", 0}, {"owned_by", "colossal-cpp"},
+                      {"parent", s->options.model_name}});
+    json body = {{"object", "list"}, {"data", data}};
     r.set_content(to_text(body), "application/json");
   });
   s->svr.Get("/health", [s](const httplib::Request&, httplib::Response& r) {

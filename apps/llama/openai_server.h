@@ -3,6 +3,7 @@
 //   POST /v1/completions, POST /v1/chat/completions   ("stream": true -> server-sent events
 //                                                       ending in "data: [DONE]")
 //   GET  /v1/models, /health, /metrics (Prometheus text)
+// A request's "model" picks the base model or one of the engine's LoRA adapters by name.
 // Bad JSON, missing or out-of-range fields and over-long prompts get a 400 with an OpenAI-style
 // error body; the server keeps serving. A client that disconnects cancels its request (its KV
 // blocks are freed). Bodies that are not UTF-8 get a 400 naming the field, bodies over the
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/inference/engine.h"
 #include "llama/tokenizer.h"
@@ -22,6 +24,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string model_name = "llama";
+  std::vector<std::string> adapter_names;  // multi-LoRA: the engine's adapter i + 1, picked by a request's "model"
   int http_threads = 128;  // each streaming client holds one while it streams
   int64_t max_body_bytes = int64_t{4} << 20;  // larger request bodies get a 413
   double read_timeout_s = 10;                 // a client silent this long mid-request is dropped

@@ -42,6 +42,11 @@ nlohmann::json json_of(const py::handle& v) {
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
   if (py::isinstance<py::int_>(v)) return v.cast<long long>();
   if (py::isinstance<py::float_>(v)) return v.cast<double>();
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {  // lora=["a=DIR", "b=DIR"]
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& item : v) list.push_back(json_of(item));
+    return list;
+  }
   return py::str(v).cast<std::string>();
 }
 
@@ -223,6 +228,7 @@ void bind_llama(py::module_& m) {
              o.host = host;
              o.port = port;
              o.model_name = name;
+             o.adapter_names = g->loaded.adapter_names;  // --lora NAME=DIR: picked by a request's "model"
              o.defaults.max_tokens = 16;  // OpenAI's defaults for what a request leaves out
              o.defaults.temperature = 1.0;
              o.defaults.top_p = 1.0;

@@ -30,10 +30,10 @@ void bind_peft(py::module_& m) {
       .def_property_readonly("format", [](const QuantizedWeight& w) { return QuantizedWeight::name(w.format()); })
       .def_property_readonly("shape", [](const QuantizedWeight& w) { return std::vector<int64_t>{w.rows(), w.cols()}; })
       .def_property_readonly("bytes", &QuantizedWeight::bytes)
-      .def_property_readonly("codes", &QuantizedWeight::nf4_codes)
-      .def_property_readonly("absmax_codes", &QuantizedWeight::nf4_absmax_codes)
-      .def_property_readonly("absmax_scales", &QuantizedWeight::nf4_absmax_scales)
-      .def_property_readonly("absmax_offset", &QuantizedWeight::nf4_absmax_offset)
+      .def_property_readonly("codes", &QuantizedWeight::data)
+      .def_property_readonly("absmax_codes", &QuantizedWeight::scales)
+      .def_property_readonly("absmax_scales", &QuantizedWeight::absmax_scales)
+      .def_property_readonly("absmax_offset", &QuantizedWeight::absmax_offset)
       .def("dequantize", [](const QuantizedWeight& w) {
             py::gil_scoped_release nogil;
             return w.dequantize();

@@ -43,6 +43,7 @@ struct Feed {
   std::vector<int64_t> tokens;
   bool sample_last;  // logits after the last token
   bool sample_all;   // logits after every token
+  int64_t adapter = 0;
 };
 
 // The flattened batch with its block tables, slots and rows to sample.
@@ -56,6 +57,8 @@ ModelInput model_input(const BlockManager& blocks, const std::vector<Feed>& feed
   auto token_seq = at::empty({n}, at::kInt), token_ctx = at::empty({n}, at::kInt);
   auto tables = at::zeros({static_cast<int64_t>(feeds.size()), max_blocks}, at::kInt);
   std::vector<int64_t> sample_rows;
+  const bool adapted = std::any_of(feeds.begin(), feeds.end(), [](const Feed& f) { return f.adapter > 0; });
+  auto adapters = adapted ? at::empty({n}, at::kLong) : at::Tensor();
   int64_t row = 0;
   for (size_t fi = 0; fi < feeds.size(); ++fi) {
     const auto& f = feeds[fi];
@@ -69,6 +72,7 @@ ModelInput model_input(const BlockManager& blocks, const std::vector<Feed>& feed
       slots.data_ptr<int64_t>()[row] = blocks.slot(f.seq_id, pos);
       token_seq.data_ptr<int32_t>()[row] = static_cast<int32_t>(fi);
       token_ctx.data_ptr<int32_t>()[row] = static_cast<int32_t>(pos + 1);
+      if (adapted) adapters.data_ptr<int64_t>()[row] = f.adapter;
       if (f.sample_all || (f.sample_last && k == len - 1)) sample_rows.push_back(row);
     }
   }
@@ -77,6 +81,7 @@ ModelInput model_input(const BlockManager& blocks, const std::vector<Feed>& feed
   in.positions = positions;
   in.attention = {tables, token_seq, token_ctx, slots};
   in.sample_index = at::tensor(sample_rows, at::kLong);
+  in.adapters = adapters;
   return in;
 }
 }  // namespace
@@ -144,6 +149,8 @@ int64_t Engine::add(GenerationRequest request) {
   request.params.validate();
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   COLOSSAL_CHECK(n >= 1, "[inference] the prompt is empty");
+  COLOSSAL_CHECK(request.adapter >= 0 && request.adapter <= model_->num_adapters(), "[inference] adapter ",
+                 request.adapter, ": the model holds ", model_->num_adapters(), " LoRA adapter(s)");
   COLOSSAL_CHECK(n < model_->max_positions(), "[inference] the prompt has ", n,
                  " tokens; the model takes at most ", model_->max_positions(), " positions");
   const auto& blocks = cache_.blocks();
@@ -298,6 +305,7 @@ void Engine::exchange_arrivals(std::vector<std::unique_ptr<Sequence>>& arrived, 
       w.pod(s->id);
       w.pod(s->seed);
       w.list(s->request.prompt);
+      w.pod(s->request.adapter);
       write_params(w, s->request.params);
     }
     w.list(cancelled);
@@ -313,6 +321,7 @@ void Engine::exchange_arrivals(std::vector<std::unique_ptr<Sequence>>& arrived, 
     const auto seed = r.pod<uint64_t>();
     GenerationRequest request;
     request.prompt = r.list<int64_t>();
+    request.adapter = r.pod<int64_t>();
     request.params = read_params(r);
     arrived.push_back(make_sequence(std::move(request), id, seed));
   }
@@ -466,7 +475,7 @@ std::vector<GenerationResult> Engine::step() {
   // logits where a sequence's known tokens end and at every drafted token.
   std::vector<Feed> feeds;
   for (const auto& b : batch) {
-    Feed f{b.seq->id, b.start, {}, false, false};
+    Feed f{b.seq->id, b.start, {}, false, false, b.seq->request.adapter};
     const int64_t known = std::min<int64_t>(b.len, static_cast<int64_t>(b.seq->tokens.size()) - b.start);
     f.tokens.assign(b.seq->tokens.begin() + b.start, b.seq->tokens.begin() + b.start + known);
     f.tokens.insert(f.tokens.end(), b.seq->drafts.begin(), b.seq->drafts.end());
@@ -568,7 +577,7 @@ void Engine::propose_drafts(std::vector<Scheduled>& batch) {
     for (const auto& b : batch) {
       if (b.drafts <= round) continue;
       Sequence& s = *b.seq;
-      Feed f{s.id, s.draft_computed, {}, true, false};
+      Feed f{s.id, s.draft_computed, {}, true, false, 0};
       if (round == 0) f.tokens.assign(s.tokens.begin() + s.draft_computed, s.tokens.end());
       else f.tokens = {s.drafts.back()};
       s.draft_computed += static_cast<int64_t>(f.tokens.size());

@@ -82,6 +82,7 @@ struct GenerationRequest {
   std::vector<int64_t> prompt;
   SamplingParams params;
   std::function<void(const TokenEvent&)> on_event;  // optional; called on the engine thread
+  int64_t adapter = 0;  // multi-LoRA: the model's adapter this request runs under (0: the base alone)
 };
 
 struct GenerationResult {

@@ -13,6 +13,7 @@ struct ModelInput {
   at::Tensor positions;  // [N] int64
   AttentionMetadata attention;
   at::Tensor sample_index;  // [S] int64: rows of the N tokens whose next-token logits are wanted
+  at::Tensor adapters;      // [N] int64, each token's LoRA adapter (0: none); undefined: none for all
 };
 
 class CausalLM {
@@ -24,6 +25,8 @@ class CausalLM {
   /// > 0: each token attends only to the last sliding_window positions (itself included), so
   /// the engine returns cache blocks behind the window. 0: full causal attention.
   virtual int64_t sliding_window() const { return 0; }
+  /// LoRA adapters kept beside the base for multi-LoRA serving (ids 1..num_adapters()).
+  virtual int64_t num_adapters() const { return 0; }
   /// Logits [S, vocab] in fp32 for input.sample_index.
   virtual at::Tensor forward(const ModelInput& input, PagedKVCache& cache) = 0;
 };

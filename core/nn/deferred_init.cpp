@@ -62,19 +62,26 @@ bool has_deferred_parameters(const torch::nn::Module& model) {
   return false;
 }
 
-namespace {
-void materialize_where(torch::nn::Module& model, const c10::Device& device, bool frozen_only) {
+torch::Tensor initial_full_value(torch::nn::Module& model, const std::string& name, const torch::Tensor& local,
+                                 const parallel::ShardSpec* split) {
   auto* init = dynamic_cast<ParameterInitializer*>(&model);
   COLOSSAL_CHECK(init != nullptr, "[nn] the model (", model.name(), ") was built under deferred init but does not say "
                  "how to initialise its parameters (it is no colossal::nn::ParameterInitializer); build it eagerly");
+  auto full = torch::empty(parallel::full_shape(local, split), torch::kFloat32);
+  init->init_parameter(name, full);
+  return full;
+}
+
+namespace {
+// Gives every deferred parameter (the frozen ones only, or all) its value, one at a time.
+void materialize_where(torch::nn::Module& model, const c10::Device& device, bool frozen_only) {
   torch::NoGradGuard no_grad;
   const auto specs = parallel::collect_shard_specs(model);
   for (auto& item : model.named_parameters()) {
     auto& p = item.value();
     if (!is_deferred(p) || (frozen_only && p.requires_grad())) continue;
     const auto* split = parallel::split_spec(specs, item.key());
-    auto full = torch::empty(parallel::full_shape(p, split), torch::kFloat32);
-    init->init_parameter(item.key(), full);
+    const auto full = initial_full_value(model, item.key(), p, split);
     p.set_data(parallel::local_part(full, split, p).to(device, p.scalar_type()));  // in place: handles stay valid
   }
 }
@@ -86,20 +93,8 @@ void materialize_frozen(torch::nn::Module& model, const c10::Device& device) {
 
 void materialize(torch::nn::Module& model, const c10::Device& device) {
   if (!has_deferred_parameters(model)) return;
-  auto* init = dynamic_cast<ParameterInitializer*>(&model);
-  COLOSSAL_CHECK(init != nullptr, "[nn] the model (", model.name(), ") was built under deferred init but does not say "
-                 "how to initialise its parameters (it is no colossal::nn::ParameterInitializer); build it eagerly");
-  torch::NoGradGuard no_grad;
-  const auto specs = parallel::collect_shard_specs(model);
-  for (auto& item : model.named_parameters()) {
-    auto& p = item.value();
-    if (!is_deferred(p)) continue;
-    const auto* split = parallel::split_spec(specs, item.key());
-    auto full = torch::empty(parallel::full_shape(p, split), torch::kFloat32);
-    init->init_parameter(item.key(), full);
-    p.set_data(parallel::local_part(full, split, p).to(device, p.scalar_type()));  // in place: handles stay valid
-  }
-  init->parameters_materialized();
+  materialize_where(model, device, /*frozen_only=*/false);
+  dynamic_cast<ParameterInitializer&>(model).parameters_materialized();
 }
 
 }  // namespace colossal::nn

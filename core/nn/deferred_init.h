@@ -25,6 +25,10 @@
 #include <cstdint>
 #include <string>
 
+namespace colossal::parallel {
+struct ShardSpec;
+}  // namespace colossal::parallel
+
 namespace colossal::nn {
 
 class DeferredInitGuard {
@@ -72,6 +76,12 @@ void defer_parameters(torch::nn::Module& module);
 
 /// True when any parameter of `model` is still deferred.
 bool has_deferred_parameters(const torch::nn::Module& model);
+
+/// The full (unsplit, fp32, CPU) initial value of parameter `name` of `model`, whose tensor on
+/// this rank is `local` (`split`: its tensor-parallel spec, or nullptr), from the model's
+/// ParameterInitializer. Throws naming the model when it has none.
+torch::Tensor initial_full_value(torch::nn::Module& model, const std::string& name, const torch::Tensor& local,
+                                 const parallel::ShardSpec* split);
 
 /// Materialises every deferred parameter of `model` on `device`, one at a time: its full value
 /// from the model's ParameterInitializer (on the CPU), and this rank's tensor-parallel slice

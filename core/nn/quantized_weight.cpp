@@ -125,12 +125,42 @@ QuantizedWeight QuantizedWeight::from_parts(Format format, int64_t rows, int64_t
   return w;
 }
 
+bool QuantizedWeight::part_is_exact(Format format, int64_t cols, int64_t c0, int64_t c1) {
+  if (format == Format::kNf4)  // blocks run over the flattened matrix: whole rows of whole blocks
+    return cols % kc::kNf4Block == 0 && c0 % kc::kNf4Block == 0 && c1 % kc::kNf4Block == 0;
+  return c0 % kc::kQuantBlock == 0 && (c1 % kc::kQuantBlock == 0 || c1 == cols);
+}
+
+QuantizedWeight QuantizedWeight::part_of(const torch::Tensor& full, Format format, int64_t r0, int64_t r1,
+                                         int64_t c0, int64_t c1) {
+  COLOSSAL_CHECK(full.dim() == 2 && 0 <= r0 && r0 < r1 && r1 <= full.size(0) && 0 <= c0 && c0 < c1 &&
+                     c1 <= full.size(1),
+                 "[qlora] part [", r0, ", ", r1, ") x [", c0, ", ", c1, ") of a weight ", full.sizes());
+  COLOSSAL_CHECK(part_is_exact(format, full.size(1), c0, c1), "[qlora] columns [", c0, ", ", c1, ") of a ",
+                 full.size(1), "-column weight do not fall on ", name(format), " block boundaries");
+  if (format != Format::kNf4) return QuantizedWeight(full.slice(0, r0, r1).slice(1, c0, c1), format);
+  const QuantizedWeight whole(full, format);
+  const int64_t per_row = full.size(1) / kc::kNf4Block;
+  auto absmax = torch::empty({whole.scales_.numel()}, torch::kFloat32);
+  whole.decode_absmax(0, absmax.numel(), absmax.data_ptr<float>());
+  // The part's blocks, row by row, as indices into the whole's.
+  auto blocks = (torch::arange(r0, r1, torch::kLong).unsqueeze(1) * per_row +
+                 torch::arange(c0 / kc::kNf4Block, c1 / kc::kNf4Block, torch::kLong).unsqueeze(0))
+                    .reshape({-1});
+  auto codes = whole.data_.view({-1, kc::kNf4Block / 2}).index_select(0, blocks).reshape({-1});
+  return from_parts(Format::kNf4, r1 - r0, c1 - c0, codes, absmax.index_select(0, blocks), {}, 0.0f);
+}
+
 int64_t QuantizedWeight::bytes() const {
   auto size = [](const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
   return size(data_) + size(scales_) + size(absmax_scales_);
 }
 
 void QuantizedWeight::decode_absmax(int64_t first, int64_t last, float* out) const {
+  if (!absmax_scales_.defined()) {  // a part cut by part_of: decoded already
+    std::copy(scales_.data_ptr<float>() + first, scales_.data_ptr<float>() + last, out);
+    return;
+  }
   const float* map = dynamic_map().data_ptr<float>();
   const uint8_t* q = scales_.data_ptr<uint8_t>();
   const float* s = absmax_scales_.data_ptr<float>();
@@ -175,7 +205,11 @@ template <class Fn>
 void for_each_piece(const QuantizedWeight& w, c10::ScalarType dtype, Fn&& fn) {
   const int64_t rows = w.rows(), cols = w.cols();
   const int64_t piece = std::clamp<int64_t>(kPieceElements / cols, 1, rows);
-  auto buffer = torch::empty({piece, cols}, torch::kFloat32);
+  // One buffer per calling thread, kept between calls: a fresh 16 MiB allocation each time would
+  // be mapped and faulted in anew by every layer's forward and backward.
+  thread_local torch::Tensor storage;
+  if (!storage.defined() || storage.numel() < piece * cols) storage = torch::empty({piece * cols}, torch::kFloat32);
+  auto buffer = storage.narrow(0, 0, piece * cols).view({piece, cols});
   float* dst = buffer.data_ptr<float>();
   for (int64_t r0 = 0; r0 < rows; r0 += piece) {
     const int64_t n = std::min(piece, rows - r0);
@@ -196,8 +230,8 @@ class QuantizedLinearFunction : public torch::autograd::Function<QuantizedLinear
     saved["cols"] = w.cols();
     saved["data"] = w.data();
     saved["scales"] = w.scales();
-    saved["absmax_scales"] = w.nf4_absmax_scales().defined() ? w.nf4_absmax_scales() : torch::Tensor();
-    saved["offset"] = static_cast<double>(w.nf4_absmax_offset());
+    saved["absmax_scales"] = w.absmax_scales();
+    saved["offset"] = static_cast<double>(w.absmax_offset());
     return apply_weight(x, w);
   }
 

@@ -41,20 +41,32 @@ class QuantizedWeight {
   /// The whole weight as fp32 [rows, cols].
   torch::Tensor dequantize() const;
 
-  // NF4's stored pieces, as bitsandbytes names them (tests compare them with bitsandbytes):
-  // codes uint8 [ceil(n / 2)], absmax_codes uint8 [n / 64 blocks], absmax_scales fp32 [per 256
-  // blocks], absmax_offset (their mean). from_nf4 rebuilds a weight from pieces quantized there.
-  const torch::Tensor& nf4_codes() const { return data_; }
-  const torch::Tensor& nf4_absmax_codes() const { return scales_; }
-  const torch::Tensor& nf4_absmax_scales() const { return absmax_scales_; }
-  float nf4_absmax_offset() const { return offset_; }
-  static QuantizedWeight from_nf4(int64_t rows, int64_t cols, torch::Tensor codes, torch::Tensor absmax_codes,
-                                  torch::Tensor absmax_scales, float offset);
-  /// A weight from the pieces another one holds (data(), scales(), absmax_scales(), offset()).
-  static QuantizedWeight from_parts(Format format, int64_t rows, int64_t cols, torch::Tensor data,
-                                    torch::Tensor scales, torch::Tensor absmax_scales, float offset);
+  // The stored pieces. nf4 (as bitsandbytes names them; tests compare them with bitsandbytes):
+  // data() the codes uint8 [ceil(n / 2)], scales() the absmax codes uint8 [n / 64 blocks],
+  // absmax_scales() fp32 [per 256 blocks], absmax_offset() their mean; or, for a part cut from a
+  // larger weight (part_of), scales() the decoded absmax fp32 and absmax_scales() undefined.
+  // int8/int4: data() matvec's stored rows, scales() their fp16 scales (int16 bits).
   const torch::Tensor& data() const { return data_; }
   const torch::Tensor& scales() const { return scales_; }
+  const torch::Tensor& absmax_scales() const { return absmax_scales_; }
+  float absmax_offset() const { return offset_; }
+  /// An NF4 weight from pieces quantized by bitsandbytes (double-quantized absmax).
+  static QuantizedWeight from_nf4(int64_t rows, int64_t cols, torch::Tensor codes, torch::Tensor absmax_codes,
+                                  torch::Tensor absmax_scales, float offset);
+  /// A weight from the pieces another one holds (data(), scales(), absmax_scales(), absmax_offset()).
+  static QuantizedWeight from_parts(Format format, int64_t rows, int64_t cols, torch::Tensor data,
+                                    torch::Tensor scales, torch::Tensor absmax_scales, float offset);
+
+  /// Rows [r0, r1) x columns [c0, c1) of `full` stored as quantizing the whole of `full` stores
+  /// them: a tensor-parallel rank's slice whose values equal one process's element for element.
+  /// Needs the part's blocks to be whole blocks of the full matrix (part_is_exact): nf4 then keeps
+  /// the double-quantized absmax decoded (fp32, 4.5 bits per weight instead of 4.13); int8/int4
+  /// blocks lie within rows, so the part is quantized on its own.
+  static QuantizedWeight part_of(const torch::Tensor& full, Format format, int64_t r0, int64_t r1, int64_t c0,
+                                 int64_t c1);
+  /// Whether columns [c0, c1) of a `cols`-wide matrix cut along `format`'s block boundaries.
+  static bool part_is_exact(Format format, int64_t cols, int64_t c0, int64_t c1);
+
   /// bitsandbytes' signed 8-bit dynamic map (create_dynamic_map(signed=True)), ascending, 256 values.
   static const torch::Tensor& dynamic_map();
 

@@ -110,7 +110,6 @@ QuantizedBase quantize_base(torch::nn::Module& model, const std::string& format,
   const auto f = nn::QuantizedWeight::parse(format);
   QuantizedBase out;
   const auto specs = parallel::collect_shard_specs(model);
-  auto* init = dynamic_cast<nn::ParameterInitializer*>(&model);
   torch::NoGradGuard no_grad;
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     auto layer = std::dynamic_pointer_cast<parallel::ParallelLinearImpl>(item.value());
@@ -119,16 +118,14 @@ QuantizedBase quantize_base(torch::nn::Module& model, const std::string& format,
         layer->weight.requires_grad() ||
         std::any_of(exclude.begin(), exclude.end(), [&](const std::string& e) { return matches(e, name); }))
       continue;
-    torch::Tensor local = layer->weight;
-    if (nn::is_deferred(local)) {
-      COLOSSAL_CHECK(init != nullptr, "[qlora] ", name, ".weight has no values and the model cannot make them");
-      const auto* split = parallel::split_spec(specs, name + ".weight");
-      auto full = torch::empty(parallel::full_shape(local, split), torch::kFloat32);
-      init->init_parameter(name + ".weight", full);
-      local = parallel::local_part(full, split, local);
-    }
-    out.full_bytes += local.numel() * 4;
-    layer->quantize_base(f, local);
+    // A lazily loaded weight is read here, whole (tensor parallelism quantizes the full matrix
+    // and keeps this rank's part: the values one process has); else the layer gathers its own.
+    torch::Tensor full;
+    const std::string weight_name = name + ".weight";
+    if (nn::is_deferred(layer->weight))
+      full = nn::initial_full_value(model, weight_name, layer->weight, parallel::split_spec(specs, weight_name));
+    out.full_bytes += layer->weight.numel() * 4;
+    layer->quantize_base(f, full);
     out.bytes += layer->quantized().bytes();
     out.layers.push_back(name);
   }

@@ -3,7 +3,7 @@ train_llama --lora_rank; the adapter it saves opens in PEFT on the transformers 
 merged model's logits, and PEFT's merge_and_unload equals our --merge_lora directory. An adapter
 PEFT initialises and saves is served by infer_llama --lora and continued by train_llama
 --lora_adapter with PEFT's logits. colossal verify holds DDP, ZeRO-1/2, Gemini, tp 2 and pp 2 LoRA
-runs to one process, and bad targets and ranks are named."""
+and QLoRA runs to one process, and bad targets and ranks are named."""
 import json
 import os
 import subprocess
@@ -123,6 +123,28 @@ def test_lora_under_each_layout_follows_one_process(layout, tmp_path):
     assert r.returncode == 0, out
     assert "PASS: the layout matches one process" in out, out
     assert "lora_A.weight" in out or "lora_B.weight" in out, out  # the adapters are what was compared
+
+
+@pytest.mark.parametrize("layout", [["--plugin", "ddp"], ["--plugin", "zero2"], ["--plugin", "gemini"],
+                                    ["--plugin", "hybrid", "--tp", "2"],
+                                    ["--plugin", "hybrid", "--pp", "2", "--num_microbatches", "2"]])
+def test_qlora_under_each_layout_follows_one_process(layout, tmp_path):
+    """colossal verify of an nf4 QLoRA run: under tp each rank keeps its part of the whole matrix's
+    quantization (blocks, absmax and the double quantization's mean and scales as one process has
+    them), so tp 2 equals one process as the other layouts do. The shapes put every split on a
+    64-element block boundary (hidden 128, intermediate 256)."""
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4000, "hidden_size": 128,
+              "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cmd = [f"{APPS}/colossal", "verify", "--nproc_per_node", "2", "--steps", "2", "--", f"{APPS}/train_llama",
+           "--model_config", str(tmp_path / "config.json"), "--lora_rank", "4", "--lora_init", "gaussian",
+           "--quantize_base", "nf4", "--output", str(tmp_path / "run"), *COMMON[:-2], *layout]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "PASS: the layout matches one process" in out, out
+    assert "qlora: 14 base layers in nf4" in out and "quantizes its slice alone" not in out, out
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -6,6 +6,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <cstdio>
+#include <mutex>
 
 #include "core/common/check.h"
 #include "core/nn/deferred_init.h"
@@ -184,16 +186,42 @@ void ParallelLinearImpl::add_lora(const LoraAdapterOptions& o, const std::string
   lora_B->weight.set_data(lora_B->weight.to(weight.device()));
 }
 
-void ParallelLinearImpl::quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& local) {
+void ParallelLinearImpl::quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& full_values) {
+  using nn::QuantizedWeight;
   COLOSSAL_CHECK(!quantized_.defined(), "[qlora] the base of this layer is quantized already");
   COLOSSAL_CHECK(!weight.requires_grad(), "[qlora] a trained weight cannot be quantized (only a LoRA run's frozen "
                  "base is): enable LoRA first");
   COLOSSAL_CHECK(options_.style != SplitStyle::kVocabHead, "[qlora] the vocabulary head is not quantized");
-  const auto& values = local.defined() ? local : weight;
-  COLOSSAL_CHECK(!nn::is_deferred(values), "[qlora] quantize_base: the weight has no values yet (materialise it first)");
-  COLOSSAL_CHECK(values.sizes() == weight.sizes(), "[qlora] quantize_base: values ", values.sizes(),
-                 " for a weight of ", weight.sizes());
-  quantized_ = nn::QuantizedWeight(values.to(torch::kCPU), format);
+  const auto specs = shard_specs();
+  const ShardSpec* split = split_spec(specs, "weight");
+  COLOSSAL_CHECK(full_values.defined() || !nn::is_deferred(weight),
+                 "[qlora] quantize_base: the weight has no values yet (materialise it first)");
+  const auto full = (full_values.defined() ? full_values : split ? gather_full(weight, *split) : weight).to(torch::kCPU);
+  const auto expected = full_shape(weight, split);
+  COLOSSAL_CHECK(full.sizes().vec() == expected, "[qlora] quantize_base: values ", full.sizes(), " for a weight of ",
+                 c10::IntArrayRef(expected));
+  if (!split) {
+    quantized_ = QuantizedWeight(full, format);
+  } else {
+    // This rank's rectangle of the full matrix (column layers: rows; row layers: columns).
+    int64_t r0 = 0, r1 = full.size(0), c0 = 0, c1 = full.size(1);
+    (split->dim == 0 ? r0 : c0) = split->local_start;
+    (split->dim == 0 ? r1 : c1) = split->local_start + split->local_size;
+    const bool unpadded = r1 - r0 == weight.size(0) && c1 - c0 == weight.size(1);
+    if (unpadded && QuantizedWeight::part_is_exact(format, full.size(1), c0, c1)) {
+      quantized_ = QuantizedWeight::part_of(full, format, r0, r1, c0, c1);
+    } else {
+      quantized_ = QuantizedWeight(local_part(full, split, weight), format);
+      static std::once_flag said;
+      if (ctx_.tp_rank() == 0)
+        std::call_once(said, [&] {
+          std::fprintf(stderr, "[qlora] a %ld x %ld weight split over tp %ld does not fall on %s block boundaries: "
+                       "each rank quantizes its slice alone, so the base differs from one process's by its rounding\n",
+                       static_cast<long>(full.size(0)), static_cast<long>(full.size(1)),
+                       static_cast<long>(ctx_.tp_size()), QuantizedWeight::name(format));
+        });
+    }
+  }
   torch::NoGradGuard no_grad;
   weight.set_data(torch::empty({0}, weight.options()));
 }

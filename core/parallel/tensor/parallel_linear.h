@@ -88,11 +88,15 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   /// W + scaling B A into the base weight (this rank's slice), the adapter removed.
   void merge_lora();
 
-  /// QLoRA: keeps the frozen base weight (this rank's slice: `local`, or `weight` when undefined)
-  /// quantized and dequantizes it piece by piece in forward and backward. `weight` is left an
-  /// empty [0] tensor (frozen): the values live in quantized(), and the layer's full-precision
-  /// state is gone (a merged model is written from the original checkpoint: colossal merge).
-  void quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& local = {});
+  /// QLoRA: keeps the frozen base weight quantized and dequantizes it piece by piece in forward
+  /// and backward. `full`: the whole (unsplit) weight, or undefined to use `weight` (gathered
+  /// over tensor parallelism). Under tp the whole matrix is quantized and this rank keeps its
+  /// part, so the values equal one process's; where the split does not fall on block boundaries
+  /// (QuantizedWeight::part_is_exact) the slice is quantized on its own, and says so. `weight` is
+  /// left an empty [0] tensor (frozen): the values live in quantized(), and the layer's
+  /// full-precision state is gone (a merged model is written from the original checkpoint:
+  /// colossal merge).
+  void quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& full = {});
   const nn::QuantizedWeight& quantized() const { return quantized_; }
 
   torch::Tensor weight, bias;

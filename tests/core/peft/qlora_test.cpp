@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <array>
+
 #include "core/nn/quantized_weight.h"
 #include "core/parallel/tensor/parallel_linear.h"
 #include "core/peft/lora.h"
@@ -73,6 +75,33 @@ TEST(Qlora, QuantizedLinearEqualsLinearOverTheDequantizedWeight) {
       EXPECT_LT((x.grad() - x2.grad()).abs().max().item<double>(), 1e-12) << name << " " << shape[0];
     }
   }
+}
+
+TEST(Qlora, APartOfTheWholeHoldsTheWholesValuesBitForBit) {
+  // A tensor-parallel rank's rectangle (rows of a column layer, columns of a row layer) keeps the
+  // values quantizing the whole matrix gives: tp runs dequantize what one process does.
+  torch::manual_seed(3);
+  auto full = torch::randn({48, 256}) * 0.05;
+  full[7][200] = 3.0;  // one block's outlier: its absmax and its 256-block's double-quant scale
+  for (auto format : {Format::kNf4, Format::kInt8, Format::kInt4}) {
+    const auto whole = nn::QuantizedWeight(full, format).dequantize();
+    for (auto [r0, r1, c0, c1] : {std::array<int64_t, 4>{0, 24, 0, 256}, std::array<int64_t, 4>{24, 48, 0, 256},
+                                  std::array<int64_t, 4>{0, 48, 128, 256}, std::array<int64_t, 4>{0, 48, 64, 192}}) {
+      ASSERT_TRUE(nn::QuantizedWeight::part_is_exact(format, 256, c0, c1));
+      const auto part = nn::QuantizedWeight::part_of(full, format, r0, r1, c0, c1);
+      EXPECT_TRUE(torch::equal(part.dequantize(), whole.slice(0, r0, r1).slice(1, c0, c1)))
+          << nn::QuantizedWeight::name(format) << " [" << r0 << ", " << r1 << ") x [" << c0 << ", " << c1 << ")";
+    }
+    // Quantizing the columns alone would not do for nf4: another mean and other 256-blocks.
+    if (format == Format::kNf4)
+      EXPECT_FALSE(torch::equal(nn::QuantizedWeight(full.slice(1, 128, 256), format).dequantize(),
+                                whole.slice(1, 128, 256)));
+  }
+  EXPECT_FALSE(nn::QuantizedWeight::part_is_exact(Format::kNf4, 256, 32, 256));   // half a block
+  EXPECT_FALSE(nn::QuantizedWeight::part_is_exact(Format::kNf4, 96, 0, 96));      // blocks span rows
+  EXPECT_TRUE(nn::QuantizedWeight::part_is_exact(Format::kInt8, 96, 32, 96));
+  EXPECT_FALSE(nn::QuantizedWeight::part_is_exact(Format::kInt4, 96, 16, 96));
+  EXPECT_THROW_WITH(nn::QuantizedWeight::part_of(full, Format::kNf4, 0, 48, 32, 256), "block boundaries");
 }
 
 TEST(Qlora, AQloraLayerTrainsAsLoraOverTheDequantizedBase) {

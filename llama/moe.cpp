@@ -16,9 +16,10 @@ ExpertImpl::ExpertImpl(const LlamaConfig& c, const parallel::PlanBuilder& where)
 }
 
 torch::Tensor ExpertImpl::partial_forward(const torch::Tensor& rows) {
-  // The weights directly (not the layers' forward): a row-split w2 would all-reduce per expert.
+  // Each rank's product alone (not the layers' forward: a row-split w2 would all-reduce per
+  // expert); the base may be quantized and carry an adapter (QLoRA on experts).
   return nn::run_hooked(*this, [&] {
-    return nn::linear(torch::silu(nn::linear(rows, w1->weight)) * nn::linear(rows, w3->weight), w2->weight);
+    return w2->local_forward(torch::silu(w1->local_forward(rows)) * w3->local_forward(rows));
   });
 }
 

@@ -1,8 +1,11 @@
 """What the Python suites share: the built apps, `colossal run`, and a tiny trained LLaMA directory."""
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,36 @@ RECIPES = SOURCE / "apps" / "python" / "recipes"
 
 TINY_LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "max_position_embeddings": 256, "vocab_size": 600}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model_dir, *flags):
+    """infer_llama --serve on a free port, once /health answers: (base URL, process)."""
+    port = free_port()
+    proc = subprocess.Popen([f"{APPS}/infer_llama", "--serve", "--model", str(model_dir), "--port", str(port),
+                             "--threads", "1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(base + "/health", timeout=1)
+            return base, proc
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not come up:\n" + proc.stdout.read())
+
+
+def client(base):
+    """The openai client on a server from start_server."""
+    import openai
+    return openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 def colossal_run(nproc, *command, timeout=300, check=True):

@@ -19,13 +19,9 @@ import urllib.request
 import openai
 import pytest
 
+from conftest import client, free_port, start_server
+
 APPS = os.environ["COLOSSAL_APPS"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,22 +38,6 @@ def model_dir(tmp_path_factory):
     return d / "model"
 
 
-def start_server(model_dir, *flags):
-    """infer_llama --serve on a free port, once /health answers: (base URL, process)."""
-    port = free_port()
-    proc = subprocess.Popen([f"{APPS}/infer_llama", "--serve", "--model", str(model_dir), "--port", str(port),
-                             "--threads", "1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(base + "/health", timeout=1)
-            return base, proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not come up:\n" + proc.stdout.read())
-
-
 @pytest.fixture(scope="module")
 def server(model_dir):
     port = free_port()
@@ -65,10 +45,6 @@ def server(model_dir):
     yield base, proc
     if proc.poll() is None:
         proc.kill()
-
-
-def client(base):
-    return openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 def cli_greedy(model_dir, prompt, n):

@@ -6,13 +6,15 @@ PEFT initialises and saves is served by infer_llama --lora and continued by trai
 and QLoRA runs to one process, and bad targets and ranks are named."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
-from conftest import APPS, colossal_run
+from conftest import APPS, client, colossal_run, free_port, start_server
 
 TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
         "of a wife. Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition.")
@@ -108,6 +110,83 @@ def test_a_peft_adapter_is_served_and_continued_with_peft_logits(base, tmp_path)
     assert sorted(theirs) == sorted(ours)
     for k in theirs:
         assert (theirs[k] - ours[k]).abs().max().item() < 1e-6, k
+
+
+def test_the_server_serves_several_peft_adapters_at_once_with_pefts_output(base, tmp_path):
+    """infer_llama --serve --lora a=DIR b=DIR: requests name the base or an adapter as their
+    "model", are batched together (sent at once), and each gets PEFT's greedy text for its
+    adapter; /v1/models lists the adapters; an unknown name is a 404 naming what is served."""
+    import concurrent.futures
+    import openai
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(base)
+    peft_models = {}
+    for name, seed, targets in [("a", 5, ["q_proj", "v_proj"]), ("b", 6, ["k_proj", "o_proj", "gate_proj", "up_proj",
+                                                                           "down_proj"])]:
+        torch.manual_seed(seed)
+        m = get_peft_model(LlamaForCausalLM.from_pretrained(base), LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.3)
+        m.save_pretrained(tmp_path / name)
+        peft_models[name] = m.eval()
+    peft_models["base"] = LlamaForCausalLM.from_pretrained(base).eval()
+    prompts = ["It is a truth", "Emma Woodhouse, handsome"]
+
+    def peft_text(name, prompt):
+        ids = tok(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            out = peft_models[name].generate(ids, max_new_tokens=10, do_sample=False)[0, ids.shape[1]:].tolist()
+        return tok.decode([t for t in out if t != tok.eos_token_id])
+
+    want = {(n, p): peft_text(n, p) for n in peft_models for p in prompts}
+    assert len({want[(n, prompts[0])] for n in peft_models}) == 3  # each adapter changes the output
+    flags = ["--served_model_name", "base", "--lora", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}"]
+    url, proc = start_server(base, *flags)
+    try:
+        c = client(url)
+        assert [m.id for m in c.models.list().data] == ["base", "a", "b"]
+
+        def ask(key):
+            r = c.completions.create(model=key[0], prompt=key[1], max_tokens=10, temperature=0)
+            return r.model, r.choices[0].text
+
+        with concurrent.futures.ThreadPoolExecutor(len(want)) as pool:
+            got = dict(zip(want, pool.map(ask, want)))
+        for key, (model, text) in got.items():
+            assert model == key[0] and text == want[key], key
+        with pytest.raises(openai.NotFoundError, match="does not exist .*'base', 'a', 'b'"):
+            c.completions.create(model="c", prompt="x", max_tokens=1)
+    finally:
+        proc.kill()
+    # Tensor parallel: each rank keeps its slices of the adapters (column layers B's rows, row
+    # layers A's columns) and the answers are the same.
+    port = free_port()
+    proc = subprocess.Popen([f"{APPS}/colossal", "run", "--nproc_per_node", "2", "--", f"{APPS}/infer_llama",
+                             "--serve", "--tp", "2", "--model", str(base), "--port", str(port), "--threads", "1",
+                             "--shutdown_grace", "1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        c = client(f"http://127.0.0.1:{port}")
+        for _ in range(600):
+            try:
+                c.models.list()
+                break
+            except openai.APIConnectionError:
+                assert proc.poll() is None, proc.stdout.read()
+                time.sleep(0.1)
+        with concurrent.futures.ThreadPoolExecutor(len(want)) as pool:
+            got = dict(zip(want, pool.map(ask, want)))
+        assert {k: t for k, (_, t) in got.items()} == want
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    # Named adapters need a server; a prompt on the command line is refused, naming --lora DIR.
+    r = subprocess.run([f"{APPS}/infer_llama", "--model", str(base), "--prompt", "x", "--lora", f"a={tmp_path / 'a'}"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "named adapters are served per request (--serve)" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("layout", [["--plugin", "ddp"], ["--plugin", "zero1"], ["--plugin", "zero2"],

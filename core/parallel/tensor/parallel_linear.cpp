@@ -127,6 +127,12 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
   }
 }
 
+torch::Tensor ParallelLinearImpl::local_forward(const torch::Tensor& x) {
+  COLOSSAL_CHECK(options_.style != SplitStyle::kVocabHead, "[tp] local_forward: not for a vocabulary head");
+  auto y = base(x, options_.style == SplitStyle::kRow ? torch::Tensor() : bias);
+  return has_lora() ? y + lora_term(x) : y;
+}
+
 torch::Tensor ParallelLinearImpl::lora_term(const torch::Tensor& x) {
   auto in = x;
   if (lora_dropout_ > 0 && is_training()) in = torch::dropout(x, lora_dropout_, /*train=*/true);

@@ -98,6 +98,10 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   /// colossal merge).
   void quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& full = {});
   const nn::QuantizedWeight& quantized() const { return quantized_; }
+  /// This rank's product alone, with no communication: x W^T over its slice (the bias but on a
+  /// row layer, whose output here is a partial sum), plus the adapter's term. For layers whose
+  /// owner combines the ranks' parts itself (a mixture's experts, reduced once after all of them).
+  torch::Tensor local_forward(const torch::Tensor& x);
 
   torch::Tensor weight, bias;
   LoraWeight lora_A{nullptr}, lora_B{nullptr};

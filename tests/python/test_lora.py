@@ -189,12 +189,19 @@ def test_the_server_serves_several_peft_adapters_at_once_with_pefts_output(base,
     assert r.returncode != 0 and "named adapters are served per request (--serve)" in r.stderr, r.stderr
 
 
+GEMINI_OFFLOAD = ["--plugin", "gemini", "--offload_optim_frac", "1", "--offload_param_frac", "1",
+                  "--offload_device", "nvme", "--nvme_dir", "NVME"]
+
+
 @pytest.mark.parametrize("layout", [["--plugin", "ddp"], ["--plugin", "zero1"], ["--plugin", "zero2"],
-                                    ["--plugin", "gemini"], ["--plugin", "hybrid", "--tp", "2"],
+                                    ["--plugin", "gemini"], GEMINI_OFFLOAD, ["--plugin", "hybrid", "--tp", "2"],
                                     ["--plugin", "hybrid", "--pp", "2", "--num_microbatches", "2"]])
 def test_lora_under_each_layout_follows_one_process(layout, tmp_path):
     """colossal verify on train_llama's default model: losses, adapter gradients and parameters
-    (the frozen ones included: unchanged) against one process."""
+    (the frozen ones included: unchanged) against one process. Gemini with offload keeps the
+    adapters' chunks and their optimizer state in NVMe files."""
+    (tmp_path / "nvme").mkdir()
+    layout = [str(tmp_path / "nvme") if f == "NVME" else f for f in layout]
     cmd = [f"{APPS}/colossal", "verify", "--nproc_per_node", "2", "--steps", "2", "--", f"{APPS}/train_llama",
            "--lora_rank", "4", "--lora_init", "gaussian", "--output", str(tmp_path / "run"), *COMMON[:-2], *layout]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -224,6 +231,28 @@ def test_qlora_under_each_layout_follows_one_process(layout, tmp_path):
     assert r.returncode == 0, out
     assert "PASS: the layout matches one process" in out, out
     assert "qlora: 14 base layers in nf4" in out and "quantizes its slice alone" not in out, out
+
+
+@pytest.mark.parametrize("quantize", [[], ["--quantize_base", "nf4"]])
+def test_lora_on_experts_under_ep_2_follows_one_process(quantize, tmp_path):
+    """A Mixtral: adapters on attention, the router and every expert (each ep rank holds its
+    experts' adapters), under --ep 2 against one process; with QLoRA the experts' bases are
+    quantized too."""
+    config = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "vocab_size": 600,
+              "num_local_experts": 4, "num_experts_per_tok": 2, "router_aux_loss_coef": 0}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cmd = [f"{APPS}/colossal", "verify", "--nproc_per_node", "2", "--steps", "2", "--", f"{APPS}/train_llama",
+           "--model_config", str(tmp_path / "config.json"), "--vocab_size", "600", "--lora_rank", "4",
+           "--lora_init", "gaussian", "--output", str(tmp_path / "run"), *COMMON[:-2], "--plugin", "hybrid", "--ep", "2",
+           *quantize]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "PASS: the layout matches one process" in out, out
+    assert "experts.2.w3.lora_B.weight" in out or "block_sparse_moe.experts" in out, out
+    if quantize:
+        assert "qlora: 22 base layers in nf4" in out, out  # attention, router and experts.
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -7,7 +7,9 @@ transformers' class and its overheads), trained with torch.optim.AdamW (fused) u
   --strategy zero1   DDP + ZeroRedundancyOptimizer (optimizer state sharded: ZeRO-1)
   --strategy fsdp2   fully_shard per decoder layer and at the root (ZeRO-3)
 optionally under torch.compile (--compile) and torch.autocast("cpu", bfloat16) (--precision
-bf16). Measures what bench_llama measures for its own jobs, the same way: the fp32 2048x2048
+bf16). With --lora_rank R the model is fine-tuned as a PEFT user does it: get_peft_model with
+LoRA (r R, alpha 2R) on every projection of the blocks, the rest frozen; --quantize_base nf4
+makes those projections bitsandbytes' Linear4bit first (QLoRA). Measures what bench_llama measures for its own jobs, the same way: the fp32 2048x2048
 matrix-product rate on every rank at once before each step, and the median step time; rank 0
 writes one row.
 
@@ -98,6 +100,26 @@ class Llama(nn.Module):
         return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB).float(), ids[:, 1:].reshape(-1))
 
 
+PROJECTIONS = ["q", "k", "v", "o", "gate", "up", "down"]
+
+
+def peft_model(model, rank, quantize_base):
+    """PEFT's LoRA on the blocks' projections (the embedding, norms and head frozen), on a base
+    made of bitsandbytes' NF4 Linear4bit layers for QLoRA."""
+    from peft import LoraConfig, get_peft_model
+    if quantize_base == "nf4":
+        import bitsandbytes as bnb
+        for block in model.layers:
+            for name in PROJECTIONS:
+                dense = getattr(block, name)
+                q = bnb.nn.Linear4bit(dense.in_features, dense.out_features, bias=False, compute_dtype=torch.float32,
+                                      quant_type="nf4", compress_statistics=True)
+                q.weight = bnb.nn.Params4bit(dense.weight.data, requires_grad=False, quant_type="nf4",
+                                             compress_statistics=True)
+                setattr(block, name, q.to("cpu"))
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=PROJECTIONS))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="M")
@@ -108,6 +130,8 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--row_file", default="")
+    ap.add_argument("--lora_rank", type=int, default=0, help="PEFT LoRA on every projection of the blocks")
+    ap.add_argument("--quantize_base", default="", choices=["", "nf4"], help="with --lora_rank: bitsandbytes NF4 base")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU, one process: bench_kernels' training rows)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -125,16 +149,19 @@ def main():
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 rows in fp32, as ours
     model = Llama(**s).to(device)
+    if a.lora_rank:
+        model = peft_model(model, a.lora_rank, a.quantize_base)
     if distributed and a.strategy == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         for layer in model.layers:
             fully_shard(layer)
         fully_shard(model)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     if distributed and a.strategy == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4, fused=True)
+        opt = ZeroRedundancyOptimizer(trainable, optimizer_class=torch.optim.AdamW, lr=1e-4, fused=True)
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        opt = torch.optim.AdamW(trainable, lr=1e-4, fused=True)
     if distributed and a.strategy in ("ddp", "zero1"):
         model = torch.nn.parallel.DistributedDataParallel(model)
     step_model = torch.compile(model) if a.compile else model
@@ -174,6 +201,8 @@ def main():
     d, L, f = s["dim"], s["layers"], s["ffn"]
     matmul_params = L * (4 * d * d + 3 * d * f) + VOCAB * d
     flops = 3 * (2 * matmul_params + 4 * L * d * seq)  # llama::training_flops_per_token
+    if a.lora_rank:
+        flops = flops * 2 / 3  # no weight gradients for the frozen base (bench_llama counts the same)
     mm = statistics.median(rates)
     model_gflops = tokens_s * flops / 1e9
     peak = torch.tensor([(torch.cuda.max_memory_allocated() if cuda else
@@ -181,7 +210,8 @@ def main():
     if distributed:
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print(f"[reference] {a.strategy}{'+compile' if a.compile else ''} {a.precision}: losses "
+        print(f"[reference] {a.strategy}{'+compile' if a.compile else ''} {a.precision}"
+              f"{f' lora {a.lora_rank}' if a.lora_rank else ''}{' ' + a.quantize_base if a.quantize_base else ''}: losses "
               + " ".join(f"{l:.4f}" for l in losses), flush=True)
     if rank == 0 and a.row_file:
         with open(a.row_file, "w") as out:

@@ -98,12 +98,12 @@ torch::Tensor ParallelLinearImpl::base(const torch::Tensor& x, const torch::Tens
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
   if (!ctx_.tensor_parallel()) {
     auto y = base(x, bias);
-    return has_lora() ? y + lora_term(x) : y;
+    return has_lora() ? plus_lora(y, x) : y;
   }
   switch (options_.style) {
     case SplitStyle::kRow: {
       auto partial = base(x, {});
-      if (has_lora()) partial = partial + lora_term(x);  // B (A_i x_i) summed by the same reduction
+      if (has_lora()) partial = plus_lora(partial, x);  // B (A_i x_i) summed by the same reduction
       auto y = leave_tensor_parallel(partial, ctx_);
       return bias.defined() ? y + bias : y;
     }
@@ -117,12 +117,12 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
     }
     case SplitStyle::kColumn: {
       auto y = base(x, bias);
-      if (has_lora()) y = y + lora_term(x);
+      if (has_lora()) y = plus_lora(y, x);
       return options_.gather_output ? gather_last_dim(y, ctx_.tp) : y;
     }
     default: {
       auto y = base(x, bias);
-      return has_lora() ? y + lora_term(x) : y;
+      return has_lora() ? plus_lora(y, x) : y;
     }
   }
 }
@@ -130,14 +130,20 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
 torch::Tensor ParallelLinearImpl::local_forward(const torch::Tensor& x) {
   COLOSSAL_CHECK(options_.style != SplitStyle::kVocabHead, "[tp] local_forward: not for a vocabulary head");
   auto y = base(x, options_.style == SplitStyle::kRow ? torch::Tensor() : bias);
-  return has_lora() ? y + lora_term(x) : y;
+  return has_lora() ? plus_lora(y, x) : y;
 }
 
-torch::Tensor ParallelLinearImpl::lora_term(const torch::Tensor& x) {
+torch::Tensor ParallelLinearImpl::plus_lora(const torch::Tensor& y, const torch::Tensor& x) {
   auto in = x;
   if (lora_dropout_ > 0 && is_training()) in = torch::dropout(x, lora_dropout_, /*train=*/true);
   auto a = nn::run_hooked(*lora_A, [&] { return nn::linear(in, lora_A->weight); });
-  return nn::run_hooked(*lora_B, [&] { return nn::linear(a, lora_B->weight); }) * lora_scaling_;
+  // y + scaling (A x) B^T in one GEMM (addmm's beta and alpha): no separate scale and add
+  // passes over the layer's output.
+  return nn::run_hooked(*lora_B, [&] {
+    const auto& b = lora_B->weight;
+    auto out = torch::addmm(y.reshape({-1, y.size(-1)}), a.reshape({-1, a.size(-1)}), b.t(), 1.0, lora_scaling_);
+    return out.view(y.sizes());
+  });
 }
 
 void ParallelLinearImpl::add_lora(const LoraAdapterOptions& o, const std::string& name) {

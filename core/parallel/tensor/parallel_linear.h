@@ -111,8 +111,8 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   // init keeps; the eager constructor then fills them from the full tensors).
   void lay_out(int tp, int tp_rank);
 
-  /// The adapter's term for this rank's input x (before any reduction of a row layer).
-  torch::Tensor lora_term(const torch::Tensor& x);
+  /// y plus the adapter's term for this rank's input x (before any reduction of a row layer).
+  torch::Tensor plus_lora(const torch::Tensor& y, const torch::Tensor& x);
   /// x W^T (+ b): the full-precision weight, or the quantized base.
   torch::Tensor base(const torch::Tensor& x, const torch::Tensor& b);
 

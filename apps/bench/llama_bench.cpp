@@ -49,6 +49,7 @@
 #include "core/common/progress.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/nn/deferred_init.h"
 #include "core/optim/factory.h"
 #include "core/peft/lora.h"
 #include "llama/model.h"
@@ -108,7 +109,13 @@ Row run_job(const Args& a) {
   int n = dist::world_size();
   const int64_t T = shape.sequence;
   torch::manual_seed(0);
-  colossal::llama::LlamaForCausalLM model(shape.config);
+  // Lazily, as train_llama builds it: boost() makes what this rank keeps, and a QLoRA base is
+  // quantized one weight at a time (its full-precision matrices never exist together).
+  colossal::llama::LlamaForCausalLM model{nullptr};
+  {
+    colossal::nn::DeferredInitGuard deferred;
+    model = colossal::llama::LlamaForCausalLM(shape.config);
+  }
   booster::Booster booster(booster::make_plugin(a.plugin, a.precision));
   if (a.lora_rank > 0) {
     colossal::peft::LoraConfig lora;

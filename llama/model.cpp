@@ -472,7 +472,7 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
   const double cap = config_.final_logit_softcapping;
   if (lm_head) return cap > 0 ? soft_cap(call(lm_head, entered), cap) : call(lm_head, entered);
   const auto& embed = model->embed_tokens;
-  auto logits = nn::run_hooked(*embed, [&] { return torch::linear(entered, embed->weight); });
+  auto logits = nn::run_hooked(*embed, {entered}, [&] { return torch::linear(entered, embed->weight); });
   if (cap > 0) logits = soft_cap(logits, cap);
   if (parallel_.tensor_parallel()) {  // padded vocabulary rows of the last ranks: never predicted
     const int64_t part = embed->weight.size(0), start = parallel_.tp_rank() * part;
@@ -535,7 +535,7 @@ torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const t
   auto flat = hidden.reshape({-1, hidden.size(2)});
   tools::MemoryTracer::Scope traced("lm_head");  // the loss with it: one fused step
   torch::nn::Module& head = lm_head ? static_cast<torch::nn::Module&>(*lm_head) : *model->embed_tokens;
-  auto mean = nn::run_hooked(head, [&] {
+  auto mean = nn::run_hooked(head, {flat}, [&] {
     const auto& weight = lm_head ? lm_head->weight : model->embed_tokens->weight;
     return nn::linear_cross_entropy(flat, weight, flat_target, -100);
   });

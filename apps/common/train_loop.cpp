@@ -159,7 +159,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
   // Time spent evaluating and saving is left out of the throughput.
   double paused = 0;
   auto report_eval = [&](int64_t step) {
-    if (!t.evaluate || recorder) return;
+    if (!t.evaluate || recorder || loop_.eval_interval < 0) return;
     const auto start = Clock::now();
     const auto metrics = t.evaluate({step, b.compute_dtype, booster, optimizer});
     paused += seconds_since(start);

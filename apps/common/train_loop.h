@@ -54,7 +54,8 @@ struct TrainLoopOptions {
   std::string load_checkpoint = "auto";  // a checkpoint (root or step directory) | auto | none
   int64_t save_interval = 0;       // steps between checkpoints (0: at the end, and where the app saves by epoch)
   int64_t keep_checkpoints = 2;    // 0: all
-  int64_t eval_interval = 0;       // steps between evaluations (0: at the end, and where the app evaluates by epoch)
+  int64_t eval_interval = 0;       // steps between evaluations (0: at the end, and where the app evaluates by epoch;
+                                   // -1: never)
   int64_t log_interval = 10;
   std::string log_file;            // JSON lines (empty: the application's default, if it has one)
   std::string tensorboard;         // TensorBoard event files in this directory (empty: none)
@@ -72,8 +73,8 @@ struct TrainLoopOptions {
     v("save_interval", save_interval, "steps between checkpoints (0: at the end, and at epoch ends where the app saves "
       "by epoch)", at_least(0));
     v("keep_checkpoints", keep_checkpoints, "checkpoints kept (0: all)", at_least(0));
-    v("eval_interval", eval_interval, "steps between evaluations (0: at the end, and at epoch ends where the app "
-      "evaluates by epoch)", at_least(0));
+    v("eval_interval", eval_interval, "steps between evaluations (0: at the start, the end, and at epoch ends where "
+      "the app evaluates by epoch; -1: never)", at_least(-1));
     v("log_interval", log_interval, "steps between progress lines", at_least(1));
     v("log_file", log_file, "metrics as JSON lines, appended (colossal plot draws them)");
     v("tensorboard", tensorboard, "write the same metrics as TensorBoard event files into this directory");

@@ -363,7 +363,10 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   task.length_flags = "--max_steps";
   task.throughput_unit = "tokens";
   task.units_per_sample = static_cast<double>(a.max_length);
-  task.flops_per_sample = training_flops_per_token(cfg, a.max_length) * static_cast<double>(a.max_length);
+  // LoRA: the frozen weights get no gradient, so a step is about the forward and the input
+  // gradients (2/3 of full training's FLOPs, as bench_llama counts it).
+  task.flops_per_sample = training_flops_per_token(cfg, a.max_length) * static_cast<double>(a.max_length) *
+                          (a.lora.enabled() ? 2.0 / 3 : 1.0);
   // MoE: expert load and router losses since the last line (under pp, the last stage's routing
   // pools every stage's, and the report sums over the stages and replicas).
   colossal::parallel::expert::RouterWindow router_window(cfg.num_local_experts);

@@ -139,12 +139,12 @@ void bind_booster(py::module_& m) {
               if (nn::detail::hooks_of(item.value().get())) names.push_back(item.key());
             return names;
           })
-      .def("run_pre_hook", [](BoostedModel& b, const std::string& name) {
+      .def("run_pre_hook", [](BoostedModel& b, const std::string& name, const std::vector<at::Tensor>& inputs) {
             auto hooks = nn::detail::hooks_of(b.submodule(name));
             if (!hooks || !hooks->pre) return;
             py::gil_scoped_release nogil;  // gathers are collectives
-            hooks->pre();
-          })
+            hooks->pre(inputs);
+          }, py::arg("name"), py::arg("inputs") = std::vector<at::Tensor>{})
       .def("run_post_hook", [](BoostedModel& b, const std::string& name, const std::vector<at::Tensor>& outputs) {
             auto hooks = nn::detail::hooks_of(b.submodule(name));
             if (!hooks || !hooks->post) return;

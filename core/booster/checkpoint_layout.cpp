@@ -11,8 +11,16 @@
 
 namespace colossal::booster {
 
-checkpoint::NamedTensors StateStore::model_state(const torch::nn::Module& model) const {
-  return checkpoint::model_state(model);
+checkpoint::NamedTensors StateStore::model_state(const torch::nn::Module& model, bool trainable_only) const {
+  auto state = checkpoint::model_state(model);
+  if (!trainable_only) return state;
+  std::set<std::string> trainable;
+  for (const auto& p : model.named_parameters())
+    if (p.value().requires_grad()) trainable.insert(p.key());
+  checkpoint::NamedTensors out;
+  for (auto& [name, t] : state)
+    if (trainable.count(name)) out.emplace_back(name, t);
+  return out;
 }
 
 std::vector<checkpoint::OptimizerSlice> StateStore::optimizer_slices(const torch::nn::Module& model) const {
@@ -36,8 +44,8 @@ CheckpointLayout CheckpointLayout::with_split(ModelSplit split) const {
   return CheckpointLayout(store_, std::move(split));
 }
 
-checkpoint::NamedTensors CheckpointLayout::full_model_state(const torch::nn::Module& model) const {
-  auto state = store_->model_state(model);
+checkpoint::NamedTensors CheckpointLayout::full_model_state(const torch::nn::Module& model, bool trainable_only) const {
+  auto state = store_->model_state(model, trainable_only);
   gathered_.clear();
   for (auto& [name, t] : state) {
     auto it = split_.tp_specs.find(name);
@@ -58,8 +66,9 @@ void CheckpointLayout::after_model_load() {
   store_->after_load();
 }
 
-checkpoint::NamedTensors CheckpointLayout::model_state_to_save(const torch::nn::Module& model) const {
-  return gather_stages(gather_experts(full_model_state(model)));
+checkpoint::NamedTensors CheckpointLayout::model_state_to_save(const torch::nn::Module& model,
+                                                               bool trainable_only) const {
+  return gather_stages(gather_experts(full_model_state(model, trainable_only)));
 }
 
 checkpoint::NamedTensors CheckpointLayout::full_gradients(const torch::nn::Module& model) const {

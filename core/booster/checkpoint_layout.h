@@ -31,7 +31,9 @@ class StateStore {
   /// This rank's model state in full precision, each tensor whole over the data-parallel ranks
   /// (sharded state gathered): what a save writes and what a load writes into, in place.
   /// Mixed precision gives the fp32 masters in place of the working parameters. Collective.
-  virtual checkpoint::NamedTensors model_state(const torch::nn::Module& model) const;
+  /// `trainable_only`: the parameters that require gradients (a LoRA run's checkpoint), so a
+  /// sharded frozen base is not gathered for nothing.
+  virtual checkpoint::NamedTensors model_state(const torch::nn::Module& model, bool trainable_only = false) const;
   /// Called after a load wrote into model_state() (masters -> working, gathered -> shards).
   virtual void after_load() {}
   /// The tensors the optimizer updates, as slices of named parameters (what optimizer state is
@@ -78,11 +80,11 @@ class CheckpointLayout {
 
   /// This rank's tensors, whole (tensor-parallel slices gathered over tp and kept, so a load can
   /// write into them and after_model_load() copy each rank's slice back). Collective.
-  checkpoint::NamedTensors full_model_state(const torch::nn::Module& model) const;
+  checkpoint::NamedTensors full_model_state(const torch::nn::Module& model, bool trainable_only = false) const;
   /// What a save writes: full_model_state(), plus on the rank that writes (the pipeline's and
   /// the ep group's first) the tensors other stages and ep ranks hold, so the files hold the
   /// whole model. Collective.
-  checkpoint::NamedTensors model_state_to_save(const torch::nn::Module& model) const;
+  checkpoint::NamedTensors model_state_to_save(const torch::nn::Module& model, bool trainable_only = false) const;
   /// Names of the whole model's state that other ranks hold (pipeline stages, other experts): a
   /// load skips them instead of calling them unexpected.
   const std::set<std::string>& state_held_elsewhere() const { return elsewhere_; }

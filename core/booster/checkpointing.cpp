@@ -103,17 +103,6 @@ void restore_optimizer_state(CheckpointLayout& layout, torch::optim::Optimizer& 
   layout.load_external_optimizer_state(source);
 }
 
-// The tensors of `state` that are parameters of `model` requiring a gradient.
-checkpoint::NamedTensors trainable_part(const checkpoint::NamedTensors& state, const torch::nn::Module& model) {
-  std::set<std::string> trainable;
-  for (const auto& p : model.named_parameters())
-    if (p.value().requires_grad()) trainable.insert(p.key());
-  checkpoint::NamedTensors out;
-  for (const auto& [name, t] : state)
-    if (trainable.count(name)) out.emplace_back(name, t);
-  return out;
-}
-
 // Everything one rank writes for a checkpoint, captured at save time.
 struct Snapshot {
   std::string root, dir;
@@ -203,8 +192,7 @@ void Booster::save_checkpoint(Boosted& boosted, const std::string& root, const T
     return out;
   };
   // Collective under some plugins (sharded parameters are gathered): every rank calls it.
-  auto params = layout.model_state_to_save(*boosted.model);
-  if (options.trainable_only) params = trainable_part(params, *boosted.model);
+  auto params = layout.model_state_to_save(*boosted.model, options.trainable_only);
   s->optimizer = collect_optimizer_state(layout, boosted.optimizer->inner(), *boosted.model, plugin_->name());
   s->optimizer.tensors = copy(s->optimizer.tensors);
   if (s->rank == 0) {
@@ -363,9 +351,8 @@ TrainingState Booster::load_checkpoint(Boosted& boosted, const std::string& root
   const std::string dir = step_directory(root);
   const auto js = read_state_json(dir);
   auto& layout = boosted.optimizer->model_wrapper().checkpoint();
-  auto params = layout.full_model_state(*boosted.model);
   // A LoRA run's checkpoint holds what trains; the frozen rest is already in the model.
-  if (js.value("model_contents", std::string("full")) == "trainable") params = trainable_part(params, *boosted.model);
+  auto params = layout.full_model_state(*boosted.model, js.value("model_contents", std::string("full")) == "trainable");
   auto report = checkpoint::load_state_into(params, dir + "/model", {}, layout.state_held_elsewhere());
   layout.after_model_load();
   restore_optimizer_state(layout, boosted.optimizer->inner(), *boosted.model, dir);

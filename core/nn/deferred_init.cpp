@@ -1,6 +1,10 @@
 #include "core/nn/deferred_init.h"
 
+#include <sys/mman.h>
 #include <torch/torch.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "core/common/check.h"
 #include "core/parallel/tensor/shard.h"
@@ -56,6 +60,16 @@ uint64_t parameter_seed(uint64_t seed, const std::string& name) {
   return z ^ (z >> 31);
 }
 
+torch::Tensor transient_empty(at::IntArrayRef shape, c10::ScalarType dtype) {
+  const size_t bytes = static_cast<size_t>(c10::multiply_integers(shape)) * c10::elementSize(dtype);
+  if (bytes < (size_t{1} << 20)) return torch::empty(shape, torch::TensorOptions().dtype(dtype));
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  COLOSSAL_CHECK(memory != MAP_FAILED, "[nn] could not map ", bytes, " bytes for a parameter's full value (",
+                 std::strerror(errno), ")");
+  return torch::from_blob(memory, shape, [bytes](void* p) { munmap(p, bytes); },
+                          torch::TensorOptions().dtype(dtype));
+}
+
 bool has_deferred_parameters(const torch::nn::Module& model) {
   for (const auto& p : model.parameters())
     if (is_deferred(p)) return true;
@@ -67,33 +81,23 @@ torch::Tensor initial_full_value(torch::nn::Module& model, const std::string& na
   auto* init = dynamic_cast<ParameterInitializer*>(&model);
   COLOSSAL_CHECK(init != nullptr, "[nn] the model (", model.name(), ") was built under deferred init but does not say "
                  "how to initialise its parameters (it is no colossal::nn::ParameterInitializer); build it eagerly");
-  auto full = torch::empty(parallel::full_shape(local, split), torch::kFloat32);
+  auto full = transient_empty(parallel::full_shape(local, split));
   init->init_parameter(name, full);
   return full;
 }
 
-namespace {
-// Gives every deferred parameter (the frozen ones only, or all) its value, one at a time.
-void materialize_where(torch::nn::Module& model, const c10::Device& device, bool frozen_only) {
-  torch::NoGradGuard no_grad;
-  const auto specs = parallel::collect_shard_specs(model);
-  for (auto& item : model.named_parameters()) {
-    auto& p = item.value();
-    if (!is_deferred(p) || (frozen_only && p.requires_grad())) continue;
-    const auto* split = parallel::split_spec(specs, item.key());
-    const auto full = initial_full_value(model, item.key(), p, split);
-    p.set_data(parallel::local_part(full, split, p).to(device, p.scalar_type()));  // in place: handles stay valid
-  }
-}
-}  // namespace
-
-void materialize_frozen(torch::nn::Module& model, const c10::Device& device) {
-  if (has_deferred_parameters(model)) materialize_where(model, device, /*frozen_only=*/true);
-}
-
 void materialize(torch::nn::Module& model, const c10::Device& device) {
   if (!has_deferred_parameters(model)) return;
-  materialize_where(model, device, /*frozen_only=*/false);
+  torch::NoGradGuard no_grad;
+  const auto specs = parallel::collect_shard_specs(model);
+  for (auto& item : model.named_parameters()) {  // one at a time
+    auto& p = item.value();
+    if (!is_deferred(p)) continue;
+    const auto* split = parallel::split_spec(specs, item.key());
+    const auto full = initial_full_value(model, item.key(), p, split);
+    // A copy always: `full` is a transient mapping, the parameter lives on the heap.
+    p.set_data(parallel::local_part(full, split, p).to(device, p.scalar_type(), false, /*copy=*/true));
+  }
   dynamic_cast<ParameterInitializer&>(model).parameters_materialized();
 }
 

@@ -77,6 +77,14 @@ void defer_parameters(torch::nn::Module& module);
 /// True when any parameter of `model` is still deferred.
 bool has_deferred_parameters(const torch::nn::Module& model);
 
+/// An uninitialised CPU tensor for a short-lived large buffer (a parameter's full value on its
+/// way to a shard, a chunk or a quantized form). From 1 MiB up its memory is its own mapping,
+/// returned to the system when the tensor is freed: the heap keeps what it frees
+/// (common/allocator.h), and smaller allocations made between two such buffers split the hole
+/// the first left, so a model built one parameter at a time would keep most of its full-precision
+/// size resident after it was quantized or sharded away.
+torch::Tensor transient_empty(at::IntArrayRef shape, c10::ScalarType dtype = torch::kFloat32);
+
 /// The full (unsplit, fp32, CPU) initial value of parameter `name` of `model`, whose tensor on
 /// this rank is `local` (`split`: its tensor-parallel spec, or nullptr), from the model's
 /// ParameterInitializer. Throws naming the model when it has none.
@@ -87,9 +95,5 @@ torch::Tensor initial_full_value(torch::nn::Module& model, const std::string& na
 /// from the model's ParameterInitializer (on the CPU), and this rank's tensor-parallel slice
 /// kept. Throws naming the model when it has deferred parameters but no initializer.
 void materialize(torch::nn::Module& model, const c10::Device& device);
-/// The same for the frozen (requires_grad false) parameters only, without telling the
-/// initializer that all are done: ZeRO-3 keeps a LoRA run's frozen base whole on every rank and
-/// materialises the trainable ones in its chunks after.
-void materialize_frozen(torch::nn::Module& model, const c10::Device& device);
 
 }  // namespace colossal::nn

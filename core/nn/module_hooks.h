@@ -8,8 +8,9 @@
 //   x = colossal::nn::call(fc1, x);          // instead of fc1(x) / fc1->forward(x)
 //
 // Without hooks installed, call() is a plain forward (one hash lookup more). Plugins install a
-// pre hook (runs before forward) and a post hook (sees the tensor outputs, e.g. to attach
-// autograd hooks that run before the module's backward).
+// pre hook (runs before forward and sees the tensor inputs, e.g. to attach autograd hooks that
+// run once the module's backward is done) and a post hook (sees the tensor outputs, e.g. to
+// attach autograd hooks that run before the module's backward).
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
@@ -22,7 +23,7 @@
 namespace colossal::nn {
 
 struct ForwardHooks {
-  std::function<void()> pre;
+  std::function<void(const std::vector<torch::Tensor>& inputs)> pre;
   std::function<void(const std::vector<torch::Tensor>& outputs)> post;
 };
 
@@ -50,12 +51,13 @@ Impl& impl_of(Impl& module) { return module; }
 }  // namespace detail
 
 /// fn() with `module`'s hooks around it: for computations on a module's parameters other than
-/// its forward (e.g. an output layer tied to the embedding matrix).
+/// its forward (e.g. an output layer tied to the embedding matrix). `inputs`: the tensors fn
+/// reads besides the module's parameters.
 template <class Fn>
-auto run_hooked(const torch::nn::Module& module, Fn&& fn) {
+auto run_hooked(const torch::nn::Module& module, const std::vector<torch::Tensor>& inputs, Fn&& fn) {
   auto hooks = detail::hooks_of(&module);
   if (hooks == nullptr) return fn();
-  if (hooks->pre) hooks->pre();
+  if (hooks->pre) hooks->pre(inputs);
   auto out = fn();
   if (hooks->post) {
     std::vector<torch::Tensor> tensors;
@@ -64,6 +66,10 @@ auto run_hooked(const torch::nn::Module& module, Fn&& fn) {
   }
   return out;
 }
+template <class Fn>
+auto run_hooked(const torch::nn::Module& module, Fn&& fn) {
+  return run_hooked(module, {}, std::forward<Fn>(fn));
+}
 
 /// module->forward(args...) with the module's hooks around it.
 template <class M, class... Args>
@@ -71,7 +77,11 @@ auto call(M&& module, Args&&... args) {
   auto& impl = detail::impl_of(module);
   auto hooks = detail::hooks_of(&impl);
   if (hooks == nullptr) return impl.forward(std::forward<Args>(args)...);
-  if (hooks->pre) hooks->pre();
+  if (hooks->pre) {
+    std::vector<torch::Tensor> inputs;
+    (detail::collect(inputs, args), ...);
+    hooks->pre(inputs);
+  }
   auto out = impl.forward(std::forward<Args>(args)...);
   if (hooks->post) {
     std::vector<torch::Tensor> tensors;

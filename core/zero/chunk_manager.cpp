@@ -93,11 +93,16 @@ void ChunkManager::collect(torch::nn::Module& model, const torch::optim::Optimiz
       in_optimizer.insert(p.unsafeGetTensorImpl());
       group_of[p.unsafeGetTensorImpl()] = gi;
     }
+  int64_t trainable = 0;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    if (!item.value().requires_grad()) continue;
-    COLOSSAL_CHECK(item.value().scalar_type() == c10::kFloat, "[gemini] parameter '", item.key(), "' is ",
+    const bool frozen = !item.value().requires_grad();
+    // A quantized base's weights have no elements left; integer parameters stay as they are.
+    if (frozen && (item.value().numel() == 0 || !item.value().is_floating_point())) continue;
+    COLOSSAL_CHECK(frozen || item.value().scalar_type() == c10::kFloat, "[gemini] parameter '", item.key(), "' is ",
                    item.value().scalar_type(), "; boost an fp32 model (precision is an option)");
+    trainable += frozen ? 0 : 1;
     ChunkParam p;
+    p.frozen = frozen;
     p.param = item.value();
     p.name = item.key();
     p.shape = item.value().sizes().vec();
@@ -110,32 +115,27 @@ void ChunkManager::collect(torch::nn::Module& model, const torch::optim::Optimiz
   }
   COLOSSAL_CHECK(in_optimizer.empty(), "[gemini] the optimizer holds ", in_optimizer.size(),
                  " tensor(s) that are not trainable parameters of the model being boosted");
-  COLOSSAL_CHECK(!params_.empty(), "[gemini] the model has no trainable parameters");
+  COLOSSAL_CHECK(trainable > 0, "[gemini] the model has no trainable parameters");
 }
 
 void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, const torch::optim::Optimizer& optimizer,
                          bool keep_all_gathered, const nn::ParameterInitializer* init) {
   torch::NoGradGuard no_grad;
-  // The search packs the parameters that get sharded chunks (all of them if none is large).
-  std::vector<int64_t> sizes;
-  for (const auto& p : params_)
-    if (p.numel >= options_.keep_gathered_below) sizes.push_back(p.numel);
-  if (sizes.empty())
-    for (const auto& p : params_) sizes.push_back(p.numel);
-  int64_t E = options_.chunk_elements;
-  if (E <= 0) {
+  // Trainable parameters first, then the frozen ones in chunks of their own (sized by a search
+  // over their own sizes: a LoRA run's adapters are far smaller than the base they sit on).
+  std::vector<size_t> trainable, frozen;
+  for (size_t i = 0; i < params_.size(); ++i) (params_[i].frozen ? frozen : trainable).push_back(i);
+  auto chunk_size_for = [&](const std::vector<size_t>& ids) {
+    std::vector<int64_t> sizes;  // the parameters that get sharded chunks (all of them if none is large)
+    for (size_t i : ids)
+      if (params_[i].numel >= options_.keep_gathered_below) sizes.push_back(params_[i].numel);
+    if (sizes.empty())
+      for (size_t i : ids) sizes.push_back(params_[i].numel);
+    if (options_.chunk_elements > 0) return (options_.chunk_elements + ranks_ - 1) / ranks_ * ranks_;
     auto search = options_.search;
     search.ranks = ranks_;
-    E = search_chunk_size(sizes, search).chunk_elements;
-  } else {
-    E = (E + ranks_ - 1) / ranks_ * ranks_;
-  }
-  chunk_elements_ = E;
-  // Pack in registration order (what forward usually follows); parameters smaller than
-  // keep_gathered_below go last, into chunks that stay gathered (not worth a collective each).
-  std::vector<size_t> large, small;
-  for (size_t i = 0; i < params_.size(); ++i)
-    (params_[i].numel < options_.keep_gathered_below ? small : large).push_back(i);
+    return search_chunk_size(sizes, search).chunk_elements;
+  };
   auto pack = [&](const std::vector<size_t>& ids, int64_t capacity) {
     int64_t used = capacity;
     for (size_t i : ids) {
@@ -144,6 +144,7 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
       if (used + params_[i].numel > capacity) {
         chunks_.emplace_back();
         chunks_.back().elements = capacity;
+        chunks_.back().frozen = params_[i].frozen;
         used = 0;
       }
       params_[i].chunk = chunks_.size() - 1;
@@ -152,22 +153,41 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
       used += params_[i].numel;
     }
   };
-  pack(large, E);
-  const int64_t large_chunks = static_cast<int64_t>(chunks_.size());
-  int64_t small_total = 0;
-  for (size_t i : small) small_total += params_[i].numel;
-  // Sized to what they hold (a full-size chunk of biases would be mostly padding).
-  pack(small, std::min(E, (small_total + ranks_ - 1) / ranks_ * ranks_));
+  // Pack in registration order (what forward usually follows); parameters smaller than
+  // keep_gathered_below go last, into chunks that stay gathered (not worth a collective each),
+  // sized to what they hold (a full-size chunk of biases would be mostly padding). Returns the
+  // number of chunks of large parameters.
+  auto pack_all = [&](const std::vector<size_t>& ids, int64_t E) {
+    std::vector<size_t> large, small;
+    for (size_t i : ids) (params_[i].numel < options_.keep_gathered_below ? small : large).push_back(i);
+    const size_t first = chunks_.size();
+    pack(large, E);
+    const int64_t large_chunks = static_cast<int64_t>(chunks_.size() - first);
+    int64_t small_total = 0;
+    for (size_t i : small) small_total += params_[i].numel;
+    pack(small, std::min(E, (small_total + ranks_ - 1) / ranks_ * ranks_));
+    return large_chunks;
+  };
+  const int64_t E = chunk_size_for(trainable);
+  chunk_elements_ = E;
+  const int64_t large_chunks = pack_all(trainable, E);
+  const int64_t n_trainable = static_cast<int64_t>(chunks_.size());
+  const int64_t large_frozen = frozen.empty() ? 0 : pack_all(frozen, chunk_size_for(frozen));
   const int64_t n = static_cast<int64_t>(chunks_.size());
 
   // Where each chunk lives; the NVMe store is sized for what goes there.
   const Tier offload_tier = options_.offload_device == "nvme" ? Tier::kNvme : Tier::kHost;
   const int64_t elem = c10::elementSize(options_.compute_dtype);
-  int64_t nvme_bytes = 0, S = E / ranks_;  // S: the largest shard
-  std::vector<ChunkTier> tiers;
+  int64_t nvme_bytes = 0, S = E / ranks_;  // S: the largest trainable shard
+  bool streams_optimizer = false;
   for (int64_t ci = 0; ci < n; ++ci) {
     auto& c = chunks_[ci];
-    const auto& t = tiers.emplace_back(policy.tier(ci, n, large_chunks));
+    // The fractions apply to the trainable and to the frozen chunks each (a frozen chunk has no
+    // optimizer state to offload; its parameter shard follows offload_param_frac alone).
+    auto t = c.frozen ? policy.tier(ci - n_trainable, n - n_trainable, large_frozen)
+                      : policy.tier(ci, n_trainable, large_chunks);
+    if (c.frozen) t.offload_optim = false;
+    streams_optimizer = streams_optimizer || (t.offload_optim && offload_tier == Tier::kNvme);
     c.keep_gathered = t.keep_gathered;
     c.optim_tier = t.offload_optim ? offload_tier : Tier::kDevice;
     c.param_tier = t.offload_param ? offload_tier : Tier::kDevice;
@@ -176,7 +196,7 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
     if (c.nvme_param()) nvme_bytes += shard * elem + 4096;
   }
   if (nvme_bytes > 0) {
-    check_streamable(optimizer);
+    if (streams_optimizer) check_streamable(optimizer);
     nvme_ = std::make_unique<offload::NvmeStore>(options_.nvme_dir, nvme_bytes, "rank" + std::to_string(rank_));
   }
   torch::Tensor zeros;  // written as the initial moments
@@ -191,7 +211,7 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
         // A lazily built model: the values are made here, straight into the chunk.
         COLOSSAL_CHECK(init != nullptr, "[gemini] parameter '", p.name, "' was never materialised and the model "
                        "does not say how to initialise it (no colossal::nn::ParameterInitializer)");
-        auto full = torch::empty(p.shape, torch::kFloat32);
+        auto full = nn::transient_empty(p.shape);
         init->init_parameter(p.name, full);
         region.copy_(full.reshape({-1}));
       } else {
@@ -207,7 +227,9 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
     // tier than the parameter shard (on a CPU build that tier is host memory too, so the same
     // path runs and is tested).
     const bool separate_master = options_.compute_dtype != c10::kFloat || c.optim_tier != c.param_tier;
-    if (separate_master) {
+    if (c.frozen) {
+      c.master = torch::Tensor();  // nothing steps it
+    } else if (separate_master) {
       const auto where = c.optim_tier == Tier::kDevice ? chunk_options().dtype(torch::kFloat32)
                                                        : host_options(torch::kFloat32);
       c.master = torch::empty({c.shard_elements}, where);
@@ -218,9 +240,10 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
     // The reduced gradients get memory at the first reduction, not here: building a lazily
     // constructed model then holds no more than a chunk at a time. They live where the
     // optimizer reads them.
-    c.grad_shard = nn::deferred_empty({c.shard_elements}, c.optim_tier == Tier::kDevice
-                                                             ? chunk_options()
-                                                             : host_options(options_.compute_dtype));
+    if (!c.frozen)
+      c.grad_shard = nn::deferred_empty({c.shard_elements}, c.optim_tier == Tier::kDevice
+                                                               ? chunk_options()
+                                                               : host_options(options_.compute_dtype));
     if (c.nvme_optim()) {
       if (!zeros.defined()) zeros = torch::zeros({S}, torch::kFloat32);
       auto z = zeros.narrow(0, 0, c.shard_elements);
@@ -243,6 +266,7 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
     // never holds the whole model (what lets a lazily built model boost within its shards).
     if (!keep_all_gathered && !c.keep_gathered) release(static_cast<size_t>(ci));
     // The optimizer's view: each parameter's intersection with this rank's shard.
+    if (c.frozen) continue;
     const int64_t lo = rank_ * c.shard_elements, hi = lo + c.shard_elements;
     c.streamed_begin = streamed_.size();
     for (size_t pi : c.params) {
@@ -380,6 +404,7 @@ void ChunkManager::after_step(bool stepped) {
   finish_gathers();  // a prefetch still in flight is finished, then released by the caller
   for (auto& c : chunks_) {
     c.staging = c.host_staging = torch::Tensor();
+    if (c.frozen) continue;  // unchanged: its shard and any gathered copy stay valid
     // Updated masters to the shards (a CPU step's result goes up without blocking the host).
     if (stepped && !c.nvme_optim() && !c.master.is_same(c.shard)) copy_between(c.shard, c.master);
     if (!c.gathered || !c.keep_gathered) continue;
@@ -524,6 +549,12 @@ void ChunkManager::stream_optimizer_step(const torch::optim::Optimizer& optimize
 
 torch::Tensor ChunkManager::read_master(size_t ci) const {
   const auto& c = chunks_[ci];
+  if (c.frozen) {
+    if (!c.nvme_param()) return c.shard.to(torch::kFloat32);
+    auto mine = torch::empty({c.shard_elements}, host_options(options_.compute_dtype));
+    nvme_->read(mine, c.off_shard);
+    return mine.to(torch::kFloat32);
+  }
   if (c.nvme_optim()) {
     auto mine = torch::empty({c.shard_elements}, torch::kFloat32);
     nvme_->read(mine, c.off_master);
@@ -536,6 +567,12 @@ void ChunkManager::write_full(size_t ci, const torch::Tensor& full) {
   torch::NoGradGuard no_grad;
   auto& c = chunks_[ci];
   auto piece = full.narrow(0, rank_ * c.shard_elements, c.shard_elements).contiguous();
+  if (c.frozen) {
+    if (c.nvme_param()) nvme_->write(piece.to(torch::kCPU, options_.compute_dtype), c.off_shard);
+    else c.shard.copy_(piece);
+    if (c.gathered) c.data.copy_(full);
+    return;
+  }
   if (c.nvme_optim()) nvme_->write(piece.to(torch::kCPU), c.off_master);
   else c.master.copy_(piece);
   if (c.nvme_param()) nvme_->write(piece.to(torch::kCPU, options_.compute_dtype), c.off_shard);

@@ -1,8 +1,9 @@
 #pragma once
-// ZeRO-3's chunks: trainable parameters packed into equal contiguous chunks, each rank holding
-// its shard of every chunk, and the moves of their bytes — gather (all-gather into the chunk's
-// storage), release (the storage given back), gradient reduce-scatter, and the tiers below the
-// device. What to move when is the placement policy's decision (placement_policy.h); the plugin
+// ZeRO-3's chunks: parameters packed into equal contiguous chunks, each rank holding its shard
+// of every chunk, and the moves of their bytes — gather (all-gather into the chunk's storage),
+// release (the storage given back), gradient reduce-scatter, and the tiers below the device.
+// Frozen parameters (a LoRA run's base) go into chunks of their own: sharded, gathered for
+// compute and offloadable like the others, but with no master, gradient or optimizer state. What to move when is the placement policy's decision (placement_policy.h); the plugin
 // glue (core/booster/plugins/gemini) drives both from its hooks.
 //
 // Tiers (ColossalAI's heterogeneous memory). Gathered chunks and the gradients being reduced
@@ -44,7 +45,7 @@ namespace colossal::zero {
 /// Where a persistent piece of a chunk lives (see the top of this file).
 enum class Tier { kDevice, kHost, kNvme };
 
-/// A trainable parameter's place in the chunks.
+/// A parameter's place in the chunks.
 struct ChunkParam {
   torch::Tensor param;
   std::string name;
@@ -54,6 +55,7 @@ struct ChunkParam {
   int64_t numel = 0;
   TensorState state = TensorState::kHold;
   size_t group = 0;           // the optimizer param group that held it
+  bool frozen = false;        // requires no gradient: never reduced or stepped
   bool used = false;          // its module finished a forward in this pass
   int64_t slice = -1;         // index into MasterShards::slices(), -1: none on this rank
   int64_t slice_offset = 0;   // where that slice starts in the chunk's shard
@@ -71,13 +73,15 @@ struct Chunk {
   std::vector<size_t> params;
   int64_t elements = 0, shard_elements = 0;
   bool keep_gathered = false;       // never released
+  bool frozen = false;              // frozen parameters only: no master, gradients or optimizer state
   Tier param_tier = Tier::kDevice;  // where `shard` lives
   Tier optim_tier = Tier::kDevice;  // where `master`, the moments and `grad_shard` live
   bool nvme_optim() const { return optim_tier == Tier::kNvme; }  // the step is streamed
   bool nvme_param() const { return param_tier == Tier::kNvme; }
   torch::Tensor data;        // the full chunk (compute dtype, device); no memory while released
   torch::Tensor shard;       // this rank's piece, persistent (undefined when on NVMe)
-  torch::Tensor master;      // fp32 piece the optimizer updates (== shard when dtype and tier agree)
+  torch::Tensor master;      // fp32 piece the optimizer updates (== shard when dtype and tier agree;
+                             // undefined for a frozen chunk)
   torch::Tensor grad;        // full gradients during backward (device)
   torch::Tensor grad_shard;  // this rank's reduced gradients, accumulated on the optimizer's tier
   torch::Tensor reduce_out;
@@ -110,8 +114,9 @@ class ChunkManager {
   ChunkManager(Options options, dist::Group group);
 
   // ---- building ----
-  /// The model's trainable parameters, in registration order (fp32; each must be the optimizer's
-  /// or not, every optimizer tensor must be one of them).
+  /// The model's parameters, in registration order: the trainable ones (fp32; each must be the
+  /// optimizer's or not, every optimizer tensor must be one of them) and the frozen floating ones
+  /// with elements (a quantized base's emptied weights stay out).
   void collect(torch::nn::Module& model, const torch::optim::Optimizer& optimizer);
   /// Packs the parameters into chunks and gives each its storage, shard, master and gradient
   /// shard, at the tier the policy chooses; registers this rank's master slices with `shards`.
@@ -168,9 +173,11 @@ class ChunkManager {
   /// are read while this one is updated; updated chunks are written back behind.
   void stream_optimizer_step(const torch::optim::Optimizer& optimizer, double grad_multiplier);
   std::vector<const StreamedSlice*> streamed_of_chunk(size_t ci) const;
-  /// The fp32 masters of a chunk (this rank's piece), wherever they live.
+  /// The fp32 masters of a chunk (this rank's piece), wherever they live; a frozen chunk's
+  /// shard in fp32.
   torch::Tensor read_master(size_t ci) const;
-  /// Writes this rank's piece of a full fp32 chunk into master, shard and the gathered copy.
+  /// Writes this rank's piece of a full fp32 chunk into master (unless frozen), shard and the
+  /// gathered copy.
   void write_full(size_t ci, const torch::Tensor& full);
   /// The NVMe-streamed optimizer state as the checkpoint code names it, and its restore.
   checkpoint::NamedTensors streamed_state(std::map<std::string, std::string>* metadata) const;

@@ -59,8 +59,18 @@ struct TrainOptions {
   bool unused_branch = false;
   bool fused_adamw = false;  // colossal FusedAdamW instead of torch::optim::AdamW (Booster runs)
   c10::Device device = c10::kCPU;  // where the Booster run's model and data live
+  std::string frozen;        // a module whose parameters are frozen (fc1 | fc2; a LoRA run's base)
 };
 
+// Freezes o.frozen's parameters; the ones left to train (what the optimizer gets).
+inline std::vector<torch::Tensor> trainable(const ToyNet& m, const TrainOptions& o) {
+  std::vector<torch::Tensor> out;
+  for (auto& item : m->named_parameters()) {
+    if (!o.frozen.empty() && item.key().rfind(o.frozen + ".", 0) == 0) item.value().set_requires_grad(false);
+    else out.push_back(item.value());
+  }
+  return out;
+}
 inline std::vector<torch::Tensor> snapshot(const ToyNet& m) {
   std::vector<torch::Tensor> out;
   for (const auto& p : m->parameters()) out.push_back(p.detach().clone());
@@ -71,7 +81,7 @@ inline std::vector<torch::Tensor> snapshot(const ToyNet& m) {
 inline Trace train_single(const TrainOptions& o) {
   auto [x, y] = make_data(o.steps);
   auto model = make_model(/*seed=*/7, o.unused_branch);
-  torch::optim::AdamW opt(model->parameters(),
+  torch::optim::AdamW opt(trainable(model, o),
                           torch::optim::AdamWOptions(1e-2).weight_decay(o.weight_decay));
   Trace t;
   for (int s = 0; s < o.steps; ++s) {
@@ -98,8 +108,8 @@ inline Trace train_boosted(std::shared_ptr<booster::Plugin> plugin, const TrainO
   y = y.to(o.device);
   auto options = torch::optim::AdamWOptions(1e-2).weight_decay(o.weight_decay);
   std::shared_ptr<torch::optim::Optimizer> opt;
-  if (o.fused_adamw) opt = std::make_shared<optim::FusedAdamW>(model->parameters(), options);
-  else opt = std::make_shared<torch::optim::AdamW>(model->parameters(), options);
+  if (o.fused_adamw) opt = std::make_shared<optim::FusedAdamW>(trainable(model, o), options);
+  else opt = std::make_shared<torch::optim::AdamW>(trainable(model, o), options);
   booster::Booster booster(std::move(plugin));
   auto b = booster.boost(model.ptr(), opt);
   Trace t;

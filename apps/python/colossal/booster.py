@@ -91,7 +91,8 @@ def _install_forward_hooks(model, boosted):
         return
     for name, module in model.named_modules():
         if name in names:
-            module.register_forward_pre_hook(lambda _m, _args, n=name: boosted.run_pre_hook(n))
+            module.register_forward_pre_hook(lambda _m, args, n=name: boosted.run_pre_hook(
+                n, [a for a in args if isinstance(a, torch.Tensor)]))
             module.register_forward_hook(lambda _m, _args, out, n=name: boosted.run_post_hook(n, _tensors(out)))
             names.discard(name)
     if names:

@@ -146,6 +146,48 @@ TEST(Gemini, ReleasedChunksHoldNoMemory) {
   });
 }
 
+TEST(Gemini, FrozenParametersAreShardedGatheredForComputeAndNeverStepped) {
+  // A LoRA run's base: frozen chunks of their own, sharded like the rest (each rank stores half),
+  // released between steps, never reduced or stepped. fc2's input needs a gradient, so its chunk
+  // is released in backward once that gradient is complete; fc1's is not, so it waits for the end.
+  testing::run_ranks(2, [] {
+    for (const char* frozen : {"fc1", "fc2"}) {
+      TrainOptions o;
+      o.frozen = frozen;
+      auto want = train_single(o);
+      expect_close(train_gemini(o, small_chunks()), want);
+      auto offload = small_chunks();
+      offload.offload_optim_frac = offload.offload_param_frac = 1.0;  // the frozen shard too
+      expect_close(train_gemini(o, offload), want);
+      auto cached = small_chunks();
+      cached.placement = "auto";
+      expect_close(train_gemini(o, cached), want);
+    }
+    TrainOptions o;
+    o.frozen = "fc1";
+    auto model = make_model(7);
+    const auto before = model->fc1->weight.detach().clone();
+    auto opt = std::make_shared<torch::optim::AdamW>(trainable(model, o));
+    booster::Booster booster(std::make_shared<GeminiPlugin>(small_chunks()));
+    auto b = booster.boost(model.ptr(), opt);
+    for (int step = 0; step < 2; ++step) {
+      b.optimizer->zero_grad();
+      booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
+      b.optimizer->step();
+    }
+    for (const auto& p : model->parameters()) EXPECT_EQ(p.storage().nbytes(), 0u) << "no chunk gathered between steps";
+    auto report = b.optimizer->model_wrapper().hooks().memory_report(*model, b.optimizer->inner());
+    // fc1 (312 elements) and norm + fc2 (48 + 75) each in a chunk of 320: 160 + 160 per rank.
+    EXPECT_EQ(report.bytes["parameters"]["host"], 2 * 160 * 4);
+    EXPECT_EQ(report.bytes["gradients"]["host"], 160 * 4) << "gradient shards for the trainable chunk only";
+    auto state = b.optimizer->model_wrapper().checkpoint().full_model_state(*model);
+    std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
+    EXPECT_TRUE(torch::equal(by_name.at("fc1.weight"), before)) << "the frozen weight is bitwise unchanged";
+    EXPECT_EQ(b.optimizer->model_wrapper().checkpoint().full_model_state(*model, /*trainable_only=*/true).size(), 4u)
+        << "norm and fc2: a LoRA checkpoint gathers no frozen chunk";
+  });
+}
+
 TEST(Gemini, SmallParametersStayGatheredAndMatch) {
   testing::run_ranks(2, [] {
     auto g = small_chunks();

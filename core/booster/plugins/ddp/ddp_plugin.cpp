@@ -93,8 +93,8 @@ class DDPModel : public StepHooks, public StateStore {
   c10::ScalarType compute_dtype() const override {
     return mixed_ ? mixed_->compute_dtype() : c10::kFloat;
   }
-  checkpoint::NamedTensors model_state(const torch::nn::Module& model) const override {
-    auto state = StateStore::model_state(model);
+  checkpoint::NamedTensors model_state(const torch::nn::Module& model, bool trainable_only) const override {
+    auto state = StateStore::model_state(model, trainable_only);
     if (mixed_) {
       for (auto& [name, t] : state) t = mixed_->master_of(t);
     }

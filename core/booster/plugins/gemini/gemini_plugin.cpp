@@ -17,9 +17,10 @@ using namespace colossal::zero;  // the ZeRO mechanism this plugin drives
 
 namespace {
 
-// A module with hooks: the managed parameters it owns and their distinct chunks (computed once).
+// A module with hooks: the managed parameters it owns and their distinct chunks, the frozen
+// ones apart (computed once).
 struct HookedModule {
-  std::vector<size_t> params, chunks;
+  std::vector<size_t> params, chunks, frozen_chunks;
 };
 
 // The plugin glue: forward hooks gather a module's chunks before it runs and release them
@@ -52,14 +53,8 @@ class GeminiModel : public StepHooks, public StateStore {
                            : std::nullopt) {
     chunks_.collect(model, optimizer);
     parallel::broadcast_model_state(model, group);  // a lazily built model: its seed
-    {
-      // Frozen parameters (a LoRA run's base) are in no chunk: whole on every rank, in the
-      // compute dtype, never reduced or stepped.
-      nn::materialize_frozen(model, device);
-      torch::NoGradGuard no_grad;
-      for (auto& p : model.parameters())
-        if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.detach().to(device, compute_dtype_));
-    }
+    // Frozen parameters (a LoRA run's base) get chunks of their own: sharded and gathered for
+    // compute like the rest, never reduced or stepped.
     auto* init = dynamic_cast<nn::ParameterInitializer*>(&model);
     chunks_.build(policy_, shards_, optimizer, /*keep_all_gathered=*/options.check_first_step, init);
     if (init) init->parameters_materialized();
@@ -91,6 +86,14 @@ class GeminiModel : public StepHooks, public StateStore {
     // Parameters without a gradient contribute zeros; chunks go out in index order.
     for (size_t ci = 0; ci < chunks.size(); ++ci) {
       auto& c = chunks[ci];
+      if (c.frozen) {  // backward is over: whatever still computes is done
+        for (size_t pi : c.params)
+          if (chunks_.params()[pi].state == TensorState::kCompute)
+            chunks_.set_state(chunks_.params()[pi], TensorState::kHold);
+        if (!first_step_ && policy_.releases_after_use() && !c.keep_gathered && chunks_.releasable(ci))
+          chunks_.release(ci);
+        continue;
+      }
       if (c.ready == static_cast<int64_t>(c.params.size())) continue;
       for (size_t pi : c.params) {
         auto& p = chunks_.params()[pi];
@@ -115,6 +118,7 @@ class GeminiModel : public StepHooks, public StateStore {
     }
     policy_.end_step();
     reset_usage();
+    std::fill(backward_users_.begin(), backward_users_.end(), 0);
     chunks_.bind_master_grads(shards_);
     shards_.prepare_grads();
   }
@@ -125,7 +129,7 @@ class GeminiModel : public StepHooks, public StateStore {
   void zero_grad(torch::optim::Optimizer&) override {
     torch::NoGradGuard no_grad;
     for (auto& c : chunks_.chunks())
-      if (!nn::is_deferred(c.grad_shard)) c.grad_shard.zero_();
+      if (c.grad_shard.defined() && !nn::is_deferred(c.grad_shard)) c.grad_shard.zero_();
     for (auto& p : chunks_.params()) p.param.mutable_grad() = torch::Tensor();
     for (auto& s : shards_.slices()) s.master.mutable_grad() = torch::Tensor();
   }
@@ -144,14 +148,15 @@ class GeminiModel : public StepHooks, public StateStore {
   }
 
   // ---- checkpoints ----------------------------------------------------------------------
-  checkpoint::NamedTensors model_state(const torch::nn::Module& model) const override {
+  checkpoint::NamedTensors model_state(const torch::nn::Module& model, bool trainable_only) const override {
     torch::NoGradGuard no_grad;
-    auto state = StateStore::model_state(model);
+    auto state = StateStore::model_state(model, trainable_only);
     std::map<std::string, size_t> pos;
     for (size_t i = 0; i < state.size(); ++i) pos[state[i].first] = i;
     const auto& chunks = chunks_.chunks();
     gathered_.assign(chunks.size(), torch::Tensor());
     for (size_t ci = 0; ci < chunks.size(); ++ci) {
+      if (chunks[ci].frozen && trainable_only) continue;
       // Gathered on the device (NCCL moves device memory), wherever the masters live.
       auto mine = chunks_.read_master(ci).to(device_).contiguous();
       auto full = torch::empty({chunks[ci].elements}, mine.options());
@@ -191,6 +196,7 @@ class GeminiModel : public StepHooks, public StateStore {
       const int64_t shard_bytes = c.shard_elements * elem, master_bytes = c.shard_elements * 4;
       const std::string param_tier = chunks_.tier_label(c.param_tier), optim_tier = chunks_.tier_label(c.optim_tier);
       r.add("parameters", param_tier, shard_bytes);
+      if (c.frozen) continue;
       if (!nn::is_deferred(c.grad_shard))  // memory only after the first backward
         r.add("gradients", c.nvme_optim() ? "host" : optim_tier,
               c.grad_shard.numel() * static_cast<int64_t>(c.grad_shard.element_size()));
@@ -236,10 +242,15 @@ class GeminiModel : public StepHooks, public StateStore {
       unit->params = own;
       for (size_t pi : own) {
         const size_t ci = chunks_.params()[pi].chunk;
-        if (std::find(unit->chunks.begin(), unit->chunks.end(), ci) == unit->chunks.end()) unit->chunks.push_back(ci);
+        if (std::find(unit->chunks.begin(), unit->chunks.end(), ci) != unit->chunks.end()) continue;
+        unit->chunks.push_back(ci);
+        if (chunks_.chunks()[ci].frozen) unit->frozen_chunks.push_back(ci);
       }
       nn::ForwardHooks hooks;
-      hooks.pre = [this, unit] { access(*unit); };
+      hooks.pre = [this, unit](const std::vector<torch::Tensor>& inputs) {
+        access(*unit);
+        watch_frozen_backward(unit, inputs);
+      };
       hooks.post = [this, unit](const std::vector<torch::Tensor>& outputs) { post_forward(unit, outputs); };
       hook_ids_.push_back(nn::set_forward_hooks(module, std::move(hooks)));
     }
@@ -249,13 +260,56 @@ class GeminiModel : public StepHooks, public StateStore {
   void install_gradient_hooks() {
     std::vector<torch::Tensor> params;
     std::vector<std::string> names;
-    for (const auto& p : chunks_.params()) {
+    std::vector<size_t> index;  // hook argument -> managed parameter
+    for (size_t i = 0; i < chunks_.params().size(); ++i) {
+      const auto& p = chunks_.params()[i];
+      if (p.frozen) continue;
       params.push_back(p.param);
       names.push_back(p.name);
+      index.push_back(i);
     }
-    accumulators_ = parallel::add_gradient_ready_hooks(params, names, "gemini", [this](size_t i) {
-      if (in_backward_) gradient_ready(i);
+    accumulators_ = parallel::add_gradient_ready_hooks(params, names, "gemini", [this, index](size_t i) {
+      if (in_backward_) gradient_ready(index[i]);
     });
+    backward_users_.assign(chunks_.chunks().size(), 0);
+  }
+
+  // A frozen chunk has no gradient to say when the backward that needed it is over. The
+  // module's inputs do: their gradients are complete only after every module reading them ran
+  // its backward (which uses the frozen weights). Each forward with autograd on counts the
+  // module as a user of its frozen chunks until then; the last one done releases the chunk
+  // (static placement). A module whose inputs need no gradient keeps its chunks gathered until
+  // the end of backward.
+  void watch_frozen_backward(const std::shared_ptr<HookedModule>& unit, const std::vector<torch::Tensor>& inputs) {
+    if (unit->frozen_chunks.empty() || !torch::GradMode::is_enabled()) return;
+    bool watched = false;
+    auto fired = std::make_shared<bool>(false);
+    for (const auto& in : inputs) {
+      if (!in.defined() || !in.requires_grad()) continue;
+      watched = true;
+      in.register_hook([this, unit, fired](const torch::Tensor& g) {
+        if (!*fired && in_backward_) {
+          *fired = true;
+          frozen_backward_done(*unit);
+        }
+        return g;
+      });
+    }
+    if (!watched) return;
+    for (size_t ci : unit->frozen_chunks) ++backward_users_[ci];
+  }
+
+  void frozen_backward_done(const HookedModule& unit) {
+    for (size_t ci : unit.frozen_chunks) {
+      if (backward_users_[ci] > 0) --backward_users_[ci];
+      if (backward_users_[ci] > 0) continue;
+      for (size_t pi : chunks_.chunks()[ci].params)
+        if (chunks_.params()[pi].state == TensorState::kCompute)
+          chunks_.set_state(chunks_.params()[pi], TensorState::kHold);
+      const auto& c = chunks_.chunks()[ci];
+      if (!first_step_ && policy_.releases_after_use() && !c.keep_gathered && chunks_.releasable(ci))
+        chunks_.release(ci);
+    }
   }
 
   void reset_usage() {
@@ -366,6 +420,7 @@ class GeminiModel : public StepHooks, public StateStore {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   bool first_step_ = true;
   bool in_backward_ = false;
+  std::vector<int64_t> backward_users_;  // per chunk: modules whose backward still needs it (frozen chunks)
   std::vector<std::string> used_outside_call_;
   mutable std::vector<torch::Tensor> gathered_;  // model_state -> after_load
 };

@@ -136,11 +136,11 @@ class ZeroModel : public booster::StepHooks, public booster::StateStore {
   }
 
   // ---- checkpoints ----------------------------------------------------------------------
-  checkpoint::NamedTensors model_state(const torch::nn::Module& model) const override {
-    if (masters_are_views_) return StateStore::model_state(model);
+  checkpoint::NamedTensors model_state(const torch::nn::Module& model, bool trainable_only) const override {
+    if (masters_are_views_) return StateStore::model_state(model, trainable_only);
     // Separate fp32 masters: gather them into full tensors, which a load then writes into.
     torch::NoGradGuard no_grad;
-    auto state = StateStore::model_state(model);
+    auto state = StateStore::model_state(model, trainable_only);
     std::map<const void*, size_t> pos;
     for (size_t i = 0; i < state.size(); ++i) pos[state[i].second.unsafeGetTensorImpl()] = i;
     gathered_.clear();

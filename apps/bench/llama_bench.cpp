@@ -20,15 +20,19 @@
 // (on every rank at once for 2x1, summed), so a busy machine lowers both sides together. Runs
 // alternate (ours and every reference, --repeats times) and the fastest of each is kept.
 //
-// LoRA fine-tuning (--lora_rank R, optionally --quantize_base nf4|int8|int4): ours with
-// Booster::enable_lora (r R, alpha 2R, every projection of the blocks; the embedding, norms and
-// head frozen) beside PEFT's get_peft_model on the reference model (QLoRA nf4: bitsandbytes'
-// Linear4bit base); FLOPs per token are then 2/3 of the above (no weight gradients for the base),
-// and the goal is >= 1.3.
+// Fine-tuning modes (--modes full,lora,qlora; or --lora_rank R [--quantize_base F] for one):
+// LoRA is ours with Booster::enable_lora (r R, alpha 2R, every projection of the blocks; the
+// embedding, norms and head frozen) beside PEFT's get_peft_model on the reference model; QLoRA
+// keeps our base in --quantize_base (nf4 by default) beside PEFT over bitsandbytes' Linear4bit
+// (nf4). FLOPs per token are then 2/3 of the above (no weight gradients for the base). Goals:
+// LoRA and QLoRA >= 1.3x PEFT's best tokens/s at no more peak memory per rank; QLoRA's peak
+// <= 0.4x full fine-tuning's (ours, same layout).
 //
 //   build/apps/bench_llama [--shapes S,M] [--layouts 1x2,2x1] [--plugins ddp,zero1,zero2,gemini]
 //                          [--precisions fp32,bf16] [--references ddp,ddp+compile,zero1,fsdp2]
-//                          [--lora_rank 16 [--quantize_base nf4]]
+//                          [--modes full,lora,qlora] [--lora_rank 16] [--quantize_base nf4]
+//   build/apps/bench_lora  the same program with the fine-tuning defaults: --modes full,lora,qlora
+//                          --shapes M --plugins ddp --precisions fp32 --references ddp,ddp+compile
 // The driver runs each row as its own `colossal run` (or torchrun) job and prints one table.
 #include <sys/stat.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -79,6 +83,7 @@ struct Args {
   bool grad_checkpoint = false;
   int64_t lora_rank = 0;      // > 0: LoRA fine-tuning against PEFT
   std::string quantize_base;  // QLoRA: nf4 | int8 | int4
+  std::string modes;          // full,lora,qlora (empty: what --lora_rank/--quantize_base say)
   // Child-job settings (set by the driver).
   std::string shape = "S";
   int threads = 0;
@@ -88,6 +93,7 @@ struct Args {
 struct Row {
   std::string impl = "colossal";  // "ours:<plugin>" or "torch:<strategy>"
   std::string precision = "fp32";
+  std::string mode = "full";      // full | lora | qlora
   std::string shape, layout;
   double step_s = 0, tokens_s = 0, matmul_gflops = 0, model_gflops = 0, mfu = 0, peak_gib = 0;
 };
@@ -178,20 +184,23 @@ std::string row_line(const Row& r) {
 
 const Row* find_row(const std::vector<Row>& rows, const Row& like, const std::string& impl) {
   for (const auto& r : rows)
-    if (r.impl == impl && r.shape == like.shape && r.layout == like.layout && r.precision == like.precision) return &r;
+    if (r.impl == impl && r.shape == like.shape && r.layout == like.layout && r.precision == like.precision &&
+        r.mode == like.mode)
+      return &r;
   return nullptr;
 }
 
-void print_table(const std::vector<Row>& rows, double goal) {
-  std::printf("\n%-5s %-7s %-5s %-19s %9s %10s %11s %11s %7s %9s\n", "shape", "layout", "prec", "impl", "step s",
-              "tokens/s", "mm GFLOP/s", "model GF/s", "MFU", "peak GiB");
+void print_table(const std::vector<Row>& rows) {
+  std::printf("\n%-5s %-7s %-5s %-5s %-19s %9s %10s %11s %11s %7s %9s\n", "shape", "layout", "prec", "mode", "impl",
+              "step s", "tokens/s", "mm GFLOP/s", "model GF/s", "MFU", "peak GiB");
   for (const auto& r : rows)
-    std::printf("%-5s %-7s %-5s %-19s %9.3f %10.1f %11.1f %11.1f %6.1f%% %9.2f\n", r.shape.c_str(), r.layout.c_str(),
-                r.precision.c_str(), r.impl.c_str(), r.step_s, r.tokens_s, r.matmul_gflops, r.model_gflops,
-                100 * r.mfu, r.peak_gib);
+    std::printf("%-5s %-7s %-5s %-5s %-19s %9.3f %10.1f %11.1f %11.1f %6.1f%% %9.2f\n", r.shape.c_str(),
+                r.layout.c_str(), r.precision.c_str(), r.mode.c_str(), r.impl.c_str(), r.step_s, r.tokens_s,
+                r.matmul_gflops, r.model_gflops, 100 * r.mfu, r.peak_gib);
   // The ratios: each of ours against the PyTorch way a user would pick instead (the faster of
-  // the listed ones).
-  std::printf("\nratios (ours / PyTorch's best of the listed, tokens/s; the goal is >= %.2f):\n", goal);
+  // the listed ones); peak memory per rank beside that one's.
+  std::printf("\nratios (ours / PyTorch's best of the listed, tokens/s, then peak memory per rank; the goals: "
+              "full training >= 1.15x, LoRA and QLoRA >= 1.3x at <= 1x memory):\n");
   const std::map<std::string, std::vector<std::string>> against = {
       {"ours:ddp", {"torch:ddp", "torch:ddp+compile"}},
       {"ours:zero1", {"torch:zero1"}},
@@ -204,9 +213,22 @@ void print_table(const std::vector<Row>& rows, double goal) {
     for (const auto& impl : it->second)
       if (const Row* r = find_row(rows, ours, impl); r && (!best || r->tokens_s > best->tokens_s)) best = r;
     if (!best) continue;
-    const double ratio = ours.tokens_s / best->tokens_s;
-    std::printf("  %-5s %-7s %-5s %-12s / %-18s %5.2fx %s\n", ours.shape.c_str(), ours.layout.c_str(),
-                ours.precision.c_str(), ours.impl.c_str(), best->impl.c_str(), ratio, ratio >= goal ? "" : "(below goal)");
+    const double goal = ours.mode == "full" ? 1.15 : 1.3;
+    const double ratio = ours.tokens_s / best->tokens_s, memory = ours.peak_gib / best->peak_gib;
+    const bool met = ratio >= goal && (ours.mode == "full" || memory <= 1.0);
+    std::printf("  %-5s %-7s %-5s %-5s %-12s / %-18s %5.2fx  memory %5.2fx %s\n", ours.shape.c_str(),
+                ours.layout.c_str(), ours.precision.c_str(), ours.mode.c_str(), ours.impl.c_str(), best->impl.c_str(),
+                ratio, memory, met ? "" : "(below goal)");
+  }
+  // QLoRA's point is memory: its peak beside full fine-tuning's, ours, same layout (goal <= 0.4).
+  for (const auto& q : rows) {
+    if (q.mode != "qlora" || q.impl.rfind("ours:", 0) != 0) continue;
+    Row like = q;
+    like.mode = "full";
+    if (const Row* full = find_row(rows, like, q.impl))
+      std::printf("  %-5s %-7s %-5s qlora %-12s peak memory / full fine-tuning's: %.2fx %s\n", q.shape.c_str(),
+                  q.layout.c_str(), q.precision.c_str(), q.impl.c_str(), q.peak_gib / full->peak_gib,
+                  q.peak_gib / full->peak_gib <= 0.4 ? "" : "(above the 0.4 goal)");
   }
 }
 
@@ -237,7 +259,9 @@ bool run_row(const std::string& what, const std::string& cmd, const std::string&
 int drive(const Args& a, const std::string& self, int argc, char** argv) {
   std::string launcher = self.substr(0, self.rfind('/')) + "/colossal";
   std::string passthrough = colossal::bench::passthrough_args(
-      argc, argv, {"--shapes", "--layouts", "--python", "--repeats", "--plugins", "--precisions", "--references"},
+      argc, argv,
+      {"--shapes", "--layouts", "--python", "--repeats", "--plugins", "--precisions", "--references", "--modes",
+       "--lora_rank", "--quantize_base"},
       {"--no_reference"});
   std::printf("batch %d per rank, median of %d steps after a warm-up, best of %d alternating runs\n", a.batch, a.steps,
               a.repeats);
@@ -259,27 +283,38 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
   }
   std::vector<Row> rows;
   const std::string row_file = "/tmp/bench_llama_row_" + std::to_string(::getpid());
-  std::string lora_flags;
-  if (a.lora_rank > 0) {
-    lora_flags = " --lora_rank " + std::to_string(a.lora_rank);
-    if (!a.quantize_base.empty()) lora_flags += " --quantize_base " + a.quantize_base;
-    std::printf("LoRA fine-tuning: rank %ld, alpha %ld, every projection of the blocks%s%s; PyTorch rows are PEFT's\n",
-                static_cast<long>(a.lora_rank), static_cast<long>(2 * a.lora_rank),
-                a.quantize_base.empty() ? "" : ", base in ", a.quantize_base.c_str());
+  // The modes and each one's flags for our jobs and for the reference's (PEFT: nf4 only).
+  std::string modes = a.modes;
+  if (modes.empty()) modes = a.lora_rank <= 0 ? "full" : a.quantize_base.empty() ? "lora" : "qlora";
+  const int64_t rank = a.lora_rank > 0 ? a.lora_rank : 16;
+  const std::string format = a.quantize_base.empty() ? "nf4" : a.quantize_base;
+  std::map<std::string, std::pair<std::string, std::string>> mode_flags;  // mode -> (ours, reference)
+  for (const auto& mode : split_list(modes)) {
+    COLOSSAL_CHECK(mode == "full" || mode == "lora" || mode == "qlora", "--modes: expected full, lora or qlora, got '",
+                   mode, "'");
+    const std::string lora = mode == "full" ? "" : " --lora_rank " + std::to_string(rank);
+    mode_flags[mode] = {lora + (mode == "qlora" ? " --quantize_base " + format : ""),
+                        lora + (mode == "qlora" ? " --quantize_base nf4" : "")};
   }
+  if (modes != "full")
+    std::printf("LoRA fine-tuning: rank %ld, alpha %ld, every projection of the blocks; QLoRA base in %s (PEFT: "
+                "bitsandbytes nf4); PyTorch rows are PEFT's\n",
+                static_cast<long>(rank), static_cast<long>(2 * rank), format.c_str());
   for (const auto& shape : split_list(a.shapes)) {
     for (const auto& layout : split_list(a.layouts)) {
       auto x = layout.find('x');
       COLOSSAL_CHECK(x != std::string::npos, "--layouts: expected RANKSxTHREADS like 2x1, got '", layout, "'");
       const std::string ranks = layout.substr(0, x), threads = layout.substr(x + 1);
-      for (const auto& precision : split_list(a.precisions)) {
-        // Every job of this (shape, layout, precision): label and command.
+      for (const auto& precision : split_list(a.precisions))
+      for (const auto& mode : split_list(modes)) {
+        const auto& [ours_flags, lora_flags] = mode_flags.at(mode);
+        // Every job of this (shape, layout, precision, mode): label and command.
         std::vector<std::pair<std::string, std::string>> jobs;
         for (const auto& plugin : split_list(a.plugins))
           jobs.emplace_back("ours:" + plugin, "OMP_NUM_THREADS=" + threads + " '" + launcher + "' run --nproc_per_node " +
                                                   ranks + " -- '" + self + "' --shape " + shape + " --threads " +
                                                   threads + " --plugin " + plugin + " --precision " + precision +
-                                                  " --row_file " + row_file + passthrough);
+                                                  " --row_file " + row_file + ours_flags + passthrough);
         for (const auto& strategy : reference.empty() ? std::vector<std::string>{} : split_list(a.references)) {
           const bool compile = strategy.size() > 8 && strategy.substr(strategy.size() - 8) == "+compile";
           const std::string base = compile ? strategy.substr(0, strategy.size() - 8) : strategy;
@@ -297,12 +332,13 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
         for (int rep = 0; rep < a.repeats; ++rep)
           for (const auto& [impl, cmd] : jobs) {
             Row r;
-            if (!run_row(impl + " " + precision + ", " + shape + " on " + layout, cmd, row_file, r)) {
+            if (!run_row(impl + " " + mode + " " + precision + ", " + shape + " on " + layout, cmd, row_file, r)) {
               if (impl.rfind("ours:", 0) == 0) return 1;  // ours must run; a reference may be unavailable
               continue;
             }
             r.impl = impl;
             r.precision = precision;
+            r.mode = mode;
             if (!best.count(impl) || r.tokens_s > best[impl].tokens_s) best[impl] = r;
           }
         for (const auto& [impl, cmd] : jobs)
@@ -310,7 +346,7 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
       }
     }
   }
-  print_table(rows, a.lora_rank > 0 ? 1.3 : 1.15);
+  print_table(rows);
   return 0;
 }
 
@@ -318,6 +354,15 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   Args a;
+  const std::string self = colossal::bench::self_path();
+  const std::string invoked = argv[0];  // bench_lora is a link to this program: its name picks the defaults
+  if (invoked.size() >= 10 && invoked.substr(invoked.size() - 10) == "bench_lora") {
+    a.modes = "full,lora,qlora";
+    a.shapes = "M";
+    a.plugins = "ddp";
+    a.precisions = "fp32";
+    a.references = "ddp,ddp+compile";
+  }
   CLI::App app{"LLaMA training tokens/s and MFU on the S and M shapes"};
   app.add_option("--shapes", a.shapes, "comma-separated: S,M")->capture_default_str();
   app.add_option("--layouts", a.layouts, "comma-separated RANKSxTHREADS")->capture_default_str();
@@ -334,6 +379,8 @@ int main(int argc, char** argv) {
   app.add_option("--lora_rank", a.lora_rank, "LoRA fine-tuning at this rank (ours: enable_lora; PyTorch: PEFT)");
   app.add_option("--quantize_base", a.quantize_base, "with --lora_rank: QLoRA base nf4 | int8 | int4 (PEFT: nf4 only)")
       ->check(CLI::IsMember({"", "nf4", "int8", "int4"}));
+  app.add_option("--modes", a.modes, "comma-separated fine-tuning modes: full, lora, qlora (rank --lora_rank or 16; "
+                 "QLoRA base --quantize_base or nf4)")->capture_default_str();
   app.add_option("--python", a.python, "Python with torch for the PyTorch reference");
   app.add_flag("!--no_reference", a.reference, "skip the PyTorch reference rows");
   app.add_option("--shape", a.shape, "(internal) the child job's shape");
@@ -342,7 +389,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (std::getenv("RANK") == nullptr) {
-      return drive(a, colossal::bench::self_path(), argc, argv);
+      return drive(a, self, argc, argv);
     }
     dist::init();
     auto row = run_job(a);

@@ -126,12 +126,12 @@ void ChunkManager::build(const PlacementPolicy& policy, MasterShards& shards, co
   std::vector<size_t> trainable, frozen;
   for (size_t i = 0; i < params_.size(); ++i) (params_[i].frozen ? frozen : trainable).push_back(i);
   auto chunk_size_for = [&](const std::vector<size_t>& ids) {
+    if (options_.chunk_elements > 0) return (options_.chunk_elements + ranks_ - 1) / ranks_ * ranks_;
     std::vector<int64_t> sizes;  // the parameters that get sharded chunks (all of them if none is large)
     for (size_t i : ids)
       if (params_[i].numel >= options_.keep_gathered_below) sizes.push_back(params_[i].numel);
     if (sizes.empty())
       for (size_t i : ids) sizes.push_back(params_[i].numel);
-    if (options_.chunk_elements > 0) return (options_.chunk_elements + ranks_ - 1) / ranks_ * ranks_;
     auto search = options_.search;
     search.ranks = ranks_;
     return search_chunk_size(sizes, search).chunk_elements;

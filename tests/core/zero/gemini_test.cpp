@@ -31,6 +31,16 @@ GeminiPlugin::Options small_chunks() {
   return g;
 }
 
+// Two steps of the sum of the outputs on a batch of ones.
+template <class Boosted>
+void step_twice(booster::Booster& booster, Boosted& b, ToyNet& model) {
+  for (int step = 0; step < 2; ++step) {
+    b.optimizer->zero_grad();
+    booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
+    b.optimizer->step();
+  }
+}
+
 Trace train_gemini(const TrainOptions& o, GeminiPlugin::Options g) {
   return train_boosted(std::make_shared<GeminiPlugin>(g), o);
 }
@@ -129,11 +139,7 @@ TEST(Gemini, ReleasedChunksHoldNoMemory) {
     auto opt = std::make_shared<torch::optim::AdamW>(model->parameters());
     booster::Booster booster(std::make_shared<GeminiPlugin>(small_chunks()));
     auto b = booster.boost(model.ptr(), opt);
-    for (int step = 0; step < 2; ++step) {
-      b.optimizer->zero_grad();
-      booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
-      b.optimizer->step();
-    }
+    step_twice(booster, b, model);
     for (const auto& p : model->parameters())
       EXPECT_EQ(p.storage().nbytes(), 0u) << "between steps no chunk is gathered";
     int64_t held = 0, total = 0;
@@ -170,11 +176,7 @@ TEST(Gemini, FrozenParametersAreShardedGatheredForComputeAndNeverStepped) {
     auto opt = std::make_shared<torch::optim::AdamW>(trainable(model, o));
     booster::Booster booster(std::make_shared<GeminiPlugin>(small_chunks()));
     auto b = booster.boost(model.ptr(), opt);
-    for (int step = 0; step < 2; ++step) {
-      b.optimizer->zero_grad();
-      booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
-      b.optimizer->step();
-    }
+    step_twice(booster, b, model);
     for (const auto& p : model->parameters()) EXPECT_EQ(p.storage().nbytes(), 0u) << "no chunk gathered between steps";
     auto report = b.optimizer->model_wrapper().hooks().memory_report(*model, b.optimizer->inner());
     // fc1 (312 elements) and norm + fc2 (48 + 75) each in a chunk of 320: 160 + 160 per rank.
@@ -199,11 +201,7 @@ TEST(Gemini, SmallParametersStayGatheredAndMatch) {
     auto opt = std::make_shared<torch::optim::AdamW>(model->parameters());
     booster::Booster booster(std::make_shared<GeminiPlugin>(g));
     auto b = booster.boost(model.ptr(), opt);
-    for (int step = 0; step < 2; ++step) {
-      b.optimizer->zero_grad();
-      booster.backward(model->forward(torch::ones({2, kIn})).sum(), *b.optimizer);
-      b.optimizer->step();
-    }
+    step_twice(booster, b, model);
     for (const auto& item : model->named_parameters()) {
       bool small = item.value().numel() < 100;
       EXPECT_EQ(item.value().storage().nbytes() > 0, small) << item.key();

@@ -87,11 +87,7 @@ class GeminiModel : public StepHooks, public StateStore {
     for (size_t ci = 0; ci < chunks.size(); ++ci) {
       auto& c = chunks[ci];
       if (c.frozen) {  // backward is over: whatever still computes is done
-        for (size_t pi : c.params)
-          if (chunks_.params()[pi].state == TensorState::kCompute)
-            chunks_.set_state(chunks_.params()[pi], TensorState::kHold);
-        if (!first_step_ && policy_.releases_after_use() && !c.keep_gathered && chunks_.releasable(ci))
-          chunks_.release(ci);
+        frozen_chunk_done(ci);
         continue;
       }
       if (c.ready == static_cast<int64_t>(c.params.size())) continue;
@@ -302,14 +298,18 @@ class GeminiModel : public StepHooks, public StateStore {
   void frozen_backward_done(const HookedModule& unit) {
     for (size_t ci : unit.frozen_chunks) {
       if (backward_users_[ci] > 0) --backward_users_[ci];
-      if (backward_users_[ci] > 0) continue;
-      for (size_t pi : chunks_.chunks()[ci].params)
-        if (chunks_.params()[pi].state == TensorState::kCompute)
-          chunks_.set_state(chunks_.params()[pi], TensorState::kHold);
-      const auto& c = chunks_.chunks()[ci];
-      if (!first_step_ && policy_.releases_after_use() && !c.keep_gathered && chunks_.releasable(ci))
-        chunks_.release(ci);
+      if (backward_users_[ci] == 0) frozen_chunk_done(ci);
     }
+  }
+
+  // No backward needs frozen chunk `ci` any more: its parameters rest, and static placement
+  // releases it.
+  void frozen_chunk_done(size_t ci) {
+    for (size_t pi : chunks_.chunks()[ci].params)
+      if (chunks_.params()[pi].state == TensorState::kCompute)
+        chunks_.set_state(chunks_.params()[pi], TensorState::kHold);
+    const auto& c = chunks_.chunks()[ci];
+    if (!first_step_ && policy_.releases_after_use() && !c.keep_gathered && chunks_.releasable(ci)) chunks_.release(ci);
   }
 
   void reset_usage() {

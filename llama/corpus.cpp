@@ -6,7 +6,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -126,6 +128,44 @@ CorpusSplit write_austen_jsonl(const std::string& rdb_path, const std::string& o
   checkpoint::write_text_atomically(out_dir + "/train.jsonl", train.str());
   checkpoint::write_text_atomically(out_dir + "/valid.jsonl", valid.str());
   return split;
+}
+
+int64_t write_preference_pairs(const std::string& text_jsonl, const std::string& out_jsonl, uint64_t seed,
+                               int prompt_words, int answer_words) {
+  COLOSSAL_CHECK(prompt_words >= 1 && answer_words >= 2, "[corpus] preference pairs need a prompt word and two "
+                 "answer words");
+  std::ifstream in(text_jsonl);
+  COLOSSAL_CHECK(in.good(), "[corpus] cannot read '", text_jsonl, "'");
+  std::mt19937_64 rng(seed);
+  std::ostringstream out;
+  int64_t pairs = 0;
+  std::string line;
+  auto join = [](const std::vector<std::string>& w, size_t begin, size_t end) {
+    std::string s;
+    for (size_t i = begin; i < end; ++i) s += (i > begin ? " " : "") + w[i];
+    return s;
+  };
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    auto js = nlohmann::json::parse(line, nullptr, false);
+    if (js.is_discarded() || !js.contains("text") || !js["text"].is_string()) continue;
+    std::istringstream words_in(js["text"].get<std::string>());
+    std::vector<std::string> words;
+    for (std::string w; words_in >> w;) words.push_back(w);
+    const size_t p = static_cast<size_t>(prompt_words), a = static_cast<size_t>(answer_words);
+    if (words.size() < p + a) continue;
+    std::vector<std::string> answer(words.begin() + static_cast<std::ptrdiff_t>(p),
+                                    words.begin() + static_cast<std::ptrdiff_t>(p + a));
+    auto shuffled = answer;
+    for (int tries = 0; tries < 8 && shuffled == answer; ++tries) std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    if (shuffled == answer) continue;  // the same words in every order
+    out << nlohmann::json{{"prompt", join(words, 0, p)}, {"chosen", join(answer, 0, a)},
+                          {"rejected", join(shuffled, 0, a)}}
+               .dump()
+        << "\n";
+    ++pairs;
+  }
+  checkpoint::write_text_atomically(out_jsonl, out.str());
+  return pairs;
 }
 
 std::string default_austen_rdb() {

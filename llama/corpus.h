@@ -24,6 +24,14 @@ struct CorpusSplit {
 /// paragraphs split at blank lines), every `valid_every`-th paragraph held out for evaluation.
 CorpusSplit write_austen_jsonl(const std::string& rdb_path, const std::string& out_dir, int valid_every = 50);
 
+/// Built-in preference pairs from a {"text"} JSONL file (write_austen_jsonl's): per paragraph of
+/// at least prompt_words + answer_words words, {"prompt": its first prompt_words words, "chosen":
+/// the answer_words that follow, "rejected": the same words in a shuffled order (seeded)}. A
+/// model that learns the pairs prefers fluent text to the same words scrambled. Returns the pairs
+/// written.
+int64_t write_preference_pairs(const std::string& text_jsonl, const std::string& out_jsonl, uint64_t seed = 0,
+                               int prompt_words = 8, int answer_words = 12);
+
 /// Where setup.sh unpacks the package's data (under the project cache).
 std::string default_austen_rdb();
 

@@ -151,40 +151,16 @@ void build_cache(const DatasetOptions& o, const text::Tokenizer& tok, const std:
         else problem = "expected a string field \"text\" (or \"source\" and \"target\")";
         if (problem.empty()) add(tok.encode_with(text, true, true), 1);
       } else {
-        std::vector<std::pair<std::string, std::string>> messages;  // (human|assistant, content)
-        nlohmann::ordered_json roles = nlohmann::ordered_json::array();  // as a chat template reads them
+        Conversation conversation;
         if (!js.contains("messages") || !js["messages"].is_array() || js["messages"].empty()) {
           problem = "expected a non-empty array \"messages\"";
         } else {
-          for (const auto& m : js["messages"]) {
-            // {"role": user|assistant|system|tool, "content"} (transformers) or {"from": human|assistant, "content"}.
-            const bool by_role = m.is_object() && m.contains("role") && m["role"].is_string();
-            const std::string who = by_role ? m["role"].get<std::string>()
-                                    : m.is_object() && m.contains("from") && m["from"].is_string() ? m["from"].get<std::string>() : "";
-            const bool known = by_role ? (who == "user" || who == "assistant" || who == "system" || who == "tool")
-                                       : (who == "human" || who == "assistant");
-            if (!known || !m.contains("content") || !m["content"].is_string()) {
-              problem = "each message needs \"role\" (user, assistant, system or tool) or \"from\" (human or assistant), "
-                        "and a string \"content\"";
-              break;
-            }
-            const std::string role = who == "human" ? "user" : who;
-            roles.push_back(nlohmann::ordered_json::parse(m.dump()));
-            roles.back()["role"] = role;
-            roles.back().erase("from");
-            if (role == "user" || role == "assistant") messages.emplace_back(role == "user" ? "human" : "assistant", m["content"]);
-          }
+          problem = read_messages(js["messages"], conversation);
         }
-        const bool own_template = o.chat_template == "auto" && !tok.chat_template().empty();
-        if (problem.empty() && own_template) {
-          for (const auto& seg : template_segments(tok, roles)) add(tok.encode(seg.text, false), seg.assistant ? 1 : 0);
-          docs.push_back(static_cast<int64_t>(tokens.size()));
-        } else if (problem.empty()) {
-          for (const auto& seg : apply_chat_template(o.chat_template == "auto" ? "llama2" : o.chat_template, messages)) {
-            // BOS before each human turn, EOS after each reply, where the model has them.
-            if (!seg.assistant) add(tok.encode_with(seg.text, true, false), 0);
-            else add(tok.encode_with(seg.text, false, true), 1);
-          }
+        if (problem.empty()) {
+          const auto t = tokenize_conversation(tok, conversation, o.chat_template);
+          tokens.insert(tokens.end(), t.ids.begin(), t.ids.end());
+          mask.insert(mask.end(), t.mask.begin(), t.mask.end());
           docs.push_back(static_cast<int64_t>(tokens.size()));
         }
       }
@@ -218,6 +194,50 @@ void build_cache(const DatasetOptions& o, const text::Tokenizer& tok, const std:
 struct TokenDataset::Mapping : MappedFile {
   using MappedFile::MappedFile;
 };
+
+std::string read_messages(const nlohmann::json& array, Conversation& out) {
+  out = Conversation{};
+  if (!array.is_array()) return "expected an array of messages";
+  for (const auto& m : array) {
+    // {"role": user|assistant|system|tool, "content"} (transformers) or {"from": human|assistant, "content"}.
+    const bool by_role = m.is_object() && m.contains("role") && m["role"].is_string();
+    const std::string who = by_role ? m["role"].get<std::string>()
+                            : m.is_object() && m.contains("from") && m["from"].is_string() ? m["from"].get<std::string>()
+                                                                                            : "";
+    const bool known = by_role ? (who == "user" || who == "assistant" || who == "system" || who == "tool")
+                               : (who == "human" || who == "assistant");
+    if (!known || !m.contains("content") || !m["content"].is_string())
+      return "each message needs \"role\" (user, assistant, system or tool) or \"from\" (human or assistant), and "
+             "a string \"content\"";
+    const std::string role = who == "human" ? "user" : who;
+    out.roles.push_back(nlohmann::ordered_json::parse(m.dump()));
+    out.roles.back()["role"] = role;
+    out.roles.back().erase("from");
+    if (role == "user" || role == "assistant") out.turns.emplace_back(role == "user" ? "human" : "assistant", m["content"]);
+  }
+  return "";
+}
+
+TokenizedConversation tokenize_conversation(const text::Tokenizer& tok, const Conversation& c,
+                                            const std::string& chat_template, size_t first_reply) {
+  TokenizedConversation out;
+  size_t reply = 0;
+  auto add = [&](const std::vector<int64_t>& ids, bool assistant) {
+    const uint8_t m = assistant && reply++ >= first_reply ? 1 : 0;
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    out.mask.insert(out.mask.end(), ids.size(), m);
+  };
+  if (chat_template == "auto" && !tok.chat_template().empty()) {
+    for (const auto& seg : template_segments(tok, c.roles)) add(tok.encode(seg.text, false), seg.assistant);
+    return out;
+  }
+  for (const auto& seg : apply_chat_template(chat_template == "auto" ? "llama2" : chat_template, c.turns)) {
+    // BOS before each human turn, EOS after each reply, where the model has them.
+    if (!seg.assistant) add(tok.encode_with(seg.text, true, false), false);
+    else add(tok.encode_with(seg.text, false, true), true);
+  }
+  return out;
+}
 
 std::vector<ChatSegment> template_segments(const text::Tokenizer& tok, const nlohmann::ordered_json& messages) {
   std::vector<ChatSegment> out;

@@ -82,6 +82,28 @@ class TokenDataset {
   std::string key_;
 };
 
+/// A conversation as the chat templates read it: `roles` the messages with "role" (user,
+/// assistant, system, tool), `turns` the (human | assistant, content) pairs of the built-in templates.
+struct Conversation {
+  nlohmann::ordered_json roles = nlohmann::ordered_json::array();
+  std::vector<std::pair<std::string, std::string>> turns;
+};
+
+/// Reads messages {"role": user|assistant|system|tool, "content"} (transformers, TRL) or
+/// {"from": human|assistant, "content"} (ColossalChat). Returns the problem, or "" when fine.
+std::string read_messages(const nlohmann::json& array, Conversation& out);
+
+/// A conversation's tokens and, per token, 1 on the assistant replies from the
+/// `first_reply`-th on (counting from 0): the tokenizer's own template (chat_template "auto" and
+/// the tokenizer has one, via template_segments) or a built-in one by name (BOS before each human
+/// turn, EOS after each reply).
+struct TokenizedConversation {
+  std::vector<int64_t> ids;
+  std::vector<uint8_t> mask;
+};
+TokenizedConversation tokenize_conversation(const text::Tokenizer& tokenizer, const Conversation& conversation,
+                                            const std::string& chat_template, size_t first_reply = 0);
+
 /// The chat template by name ("llama2"): the text of `messages` and, per character range, whether
 /// it is an assistant reply. Throws listing the known names.
 struct ChatSegment {

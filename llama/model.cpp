@@ -542,6 +542,38 @@ torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const t
   return finish_loss(mean, flat_target, flat);
 }
 
+torch::Tensor LlamaForCausalLMImpl::token_log_probs(const torch::Tensor& input_ids, const torch::Tensor& labels) {
+  COLOSSAL_CHECK(!parallel_.pipeline.enabled(), "[llama] token_log_probs: not under pipeline parallelism (a "
+                 "sequence's log-likelihood needs the head's stage); use tp, sp or data parallelism");
+  COLOSSAL_CHECK(labels.sizes() == input_ids.sizes(), "[llama] token_log_probs: labels ", labels.sizes(),
+                 " and input_ids ", input_ids.sizes(), " differ in shape");
+  auto target = next_token_targets(labels);  // this rank's positions
+  const auto shape = target.sizes().vec();
+  auto flat_target = target.reshape({-1});
+  const bool fused = !parallel_.tensor_parallel() && input_ids.device().is_cpu() &&
+                     config_.final_logit_softcapping == 0;
+  if (!fused) {
+    auto logits = local_logits(input_ids);
+    if (parallel_.tensor_parallel())  // the whole vocabulary (backward: each rank its slice)
+      logits = parallel::gather_last_dim(logits, parallel_.tp).narrow(-1, 0, config_.vocab_size);
+    return nn::token_log_probs(logits.reshape({-1, logits.size(2)}), flat_target, -100).reshape(shape);
+  }
+  auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true);
+  auto flat = hidden.reshape({-1, hidden.size(2)});
+  tools::MemoryTracer::Scope traced("lm_head");
+  torch::nn::Module& head = lm_head ? static_cast<torch::nn::Module&>(*lm_head) : *model->embed_tokens;
+  auto out = nn::run_hooked(head, {flat}, [&] {
+    const auto& weight = lm_head ? lm_head->weight : model->embed_tokens->weight;
+    return nn::linear_token_log_probs(flat, weight, flat_target, -100);
+  });
+  return out.reshape(shape);
+}
+
+torch::Tensor LlamaForCausalLMImpl::sum_over_sequence(const torch::Tensor& per_token) {
+  auto sums = per_token.sum(1);
+  return holds_sequence_shard() ? parallel::reduce_from_group(sums, parallel_.sp) : sums;
+}
+
 torch::Tensor LlamaForCausalLMImpl::next_token_targets(const torch::Tensor& labels) const {
   // Shifting the labels rather than slicing the logits keeps backward from building a
   // zero-filled copy of the whole logits tensor.

@@ -148,6 +148,16 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   /// all_to_all and ring_attn each rank's gradients cover its own tokens: summed over the
   /// sequence-parallel group they are the gradient of the mean (the hybrid plugin sums them).
   torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels);
+  /// log p(labels[t + 1] | tokens up to t) at each position t this rank scores: [batch, seq] fp32
+  /// ([batch, seq / sp] at this rank's positions under all_to_all and ring_attn), 0 where the label
+  /// is -100 and at the last position. The head is fused in (nn::linear_token_log_probs) where
+  /// this rank holds it whole on the CPU; under tensor parallelism it reads the gathered logits.
+  /// Not under pipeline parallelism (a sequence's log-likelihood needs the head's stage).
+  torch::Tensor token_log_probs(const torch::Tensor& input_ids, const torch::Tensor& labels);
+  /// Per-token values of this rank's positions summed over each sequence: [batch], the same on
+  /// every rank of a sequence-parallel group (summed over it; each rank's gradient flows to its own
+  /// positions, as loss()'s does).
+  torch::Tensor sum_over_sequence(const torch::Tensor& per_token);
 
   // ---- pipeline stages (ParallelContext::pipeline): a rank builds only its model chunks ----
   /// Runs this rank's model chunk `chunk`: token ids in on the chunk holding the embedding,

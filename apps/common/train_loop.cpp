@@ -122,7 +122,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
       booster, b, resume,
       {.total_steps = total_steps, .length_flags = t.length_flags, .load_rank_state = t.load_rank_state});
   run.first_step = first_step;
-  if (t.after_resume) t.after_resume(first_step, *sampler);
+  if (t.after_resume) t.after_resume(first_step, total_steps, *sampler);
 
   // MFU's denominator: every rank's matrix-product rate in the compute dtype, measured now.
   double gflops = 0;

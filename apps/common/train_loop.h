@@ -157,9 +157,10 @@ struct TrainTask {
   bool save_trainable_only = false;  // checkpoints hold only what trains (a LoRA run's adapters)
   std::function<void(const std::string& step_dir)> save_rank_state, load_rank_state;
   std::function<void()> before_save;               // flush caches into the model's buffers
-  /// After the checkpoint (if any) is loaded: the step to come, and the sampler where it stands
-  /// (a loader running ahead starts from a copy).
-  std::function<void(int64_t first_step, const data::DistributedSampler& sampler)> after_resume;
+  /// After the checkpoint (if any) is loaded: the step to come, the run's last step, and the
+  /// sampler where it stands (a loader running ahead starts from a copy). Collective: every rank
+  /// calls it.
+  std::function<void(int64_t first_step, int64_t total_steps, const data::DistributedSampler& sampler)> after_resume;
   std::string log_file;            // JSON lines when --log_file is not given (empty: none)
   std::string run;                 // tags the JSON lines and names the TensorBoard subdirectory
 

@@ -8,6 +8,7 @@ namespace colossal::llama_app {
 void TrainArgs::validate() const {
   COLOSSAL_CHECK(pretrained.empty() || model_config.empty(),
                  "--pretrained and --model_config both given: the model's shape comes from one of them");
+  if (mode == "dpo") preference.validate();
 }
 
 bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {

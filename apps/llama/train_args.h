@@ -10,6 +10,7 @@
 #include "apps/common/train_loop.h"
 #include "core/booster/plugin_config.h"
 #include "core/peft/lora.h"
+#include "core/posttrain/preference_loss.h"
 #include "core/common/options.h"
 
 namespace colossal::llama_app {
@@ -22,7 +23,7 @@ struct TrainArgs {
   std::string eval_dataset;          // JSONL; empty: the built-in held-out split (if built in)
   std::string tokenizer;             // tokenizer.model; empty: from --pretrained, else train one
   int64_t vocab_size = 4000;         // of a trained tokenizer
-  std::string mode = "pretrain";     // pretrain | sft
+  std::string mode = "pretrain";     // pretrain | sft | dpo
   std::string on_bad_line = "stop";  // stop | skip
   std::string chat_template = "auto";  // sft: the tokenizer's own (auto) or LLaMA-2's
   std::string output = "out/llama";  // data cache, tokenizer, final model (OUTPUT/model)
@@ -42,6 +43,8 @@ struct TrainArgs {
   apps::AutoLayoutFlags auto_layout;  // --plugin auto's trials, budget and report
   // LoRA (--lora_rank > 0): adapters trained, the base frozen (core/peft/lora.h)
   peft::LoraConfig lora{.rank = 0};
+  // --mode dpo: the preference loss (core/posttrain/preference_loss.h; TRL's names)
+  posttrain::PreferenceLossOptions preference;
   bool merge_lora = false;  // also write OUTPUT/model with the adapters folded in
   std::string lora_adapter; // a PEFT adapter directory to continue training (its config replaces the --lora_* flags)
   // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
@@ -57,7 +60,8 @@ struct TrainArgs {
     v("tokenizer", tokenizer, "tokenizer: a directory (tokenizer.json, else tokenizer.model) or either file");
     v("vocab_size", vocab_size, "vocabulary of a tokenizer trained here (256 byte pieces, unk, bos, eos and text)",
       at_least(260));
-    v("mode", mode, "pretrain | sft", one_of({"pretrain", "sft"}));
+    v("mode", mode, "pretrain | sft | dpo (preference pairs: DPO, IPO, SimPO or ORPO by --loss_type)",
+      one_of({"pretrain", "sft", "dpo"}));
     v("on_bad_line", on_bad_line, "stop | skip a malformed JSONL line", one_of({"stop", "skip"}));
     v("chat_template", chat_template, "sft: auto (the tokenizer's own chat template; LLaMA-2's without one) | llama2",
       one_of({"auto", "llama2"}));
@@ -75,6 +79,7 @@ struct TrainArgs {
     loop.visit(v);
     auto_layout.visit(v);
     lora.visit(v);
+    preference.visit(v);
     v("merge_lora", merge_lora, "with --lora_rank: also write OUTPUT/model with the adapters folded into the weights");
     v("lora_adapter", lora_adapter, "continue training this PEFT LoRA adapter (its adapter_config.json replaces the "
       "--lora_* settings)");

@@ -24,6 +24,7 @@
 
 #include "apps/common/auto_layout.h"
 #include "apps/common/train_loop.h"
+#include "apps/llama/preference_task.h"
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
 #include "core/common/check.h"
@@ -47,6 +48,7 @@
 
 namespace dist = colossal::dist;
 namespace booster = colossal::booster;
+using colossal::llama_app::PreferenceTask;
 using colossal::llama_app::TrainArgs;
 using namespace colossal::llama;
 
@@ -202,7 +204,10 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   colossal::fs::make_dirs(a.output);
   if (a.save_dir.empty()) a.save_dir = a.output + "/checkpoints";
 
-  // ---- data files: the built-in corpus unless --dataset is given
+  // ---- data files: the built-in corpus unless --dataset is given (--mode dpo: pairs made from it)
+  const bool preference = a.mode == "dpo";
+  std::vector<std::string> text_files = a.dataset;  // what a tokenizer trained here reads
+  std::string corpus_train, corpus_eval;
   if (a.dataset.empty()) {
     std::string dir = a.output + "/data";
     on_rank0_then_all([&] {
@@ -211,9 +216,17 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
       std::printf("corpus: Jane Austen's novels, %ld training paragraphs (%.1f MB), %ld held out\n",
                   split.train_records, split.train_bytes / 1e6, split.valid_records);
     });
-    a.dataset = {dir + "/train.jsonl"};
-    if (a.eval_dataset.empty()) a.eval_dataset = dir + "/valid.jsonl";
+    corpus_train = dir + "/train.jsonl";
+    corpus_eval = dir + "/valid.jsonl";
+    text_files = {corpus_train};
+    if (!preference) {
+      a.dataset = {corpus_train};
+      if (a.eval_dataset.empty()) a.eval_dataset = corpus_eval;
+    }
   }
+  COLOSSAL_CHECK(!preference || a.dataset.empty() || !a.tokenizer.empty() || !a.pretrained.empty(),
+                 "--mode dpo with --dataset needs a tokenizer (--pretrained or --tokenizer): preference pairs are no "
+                 "text to train one on");
 
   // ---- tokenizer: given, from the pretrained directory, or trained here on the training files
   if (a.tokenizer.empty() && !a.pretrained.empty()) {
@@ -228,7 +241,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
       auto t0 = std::chrono::steady_clock::now();
       TrainTokenizerOptions o;
       o.vocab_size = a.vocab_size;
-      train_tokenizer(a.dataset, a.output + "/tokenizer", o);
+      train_tokenizer(text_files, a.output + "/tokenizer", o);
       std::printf("tokenizer: trained %ld pieces in %.1f s -> %s\n", a.vocab_size, elapsed(t0), a.tokenizer.c_str());
     });
   }
@@ -243,11 +256,17 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   dopt.max_length = a.max_length;
   dopt.on_bad_line = a.on_bad_line;
   dopt.chat_template = a.chat_template;
-  on_rank0_then_all([&] { (void)TokenDataset::open(dopt, tok); });
-  auto train = TokenDataset::open(dopt, tok);
-  COLOSSAL_CHECK(train.size() > 0, "the training data holds no sample of ", a.max_length, " tokens");
+  std::optional<TokenDataset> train_tokens;
+  std::optional<PreferenceTask> pairs;  // --mode dpo
+  if (preference) {
+    pairs.emplace(a, tok, corpus_train, corpus_eval);
+  } else {
+    on_rank0_then_all([&] { (void)TokenDataset::open(dopt, tok); });
+    train_tokens.emplace(TokenDataset::open(dopt, tok));
+    COLOSSAL_CHECK(train_tokens->size() > 0, "the training data holds no sample of ", a.max_length, " tokens");
+  }
   std::optional<TokenDataset> eval;
-  if (!a.eval_dataset.empty()) {
+  if (!a.eval_dataset.empty() && !preference) {
     auto eopt = dopt;
     eopt.files = {a.eval_dataset};
     on_rank0_then_all([&] { (void)TokenDataset::open(eopt, tok); });
@@ -355,7 +374,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     return colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = warmup, .total_steps = total_steps,
                                                  .min_lr_ratio = 0.1};
   };
-  task.train_samples = train.size();
+  task.train_samples = preference ? pairs->train().size() : train_tokens->size();
   task.micro_batch = a.batch_size;
   task.drop_last = false;
   task.epochs = a.num_epochs;
@@ -371,7 +390,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   // pools every stage's, and the report sums over the stages and replicas).
   colossal::parallel::expert::RouterWindow router_window(cfg.num_local_experts);
   task.loss = [&](colossal::apps::StepContext& ctx) {
-    auto batch = train.batch(ctx.positions);
+    auto batch = train_tokens->batch(ctx.positions);
     auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device));
     if (cfg.is_moe()) router_window.add(model->router_losses());
     return loss;
@@ -390,7 +409,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
         return l;
       };
     task.pipeline_step = [&, pipeline_stage, microbatches](colossal::apps::StepContext& ctx) {
-      auto batch = train.batch(ctx.positions);
+      auto batch = train_tokens->batch(ctx.positions);
       auto ids = batch.input_ids.to(device).split(a.batch_size / microbatches);
       auto labels = batch.labels.to(device).split(a.batch_size / microbatches);
       return ctx.booster.execute_pipeline(ctx.optimizer, pipeline_stage, ids, labels);
@@ -425,6 +444,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     };
     task.eval_samples = eval->size();
   }
+  if (pairs) pairs->configure(task, model, dp_replica, dims.group(dist::Axis::kDp), device);
   task.checkpoint_dir = a.save_dir;
   // Every checkpoint's model/ opens as a model: config and tokenizer files beside the weights.
   task.model_files = model_dir_files(cfg, &tok);
@@ -438,8 +458,13 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                   cfg.num_local_experts, cfg.num_experts_per_tok, cfg.num_active_parameters() / 1e6,
                   cfg.router_aux_loss_coef, cfg.router_z_loss_coef,
                   cfg.capacity_factor > 0 ? ("capacity factor " + std::to_string(cfg.capacity_factor)).c_str() : "dropless");
-    std::printf("data: %ld samples of %ld tokens (%s); %d thread(s)/rank\n", train.size(), a.max_length, a.mode.c_str(),
-                at::get_num_threads());
+    if (pairs)
+      std::printf("data: %ld preference pairs (%.0f tokens per pair on average; %s loss, beta %g); %d thread(s)/rank\n",
+                  pairs->train().size(), pairs->train().mean_pair_tokens(), a.preference.loss_type.c_str(),
+                  a.preference.beta, at::get_num_threads());
+    else
+      std::printf("data: %ld samples of %ld tokens (%s); %d thread(s)/rank\n", train_tokens->size(), a.max_length,
+                  a.mode.c_str(), at::get_num_threads());
     std::fflush(stdout);
   }
   auto run = job.run(task, summary);

@@ -10,5 +10,6 @@ void bind_apps(pybind11::module_& m);     // colossal._C.apps: train_llama, trai
 void bind_llama(pybind11::module_& m);    // colossal._C.llama: tokenizer, model, engine, server
 void bind_bert(pybind11::module_& m);     // colossal._C.bert: BERT masked LM and classifier
 void bind_peft(pybind11::module_& m);     // colossal._C.peft: QLoRA base formats, adapter merging
+void bind_posttrain(pybind11::module_& m);  // colossal._C.posttrain: preference losses
 
 }  // namespace colossal::python

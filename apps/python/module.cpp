@@ -27,4 +27,5 @@ PYBIND11_MODULE(_C, m) {
   colossal::python::bind_llama(m);
   colossal::python::bind_bert(m);
   colossal::python::bind_peft(m);
+  colossal::python::bind_posttrain(m);
 }

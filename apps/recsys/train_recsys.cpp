@@ -221,7 +221,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   };
   if (sharded) task.save_rank_state = [&](const std::string& dir) { save_sharded_tables(*model, dir); };
   task.load_rank_state = [&](const std::string& dir) { load_sharded_tables(*model, dir); };
-  task.after_resume = [&](int64_t first_step, const colossal::data::DistributedSampler&) {
+  task.after_resume = [&](int64_t first_step, int64_t, const colossal::data::DistributedSampler&) {
     if (first_step > 1)  // the cached tables' buffers were loaded: their caches start over (sharded: load() did)
       for (auto& tables : model->embedding_tables()) tables->invalidate();
   };

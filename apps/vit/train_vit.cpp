@@ -443,7 +443,7 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   task.batch_flag = "--batch_size " + std::to_string(a.batch_size);
   task.length_flags = "--epochs or --max_steps";
   task.throughput_unit = "images";
-  task.after_resume = [&](int64_t, const colossal::data::DistributedSampler& sampler) { feed.emplace(sampler); };
+  task.after_resume = [&](int64_t, int64_t, const colossal::data::DistributedSampler& sampler) { feed.emplace(sampler); };
   task.count_metrics = [](const std::map<std::string, double>& counts) {
     return colossal::apps::Metrics{{"acc", counts.at("correct") / std::max(1.0, counts.at("images"))}};
   };

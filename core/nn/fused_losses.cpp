@@ -138,6 +138,55 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
   }
 };
 
+// Per-row log-probabilities with the head fused in (CPU): the kernel's loss row is -log p and the
+// gradient it writes, softmax - one_hot, is d(-log p)/d logits; backward scales each row by minus
+// its incoming gradient.
+struct LinearTokenLogProbsFunction : torch::autograd::Function<LinearTokenLogProbsFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& target, int64_t ignore_index,
+                               bool want_grad) {
+    auto logits = at::mm(hidden, weight.t());
+    const int64_t n = logits.size(0), v = logits.size(1);
+    auto nll = torch::empty({n}, logits.options().dtype(torch::kFloat));
+    namespace kc = colossal::kernels::cpu;
+    kc::CrossEntropyRows rows;
+    rows.vocab = v;
+    rows.ignore_index = ignore_index;
+    rows.write_gradient = want_grad;
+    rows.gradient_scale = 1.0f;
+    const bool bf16 = logits.scalar_type() == torch::kBFloat16;
+    const int64_t* t = target.data_ptr<int64_t>();
+    float* out = nll.data_ptr<float>();
+    RECORD_FUNCTION("colossal::token_log_probs_rows", {});
+    at::parallel_for(0, n, 1, [&](int64_t r0, int64_t r1) {
+      auto part = rows;
+      part.rows = r1 - r0;
+      part.target = t + r0;
+      part.loss = out + r0;
+      if (bf16) {
+        std::vector<float> scratch(v);
+        kc::cross_entropy_rows_bf16(reinterpret_cast<uint16_t*>(logits.data_ptr<at::BFloat16>()) + r0 * v, part,
+                                    scratch.data());
+      } else {
+        kc::cross_entropy_rows(logits.data_ptr<float>() + r0 * v, part);
+      }
+    });
+    if (want_grad) ctx->save_for_backward({logits, hidden, weight});
+    return nll.neg_();
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto dlogits = saved[0];  // softmax - one_hot, spent here
+    dlogits.mul_(grads[0].neg().to(dlogits.scalar_type()).unsqueeze(1));
+    torch::Tensor d_hidden, d_weight;
+    if (ctx->needs_input_grad(0)) d_hidden = at::mm(dlogits, saved[2]);
+    if (ctx->needs_input_grad(1)) d_weight = at::mm(dlogits.t(), saved[1]);
+    return {d_hidden, d_weight, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // On the GPU the rows go in chunks: each chunk's logits are made, turned into their gradient
 // in place (kernels/cuda/cross_entropy, 1/count read on the device: no host sync), and spent at
 // once on both products of the linear layer's backward. So at most one chunk of logits exists
@@ -196,20 +245,45 @@ struct LinearCrossEntropyCudaFunction : torch::autograd::Function<LinearCrossEnt
   }
 };
 
+void check_linear_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& target,
+                         const char* op) {
+  COLOSSAL_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1), "[nn] ", op,
+                 ": expected hidden [N, D] and weight [V, D], got ", hidden.sizes(), " and ", weight.sizes());
+  COLOSSAL_CHECK(hidden.scalar_type() == weight.scalar_type() &&
+                     (hidden.scalar_type() == torch::kFloat || hidden.scalar_type() == torch::kBFloat16),
+                 "[nn] ", op, ": hidden and weight must both be fp32 or both bf16, got ", hidden.scalar_type(), " and ",
+                 weight.scalar_type());
+  COLOSSAL_CHECK(hidden.device() == weight.device() && target.device() == hidden.device(), "[nn] ", op,
+                 ": hidden, weight and target must share a device, got ", hidden.device(), ", ", weight.device(),
+                 " and ", target.device());
+}
+
 }  // namespace
+
+torch::Tensor token_log_probs(const torch::Tensor& logits, const torch::Tensor& target, int64_t ignore_index) {
+  COLOSSAL_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
+                 "[nn] token_log_probs: expected logits [N, V] and target [N], got ", logits.sizes(), " and ",
+                 target.sizes());
+  check_targets(target, logits.size(0), logits.size(1), ignore_index, "token_log_probs");
+  auto valid = target.ne(ignore_index);
+  auto safe = torch::where(valid, target, torch::zeros_like(target));
+  auto picked = torch::log_softmax(logits.to(torch::kFloat), 1).gather(1, safe.unsqueeze(1)).squeeze(1);
+  return picked * valid.to(picked.scalar_type());
+}
+
+torch::Tensor linear_token_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                     const torch::Tensor& target, int64_t ignore_index) {
+  check_linear_inputs(hidden, weight, target, "linear_token_log_probs");
+  check_targets(target, hidden.size(0), weight.size(0), ignore_index, "linear_token_log_probs");
+  if (!hidden.device().is_cpu()) return token_log_probs(at::mm(hidden, weight.t()), target, ignore_index);
+  const bool want_grad = torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
+  return LinearTokenLogProbsFunction::apply(hidden.contiguous(), weight.contiguous(), target.contiguous(),
+                                            ignore_index, want_grad);
+}
 
 torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& target,
                                    int64_t ignore_index) {
-  COLOSSAL_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
-                 "[nn] linear_cross_entropy: expected hidden [N, D] and weight [V, D], got ", hidden.sizes(), " and ",
-                 weight.sizes());
-  COLOSSAL_CHECK(hidden.scalar_type() == weight.scalar_type() &&
-                     (hidden.scalar_type() == torch::kFloat || hidden.scalar_type() == torch::kBFloat16),
-                 "[nn] linear_cross_entropy: hidden and weight must both be fp32 or both bf16, got ",
-                 hidden.scalar_type(), " and ", weight.scalar_type());
-  COLOSSAL_CHECK(hidden.device() == weight.device() && target.device() == hidden.device(),
-                 "[nn] linear_cross_entropy: hidden, weight and target must share a device, got ", hidden.device(),
-                 ", ", weight.device(), " and ", target.device());
+  check_linear_inputs(hidden, weight, target, "linear_cross_entropy");
   COLOSSAL_CHECK(hidden.device().is_cpu() || hidden.is_cuda(), "[nn] linear_cross_entropy: CPU or CUDA tensors, got ",
                  hidden.device());
   check_targets(target, hidden.size(0), weight.size(0), ignore_index, "linear_cross_entropy");

@@ -29,4 +29,15 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
 torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& target,
                                    int64_t ignore_index = -100);
 
+/// Per-row log-probability of the target under softmax(hidden @ weight^T): [N] fp32, 0 where the
+/// target is `ignore_index`. What preference losses (DPO, ORPO) and policy gradients sum per
+/// sequence. On the CPU fused as linear_cross_entropy is: forward turns the logits into
+/// softmax - one_hot in place, backward scales each row by its incoming gradient and makes the two
+/// products (one backward per forward: the buffer is spent). Elsewhere: log_softmax and gather.
+torch::Tensor linear_token_log_probs(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                     const torch::Tensor& target, int64_t ignore_index = -100);
+
+/// The same from logits [N, V] (any float dtype; fp32 result).
+torch::Tensor token_log_probs(const torch::Tensor& logits, const torch::Tensor& target, int64_t ignore_index = -100);
+
 }  // namespace colossal::nn

@@ -133,7 +133,16 @@ torch::Tensor ParallelLinearImpl::local_forward(const torch::Tensor& x) {
   return has_lora() ? plus_lora(y, x) : y;
 }
 
+namespace {
+thread_local bool lora_off = false;
+}  // namespace
+
+LoraDisabledGuard::LoraDisabledGuard() : previous_(lora_off) { lora_off = true; }
+LoraDisabledGuard::~LoraDisabledGuard() { lora_off = previous_; }
+bool lora_disabled() { return lora_off; }
+
 torch::Tensor ParallelLinearImpl::plus_lora(const torch::Tensor& y, const torch::Tensor& x) {
+  if (lora_off) return y;
   auto in = x;
   if (lora_dropout_ > 0 && is_training()) in = torch::dropout(x, lora_dropout_, /*train=*/true);
   auto a = nn::run_hooked(*lora_A, [&] { return nn::linear(in, lora_A->weight); });

@@ -55,6 +55,21 @@ struct LoraAdapterOptions {
   uint64_t seed = 0;          // A's values come from (seed, the layer's full name), whatever the layout
 };
 
+/// While one is alive on this thread, layers with a LoRA adapter compute their base alone: the
+/// model before its adapters, e.g. DPO's reference model under LoRA, with no second copy of the
+/// weights. Nests.
+class LoraDisabledGuard {
+ public:
+  LoraDisabledGuard();
+  ~LoraDisabledGuard();
+  LoraDisabledGuard(const LoraDisabledGuard&) = delete;
+  LoraDisabledGuard& operator=(const LoraDisabledGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool lora_disabled();
+
 /// One adapter matrix as a module of its own ("lora_A.weight", "lora_B.weight": PEFT's names), so
 /// ZeRO-3's hooks gather it like any parameter-owning module.
 class LoraWeightImpl : public torch::nn::Module {

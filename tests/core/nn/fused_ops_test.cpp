@@ -123,6 +123,48 @@ TEST(LinearCrossEntropy, Bf16AndNoGradAndErrors) {
   EXPECT_NE(msg.find("expected hidden [N, D] and weight [V, D]"), std::string::npos) << msg;
 }
 
+TEST(LinearTokenLogProbs, MatchesLogSoftmaxGatherWithRowGradients) {
+  torch::manual_seed(5);
+  for (int64_t vocab : {13, 4000}) {
+    auto hidden = torch::randn({11, 24}).requires_grad_(true);
+    auto weight = (torch::randn({vocab, 24}) * 0.5).requires_grad_(true);
+    auto target = torch::randint(vocab, {11}, torch::kLong);
+    target.index_put_({torch::tensor({2, 7})}, -100);
+    auto ref_h = hidden.detach().to(torch::kDouble).requires_grad_(true);
+    auto ref_w = weight.detach().to(torch::kDouble).requires_grad_(true);
+    auto valid = target.ne(-100);
+    auto safe = torch::where(valid, target, torch::zeros_like(target));
+    auto ref = torch::log_softmax(torch::mm(ref_h, ref_w.t()), 1).gather(1, safe.unsqueeze(1)).squeeze(1) *
+               valid.to(torch::kDouble);
+    auto ours = linear_token_log_probs(hidden, weight, target);
+    SCOPED_TRACE("vocab " + std::to_string(vocab));
+    EXPECT_EQ(ours.scalar_type(), torch::kFloat);
+    expect_close(ours, ref, 1e-5, 1e-5, "log-probabilities");
+    EXPECT_EQ(ours[2].item<float>(), 0.0f);
+    // A different weight per row (as a sequence sum times a per-pair coefficient gives).
+    auto g = torch::randn({11});
+    ours.backward(g);
+    ref.backward(g.to(torch::kDouble));
+    expect_close(hidden.grad(), ref_h.grad(), 1e-4, 1e-5, "hidden gradient");
+    expect_close(weight.grad(), ref_w.grad(), 1e-4, 1e-5, "weight gradient");
+    // The unfused composition from logits agrees.
+    torch::NoGradGuard no_grad;
+    expect_close(token_log_probs(torch::mm(hidden, weight.t()), target), ref, 1e-5, 1e-5, "from logits");
+    expect_close(linear_token_log_probs(hidden, weight, target), ref, 1e-5, 1e-5, "without gradient");
+  }
+  // bf16: the value in fp32 from bf16 logits, gradients in bf16.
+  auto h16 = torch::randn({6, 16}).to(torch::kBFloat16).requires_grad_(true);
+  auto w16 = torch::randn({300, 16}).to(torch::kBFloat16).requires_grad_(true);
+  auto target = torch::randint(300, {6}, torch::kLong);
+  auto ours16 = linear_token_log_probs(h16, w16, target);
+  auto ref16 = token_log_probs(torch::mm(h16.detach(), w16.detach().t()), target);
+  expect_close(ours16, ref16, 1e-3, 1e-3, "bf16 log-probabilities");
+  ours16.sum().backward();
+  EXPECT_EQ(h16.grad().scalar_type(), torch::kBFloat16);
+  auto msg = testing::error_message_of([&] { linear_token_log_probs(h16, w16.to(torch::kFloat), target); });
+  EXPECT_NE(msg.find("must both be fp32 or both bf16"), std::string::npos) << msg;
+}
+
 TEST(FusedRmsNorm, MatchesComposition) {
   torch::manual_seed(3);
   for (int64_t dim : {768, 37}) {  // vector-width multiple and a ragged tail

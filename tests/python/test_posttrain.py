@@ -1,0 +1,183 @@
+"""Post-training against TRL and against one process. The preference losses (DPO's sigmoid, IPO,
+SimPO, ORPO) equal TRL's own code on the same log-probabilities (DPOTrainer's loss step, driven
+with the sequences' sums; CPOTrainer.cpo_loss; ORPOTrainer.odds_ratio_loss); train_llama
+--mode dpo follows one process under DDP, ZeRO-2, tp 2, sp 2 and LoRA (colossal verify), learns
+the built-in pairs (margins and accuracy up on held-out pairs), resumes from a checkpoint with its
+reference table, and names bad pairs by file and line."""
+import json
+import subprocess
+import types
+
+import pytest
+import torch
+
+from conftest import APPS, colossal_run
+
+trl = pytest.importorskip("trl")
+posttrain = pytest.importorskip("colossal")._C.posttrain
+
+B = 5
+
+
+def pairs(seed):
+    g = torch.Generator().manual_seed(seed)
+    n_c = torch.randint(1, 9, (B,), generator=g)
+    n_r = torch.randint(1, 9, (B,), generator=g)
+    # Summed log-probabilities: per-token means in (-4, -0.1).
+    c = -(torch.rand(B, generator=g, dtype=torch.float64) * 3.9 + 0.1) * n_c
+    r = -(torch.rand(B, generator=g, dtype=torch.float64) * 3.9 + 0.1) * n_r
+    rc = c + torch.randn(B, generator=g, dtype=torch.float64)
+    rr = r + torch.randn(B, generator=g, dtype=torch.float64)
+    return c, r, n_c, n_r, rc, rr
+
+
+class _Accelerator:
+    device = torch.device("cpu")
+
+    def gather(self, x):
+        return x
+
+    gather_for_metrics = gather
+
+
+def trl_dpo_loss(loss_type, beta, c, r, n_c, n_r, rc, rr):
+    """TRL's DPOTrainer loss step on a stand-in model whose per-token log-probabilities put each
+    sequence's sum on its first answer position, with completion masks of the answers' lengths."""
+    from collections import defaultdict
+    from trl import DPOTrainer
+
+    T = int(max(n_c.max(), n_r.max())) + 2
+    mask = torch.zeros(2 * B, T, dtype=torch.long)
+    for i, n in enumerate(torch.cat([n_c, n_r]).tolist()):
+        mask[i, 1:1 + n] = 1
+    log_probs = torch.zeros(2 * B, T - 1, dtype=torch.float64)
+    log_probs[:, 0] = torch.cat([c, r])
+    outputs = types.SimpleNamespace(log_probs=log_probs, entropy=torch.zeros(2 * B, T - 1),
+                                    mean_logits=torch.zeros(2 * B, T - 1),
+                                    is_top1=torch.zeros(2 * B, T - 1, dtype=torch.bool))
+    self = types.SimpleNamespace(
+        model=types.SimpleNamespace(training=True), accelerator=_Accelerator(), aux_loss_enabled=False,
+        ld_alpha=None, precompute_ref_logps=True, f_divergence_type="reverse_kl", loss_types=[loss_type],
+        loss_weights=[1.0], beta=beta, label_smoothing=0.0, use_weighting=False, _metrics=defaultdict(
+            lambda: defaultdict(list)), _total_train_tokens=0, _tp_size=1)
+    inputs = {"input_ids": torch.zeros(2 * B, T, dtype=torch.long), "attention_mask": torch.ones(2 * B, T),
+              "completion_mask": mask, "ref_chosen_logps": rc, "ref_rejected_logps": rr}
+    loss = DPOTrainer._compute_loss(self, lambda **kw: outputs, inputs, False)
+    return loss, self._metrics["train"]
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo"])
+def test_dpo_and_ipo_equal_trls_dpo_trainer(loss_type):
+    c, r, n_c, n_r, rc, rr = pairs(1)
+    want, metrics = trl_dpo_loss(loss_type, 0.2, c, r, n_c, n_r, rc, rr)
+    loss, chosen, rejected = posttrain.preference_loss(c, r, n_c.double(), n_r.double(), rc, rr, loss_type=loss_type,
+                                                       beta=0.2)
+    assert abs(loss.item() - want.item()) < 1e-12, (loss.item(), want.item())
+    assert abs(chosen.mean().item() - metrics["rewards/chosen"][0]) < 1e-12
+    assert abs(rejected.mean().item() - metrics["rewards/rejected"][0]) < 1e-12
+    assert abs((chosen > rejected).double().mean().item() - metrics["rewards/accuracies"][0]) < 1e-6  # fp32 in TRL
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_simpo_equals_trls_cpo_trainer(smoothing):
+    from trl.experimental.cpo import CPOTrainer
+
+    c, r, n_c, n_r, _, _ = pairs(2)
+    self = types.SimpleNamespace(alpha=0.0, loss_type="simpo", simpo_gamma=0.7, beta=2.0, label_smoothing=smoothing,
+                                 accelerator=_Accelerator())
+    # CPOTrainer's SimPO reads per-token mean log-probabilities (average_log_prob for simpo).
+    losses, want_c, want_r = CPOTrainer.cpo_loss(self, c / n_c, r / n_r)
+    loss, chosen, rejected = posttrain.preference_loss(c, r, n_c.double(), n_r.double(), loss_type="simpo", beta=2.0,
+                                                       label_smoothing=smoothing, simpo_gamma=0.7)
+    assert abs(loss.item() - losses.mean().item()) < 1e-12
+    assert torch.allclose(chosen, want_c) and torch.allclose(rejected, want_r)
+
+
+def test_orpo_equals_trls_orpo_trainer():
+    from trl.experimental.orpo import ORPOTrainer
+
+    c, r, n_c, n_r, _, _ = pairs(3)
+    self = types.SimpleNamespace(beta=0.25, accelerator=_Accelerator())
+    losses, want_c, want_r, _, _ = ORPOTrainer.odds_ratio_loss(self, c / n_c, r / n_r)
+    nll = -c.sum() / n_c.sum()  # ORPOTrainer's cross entropy over the chosen answers' tokens
+    loss, chosen, rejected = posttrain.preference_loss(c, r, n_c.double(), n_r.double(), loss_type="orpo", beta=0.25)
+    assert abs(loss.item() - (nll - losses.mean()).item()) < 1e-6  # TRL computes the odds in fp32
+    assert torch.allclose(chosen, want_c.double(), atol=1e-6)
+
+
+COMMON = ["--mode", "dpo", "--batch_size", "2", "--max_length", "64", "--sample_tokens", "0", "--eval_interval", "-1"]
+
+
+@pytest.mark.parametrize("layout", [["--plugin", "ddp"], ["--plugin", "zero2"], ["--plugin", "hybrid", "--tp", "2"],
+                                    ["--plugin", "hybrid", "--sp", "2", "--sp_mode", "all_to_all"],
+                                    ["--plugin", "gemini"],
+                                    ["--plugin", "ddp", "--lora_rank", "4", "--lora_init", "gaussian"],
+                                    ["--plugin", "zero2", "--loss_type", "orpo"]])
+def test_dpo_under_each_layout_follows_one_process(layout, tmp_path):
+    """colossal verify: the DPO losses, gradients and parameters of two steps against one process
+    running both replicas' pairs (its own reference table, scored the same way). A small learning
+    rate: the first DPO gradient is a difference of the two answers' nearly equal gradients, so
+    elements within rounding of zero take Adam's full-size first step with either sign, and the
+    second step's gradient (another near-cancelling difference) magnifies that; the mismatch
+    measured grows in proportion to the learning rate (2.5e-4 relative at 1e-3, 5e-5 at 2e-4)."""
+    cmd = [f"{APPS}/colossal", "verify", "--nproc_per_node", "2", "--steps", "2", "--", f"{APPS}/train_llama",
+           "--output", str(tmp_path / "run"), "--max_steps", "3", *COMMON, "--lr", "2e-4", *layout]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "PASS: the layout matches one process" in out, out
+
+
+def log_lines(path, kind):
+    """--log_file's evaluations (kind "eval") or progress lines (kind "step", no event)."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [x for x in lines if x.get("event", "step") == kind]
+
+
+def test_dpo_learns_the_built_in_pairs_and_resumes_with_its_reference(tmp_path):
+    """The default pairs (a passage's next words against the same words shuffled): after 40 steps
+    the held-out reward margin and accuracy are up. A run stopped at step 20 and resumed (the
+    checkpoint carries the reference table) logs the same losses as the uninterrupted run."""
+    run = ["--output", str(tmp_path / "run"), "--max_steps", "40", "--batch_size", "4", "--mode", "dpo",
+           "--sample_tokens", "0", "--eval_interval", "40", "--log_interval", "10", "--lr", "3e-3",
+           "--save_interval", "20", "--log_file", str(tmp_path / "log.jsonl")]
+    colossal_run(1, f"{APPS}/train_llama", *run, timeout=900)
+    evals = log_lines(tmp_path / "log.jsonl", "eval")
+    first, last = evals[0], evals[-1]
+    assert first["rewards/margins"] == pytest.approx(0, abs=1e-6)  # the model is its own reference at step 0
+    assert last["rewards/margins"] > 0.25 and last["rewards/accuracies"] > 0.65, last
+    assert (tmp_path / "run" / "checkpoints" / "step-20" / "preference_reference.safetensors").exists()
+    steps = {e["step"]: e["loss"] for e in log_lines(tmp_path / "log.jsonl", "step")}
+    # Resume from step 20 into a second log: the same losses at steps 30 and 40.
+    resumed = [a if a != str(tmp_path / "log.jsonl") else str(tmp_path / "resumed.jsonl") for a in run]
+    _, out = colossal_run(1, f"{APPS}/train_llama", *resumed, "--load_checkpoint",
+                          str(tmp_path / "run" / "checkpoints" / "step-20"), timeout=900)
+    again = {e["step"]: e["loss"] for e in log_lines(tmp_path / "resumed.jsonl", "step")}
+    for step in (30, 40):
+        assert again[step] == pytest.approx(steps[step], rel=1e-5), (step, again, steps)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """train_llama's built-in tokenizer (trained on the corpus by a one-step run)."""
+    d = tmp_path_factory.mktemp("tok")
+    colossal_run(1, f"{APPS}/train_llama", "--output", d, "--max_steps", "1", "--batch_size", "1", "--max_length",
+                 "32", "--sample_tokens", "0", "--eval_interval", "-1")
+    return d / "tokenizer.model"
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"prompt": "Once upon a time", "chosen": "  ", "rejected": "there was"}, "line 2: empty chosen answer"),
+    ({"prompt": "word " * 200, "chosen": "yes", "rejected": "no"}, "line 2: the prompt takes"),
+    ({"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "user", "content": "x"}],
+      "rejected": [{"role": "assistant", "content": "y"}]}, "line 2: empty chosen answer (no assistant message"),
+    ({"chosen": "a"}, "line 2: expected \"rejected\""),
+])
+def test_bad_pairs_are_named_by_file_and_line(row, message, tokenizer, tmp_path):
+    good = {"prompt": "It is a truth", "chosen": "universally acknowledged", "rejected": "acknowledged universally"}
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    code, out = colossal_run(1, f"{APPS}/train_llama", *COMMON, "--dataset", data, "--tokenizer", tokenizer,
+                             "--output", tmp_path / "run", "--max_steps", "1", check=False)
+    assert code != 0
+    assert f"'{data}' {message}" in out, out

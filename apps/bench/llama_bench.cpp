@@ -325,7 +325,7 @@ int drive(const Args& a, const std::string& self, int argc, char** argv) {
                                 reference + "' --shape " + shape + " --threads " + threads + " --steps " +
                                 std::to_string(a.steps) + " --batch " + std::to_string(a.batch) + " --strategy " +
                                 base + (compile ? " --compile" : "") + " --precision " + precision + " --row_file " +
-                                row_file + lora_flags);
+                                row_file + lora_flags + (a.grad_checkpoint ? " --grad_checkpoint" : ""));
         }
         // Alternating runs, the fastest of each kept: a shared machine only ever slows a run down.
         std::map<std::string, Row> best;

@@ -25,6 +25,7 @@ import statistics
 import time
 
 import torch
+import torch.utils.checkpoint
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -92,10 +93,15 @@ class Llama(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
+    grad_checkpoint = False  # recompute each block in backward (torch.utils.checkpoint, non-reentrant)
+
     def forward(self, ids):  # mean next-token cross-entropy, as LlamaForCausalLM::loss
         x = self.embed(ids)
         for layer in self.layers:
-            x = layer(x, self.cos, self.sin)
+            if self.grad_checkpoint and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(layer, x, self.cos, self.sin, use_reentrant=False)
+            else:
+                x = layer(x, self.cos, self.sin)
         logits = self.head(self.norm(x))
         return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB).float(), ids[:, 1:].reshape(-1))
 
@@ -132,6 +138,7 @@ def main():
     ap.add_argument("--row_file", default="")
     ap.add_argument("--lora_rank", type=int, default=0, help="PEFT LoRA on every projection of the blocks")
     ap.add_argument("--quantize_base", default="", choices=["", "nf4"], help="with --lora_rank: bitsandbytes NF4 base")
+    ap.add_argument("--grad_checkpoint", action="store_true", help="recompute each block in backward")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU, one process: bench_kernels' training rows)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -149,6 +156,7 @@ def main():
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 rows in fp32, as ours
     model = Llama(**s).to(device)
+    model.grad_checkpoint = a.grad_checkpoint
     if a.lora_rank:
         model = peft_model(model, a.lora_rank, a.quantize_base)
     if distributed and a.strategy == "fsdp2":

@@ -195,6 +195,7 @@ GEMINI_OFFLOAD = ["--plugin", "gemini", "--offload_optim_frac", "1", "--offload_
 
 @pytest.mark.parametrize("layout", [["--plugin", "ddp"], ["--plugin", "zero1"], ["--plugin", "zero2"],
                                     ["--plugin", "gemini"], GEMINI_OFFLOAD, ["--plugin", "hybrid", "--tp", "2"],
+                                    ["--plugin", "zero2", "--grad_checkpoint"],
                                     ["--plugin", "hybrid", "--pp", "2", "--num_microbatches", "2"]])
 def test_lora_under_each_layout_follows_one_process(layout, tmp_path):
     """colossal verify on train_llama's default model: losses, adapter gradients and parameters

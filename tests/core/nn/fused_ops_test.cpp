@@ -183,6 +183,29 @@ TEST(FusedRmsNorm, MatchesComposition) {
   }
 }
 
+TEST(ActivationCheckpoint, TrainsParametersBehindAnInputWithNoGradient) {
+  // LoRA with a frozen embedding: the block's input carries no gradient, its adapter does.
+  torch::manual_seed(6);
+  auto frozen = torch::nn::Linear(8, 8);
+  for (auto& p : frozen->parameters()) p.requires_grad_(false);
+  auto adapter = torch::nn::Linear(8, 8);
+  auto block = [&](const torch::Tensor& h) { return frozen(h) + adapter(torch::tanh(h)); };
+  auto x = torch::randn({4, 8});  // no gradient
+  block(x).pow(2).sum().backward();
+  auto plain = adapter->weight.grad().clone();
+  adapter->weight.mutable_grad() = torch::Tensor();
+  auto y = checkpoint(Block(block), x);
+  ASSERT_TRUE(y.requires_grad());
+  y.pow(2).sum().backward();
+  ASSERT_TRUE(adapter->weight.grad().defined());
+  EXPECT_TRUE(torch::allclose(adapter->weight.grad(), plain, 1e-6, 1e-7));
+  adapter->weight.mutable_grad() = torch::Tensor();
+  auto z = checkpoint(MultiBlock([&](const std::vector<torch::Tensor>& in) { return block(in[0] + in[1]); }),
+                      {x * 0.5, x * 0.5});
+  z.pow(2).sum().backward();
+  EXPECT_TRUE(torch::allclose(adapter->weight.grad(), plain, 1e-5, 1e-6));
+}
+
 TEST(ActivationCheckpoint, SameGradientsAsPlainBackward) {
   torch::manual_seed(4);
   auto l1 = torch::nn::Linear(8, 16), l2 = torch::nn::Linear(16, 8);

@@ -155,11 +155,17 @@ int64_t write_preference_pairs(const std::string& text_jsonl, const std::string&
     if (words.size() < p + a) continue;
     std::vector<std::string> answer(words.begin() + static_cast<std::ptrdiff_t>(p),
                                     words.begin() + static_cast<std::ptrdiff_t>(p + a));
-    auto shuffled = answer;
-    for (int tries = 0; tries < 8 && shuffled == answer; ++tries) std::shuffle(shuffled.begin(), shuffled.end(), rng);
-    if (shuffled == answer) continue;  // the same words in every order
+    // The rejected answer: two failures of a weak sampler, in turn — the same words out of order,
+    // and the first half said twice.
+    auto rejected = answer;
+    if (pairs % 2 == 0) {
+      for (int tries = 0; tries < 8 && rejected == answer; ++tries) std::shuffle(rejected.begin(), rejected.end(), rng);
+    } else {
+      for (size_t i = a / 2; i < a; ++i) rejected[i] = answer[i - a / 2];
+    }
+    if (rejected == answer) continue;  // the same words in every order
     out << nlohmann::json{{"prompt", join(words, 0, p)}, {"chosen", join(answer, 0, a)},
-                          {"rejected", join(shuffled, 0, a)}}
+                          {"rejected", join(rejected, 0, a)}}
                .dump()
         << "\n";
     ++pairs;

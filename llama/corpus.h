@@ -26,9 +26,9 @@ CorpusSplit write_austen_jsonl(const std::string& rdb_path, const std::string& o
 
 /// Built-in preference pairs from a {"text"} JSONL file (write_austen_jsonl's): per paragraph of
 /// at least prompt_words + answer_words words, {"prompt": its first prompt_words words, "chosen":
-/// the answer_words that follow, "rejected": the same words in a shuffled order (seeded)}. A
-/// model that learns the pairs prefers fluent text to the same words scrambled. Returns the pairs
-/// written.
+/// the answer_words that follow, "rejected": those words in a shuffled order (seeded), or, every
+/// other pair, their first half said twice}. A model that learns the pairs prefers the text to
+/// the two failures of a weak sampler. Returns the pairs written.
 int64_t write_preference_pairs(const std::string& text_jsonl, const std::string& out_jsonl, uint64_t seed = 0,
                                int prompt_words = 8, int answer_words = 12);
 

@@ -1,5 +1,6 @@
 #include "llama/model.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -567,6 +568,40 @@ torch::Tensor LlamaForCausalLMImpl::token_log_probs(const torch::Tensor& input_i
     return nn::linear_token_log_probs(flat, weight, flat_target, -100);
   });
   return out.reshape(shape);
+}
+
+void LlamaForCausalLMImpl::add_score_head(uint64_t seed) {
+  COLOSSAL_CHECK(!score, "[llama] the model already has a score head");
+  COLOSSAL_CHECK(!parallel_.pipeline.enabled(), "[llama] a reward model under pipeline parallelism is not supported "
+                 "yet (the score needs the last stage's hidden states of whole sequences); use tp, sp or data "
+                 "parallelism");
+  COLOSSAL_CHECK(!parallel::splits_sequence_over_tp(parallel_), "[llama] a reward model under split_gather sequence "
+                 "parallelism is not supported yet; use --sp_mode all_to_all or ring_attn");
+  auto head = torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, 1).bias(false));
+  {
+    torch::NoGradGuard no_grad;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    head->weight.copy_(at::normal(0.0, config_.initializer_range, {1, config_.hidden_size}, gen));
+  }
+  head->to(parameters().front().device());  // as LoRA's adapters: where the (possibly deferred) weights say
+  score = register_module("score", head);
+  if (lm_head) lm_head->weight.requires_grad_(false);
+}
+
+torch::Tensor LlamaForCausalLMImpl::sequence_scores(const torch::Tensor& input_ids, const torch::Tensor& last) {
+  COLOSSAL_CHECK(score, "[llama] sequence_scores: the model has no score head (add_score_head)");
+  COLOSSAL_CHECK(last.dim() == 1 && last.size(0) == input_ids.size(0), "[llama] sequence_scores: expected one "
+                 "position per sequence [", input_ids.size(0), "], got ", last.sizes());
+  auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true);  // [B, T or T / sp, D]
+  auto values = nn::run_hooked(*score, {hidden}, [&] {
+    return torch::nn::functional::linear(hidden, score->weight.to(hidden.scalar_type()));
+  }).squeeze(-1).to(torch::kFloat);
+  const auto where = last.to(values.device(), torch::kLong);
+  if (!holds_sequence_shard()) return values.gather(1, where.unsqueeze(1)).squeeze(1);
+  // This rank's positions: the one holding last[b] contributes it, the sum over the group is it.
+  auto positions = parallel::local_positions(input_ids.size(1), parallel_).to(values.device());
+  auto mine = positions.unsqueeze(0).eq(where.unsqueeze(1)).to(values.scalar_type());
+  return parallel::reduce_from_group((values * mine).sum(1), parallel_.sp);
 }
 
 torch::Tensor LlamaForCausalLMImpl::sum_over_sequence(const torch::Tensor& per_token) {

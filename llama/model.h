@@ -154,6 +154,14 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   /// this rank holds it whole on the CPU; under tensor parallelism it reads the gathered logits.
   /// Not under pipeline parallelism (a sequence's log-likelihood needs the head's stage).
   torch::Tensor token_log_probs(const torch::Tensor& input_ids, const torch::Tensor& labels);
+  /// Reward model (transformers' *ForSequenceClassification with one label): registers "score",
+  /// a [1, hidden] linear layer without bias on the final norm's output (normal(0,
+  /// initializer_range) from `seed`, the same on every rank), and freezes an untied lm_head, which
+  /// a reward model does not use. Before boost().
+  void add_score_head(uint64_t seed);
+  /// The score head's value at position last[b] of each sequence b: [batch] fp32, the same on
+  /// every rank (under all_to_all and ring_attn the rank holding the position contributes it).
+  torch::Tensor sequence_scores(const torch::Tensor& input_ids, const torch::Tensor& last);
   /// Per-token values of this rank's positions summed over each sequence: [batch], the same on
   /// every rank of a sequence-parallel group (summed over it; each rank's gradient flows to its own
   /// positions, as loss()'s does).
@@ -199,6 +207,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
 
   Decoder model{nullptr};
   parallel::ParallelLinear lm_head{nullptr};  // null when tie_word_embeddings
+  torch::nn::Linear score{nullptr};           // reward models only (add_score_head)
 
  private:
   const RotaryTables& rope_for(int64_t seq_len, const c10::Device& device);

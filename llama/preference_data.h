@@ -43,6 +43,8 @@ class PreferenceDataset {
   int64_t size() const { return static_cast<int64_t>(pairs_.size()); }
   const PreferencePair& pair(int64_t i) const;
   int64_t skipped_lines() const { return skipped_; }
+  /// What batch() pads with: the tokenizer's pad token, else its EOS (as TRL and transformers do).
+  int64_t pad_id() const { return pad_id_; }
   int64_t truncated() const { return truncated_; }
   /// Mean tokens of a pair (chosen + rejected): the throughput's unit per sample.
   double mean_pair_tokens() const;

@@ -39,6 +39,39 @@ void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& 
   }
 }
 
+std::string reward_architecture(const LlamaConfig& config) {
+  COLOSSAL_CHECK(config.model_type != "gpt2", "[llama] reward models of the GPT-2 family are not supported yet");
+  auto js = nlohmann::json::parse(model_dir_files(config).at("config.json"));
+  std::string arch = js.at("architectures").at(0).get<std::string>();
+  const std::string causal = "ForCausalLM";
+  const auto at = arch.rfind(causal);
+  COLOSSAL_CHECK(at != std::string::npos, "[llama] no sequence-classification class for architecture ", arch);
+  return arch.replace(at, causal.size(), "ForSequenceClassification");
+}
+
+void save_reward_model(const LlamaConfig& config, const checkpoint::NamedTensors& weights, const std::string& dir,
+                       const text::Tokenizer& tokenizer, int64_t pad_id) {
+  checkpoint::NamedTensors kept;
+  bool scored = false;
+  for (const auto& [name, t] : weights) {
+    if (name == "lm_head.weight") continue;
+    scored = scored || name == "score.weight";
+    kept.emplace_back(name, t);
+  }
+  COLOSSAL_CHECK(scored, "[llama] save_reward_model: the weights hold no score.weight (add_score_head)");
+  checkpoint::save_model_state(kept, dir);
+  auto files = model_dir_files(config, &tokenizer);
+  auto js = nlohmann::ordered_json::parse(files.at("config.json"));
+  js["architectures"] = {reward_architecture(config)};
+  js["num_labels"] = 1;
+  js["id2label"] = {{"0", "LABEL_0"}};
+  js["label2id"] = {{"LABEL_0", 0}};
+  js["pad_token_id"] = pad_id;
+  files["config.json"] = js.dump(2) + "\n";
+  files.erase("generation_config.json");  // nothing generates from a reward model
+  for (const auto& [name, bytes] : files) checkpoint::write_text_atomically(dir + "/" + name, bytes);
+}
+
 LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelOptions& options,
                             const parallel::ParallelContext& parallel) {
   LoadedModel out;

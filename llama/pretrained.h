@@ -23,6 +23,17 @@ void save_pretrained(const LlamaConfig& config, const checkpoint::NamedTensors& 
                      const std::string& dir, const checkpoint::SaveModelOptions& options = {},
                      const text::Tokenizer* tokenizer = nullptr);
 
+/// transformers' reward-model class of this family: its causal-LM architecture with
+/// "ForSequenceClassification" for "ForCausalLM" (LlamaForSequenceClassification, ...).
+std::string reward_architecture(const LlamaConfig& config);
+
+/// A reward model as transformers opens it (AutoModelForSequenceClassification): `weights` (a
+/// model with add_score_head) without lm_head.weight, config.json naming reward_architecture with
+/// num_labels 1 and pad_token_id = `pad_id` (the score is read at the last token that is not
+/// it), and the tokenizer files.
+void save_reward_model(const LlamaConfig& config, const checkpoint::NamedTensors& weights, const std::string& dir,
+                       const text::Tokenizer& tokenizer, int64_t pad_id);
+
 struct LoadedModel {
   LlamaConfig config;
   LlamaForCausalLM model{nullptr};

@@ -87,8 +87,8 @@ PreferenceTask::PreferenceTask(const TrainArgs& a, const text::Tokenizer& tok, c
     if (dist::rank() == 0 && !exists(train)) {
       const auto n = llama::write_preference_pairs(default_train_text, train, a.loop.seed);
       const auto m = llama::write_preference_pairs(default_eval_text, eval, a.loop.seed + 1);
-      std::printf("data: %ld built-in preference pairs (a passage's next words against the same words shuffled), "
-                  "%ld held out\n", n, m);
+      std::printf("data: %ld built-in preference pairs (a passage's next words against the same words shuffled or "
+                  "half of them said twice), %ld held out\n", n, m);
     }
     dist::barrier(dist::world_group());
     o.files = {train};
@@ -112,6 +112,22 @@ PreferenceTask::Scores PreferenceTask::score(const llama::PreferenceDataset& dat
   const int64_t T = b.labels.size(1);
   return {model_->sum_over_sequence(logps).to(torch::kFloat),
           b.labels.narrow(1, 1, T - 1).ne(-100).sum(1).to(torch::kFloat)};
+}
+
+torch::Tensor PreferenceTask::rewards(const llama::PreferenceDataset& data, const std::vector<int64_t>& pairs) {
+  auto b = data.batch(pairs, pad_multiple_);
+  // The last token that is not padding (transformers' rule with config.pad_token_id = pad_id()).
+  const int64_t T = b.input_ids.size(1);
+  auto kept = b.input_ids.ne(data.pad_id()).to(torch::kLong) * torch::arange(T, torch::kLong).unsqueeze(0);
+  return model_->sequence_scores(b.input_ids.to(device_), kept.argmax(1));
+}
+
+torch::Tensor PreferenceTask::reward_loss(const torch::Tensor& r) const {
+  const int64_t B = r.size(0) / 2;
+  auto chosen = r.narrow(0, 0, B), rejected = r.narrow(0, B, B);
+  auto loss = posttrain::pairwise_reward_loss(chosen, rejected);
+  if (args_.center_rewards_coefficient > 0) loss = loss + args_.center_rewards_coefficient * (chosen + rejected).pow(2).mean();
+  return loss;
 }
 
 posttrain::PairLogProbs PreferenceTask::pair_log_probs(const Scores& s, const std::vector<double>& table,
@@ -191,6 +207,19 @@ std::optional<apps::Metrics> PreferenceTask::evaluate() {
       if (k * n + r < eval_->size()) idx.push_back(k * n + r);
     const bool real = !idx.empty();
     if (!real) idx = {0};
+    if (reward_model()) {
+      auto r = rewards(*eval_, idx).to(torch::kFloat64).cpu();
+      if (!real) continue;
+      const int64_t B = static_cast<int64_t>(idx.size());
+      auto c = r.narrow(0, 0, B), j = r.narrow(0, B, B);
+      totals[0] += reward_loss(r).item<double>() * static_cast<double>(B);
+      totals[1] += c.gt(j).sum().item<double>();
+      totals[2] += (c - j).sum().item<double>();
+      totals[3] += c.sum().item<double>();
+      totals[4] += j.sum().item<double>();
+      totals[7] += static_cast<double>(B);
+      continue;
+    }
     auto s = score(*eval_, idx, false);
     if (!real) continue;
     auto p = pair_log_probs(s, reference_eval_, idx);
@@ -212,6 +241,11 @@ std::optional<apps::Metrics> PreferenceTask::evaluate() {
   const double pairs = t[7].item<double>();
   if (pairs == 0) return std::nullopt;
   auto mean = [&](int i) { return t[i].item<double>() / pairs; };
+  if (reward_model())  // TRL's RewardTrainer's names
+    return apps::Metrics{{"loss", mean(0)},
+                         {"accuracy", mean(1)},
+                         {"margin", mean(2)},
+                         {"mean_reward", (t[3].item<double>() + t[4].item<double>()) / (2 * pairs)}};
   return apps::Metrics{{"loss", mean(0)},           {"rewards/accuracies", mean(1)}, {"rewards/margins", mean(2)},
                        {"rewards/chosen", mean(3)}, {"rewards/rejected", mean(4)},   {"logps/chosen", mean(5)},
                        {"logps/rejected", mean(6)}};
@@ -224,10 +258,11 @@ void PreferenceTask::configure(apps::TrainTask& task, llama::LlamaForCausalLM mo
   replica_group_ = replica_group;
   device_ = device;
   const auto& ctx = model->parallel_context();
-  COLOSSAL_CHECK(!ctx.pipeline.enabled(), "[dpo] --mode dpo under pipeline parallelism is not supported yet: a pair's "
-                 "loss needs both answers' log-likelihoods on the last stage; use tp, sp or data parallelism");
+  COLOSSAL_CHECK(!ctx.pipeline.enabled(), "[posttrain] --mode ", args_.mode, " under pipeline parallelism is not "
+                 "supported yet: a pair's loss needs both answers' scores on the last stage; use tp, sp or data "
+                 "parallelism");
   pad_multiple_ = pad_multiple(ctx);
-  COLOSSAL_CHECK(args_.max_length % pad_multiple_ == 0, "[dpo] --max_length ", args_.max_length,
+  COLOSSAL_CHECK(args_.max_length % pad_multiple_ == 0, "[posttrain] --max_length ", args_.max_length,
                  " does not divide into the sequence-parallel split (a multiple of ", pad_multiple_, ")");
   const auto& cfg = model->config();
   const double tokens = train_.mean_pair_tokens();
@@ -236,33 +271,52 @@ void PreferenceTask::configure(apps::TrainTask& task, llama::LlamaForCausalLM mo
   task.flops_per_sample = training_flops_per_token(cfg, static_cast<int64_t>(tokens / 2)) * tokens *
                           (args_.lora.enabled() ? 2.0 / 3 : 1.0);
   task.batch_flag = "--batch_size " + std::to_string(args_.batch_size) + " (pairs)";
-  task.loss = [this](apps::StepContext& ctx) {
-    auto s = score(train_, ctx.positions, false);
-    auto p = pair_log_probs(s, reference_train_, ctx.positions);
-    if (args_.preference.loss_type == "orpo" && replica_group_.is_member() && replica_group_.size() > 1) {
-      // ORPO's NLL is a mean over the global batch's chosen tokens, whatever the replicas hold.
-      auto tokens = p.chosen_tokens.sum().to(torch::kFloat64).cpu().reshape({1});
-      dist::all_reduce(tokens, replica_group_);
-      p.nll_tokens = tokens.item<double>() / replica_group_.size();
-    }
-    auto out = posttrain::preference_loss(p, args_.preference);
-    ctx.count("pairs", static_cast<double>(ctx.positions.size()));
-    ctx.count("correct", out.chosen_rewards.gt(out.rejected_rewards).sum().item<double>());
-    ctx.count("chosen", out.chosen_rewards.sum().item<double>());
-    ctx.count("rejected", out.rejected_rewards.sum().item<double>());
-    ctx.count("logps_chosen", p.chosen.detach().sum().item<double>());
-    ctx.count("logps_rejected", p.rejected.detach().sum().item<double>());
-    return out.loss;
-  };
-  task.count_metrics = [](const std::map<std::string, double>& c) {
-    const double n = std::max(1.0, c.at("pairs"));
-    return apps::Metrics{{"rewards/chosen", c.at("chosen") / n},
-                         {"rewards/rejected", c.at("rejected") / n},
-                         {"rewards/margins", (c.at("chosen") - c.at("rejected")) / n},
-                         {"rewards/accuracies", c.at("correct") / n},
-                         {"logps/chosen", c.at("logps_chosen") / n},
-                         {"logps/rejected", c.at("logps_rejected") / n}};
-  };
+  if (reward_model()) {
+    task.loss = [this](apps::StepContext& ctx) {
+      auto r = rewards(train_, ctx.positions);
+      const int64_t B = static_cast<int64_t>(ctx.positions.size());
+      auto both = r.detach().to(torch::kFloat64).cpu();
+      auto c = both.narrow(0, 0, B), j = both.narrow(0, B, B);
+      ctx.count("pairs", static_cast<double>(B));
+      ctx.count("correct", c.gt(j).sum().item<double>());
+      ctx.count("margin", (c - j).sum().item<double>());
+      ctx.count("reward", (c + j).sum().item<double>());
+      return reward_loss(r);
+    };
+    task.count_metrics = [](const std::map<std::string, double>& c) {
+      const double n = std::max(1.0, c.at("pairs"));
+      return apps::Metrics{{"accuracy", c.at("correct") / n}, {"margin", c.at("margin") / n},
+                           {"mean_reward", c.at("reward") / (2 * n)}};
+    };
+  } else {
+    task.loss = [this](apps::StepContext& ctx) {
+      auto s = score(train_, ctx.positions, false);
+      auto p = pair_log_probs(s, reference_train_, ctx.positions);
+      if (args_.preference.loss_type == "orpo" && replica_group_.is_member() && replica_group_.size() > 1) {
+        // ORPO's NLL is a mean over the global batch's chosen tokens, whatever the replicas hold.
+        auto tokens = p.chosen_tokens.sum().to(torch::kFloat64).cpu().reshape({1});
+        dist::all_reduce(tokens, replica_group_);
+        p.nll_tokens = tokens.item<double>() / replica_group_.size();
+      }
+      auto out = posttrain::preference_loss(p, args_.preference);
+      ctx.count("pairs", static_cast<double>(ctx.positions.size()));
+      ctx.count("correct", out.chosen_rewards.gt(out.rejected_rewards).sum().item<double>());
+      ctx.count("chosen", out.chosen_rewards.sum().item<double>());
+      ctx.count("rejected", out.rejected_rewards.sum().item<double>());
+      ctx.count("logps_chosen", p.chosen.detach().sum().item<double>());
+      ctx.count("logps_rejected", p.rejected.detach().sum().item<double>());
+      return out.loss;
+    };
+    task.count_metrics = [](const std::map<std::string, double>& c) {
+      const double n = std::max(1.0, c.at("pairs"));
+      return apps::Metrics{{"rewards/chosen", c.at("chosen") / n},
+                           {"rewards/rejected", c.at("rejected") / n},
+                           {"rewards/margins", (c.at("chosen") - c.at("rejected")) / n},
+                           {"rewards/accuracies", c.at("correct") / n},
+                           {"logps/chosen", c.at("logps_chosen") / n},
+                           {"logps/rejected", c.at("logps_rejected") / n}};
+    };
+  }
   if (eval_) {
     task.evaluate = [this](const apps::EvalContext&) { return evaluate(); };
     task.eval_samples = eval_->size();
@@ -270,7 +324,7 @@ void PreferenceTask::configure(apps::TrainTask& task, llama::LlamaForCausalLM mo
   } else {
     task.evaluate = nullptr;
   }
-  if (!args_.preference.needs_reference()) return;
+  if (reward_model() || !args_.preference.needs_reference()) return;
   // The reference table travels with the checkpoints (rank 0 writes it; every rank has it whole).
   task.save_rank_state = [this](const std::string& dir) {
     if (dist::rank() != 0) return;

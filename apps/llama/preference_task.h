@@ -1,5 +1,5 @@
 #pragma once
-// train_llama --mode dpo: preference pairs trained through the shared loop. The task's loss is
+// train_llama --mode dpo and --mode rm: preference pairs trained through the shared loop. The task's loss is
 // the preference loss (DPO, IPO, SimPO or ORPO: core/posttrain/preference_loss.h) of each pair's
 // answers, scored by the model's own token log-probabilities (LlamaForCausalLM::token_log_probs,
 // the head fused in); the metrics are TRL's (rewards/chosen, rewards/rejected, rewards/margins,
@@ -10,6 +10,12 @@
 // and the replicas pool the table. Under LoRA it is the model with its adapters switched off
 // (parallel::LoraDisabledGuard), so no second copy of the weights exists. Checkpoints carry the
 // table: a resumed full-parameter run no longer holds its starting weights.
+//
+// --mode rm trains a reward model on the same pairs: the score head (LlamaForCausalLM::
+// add_score_head) read at each sequence's last token that is not padding, as transformers'
+// *ForSequenceClassification reads it, and the pairwise loss -log sigmoid(r_chosen - r_rejected)
+// (plus TRL's optional centring term); the metrics are TRL's RewardTrainer's (accuracy, margin,
+// mean_reward), held-out pair accuracy at each evaluation.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -43,6 +49,11 @@ class PreferenceTask {
   posttrain::PairLogProbs pair_log_probs(const Scores& s, const std::vector<double>& table,
                                          const std::vector<int64_t>& pairs) const;
   std::optional<apps::Metrics> evaluate();
+  /// rm: the rewards [2B] of a batch's chosen then rejected answers.
+  torch::Tensor rewards(const llama::PreferenceDataset& data, const std::vector<int64_t>& pairs);
+  bool reward_model() const { return args_.mode == "rm"; }
+  /// The pairwise loss (and centring) of rewards [2B].
+  torch::Tensor reward_loss(const torch::Tensor& rewards) const;
 
   const TrainArgs& args_;
   llama::PreferenceDataset train_;

@@ -23,7 +23,7 @@ struct TrainArgs {
   std::string eval_dataset;          // JSONL; empty: the built-in held-out split (if built in)
   std::string tokenizer;             // tokenizer.model; empty: from --pretrained, else train one
   int64_t vocab_size = 4000;         // of a trained tokenizer
-  std::string mode = "pretrain";     // pretrain | sft | dpo
+  std::string mode = "pretrain";     // pretrain | sft | dpo | rm
   std::string on_bad_line = "stop";  // stop | skip
   std::string chat_template = "auto";  // sft: the tokenizer's own (auto) or LLaMA-2's
   std::string output = "out/llama";  // data cache, tokenizer, final model (OUTPUT/model)
@@ -31,7 +31,7 @@ struct TrainArgs {
   // Optimisation
   int64_t batch_size = 8;  // samples per rank per micro-batch
   int64_t max_length = 128;
-  double lr = 3e-3, weight_decay = 0.1;
+  double lr = 0, weight_decay = 0.1;  // lr 0: the mode's default (3e-3; rm 3e-4)
   int64_t warmup_steps = 20;
   int64_t num_epochs = 1;
   std::string save_dir;  // checkpoints; empty: OUTPUT/checkpoints
@@ -45,6 +45,7 @@ struct TrainArgs {
   peft::LoraConfig lora{.rank = 0};
   // --mode dpo: the preference loss (core/posttrain/preference_loss.h; TRL's names)
   posttrain::PreferenceLossOptions preference;
+  double center_rewards_coefficient = 0;  // --mode rm: TRL's penalty on the rewards' mean square
   bool merge_lora = false;  // also write OUTPUT/model with the adapters folded in
   std::string lora_adapter; // a PEFT adapter directory to continue training (its config replaces the --lora_* flags)
   // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
@@ -60,8 +61,8 @@ struct TrainArgs {
     v("tokenizer", tokenizer, "tokenizer: a directory (tokenizer.json, else tokenizer.model) or either file");
     v("vocab_size", vocab_size, "vocabulary of a tokenizer trained here (256 byte pieces, unk, bos, eos and text)",
       at_least(260));
-    v("mode", mode, "pretrain | sft | dpo (preference pairs: DPO, IPO, SimPO or ORPO by --loss_type)",
-      one_of({"pretrain", "sft", "dpo"}));
+    v("mode", mode, "pretrain | sft | dpo (preference pairs: DPO, IPO, SimPO or ORPO by --loss_type) | rm (a reward "
+      "model on preference pairs)", one_of({"pretrain", "sft", "dpo", "rm"}));
     v("on_bad_line", on_bad_line, "stop | skip a malformed JSONL line", one_of({"stop", "skip"}));
     v("chat_template", chat_template, "sft: auto (the tokenizer's own chat template; LLaMA-2's without one) | llama2",
       one_of({"auto", "llama2"}));
@@ -69,7 +70,7 @@ struct TrainArgs {
     v("grad_checkpoint", grad_checkpoint, "recompute each decoder layer in backward");
     v("batch_size", batch_size, "samples per rank per micro-batch", at_least(1));
     v("max_length", max_length, "tokens per sample", between(2, 1 << 20));
-    v("lr", lr, "peak learning rate", above(0));
+    v("lr", lr, "peak learning rate (0: the mode's: 3e-3; rm 3e-4)", at_least(0));
     v("weight_decay", weight_decay, "AdamW weight decay", at_least(0));
     v("warmup_steps", warmup_steps, "linear warm-up steps before the cosine decay", at_least(0));
     v("num_epochs", num_epochs, "epochs (when --max_steps is 0)", at_least(1));
@@ -80,6 +81,9 @@ struct TrainArgs {
     auto_layout.visit(v);
     lora.visit(v);
     preference.visit(v);
+    v("center_rewards_coefficient", center_rewards_coefficient,
+      "rm: adds this times the mean of (r_chosen + r_rejected)^2, keeping rewards centred (TRL's; 0: off)",
+      at_least(0));
     v("merge_lora", merge_lora, "with --lora_rank: also write OUTPUT/model with the adapters folded into the weights");
     v("lora_adapter", lora_adapter, "continue training this PEFT LoRA adapter (its adapter_config.json replaces the "
       "--lora_* settings)");

@@ -195,6 +195,8 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   // The runtime; under colossal verify the one-process reference runs the layout's global batch.
   colossal::apps::TrainJob job(a.loop, a.plugin);
   const int r = dist::rank();
+  // A reward model fine-tunes a whole network on one number per sequence: a tenth of the rate.
+  if (a.lr == 0) a.lr = a.mode == "rm" ? 3e-4 : 3e-3;
   a.batch_size *= job.batch_factor();
   if (a.plugin.name == "auto") choose_layout_by_measurement(a);
   // The plugin first: its layout is checked against the world before anything else runs.
@@ -205,7 +207,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   if (a.save_dir.empty()) a.save_dir = a.output + "/checkpoints";
 
   // ---- data files: the built-in corpus unless --dataset is given (--mode dpo: pairs made from it)
-  const bool preference = a.mode == "dpo";
+  const bool preference = a.mode == "dpo" || a.mode == "rm";
   std::vector<std::string> text_files = a.dataset;  // what a tokenizer trained here reads
   std::string corpus_train, corpus_eval;
   if (a.dataset.empty()) {
@@ -225,7 +227,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     }
   }
   COLOSSAL_CHECK(!preference || a.dataset.empty() || !a.tokenizer.empty() || !a.pretrained.empty(),
-                 "--mode dpo with --dataset needs a tokenizer (--pretrained or --tokenizer): preference pairs are no "
+                 "--mode ", a.mode, " with --dataset needs a tokenizer (--pretrained or --tokenizer): preference pairs are no "
                  "text to train one on");
 
   // ---- tokenizer: given, from the pretrained directory, or trained here on the training files
@@ -321,6 +323,12 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                  "--max_length ", a.max_length, " exceeds the model's max_position_embeddings ",
                  cfg.max_position_embeddings);
   model->set_gradient_checkpointing(a.grad_checkpoint);
+  if (a.mode == "rm") {
+    // A reward model: the score head on the final norm (its lm_head, if untied, frozen and unused).
+    COLOSSAL_CHECK(!a.lora.enabled() && a.lora_adapter.empty(), "--mode rm with LoRA is not supported yet: train the "
+                   "reward model in full");
+    model->add_score_head(a.loop.seed);
+  }
   const std::string quantize_base = a.lora.quantize_base;
   if (!a.lora_adapter.empty()) {
     a.lora = colossal::peft::load_adapter(*model, a.lora_adapter, {"lm_head"});
@@ -502,6 +510,18 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
       return;
     }
     state = colossal::peft::merged_state(state, a.lora);
+  }
+  if (a.mode == "rm") {
+    // transformers' <Family>ForSequenceClassification: the decoder and "score", no lm_head.
+    if (r == 0) {
+      save_reward_model(cfg, state, out, tok, pairs->train().pad_id());
+      std::printf("saved: %s (a %s reward model)\n", out.c_str(), reward_architecture(cfg).c_str());
+    }
+    dist::barrier(dist::world_group());
+    summary.outputs["model"] = out;
+    summary.outputs["checkpoints"] = a.save_dir;
+    std::fflush(stdout);
+    return;
   }
   if (r == 0) {
     save_pretrained(cfg, state, out, {}, &tok);

@@ -181,3 +181,55 @@ def test_bad_pairs_are_named_by_file_and_line(row, message, tokenizer, tmp_path)
                              "--output", tmp_path / "run", "--max_steps", "1", check=False)
     assert code != 0
     assert f"'{data}' {message}" in out, out
+
+
+@pytest.mark.parametrize("layout", [["--plugin", "ddp"], ["--plugin", "zero2"], ["--plugin", "gemini"],
+                                    ["--plugin", "hybrid", "--tp", "2"],
+                                    ["--plugin", "hybrid", "--sp", "2", "--sp_mode", "all_to_all"]])
+def test_reward_model_under_each_layout_follows_one_process(layout, tmp_path):
+    """--mode rm: the score head's and the decoder's gradients against one process (under sp the
+    rank holding each sequence's last token contributes its score). A small learning rate, as for
+    DPO: Adam's first step takes gradient elements within rounding of zero to full size."""
+    cmd = [f"{APPS}/colossal", "verify", "--nproc_per_node", "2", "--steps", "2", "--", f"{APPS}/train_llama",
+           "--output", str(tmp_path / "run"), "--max_steps", "3", "--mode", "rm", *COMMON[2:], "--lr", "1e-4", *layout]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "PASS: the layout matches one process" in out, out
+    # Every trained tensor compared, the score head's among them; the unused lm_head only as a
+    # parameter (frozen: no gradient).
+    assert "(39 gradients and 40 parameters compared per step)" in out, out
+
+
+def test_the_reward_model_opens_in_transformers_with_our_rewards(tmp_path):
+    """The saved directory is a LlamaForSequenceClassification: transformers' rewards on the
+    held-out pairs give the held-out loss, accuracy and margin our last evaluation logged."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out = tmp_path / "run"
+    colossal_run(1, f"{APPS}/train_llama", "--mode", "rm", "--output", out, "--max_steps", "20", "--batch_size", "4",
+                 "--max_length", "64", "--sample_tokens", "0", "--eval_interval", "20", "--log_file",
+                 tmp_path / "log.jsonl")
+    ours = log_lines(tmp_path / "log.jsonl", "eval")[-1]
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForSequenceClassification"] and config["num_labels"] == 1
+    model = AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    losses, correct, margins = [], [], []
+    for line in (out / "data" / "preference_valid.jsonl").read_text().splitlines():
+        pair = json.loads(line)
+        prompt = tok(pair["prompt"]).input_ids  # BOS + prompt, as the standard format is tokenised
+
+        def reward(answer):
+            ids = prompt + tok(answer, add_special_tokens=False).input_ids + [tok.eos_token_id]
+            with torch.no_grad():
+                return model(torch.tensor([ids])).logits[0, 0].double()
+
+        c, r = reward(pair["chosen"]), reward(pair["rejected"])
+        losses.append(-torch.nn.functional.logsigmoid(c - r).item())
+        correct.append(float(c > r))
+        margins.append((c - r).item())
+    n = len(losses)
+    assert sum(losses) / n == pytest.approx(ours["loss"], rel=1e-4, abs=1e-5)
+    assert sum(correct) / n == pytest.approx(ours["accuracy"], abs=1.5 / n)
+    assert sum(margins) / n == pytest.approx(ours["margin"], rel=1e-3, abs=1e-4)

@@ -135,25 +135,24 @@ def log_lines(path, kind):
 
 
 def test_dpo_learns_the_built_in_pairs_and_resumes_with_its_reference(tmp_path):
-    """The default pairs (a passage's next words against the same words shuffled): after 40 steps
-    the held-out reward margin and accuracy are up. A run stopped at step 20 and resumed (the
-    checkpoint carries the reference table) logs the same losses as the uninterrupted run."""
-    run = ["--output", str(tmp_path / "run"), "--max_steps", "40", "--batch_size", "4", "--mode", "dpo",
-           "--sample_tokens", "0", "--eval_interval", "40", "--log_interval", "10", "--lr", "3e-3",
-           "--save_interval", "20", "--log_file", str(tmp_path / "log.jsonl")]
+    """The default run (the built-in pairs, 300 steps of 8): the held-out reward margin and
+    accuracy rise from 0. A run stopped at step 150 and resumed (the checkpoint carries the
+    reference table) logs the same losses as the uninterrupted run."""
+    run = ["--output", str(tmp_path / "run"), "--mode", "dpo", "--sample_tokens", "0", "--eval_interval", "300",
+           "--log_interval", "50", "--save_interval", "150", "--log_file", str(tmp_path / "log.jsonl")]
     colossal_run(1, f"{APPS}/train_llama", *run, timeout=900)
     evals = log_lines(tmp_path / "log.jsonl", "eval")
     first, last = evals[0], evals[-1]
     assert first["rewards/margins"] == pytest.approx(0, abs=1e-6)  # the model is its own reference at step 0
-    assert last["rewards/margins"] > 0.25 and last["rewards/accuracies"] > 0.65, last
-    assert (tmp_path / "run" / "checkpoints" / "step-20" / "preference_reference.safetensors").exists()
+    assert last["rewards/margins"] > 0.3 and last["rewards/accuracies"] > 0.6, last
+    assert (tmp_path / "run" / "checkpoints" / "step-150" / "preference_reference.safetensors").exists()
     steps = {e["step"]: e["loss"] for e in log_lines(tmp_path / "log.jsonl", "step")}
-    # Resume from step 20 into a second log: the same losses at steps 30 and 40.
+    # Resume from step 150 into a second log: the same losses from step 200 on.
     resumed = [a if a != str(tmp_path / "log.jsonl") else str(tmp_path / "resumed.jsonl") for a in run]
-    _, out = colossal_run(1, f"{APPS}/train_llama", *resumed, "--load_checkpoint",
-                          str(tmp_path / "run" / "checkpoints" / "step-20"), timeout=900)
+    colossal_run(1, f"{APPS}/train_llama", *resumed, "--load_checkpoint",
+                 str(tmp_path / "run" / "checkpoints" / "step-150"), timeout=900)
     again = {e["step"]: e["loss"] for e in log_lines(tmp_path / "resumed.jsonl", "step")}
-    for step in (30, 40):
+    for step in (200, 250, 300):
         assert again[step] == pytest.approx(steps[step], rel=1e-5), (step, again, steps)
 
 

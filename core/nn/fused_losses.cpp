@@ -86,37 +86,47 @@ void check_targets(const torch::Tensor& target, int64_t n, int64_t vocab, int64_
                  ") and is not ignore_index ", ignore_index);
 }
 
+// Per row of fp32 or bf16 logits [n, v]: -log p(target) into an fp32 [n] (0 where ignored), and
+// with `gradient` the logits overwritten by scale * (softmax - one_hot) (kernels/cpu/cross_entropy).
+torch::Tensor cross_entropy_rows_in_place(torch::Tensor& logits, const torch::Tensor& target, int64_t ignore_index,
+                                          bool gradient, float scale, const char* trace_name) {
+  const int64_t n = logits.size(0), v = logits.size(1);
+  auto loss_rows = torch::empty({n}, logits.options().dtype(torch::kFloat));
+  namespace kc = colossal::kernels::cpu;
+  kc::CrossEntropyRows rows;
+  rows.vocab = v;
+  rows.ignore_index = ignore_index;
+  rows.write_gradient = gradient;
+  rows.gradient_scale = scale;
+  const bool bf16 = logits.scalar_type() == torch::kBFloat16;
+  const int64_t* t = target.data_ptr<int64_t>();
+  float* loss = loss_rows.data_ptr<float>();
+  RECORD_FUNCTION(trace_name, {});  // named in profiler traces
+  at::parallel_for(0, n, 1, [&](int64_t r0, int64_t r1) {
+    auto part = rows;
+    part.rows = r1 - r0;
+    part.target = t + r0;
+    part.loss = loss + r0;
+    if (bf16) {
+      std::vector<float> scratch(v);
+      kc::cross_entropy_rows_bf16(reinterpret_cast<uint16_t*>(logits.data_ptr<at::BFloat16>()) + r0 * v, part,
+                                  scratch.data());
+    } else {
+      kc::cross_entropy_rows(logits.data_ptr<float>() + r0 * v, part);
+    }
+  });
+  return loss_rows;
+}
+
 struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropyFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& target, int64_t ignore_index,
                                bool want_grad) {
     auto logits = at::mm(hidden, weight.t());  // becomes the gradient with respect to itself
-    const int64_t n = logits.size(0), v = logits.size(1);
     const int64_t count = target.ne(ignore_index).sum().item<int64_t>();
-    auto loss_rows = torch::empty({n}, logits.options().dtype(torch::kFloat));
-    namespace kc = colossal::kernels::cpu;
-    kc::CrossEntropyRows rows;
-    rows.vocab = v;
-    rows.ignore_index = ignore_index;
-    rows.write_gradient = want_grad;
-    rows.gradient_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
-    const bool bf16 = logits.scalar_type() == torch::kBFloat16;
-    const int64_t* t = target.data_ptr<int64_t>();
-    float* loss = loss_rows.data_ptr<float>();
-    RECORD_FUNCTION("colossal::cross_entropy_rows", {});  // named in profiler traces
-    at::parallel_for(0, n, 1, [&](int64_t r0, int64_t r1) {
-      auto part = rows;
-      part.rows = r1 - r0;
-      part.target = t + r0;
-      part.loss = loss + r0;
-      if (bf16) {
-        std::vector<float> scratch(v);
-        kc::cross_entropy_rows_bf16(reinterpret_cast<uint16_t*>(logits.data_ptr<at::BFloat16>()) + r0 * v, part,
-                                    scratch.data());
-      } else {
-        kc::cross_entropy_rows(logits.data_ptr<float>() + r0 * v, part);
-      }
-    });
+    auto loss_rows = cross_entropy_rows_in_place(logits, target, ignore_index, want_grad,
+                                                 count > 0 ? 1.0f / static_cast<float>(count) : 0.0f,
+                                                 "colossal::cross_entropy_rows");
     if (want_grad) ctx->save_for_backward({logits, hidden, weight});
     // No counted target: nan, as torch's mean over nothing gives.
     return loss_rows.sum() / static_cast<double>(count);
@@ -146,31 +156,8 @@ struct LinearTokenLogProbsFunction : torch::autograd::Function<LinearTokenLogPro
                                const torch::Tensor& weight, const torch::Tensor& target, int64_t ignore_index,
                                bool want_grad) {
     auto logits = at::mm(hidden, weight.t());
-    const int64_t n = logits.size(0), v = logits.size(1);
-    auto nll = torch::empty({n}, logits.options().dtype(torch::kFloat));
-    namespace kc = colossal::kernels::cpu;
-    kc::CrossEntropyRows rows;
-    rows.vocab = v;
-    rows.ignore_index = ignore_index;
-    rows.write_gradient = want_grad;
-    rows.gradient_scale = 1.0f;
-    const bool bf16 = logits.scalar_type() == torch::kBFloat16;
-    const int64_t* t = target.data_ptr<int64_t>();
-    float* out = nll.data_ptr<float>();
-    RECORD_FUNCTION("colossal::token_log_probs_rows", {});
-    at::parallel_for(0, n, 1, [&](int64_t r0, int64_t r1) {
-      auto part = rows;
-      part.rows = r1 - r0;
-      part.target = t + r0;
-      part.loss = out + r0;
-      if (bf16) {
-        std::vector<float> scratch(v);
-        kc::cross_entropy_rows_bf16(reinterpret_cast<uint16_t*>(logits.data_ptr<at::BFloat16>()) + r0 * v, part,
-                                    scratch.data());
-      } else {
-        kc::cross_entropy_rows(logits.data_ptr<float>() + r0 * v, part);
-      }
-    });
+    auto nll = cross_entropy_rows_in_place(logits, target, ignore_index, want_grad, 1.0f,
+                                           "colossal::token_log_probs_rows");
     if (want_grad) ctx->save_for_backward({logits, hidden, weight});
     return nll.neg_();
   }

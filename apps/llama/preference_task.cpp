@@ -126,7 +126,8 @@ torch::Tensor PreferenceTask::reward_loss(const torch::Tensor& r) const {
   const int64_t B = r.size(0) / 2;
   auto chosen = r.narrow(0, 0, B), rejected = r.narrow(0, B, B);
   auto loss = posttrain::pairwise_reward_loss(chosen, rejected);
-  if (args_.center_rewards_coefficient > 0) loss = loss + args_.center_rewards_coefficient * (chosen + rejected).pow(2).mean();
+  if (args_.center_rewards_coefficient > 0)
+    loss = loss + args_.center_rewards_coefficient * (chosen + rejected).pow(2).mean();
   return loss;
 }
 
@@ -171,13 +172,14 @@ void PreferenceTask::compute_reference(const llama::PreferenceDataset& data, std
       idx.push_back(needed[static_cast<size_t>(j)]);
     const bool real = !idx.empty();
     if (!real) idx = {0};
-    auto s = score(data, idx, /*reference=*/true).sums.to(torch::kFloat64).cpu();
+    auto s = score(data, idx, /*reference=*/true).sums.to(torch::kFloat64).cpu().contiguous();
     if (!real) continue;
-    const int64_t B = static_cast<int64_t>(idx.size());
-    for (int64_t j = 0; j < B; ++j) {
-      const auto i = static_cast<size_t>(idx[static_cast<size_t>(j)]);
-      sums[2 * i] += s[j].item<double>();
-      sums[2 * i + 1] += s[B + j].item<double>();
+    const size_t B = idx.size();
+    const double* v = s.data_ptr<double>();
+    for (size_t j = 0; j < B; ++j) {
+      const auto i = static_cast<size_t>(idx[j]);
+      sums[2 * i] += v[j];
+      sums[2 * i + 1] += v[B + j];
       seen[i] += 1;
     }
   }

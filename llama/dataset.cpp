@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -283,6 +284,8 @@ void DatasetOptions::validate() const {
   COLOSSAL_CHECK(on_bad_line == "stop" || on_bad_line == "skip", "[data] on_bad_line: expected stop or skip, got '",
                  on_bad_line, "'");
   COLOSSAL_CHECK(max_length >= 2, "[data] max_length must be >= 2, got ", max_length);
+  COLOSSAL_CHECK(!packing || mode == "sft", "[data] packing applies to fine-tuning conversations (mode sft); ",
+                 "pretraining already fills every sample with the token stream");
 }
 
 TokenDataset TokenDataset::open(const DatasetOptions& o, const text::Tokenizer& tok) {
@@ -343,14 +346,54 @@ TokenDataset TokenDataset::open(const DatasetOptions& o, const text::Tokenizer& 
                         "max_length ", o.max_length, " and are left out; a longer max_length keeps them");
     COLOSSAL_CHECK(!d.samples_.empty(), "[data] none of the ", d.doc_offsets_.size() - 1,
                    " conversations has a reply within max_length ", o.max_length, ": nothing to learn");
+    if (o.packing) d.pack();
   }
   return d;
+}
+
+void TokenDataset::pack() {
+  // Best fit decreasing: longest conversations first, each into the fullest sample it fits in.
+  const int64_t L = options_.max_length;
+  std::vector<int64_t> order(samples_.size()), length(samples_.size());
+  for (size_t i = 0; i < samples_.size(); ++i) {
+    order[i] = static_cast<int64_t>(i);
+    length[i] = std::min(doc_offsets_[samples_[i] + 1] - doc_offsets_[samples_[i]], L);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length[a] > length[b]; });
+  std::multiset<std::pair<int64_t, int64_t>> room;  // (tokens left, sample)
+  std::vector<std::vector<int64_t>> packs;
+  int64_t tokens = 0;
+  for (int64_t i : order) {
+    const int64_t n = length[i];
+    tokens += n;
+    auto fit = room.lower_bound({n, -1});  // the least room that holds n
+    int64_t p, left;
+    if (fit == room.end()) {
+      p = static_cast<int64_t>(packs.size());
+      packs.emplace_back();
+      left = L - n;
+    } else {
+      p = fit->second;
+      left = fit->first - n;
+      room.erase(fit);
+    }
+    packs[static_cast<size_t>(p)].push_back(samples_[static_cast<size_t>(i)]);
+    if (left > 0) room.insert({left, p});
+  }
+  pack_offsets_ = {0};
+  pack_docs_.clear();
+  for (const auto& docs : packs) {
+    pack_docs_.insert(pack_docs_.end(), docs.begin(), docs.end());
+    pack_offsets_.push_back(static_cast<int64_t>(pack_docs_.size()));
+  }
+  fill_ = static_cast<double>(tokens) / static_cast<double>(packs.size() * L);
 }
 
 int64_t TokenDataset::num_tokens() const { return static_cast<int64_t>(tokens_->bytes / sizeof(int32_t)); }
 
 int64_t TokenDataset::size() const {
   if (options_.mode == "pretrain") return num_tokens() / options_.max_length;
+  if (options_.packing) return static_cast<int64_t>(pack_offsets_.size()) - 1;
   return static_cast<int64_t>(samples_.size());
 }
 
@@ -362,6 +405,28 @@ Batch TokenDataset::batch(const std::vector<int64_t>& indices) const {
   auto* msk = static_cast<const uint8_t*>(mask_->data);
   auto* ip = ids.data_ptr<int64_t>();
   auto* lp = labels.data_ptr<int64_t>();
+  if (options_.packing) {
+    // Each conversation as its own sample would hold it, its first token no target (it would be
+    // predicted from the conversation before); the padding after the last one a document of its own.
+    auto positions = torch::empty({B, L}, torch::kInt64);
+    auto* pp = positions.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t p = indices[b];
+      COLOSSAL_CHECK(p >= 0 && p < size(), "[data] sample ", p, " is outside [0, ", size(), ")");
+      int64_t col = 0;
+      for (int64_t k = pack_offsets_[p]; k < pack_offsets_[p + 1]; ++k) {
+        const int64_t doc = pack_docs_[k], begin = doc_offsets_[doc];
+        const int64_t end = std::min(doc_offsets_[doc + 1], begin + L);
+        for (int64_t t = begin; t < end; ++t, ++col) {
+          ip[b * L + col] = tok[t];
+          lp[b * L + col] = msk[t] && t > begin ? tok[t] : -100;
+          pp[b * L + col] = t - begin;
+        }
+      }
+      for (int64_t pad = 0; col < L; ++col, ++pad) pp[b * L + col] = pad;
+    }
+    return {ids, labels, positions};
+  }
   for (int64_t b = 0; b < B; ++b) {
     int64_t i = indices[b];
     COLOSSAL_CHECK(i >= 0 && i < size(), "[data] sample ", i, " is outside [0, ", size(), ")");
@@ -373,7 +438,7 @@ Batch TokenDataset::batch(const std::vector<int64_t>& indices) const {
       lp[b * L + (t - begin)] = msk[t] ? tok[t] : -100;
     }
   }
-  return {ids, labels};
+  return {ids, labels, {}};
 }
 
 }  // namespace colossal::llama

@@ -17,7 +17,10 @@
 //
 // Samples: pretraining packs the stream into windows of max_length + 1 tokens (inputs and the
 // next-token labels); fine-tuning keeps one conversation per sample, truncated to max_length+1,
-// padded with labels -100. A conversation whose replies all start past max_length would teach
+// padded with labels -100; or (packing) several conversations per sample, each truncated to
+// max_length, placed best-fit-decreasing into samples of max_length tokens, each starting its
+// positions at 0 and attending only to itself (the model's packed batches): the same tokens and
+// targets as one per sample, in fewer, fuller rows. A conversation whose replies all start past max_length would teach
 // nothing (and give a step no token to average over): it is left out, with a warning that counts
 // such conversations and names the first.
 #include <cstdint>
@@ -42,12 +45,14 @@ struct DatasetOptions {
   std::string chat_template = "auto";
   std::string on_bad_line = "stop";    // stop | skip
   int64_t max_length = 512;
-  void validate() const;  // files given, mode, on_bad_line, max_length >= 2
+  bool packing = false;                // sft: several conversations per sample
+  void validate() const;  // files given, mode, on_bad_line, max_length >= 2, packing only in sft
 };
 
 struct Batch {
   at::Tensor input_ids;  // [B, T] int64
   at::Tensor labels;     // [B, T] int64, -100 where no loss
+  at::Tensor position_ids;  // packed samples only: [B, T] int64, restarting at 0 with each document
 };
 
 class TokenDataset {
@@ -63,6 +68,9 @@ class TokenDataset {
   int64_t skipped_lines() const { return skipped_; }
   /// sft: conversations left out because no reply token falls inside max_length.
   int64_t replies_past_max_length() const { return no_reply_; }
+  /// sft: the conversations trained on, and (packing) the share of the samples' tokens they fill.
+  int64_t conversations() const { return static_cast<int64_t>(samples_.size()); }
+  double packed_fill() const { return fill_; }
   bool reused_cache() const { return reused_; }
   const std::string& cache_key() const { return key_; }
   /// Samples `indices` stacked into a batch.
@@ -70,10 +78,14 @@ class TokenDataset {
 
  private:
   TokenDataset() = default;
+  void pack();  // packing: the conversations into samples, best fit decreasing
   struct Mapping;
   std::unique_ptr<Mapping> tokens_, mask_;
   std::vector<int64_t> doc_offsets_;  // sft: where each conversation starts (and the end)
   std::vector<int64_t> samples_;      // sft: the conversations trained on (a reply within max_length)
+  std::vector<int64_t> pack_offsets_, pack_docs_;  // packing: sample p holds conversations
+                                                   // pack_docs_[pack_offsets_[p] .. pack_offsets_[p + 1])
+  double fill_ = 0;
   DatasetOptions options_;
   int64_t pad_id_ = 0;
   int64_t skipped_ = 0;

@@ -8,6 +8,7 @@
 #include "core/nn/activation_checkpoint.h"
 #include "core/nn/fused_losses.h"
 #include "core/nn/module_hooks.h"
+#include "core/nn/neftune.h"
 #include "core/nn/rms_norm.h"
 #include "core/nn/rotary.h"
 #include "core/nn/swiglu.h"
@@ -101,7 +102,7 @@ torch::Tensor soft_cap(const torch::Tensor& x, double cap) {
 // Attention with Gemma 2's soft-capped scores, spelled out (SDPA has no hook between the
 // product and the softmax). q [B, H, T, D], k and v [B, H_kv, T, D]; the softmax in fp32.
 torch::Tensor soft_capped_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, double scale, double cap,
-                                    int64_t window) {
+                                    const std::optional<torch::Tensor>& mask) {
   const int64_t groups = q.size(1) / k.size(1), T = q.size(2);
   if (groups > 1) {
     k = k.repeat_interleave(groups, 1);
@@ -109,13 +110,21 @@ torch::Tensor soft_capped_attention(const torch::Tensor& q, torch::Tensor k, tor
   }
   auto scores = torch::matmul(q.to(torch::kFloat), k.to(torch::kFloat).transpose(-1, -2)) * scale;
   scores = torch::tanh(scores / cap) * cap;
-  auto visible = window > 0 ? parallel::sliding_window_mask(T, window, q.device())
-                            : torch::ones({T, T}, q.options().dtype(torch::kBool)).tril();
+  auto visible = mask ? *mask : torch::ones({T, T}, q.options().dtype(torch::kBool)).tril();
   scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());
   return torch::matmul(torch::softmax(scores, -1), v.to(torch::kFloat)).to(q.scalar_type());
 }
 
 }  // namespace
+
+torch::Tensor document_causal_mask(const torch::Tensor& positions) {
+  COLOSSAL_CHECK(positions.dim() == 2, "[llama] packed positions: expected [batch, seq], got ", positions.sizes());
+  const int64_t T = positions.size(1);
+  auto document = positions.eq(0).cumsum(1);  // [B, T]: each document starts at position 0
+  auto same = document.unsqueeze(2).eq(document.unsqueeze(1));
+  auto causal = torch::ones({T, T}, positions.options().dtype(torch::kBool)).tril();
+  return same.logical_and(causal).unsqueeze(1);
+}
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where, int64_t layer)
     : parallel_(where.parallel), head_dim_(c.resolved_head_dim()), window_(c.layer_window(layer)),
@@ -145,7 +154,7 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, const BuildContext& where, in
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTables& rope,
-                                     const torch::Tensor& positions) {
+                                     const TokenLayout& layout) {
   using Mode = parallel::SequenceParallelMode;
   // One gradient all-reduce for q, k and v (split_gather: the sequence is gathered here).
   auto x = parallel::enter_tensor_parallel(x_in, parallel_);
@@ -165,11 +174,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
   // Rotary embeddings at the tokens' own positions, before any exchange (GPT-2 added its learned
   // positions to the embeddings instead).
   if (rotary_) {
-    q = nn::apply_rotary(q, rope.cos, rope.sin, positions);
-    k = nn::apply_rotary(k, rope.cos, rope.sin, positions);
+    q = nn::apply_rotary(q, rope.cos, rope.sin, layout.positions);
+    k = nn::apply_rotary(k, rope.cos, rope.sin, layout.positions);
   }
   torch::Tensor out;  // [B, T, heads_, head_dim_]
   if (parallel_.sp_mode == Mode::kRingAttn && parallel_.sp_size() > 1) {
+    COLOSSAL_CHECK(!layout.visible.defined(), "[llama] packed sequences under ring_attn are not supported (the ring "
+                   "passes whole blocks, not documents); use --sp_mode all_to_all or split_gather");
     COLOSSAL_CHECK(softcap_ == 0, "[llama] attn_logit_softcapping ", softcap_, " under ring_attn is not implemented; "
                    "use --sp_mode all_to_all or split_gather");
     out = parallel::ring_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), parallel_.sp, window_,
@@ -187,13 +198,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RotaryTabl
       k = parallel::sequence_to_heads(k, parallel_.sp);
       v = parallel::sequence_to_heads(v, parallel_.sp);
     }
-    // A sliding window shorter than the sequence: causal and within the window, as a mask.
+    // A sliding window shorter than the sequence: causal and within the window, as a mask; a
+    // packed batch: within each document.
     const int64_t len = q.size(1);
     std::optional<torch::Tensor> mask;
     if (window_ > 0 && len > window_) mask = parallel::sliding_window_mask(len, window_, q.device());
+    if (layout.visible.defined()) {
+      COLOSSAL_CHECK(layout.visible.size(-1) == len, "[llama] packed document mask over ", layout.visible.size(-1),
+                     " tokens, attention reads ", len);
+      mask = mask ? layout.visible.logical_and(*mask) : layout.visible;
+    }
     if (softcap_ > 0) {
-      out = soft_capped_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale_, softcap_,
-                                  mask ? window_ : 0)
+      out = soft_capped_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale_, softcap_, mask)
                 .transpose(1, 2);
     } else {
       out = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask,
@@ -241,13 +257,13 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const BuildContext& whe
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope,
-                                        const torch::Tensor& positions, parallel::expert::RouterLosses* router) {
-  return feed_forward_half(attention_half(x, rope, positions), router);
+                                        const TokenLayout& layout, parallel::expert::RouterLosses* router) {
+  return feed_forward_half(attention_half(x, rope, layout), router);
 }
 
 torch::Tensor DecoderLayerImpl::attention_half(const torch::Tensor& x, const RotaryTables& rope,
-                                               const torch::Tensor& positions) {
-  auto out = self_attn->forward(call(input_layernorm, x), rope, positions);
+                                               const TokenLayout& layout) {
+  auto out = self_attn->forward(call(input_layernorm, x), rope, layout);
   if (pre_feedforward_layernorm) out = call(post_attention_layernorm, out);
   return x + out;
 }
@@ -376,30 +392,61 @@ const RotaryTables& LlamaForCausalLMImpl::host_rope_for(int64_t seq_len) {
   return long_rope_;
 }
 
+torch::Tensor LlamaForCausalLMImpl::embedded_indices(int64_t seq_len) const {
+  if (holds_sequence_shard()) return parallel::local_positions(seq_len, parallel_);
+  if (!parallel::splits_sequence_over_tp(parallel_)) return torch::arange(seq_len);
+  return parallel::sequence_positions(seq_len, parallel::SequenceParallelMode::kSplitGather, parallel_.tp_rank(),
+                                      parallel_.tp_size());
+}
+
 torch::Tensor LlamaForCausalLMImpl::embedded_positions(const torch::Tensor& positions, int64_t seq_len) const {
   COLOSSAL_CHECK(seq_len <= config_.max_position_embeddings, "[llama] sequence of ", seq_len,
                  " tokens exceeds the ", config_.max_position_embeddings, " learned positions (n_positions)");
   if (!parallel::splits_sequence_over_tp(parallel_)) return positions;
-  return parallel::sequence_positions(seq_len, parallel::SequenceParallelMode::kSplitGather, parallel_.tp_rank(),
-                                      parallel_.tp_size())
-      .to(positions.device());
+  auto held = embedded_indices(seq_len).to(positions.device());
+  return positions.dim() == 2 ? positions.index_select(1, held) : held;
+}
+
+TokenLayout LlamaForCausalLMImpl::token_layout(int64_t T, const torch::Tensor& packed, const c10::Device& device) const {
+  TokenLayout layout;
+  if (!packed.defined()) {
+    // Attention sees the whole sequence (gathered under split_gather) or this rank's share.
+    layout.positions = (holds_sequence_shard() ? parallel::local_positions(T, parallel_) : torch::arange(T)).to(device);
+    return layout;
+  }
+  COLOSSAL_CHECK(!parallel_.pipeline.enabled(), "[llama] packed sequences under pipeline parallelism are not "
+                 "supported yet; use data, tensor or sequence parallelism");
+  COLOSSAL_CHECK(packed.dim() == 2 && packed.size(1) == T, "[llama] packed positions ", packed.sizes(),
+                 " do not match the sequence of ", T, " tokens");
+  auto whole = packed.to(device, torch::kLong);
+  layout.positions = holds_sequence_shard() ? parallel::take_local(whole, parallel_) : whole;
+  layout.visible = document_causal_mask(whole);
+  return layout;
+}
+
+void LlamaForCausalLMImpl::set_neftune(double alpha, uint64_t seed) {
+  COLOSSAL_CHECK(alpha >= 0, "[llama] neftune alpha must be >= 0, got ", alpha);
+  neftune_alpha_ = alpha;
+  neftune_seed_ = seed;
+  neftune_draws_ = 0;
 }
 
 bool LlamaForCausalLMImpl::holds_sequence_shard() const {
   return parallel_.sp_mode != parallel::SequenceParallelMode::kSplitGather && parallel::shards_sequence(parallel_);
 }
 
-torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids) {
+torch::Tensor LlamaForCausalLMImpl::local_logits(const torch::Tensor& input_ids, const torch::Tensor& positions) {
   COLOSSAL_CHECK(!parallel_.pipeline.enabled(), "[llama] this rank holds one pipeline stage: run it through the "
                  "pipeline (forward_chunk), not as a whole model");
-  return forward_chunk(0, input_ids);
+  return run_chunk(0, input_ids, /*to_hidden=*/false, positions);
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward_chunk(int chunk, const torch::Tensor& input) {
   return run_chunk(chunk, input, /*to_hidden=*/false);
 }
 
-torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& input, bool to_hidden) {
+torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& input, bool to_hidden,
+                                              const torch::Tensor& packed) {
   COLOSSAL_CHECK(chunk >= 0 && chunk < static_cast<int>(chunk_layers_.size()), "[llama] model chunk ", chunk,
                  ": this rank holds ", chunk_layers_.size());
   const auto [first, last] = chunk_ends(chunk);
@@ -419,9 +466,8 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
                    " does not divide by tp ", parallel_.tp_size());
   }
   const RotaryTables rope = rope_for(T, input.device());  // tensor handles: cheap to copy
-  // Attention sees the whole sequence (gathered under split_gather) or this rank's share.
-  auto positions = holds_sequence_shard() ? parallel::local_positions(T, parallel_) : torch::arange(T);
-  positions = positions.to(input.device());
+  const TokenLayout layout = token_layout(T, packed, input.device());
+  const auto& positions = layout.positions;
   torch::Tensor h;
   if (first) {
     auto ids = holds_sequence_shard() ? parallel::take_local(input, parallel_) : input;
@@ -430,7 +476,16 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
     // Gemma: sqrt(hidden_size), rounded to the embedding's dtype as transformers does.
     if (config_.scale_embeddings)
       h = h * torch::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), h.options());
-    if (model->embed_positions) h = h + call(model->embed_positions, embedded_positions(positions, T)).to(h.dtype());
+    if (model->embed_positions) {
+      auto whole = packed.defined() ? packed.to(input.device(), torch::kLong) : torch::arange(T, input.device());
+      h = h + call(model->embed_positions, embedded_positions(holds_sequence_shard() ? positions : whole, T))
+                  .to(h.dtype());
+    }
+    if (neftune_alpha_ > 0 && is_training()) {
+      // The whole batch's noise, then this rank's tokens: the same on every rank that holds them.
+      auto noise = nn::neftune_noise({h.size(0), T, h.size(2)}, neftune_alpha_, neftune_seed_ + neftune_draws_++);
+      h = h + noise.index_select(1, embedded_indices(T)).to(h.device(), h.scalar_type());
+    }
   } else {
     h = hidden_in;
   }
@@ -446,13 +501,13 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
       // router's graph from this forward, not a recomputation.
       auto l = layer.ptr();
       if (router) {
-        h = nn::checkpoint([rope, positions, l](const torch::Tensor& x) { return l->attention_half(x, rope, positions); }, h);
+        h = nn::checkpoint([rope, layout, l](const torch::Tensor& x) { return l->attention_half(x, rope, layout); }, h);
         h = l->feed_forward_half(h, router);
       } else {
-        h = nn::checkpoint([rope, positions, l](const torch::Tensor& x) { return l->forward(x, rope, positions); }, h);
+        h = nn::checkpoint([rope, layout, l](const torch::Tensor& x) { return l->forward(x, rope, layout); }, h);
       }
     } else {
-      h = layer->forward(h, rope, positions, router);
+      h = layer->forward(h, rope, layout, router);
     }
   }
   if (!last) {
@@ -516,22 +571,23 @@ std::vector<torch::Tensor> LlamaForCausalLMImpl::chunk_parameters(int chunk) {
   return out;
 }
 
-torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids) {
-  auto logits = local_logits(input_ids);
+torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& positions) {
+  auto logits = local_logits(input_ids, positions);
   if (parallel_.tensor_parallel())
     logits = parallel::gather_last_dim(logits, parallel_.tp).narrow(-1, 0, config_.vocab_size);
   if (holds_sequence_shard()) logits = parallel::gather_local(logits, parallel_);
   return logits;
 }
 
-torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
+torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                                         const torch::Tensor& positions) {
   // The head and the loss fused (nn::linear_cross_entropy) wherever this rank holds the whole
   // head on the CPU: no logits-sized gradient besides the logits, which are read once. Under
   // tensor parallelism each rank holds a vocabulary slice (vocab_parallel_cross_entropy).
   const bool fused = !parallel_.tensor_parallel() && !parallel_.pipeline.enabled() &&
                      input_ids.device().is_cpu() && config_.final_logit_softcapping == 0;
-  if (!fused) return loss_from_logits(local_logits(input_ids), labels);
-  auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true);
+  if (!fused) return loss_from_logits(local_logits(input_ids, positions), labels);
+  auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true, positions);
   auto flat_target = next_token_targets(labels).reshape({-1});
   auto flat = hidden.reshape({-1, hidden.size(2)});
   tools::MemoryTracer::Scope traced("lm_head");  // the loss with it: one fused step
@@ -543,7 +599,8 @@ torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const t
   return finish_loss(mean, flat_target, flat);
 }
 
-torch::Tensor LlamaForCausalLMImpl::token_log_probs(const torch::Tensor& input_ids, const torch::Tensor& labels) {
+torch::Tensor LlamaForCausalLMImpl::token_log_probs(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                                                    const torch::Tensor& positions) {
   COLOSSAL_CHECK(!parallel_.pipeline.enabled(), "[llama] token_log_probs: not under pipeline parallelism (a "
                  "sequence's log-likelihood needs the head's stage); use tp, sp or data parallelism");
   COLOSSAL_CHECK(labels.sizes() == input_ids.sizes(), "[llama] token_log_probs: labels ", labels.sizes(),
@@ -554,12 +611,12 @@ torch::Tensor LlamaForCausalLMImpl::token_log_probs(const torch::Tensor& input_i
   const bool fused = !parallel_.tensor_parallel() && input_ids.device().is_cpu() &&
                      config_.final_logit_softcapping == 0;
   if (!fused) {
-    auto logits = local_logits(input_ids);
+    auto logits = local_logits(input_ids, positions);
     if (parallel_.tensor_parallel())  // the whole vocabulary (backward: each rank its slice)
       logits = parallel::gather_last_dim(logits, parallel_.tp).narrow(-1, 0, config_.vocab_size);
     return nn::token_log_probs(logits.reshape({-1, logits.size(2)}), flat_target, -100).reshape(shape);
   }
-  auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true);
+  auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true, positions);
   auto flat = hidden.reshape({-1, hidden.size(2)});
   tools::MemoryTracer::Scope traced("lm_head");
   torch::nn::Module& head = lm_head ? static_cast<torch::nn::Module&>(*lm_head) : *model->embed_tokens;

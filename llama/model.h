@@ -66,6 +66,20 @@ struct RotaryTables {
   static RotaryTables make(const LlamaConfig& config, int64_t max_positions);
 };
 
+/// Where the tokens sit. `positions`: those of the tokens this rank computes q, k and v for ([T],
+/// the whole sequence or this rank's shard under all_to_all and ring_attn; [B, T] in packed
+/// batches, where they restart at 0 with each document). `visible`: packed batches only, [B, 1, T,
+/// T] bool over the whole sequence attention reads, true where a query may see a key (the same
+/// document, causal); undefined, attention is causal over the whole sequence.
+struct TokenLayout {
+  torch::Tensor positions;
+  torch::Tensor visible;
+};
+
+/// Packed batches: [B, 1, T, T] true where key j is in query i's document and j <= i, the
+/// documents read off `positions` [B, T] (each starts where its position is 0).
+torch::Tensor document_causal_mask(const torch::Tensor& positions);
+
 /// Where a layer sits (its module path) and how the model is parallelised: layers are built
 /// through core's plan builder from LLaMA's plan (parallel_plan below).
 using BuildContext = parallel::PlanBuilder;
@@ -74,9 +88,7 @@ class AttentionImpl : public torch::nn::Module {
  public:
   /// `layer`: the layer's index in the whole model (its window, Gemma 2's alternating layers).
   AttentionImpl(const LlamaConfig& config, const BuildContext& where, int64_t layer);
-  /// `positions`: the sequence positions of the tokens attention computes q, k and v for (the
-  /// whole sequence, or this rank's shard under all_to_all and ring_attn).
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const TokenLayout& layout);
   parallel::ParallelLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 (qk_norm): over each head, shared by all heads
 
@@ -107,11 +119,11 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const LlamaConfig& config, const BuildContext& where, int64_t layer);
   /// A MoE layer adds its routing to `router` when given.
-  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions,
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const TokenLayout& layout,
                         parallel::expert::RouterLosses* router = nullptr);
   /// The two residual halves: x + attention(norm(x)), and h + feed-forward(norm(h)) (Gemma 2:
   /// each output normalised again before it is added).
-  torch::Tensor attention_half(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& positions);
+  torch::Tensor attention_half(const torch::Tensor& x, const RotaryTables& rope, const TokenLayout& layout);
   torch::Tensor feed_forward_half(const torch::Tensor& h, parallel::expert::RouterLosses* router = nullptr);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};                           // dense LLaMA
@@ -142,18 +154,21 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   explicit LlamaForCausalLMImpl(const LlamaConfig& config, const parallel::ParallelContext& parallel = {});
   /// Logits [batch, seq, vocab] for token ids [batch, seq] (gathered whole under tensor and
   /// sequence parallelism). Every rank passes the whole batch; sequence parallelism takes each
-  /// rank's share of it inside.
-  torch::Tensor forward(const torch::Tensor& input_ids);
+  /// rank's share of it inside. `positions` [batch, seq]: a packed batch, several documents per
+  /// row, each attending only to itself, its positions restarting at 0 (see TokenLayout); not
+  /// under ring_attn or pipeline parallelism. Undefined: one sequence per row.
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& positions = {});
   /// Mean next-token cross entropy (labels = input_ids shifted; -100 is ignored). Under
   /// all_to_all and ring_attn each rank's gradients cover its own tokens: summed over the
   /// sequence-parallel group they are the gradient of the mean (the hybrid plugin sums them).
-  torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels);
+  torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels, const torch::Tensor& positions = {});
   /// log p(labels[t + 1] | tokens up to t) at each position t this rank scores: [batch, seq] fp32
   /// ([batch, seq / sp] at this rank's positions under all_to_all and ring_attn), 0 where the label
   /// is -100 and at the last position. The head is fused in (nn::linear_token_log_probs) where
   /// this rank holds it whole on the CPU; under tensor parallelism it reads the gathered logits.
   /// Not under pipeline parallelism (a sequence's log-likelihood needs the head's stage).
-  torch::Tensor token_log_probs(const torch::Tensor& input_ids, const torch::Tensor& labels);
+  torch::Tensor token_log_probs(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                                const torch::Tensor& positions = {});
   /// Reward model (transformers' *ForSequenceClassification with one label): registers "score",
   /// a [1, hidden] linear layer without bias on the final norm's output (normal(0,
   /// initializer_range) from `seed`, the same on every rank), and freezes an untied lm_head, which
@@ -203,6 +218,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   /// Per-layer activation checkpointing: each decoder layer keeps only its input in forward and
   /// runs again in backward (see core/nn/activation_checkpoint.h).
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  /// NEFTune: in training, noise of magnitude `alpha` added to the embeddings (nn::neftune_noise),
+  /// drawn from `seed` and a count of forwards, so every rank of a tensor- or sequence-parallel
+  /// group draws the same noise for the same tokens. 0: off.
+  void set_neftune(double alpha, uint64_t seed);
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
   Decoder model{nullptr};
@@ -214,9 +233,15 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   const RotaryTables& host_rope_for(int64_t seq_len);
   /// This rank's logits (its vocabulary slice under tensor parallelism, padded columns -inf;
   /// its tokens under all_to_all and ring_attn).
-  torch::Tensor local_logits(const torch::Tensor& input_ids);
-  /// forward_chunk, or (to_hidden) up to the head's input: the final norm's output.
-  torch::Tensor run_chunk(int chunk, const torch::Tensor& input, bool to_hidden);
+  torch::Tensor local_logits(const torch::Tensor& input_ids, const torch::Tensor& positions = {});
+  /// forward_chunk, or (to_hidden) up to the head's input: the final norm's output. `packed`:
+  /// forward()'s positions.
+  torch::Tensor run_chunk(int chunk, const torch::Tensor& input, bool to_hidden, const torch::Tensor& packed = {});
+  /// Where the tokens of a [B, T] sequence sit, as attention reads them.
+  TokenLayout token_layout(int64_t T, const torch::Tensor& packed, const c10::Device& device) const;
+  /// The sequence indices of the hidden states a first stage embeds: all T, this rank's shard
+  /// under all_to_all and ring_attn, its tp slice under split_gather.
+  torch::Tensor embedded_indices(int64_t seq_len) const;
   /// labels shifted left by one (position t predicts labels[t + 1]), -100 past the end; this
   /// rank's tokens under all_to_all and ring_attn.
   torch::Tensor next_token_targets(const torch::Tensor& labels) const;
@@ -243,6 +268,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module, public nn::ParameterIniti
   RotaryTables rope_on_device_;  // the tables in use, on the GPU the model runs on
   const void* rope_on_device_source_ = nullptr;
   bool gradient_checkpointing_ = false;
+  double neftune_alpha_ = 0;
+  uint64_t neftune_seed_ = 0, neftune_draws_ = 0;
   std::vector<std::pair<int64_t, int64_t>> chunk_layers_;  // [begin, end) layers of each chunk
   parallel::expert::RouterLosses router_losses_;            // MoE: the last forward's routing (pooled
                                                             // with earlier stages' under pp)

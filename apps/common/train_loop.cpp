@@ -215,12 +215,30 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
       step_loss = t.pipeline_step(ctx);
       if (inject_nan && step == 2) step_loss = std::numeric_limits<double>::quiet_NaN();
     } else {
+      // Each micro-batch's share of the step: equal, or (loss_weight) its weight over the whole
+      // step's on every replica, times the replicas (their gradients are averaged).
+      std::vector<std::vector<int64_t>> drawn;
+      std::vector<double> share(static_cast<size_t>(accumulation), 1.0 / static_cast<double>(accumulation));
+      if (t.loss_weight) {
+        double mine = 0;
+        for (int64_t micro = 0; micro < accumulation; ++micro) {
+          drawn.push_back(draw());
+          share[static_cast<size_t>(micro)] = t.loss_weight(drawn.back());
+          mine += share[static_cast<size_t>(micro)];
+        }
+        auto total = torch::tensor({mine}, torch::kFloat64);
+        const auto group = dims.group(dist::Axis::kDp);
+        const int64_t replicas = group.is_member() ? group.size() : 1;
+        if (replicas > 1) dist::all_reduce(total, group);
+        const double all = total.item<double>();
+        for (auto& w : share) w = all > 0 ? w * static_cast<double>(replicas) / all : 0.0;
+      }
       for (int64_t micro = 0; micro < accumulation; ++micro) {
-        const auto positions = draw();
+        const auto positions = drawn.empty() ? draw() : drawn[static_cast<size_t>(micro)];
         StepContext ctx{step, micro, positions, *sampler, b.compute_dtype, booster, optimizer, counts};
         auto run_micro = [&] {
           trace.phase("forward");
-          auto loss = t.loss(ctx) / static_cast<double>(accumulation);
+          auto loss = t.loss(ctx) * share[static_cast<size_t>(micro)];
           if (inject_nan && step == 2) loss = loss * std::numeric_limits<double>::quiet_NaN();
           trace.phase("backward");
           booster.backward(loss, optimizer);

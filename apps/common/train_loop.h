@@ -138,6 +138,12 @@ struct TrainTask {
   /// Pipeline parallelism instead (optional): the rank's whole batch through the stages with the
   /// Booster's execute_pipeline; returns the step's mean loss. Accumulation must be 1.
   std::function<double(StepContext&)> pipeline_step;
+  /// Optional: what a micro-batch's mean loss stands for (its count of target tokens). Set, the
+  /// step's loss is the mean over everything the step's micro-batches on every replica stand for:
+  /// each micro-batch counts in proportion to its weight, as one process holding the whole batch
+  /// counts it (a replica with fewer tokens counts less). Unset, every micro-batch and replica
+  /// counts equally. Not with pipeline_step.
+  std::function<double(const std::vector<int64_t>& positions)> loss_weight;
   /// After the guard, before the optimizer step (rows of sparse tables updated by their own optimizer).
   std::function<void()> before_optimizer_step;
   /// Extra figures at a log line, in display order, and lists kept only in the JSON line. Called

@@ -9,6 +9,16 @@ void TrainArgs::validate() const {
   COLOSSAL_CHECK(pretrained.empty() || model_config.empty(),
                  "--pretrained and --model_config both given: the model's shape comes from one of them");
   if (mode == "dpo") preference.validate();
+  COLOSSAL_CHECK(!packing || mode == "sft", "--packing applies to --mode sft (conversations); --mode ", mode,
+                 " fills its samples otherwise");
+  COLOSSAL_CHECK(neftune_noise_alpha == 0 || mode == "sft", "--neftune_noise_alpha applies to --mode sft, not ", mode);
+  if (packing) {
+    // Packed documents need the document mask inside attention and their positions on every stage.
+    COLOSSAL_CHECK(plugin.layout.pp == 1, "--packing under pipeline parallelism (pp ", plugin.layout.pp,
+                   ") is not supported yet; use data, tensor or sequence parallelism, or drop --packing");
+    COLOSSAL_CHECK(plugin.layout.sp_mode != "ring_attn", "--packing under --sp_mode ring_attn is not supported (the "
+                   "ring passes whole blocks, not documents); use --sp_mode all_to_all or split_gather");
+  }
 }
 
 bool parse_train_args(int argc, char** argv, TrainArgs& a, int& exit_code) {

@@ -26,6 +26,8 @@ struct TrainArgs {
   std::string mode = "pretrain";     // pretrain | sft | dpo | rm
   std::string on_bad_line = "stop";  // stop | skip
   std::string chat_template = "auto";  // sft: the tokenizer's own (auto) or LLaMA-2's
+  bool packing = false;              // sft: several conversations per sample, each attending to itself
+  double neftune_noise_alpha = 0;    // sft: NEFTune's embedding noise (0: off)
   std::string output = "out/llama";  // data cache, tokenizer, final model (OUTPUT/model)
   bool grad_checkpoint = false;
   // Optimisation
@@ -66,6 +68,10 @@ struct TrainArgs {
     v("on_bad_line", on_bad_line, "stop | skip a malformed JSONL line", one_of({"stop", "skip"}));
     v("chat_template", chat_template, "sft: auto (the tokenizer's own chat template; LLaMA-2's without one) | llama2",
       one_of({"auto", "llama2"}));
+    v("packing", packing, "sft: pack several conversations into each sample (best fit decreasing), each attending "
+      "only to itself with its own positions");
+    v("neftune_noise_alpha", neftune_noise_alpha, "sft: NEFTune, uniform noise of this alpha on the embeddings in "
+      "training (5 is the paper's; 0: off)", at_least(0));
     v("output", output, "data cache, tokenizer and the final model (OUTPUT/model)");
     v("grad_checkpoint", grad_checkpoint, "recompute each decoder layer in backward");
     v("batch_size", batch_size, "samples per rank per micro-batch", at_least(1));

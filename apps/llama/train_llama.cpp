@@ -37,6 +37,7 @@
 #include "core/peft/lora.h"
 #include "core/optim/lr_scheduler.h"
 #include "core/parallel/expert/router_stats.h"
+#include "llama/chat_tasks.h"
 #include "llama/corpus.h"
 #include "llama/dataset.h"
 #include "llama/layout_trial.h"
@@ -111,15 +112,16 @@ std::optional<double> evaluate(LlamaForCausalLM& model, const TokenDataset& data
       loss_sum += pipeline(ids, labels);
       continue;
     }
-    for (size_t k = 0; k < idx.size(); ++k) {
-      auto ids = b.input_ids.narrow(0, static_cast<int64_t>(k), 1);
-      auto labels = b.labels.narrow(0, static_cast<int64_t>(k), 1);
-      double count = labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<double>();
-      if (count == 0) continue;
-      double l = model->loss(ids.to(device), labels.to(device)).item<double>();
-      loss_sum += weight[k] * l * count;
-      tokens += weight[k] * count;
-    }
+    // The whole batch in one forward: the summed log-likelihood of its targets (padding rows none).
+    // Every replica runs every batch, even one with nothing to score: under expert parallelism the
+    // forwards exchange tokens.
+    auto labels = b.labels.clone();
+    for (size_t k = 0; k < idx.size(); ++k)
+      if (weight[k] == 0) labels[static_cast<int64_t>(k)].fill_(-100);
+    const double count = labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<double>();
+    auto logps = model->token_log_probs(b.input_ids.to(device), labels.to(device), b.position_ids);
+    loss_sum -= model->sum_over_sequence(logps.to(torch::kFloat64)).sum().item<double>();
+    tokens += count;
   }
   model->train();
   auto t = torch::tensor({loss_sum, tokens}, torch::kFloat64);
@@ -221,7 +223,19 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     corpus_train = dir + "/train.jsonl";
     corpus_eval = dir + "/valid.jsonl";
     text_files = {corpus_train};
-    if (!preference) {
+    if (a.mode == "sft") {
+      // Conversations with checkable answers (additions, reversed words from the corpus); the
+      // tokenizer still learns the corpus.
+      on_rank0_then_all([&] {
+        if (exists(dir + "/chat_train.jsonl")) return;
+        const auto words = colossal::llama::words_of(corpus_train);
+        write_chat_tasks(colossal::llama::make_chat_tasks(4000, 1, words), dir + "/chat_train.jsonl", true);
+        write_chat_tasks(colossal::llama::make_chat_tasks(200, 2, words), dir + "/chat_valid.jsonl", true);
+        std::printf("conversations: 4000 built-in tasks (additions, reversed words), 200 held out\n");
+      });
+      a.dataset = {dir + "/chat_train.jsonl"};
+      if (a.eval_dataset.empty()) a.eval_dataset = dir + "/chat_valid.jsonl";
+    } else if (!preference) {
       a.dataset = {corpus_train};
       if (a.eval_dataset.empty()) a.eval_dataset = corpus_eval;
     }
@@ -258,6 +272,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   dopt.max_length = a.max_length;
   dopt.on_bad_line = a.on_bad_line;
   dopt.chat_template = a.chat_template;
+  dopt.packing = a.packing;
   std::optional<TokenDataset> train_tokens;
   std::optional<PreferenceTask> pairs;  // --mode dpo
   if (preference) {
@@ -323,6 +338,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                  "--max_length ", a.max_length, " exceeds the model's max_position_embeddings ",
                  cfg.max_position_embeddings);
   model->set_gradient_checkpointing(a.grad_checkpoint);
+  model->set_neftune(a.neftune_noise_alpha, a.loop.seed);
   if (a.mode == "rm") {
     // A reward model: the score head on the final norm (its lm_head, if untied, frozen and unused).
     COLOSSAL_CHECK(!a.lora.enabled() && a.lora_adapter.empty(), "--mode rm with LoRA is not supported yet: train the "
@@ -399,10 +415,15 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   colossal::parallel::expert::RouterWindow router_window(cfg.num_local_experts);
   task.loss = [&](colossal::apps::StepContext& ctx) {
     auto batch = train_tokens->batch(ctx.positions);
-    auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device));
+    auto loss = model->loss(batch.input_ids.to(device), batch.labels.to(device), batch.position_ids);
     if (cfg.is_moe()) router_window.add(model->router_losses());
     return loss;
   };
+  if (a.mode == "sft")  // conversations differ in reply tokens: the step's mean is over all of them
+    task.loss_weight = [&](const std::vector<int64_t>& positions) {
+      auto labels = train_tokens->batch(positions).labels;
+      return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<double>();
+    };
   // Pipeline parallelism: each step's batch runs through the stages in microbatches.
   const auto& pipeline = model->parallel_context().pipeline;
   const bool pipelined = pipeline.enabled();
@@ -416,6 +437,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
         router_window.add(model->router_losses());
         return l;
       };
+    task.loss_weight = nullptr;  // each microbatch's mean counts equally through the stages
     task.pipeline_step = [&, pipeline_stage, microbatches](colossal::apps::StepContext& ctx) {
       auto batch = train_tokens->batch(ctx.positions);
       auto ids = batch.input_ids.to(device).split(a.batch_size / microbatches);
@@ -470,9 +492,14 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
       std::printf("data: %ld preference pairs (%.0f tokens per pair on average; %s loss, beta %g); %d thread(s)/rank\n",
                   pairs->train().size(), pairs->train().mean_pair_tokens(), a.preference.loss_type.c_str(),
                   a.preference.beta, at::get_num_threads());
+    else if (a.packing)
+      std::printf("data: %ld conversations packed into %ld samples of %ld tokens (%.1f%% filled); %d thread(s)/rank\n",
+                  train_tokens->conversations(), train_tokens->size(), a.max_length, 100 * train_tokens->packed_fill(),
+                  at::get_num_threads());
     else
       std::printf("data: %ld samples of %ld tokens (%s); %d thread(s)/rank\n", train_tokens->size(), a.max_length,
                   a.mode.c_str(), at::get_num_threads());
+    if (a.neftune_noise_alpha > 0) std::printf("neftune: embedding noise alpha %g in training\n", a.neftune_noise_alpha);
     std::fflush(stdout);
   }
   auto run = job.run(task, summary);

@@ -31,11 +31,18 @@ struct RotaryCudaFunction : torch::autograd::Function<RotaryCudaFunction> {
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                            const torch::Tensor& positions) {
-  if (x.is_cuda() && x.dim() == 4 && x.scalar_type() != torch::kDouble) {
+  if (x.is_cuda() && x.dim() == 4 && positions.dim() == 1 && x.scalar_type() != torch::kDouble) {
     return RotaryCudaFunction::apply(x, cos.to(x.device()), sin.to(x.device()), positions.to(x.device()));
   }
-  auto c = cos.index_select(0, positions).unsqueeze(1).to(x.scalar_type());  // [T, 1, D]
-  auto s = sin.index_select(0, positions).unsqueeze(1).to(x.scalar_type());
+  // [T, 1, D], or [B, T, 1, D] for per-sequence positions.
+  auto rows = [&](const torch::Tensor& table) {
+    auto picked = table.index_select(0, positions.reshape({-1}));
+    auto shape = positions.sizes().vec();
+    shape.push_back(1);
+    shape.push_back(table.size(1));
+    return picked.view(shape).to(x.scalar_type());
+  };
+  auto c = rows(cos), s = rows(sin);
   return x * c + rotate_half(x) * s;
 }
 

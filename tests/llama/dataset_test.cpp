@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <numeric>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -195,6 +197,67 @@ TEST(Dataset, ConversationsWithNoReplyInsideMaxLengthAreLeftOut) {
   auto msg = testing::error_message_of([&] { TokenDataset::open(o, *f.tok); });
   EXPECT_NE(msg.find("none of the 1 conversations has a reply within max_length 32: nothing to learn"),
             std::string::npos) << msg;
+}
+
+// Packing: every conversation's tokens and targets as it would have them alone, in fewer samples,
+// each document's positions from 0; best fit decreasing fills the samples.
+TEST(Dataset, PackingHoldsEachConversationAsAloneInFewerSamples) {
+  Fixture f;
+  std::string jsonl = f.dir + "/chats.jsonl";
+  {
+    std::ofstream out(jsonl);
+    const char* words[] = {"hello", "the quick brown fox", "she said hello and he answered", "lazy dog", "fox"};
+    for (int i = 0; i < 12; ++i)
+      out << R"({"messages": [{"from": "human", "content": "say )" << words[i % 5] << R"("},)"
+          << R"( {"from": "assistant", "content": ")" << words[(i * 3 + 1) % 5] << R"("}]})" << "\n";
+  }
+  DatasetOptions o;
+  o.files = {jsonl};
+  o.cache_dir = f.dir + "/cache";
+  o.mode = "sft";
+  o.max_length = 128;
+  auto one = TokenDataset::open(o, *f.tok);
+  o.packing = true;
+  auto packed = TokenDataset::open(o, *f.tok);
+  ASSERT_EQ(one.size(), 12);
+  EXPECT_EQ(packed.conversations(), 12);
+  EXPECT_LT(packed.size(), 6) << "several conversations per sample";
+  // Each conversation alone: its tokens (up to the padding) and its targets.
+  std::multiset<std::vector<int64_t>> alone, found;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < one.size(); ++i) {
+    auto b = one.batch({i});
+    const int64_t n = b.labels[0].ne(-100).nonzero().max().item<int64_t>() + 1;  // it ends with a reply's EOS
+    std::vector<int64_t> row;
+    for (int64_t t = 0; t < n; ++t) row.push_back(b.input_ids[0][t].item<int64_t>());
+    for (int64_t t = 1; t < n; ++t) row.push_back(b.labels[0][t].item<int64_t>());
+    alone.insert(row);
+    tokens += n;
+  }
+  std::vector<int64_t> all(static_cast<size_t>(packed.size()));
+  std::iota(all.begin(), all.end(), 0);
+  auto b = packed.batch(all);
+  ASSERT_TRUE(b.position_ids.defined());
+  for (int64_t r = 0; r < packed.size(); ++r) {
+    auto pos = b.position_ids[r];
+    for (int64_t start = 0; start < o.max_length;) {
+      int64_t end = start + 1;
+      while (end < o.max_length && pos[end].item<int64_t>() != 0) ++end;
+      EXPECT_EQ(pos[end - 1].item<int64_t>(), end - 1 - start) << "positions count up from 0 in each document";
+      EXPECT_EQ(b.labels[r][start].item<int64_t>(), -100) << "a document's first token is no target";
+      std::vector<int64_t> row;
+      for (int64_t t = start; t < end; ++t) row.push_back(b.input_ids[r][t].item<int64_t>());
+      for (int64_t t = start + 1; t < end; ++t) row.push_back(b.labels[r][t].item<int64_t>());
+      if (b.labels[r].narrow(0, start, end - start).ne(-100).any().item<bool>()) found.insert(row);  // not padding
+      start = end;
+    }
+  }
+  EXPECT_EQ(found, alone);
+  EXPECT_NEAR(packed.packed_fill(), static_cast<double>(tokens) / static_cast<double>(packed.size() * 128), 1e-12);
+  DatasetOptions pre = o;
+  pre.mode = "pretrain";
+  auto msg = testing::error_message_of([&] { pre.validate(); });
+  EXPECT_NE(msg.find("packing applies to fine-tuning conversations (mode sft)"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ TEST(FamilyModules, EachFamilysOwnPieceMatchesTransformersModule) {
       Attention attention(config, root_builder.at("model.layers.0.self_attn"), 0);
       randomise(*attention);
       const auto rope = RotaryTables::make(config, T);
-      out = attention->forward(x, rope, torch::arange(T, torch::kLong));
+      out = attention->forward(x, rope, {torch::arange(T, torch::kLong), {}});
     }
     tensors.push_back({"x", x});
     tensors.push_back({"out", out.contiguous()});

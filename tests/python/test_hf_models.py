@@ -163,7 +163,7 @@ def test_sft_learns_only_the_replies_through_the_template(llama3_dir, tmp_path):
     out = tmp_path / "out"
     r = subprocess.run([f"{APPS}/train_llama", "--pretrained", str(d), "--mode", "sft", "--dataset", str(data),
                         "--max_steps", "1", "--batch_size", "1", "--max_length", "256", "--output", str(out),
-                        "--sample_tokens", "0", "--eval_interval", "0"], capture_output=True, text=True)
+                        "--sample_tokens", "0", "--eval_interval", "-1"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     import numpy as np
     base = next(p for p in (out / "cache").glob("*.json"))

@@ -33,7 +33,7 @@ def model_dir(tmp_path_factory):
                                "num_attention_heads": 4, "num_key_value_heads": 2,
                                "max_position_embeddings": 256, "vocab_size": 600}))
     subprocess.run([f"{APPS}/train_llama", "--output", str(d), "--model_config", str(cfg), "--vocab_size", "600",
-                    "--max_steps", "5", "--batch_size", "2", "--max_length", "64", "--eval_interval", "0",
+                    "--max_steps", "5", "--batch_size", "2", "--max_length", "64", "--eval_interval", "-1",
                     "--sample_tokens", "0"], check=True, capture_output=True)
     return d / "model"
 

@@ -18,7 +18,7 @@ from conftest import APPS, client, colossal_run, free_port, start_server
 
 TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
         "of a wife. Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition.")
-COMMON = ["--max_steps", "3", "--batch_size", "2", "--max_length", "64", "--sample_tokens", "0", "--eval_interval", "0",
+COMMON = ["--max_steps", "3", "--batch_size", "2", "--max_length", "64", "--sample_tokens", "0", "--eval_interval", "-1",
           "--lr", "5e-3"]
 
 
@@ -102,7 +102,7 @@ def test_a_peft_adapter_is_served_and_continued_with_peft_logits(base, tmp_path)
     # Continuing it: zero steps of training leave the adapter as PEFT saved it.
     _, text = colossal_run(1, f"{APPS}/train_llama", "--pretrained", base, "--output", tmp_path / "cont",
                            "--lora_adapter", tmp_path / "peft_adapter", "--lr", "1e-12", "--max_steps", "1",
-                           "--batch_size", "1", "--max_length", "32", "--sample_tokens", "0", "--eval_interval", "0")
+                           "--batch_size", "1", "--max_length", "32", "--sample_tokens", "0", "--eval_interval", "-1")
     assert "lora: continuing" in text
     from safetensors.torch import load_file
     theirs = load_file(tmp_path / "peft_adapter" / "adapter_model.safetensors")
@@ -396,7 +396,7 @@ def test_lora_checkpoints_hold_only_the_adapters_and_resume(base, tmp_path):
     the frozen base; resuming from it continues the run (the resumed steps equal an unbroken run's)."""
     from safetensors import safe_open
     flags = ["--pretrained", base, "--lora_rank", "4", "--lora_init", "gaussian", "--log_interval", "1",
-             "--max_length", "64", "--batch_size", "2", "--sample_tokens", "0", "--eval_interval", "0", "--lr", "5e-3"]
+             "--max_length", "64", "--batch_size", "2", "--sample_tokens", "0", "--eval_interval", "-1", "--lr", "5e-3"]
     colossal_run(1, f"{APPS}/train_llama", "--output", tmp_path / "whole", "--max_steps", "4", "--save_interval", "2",
                  "--keep_checkpoints", "0", "--log_file", tmp_path / "whole.jsonl", *flags)
     step = next((tmp_path / "whole").rglob("step-2"))

@@ -1,0 +1,33 @@
+#pragma once
+// Built-in verifiable chat tasks: the default data of --mode sft (conversations) and the prompts
+// and answers a reinforcement-learning run is rewarded against. Two kinds, in turn:
+//   add      "What is 47 + 385?"          -> "432"       (operands of 1 to 3 digits)
+//   reverse  "Reverse the word: elegant"  -> "tnagele"   (words of 4 to 8 letters from a text)
+// Each answer is checkable by exact match, so a model's success rate is a reward.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace colossal::llama {
+
+struct ChatTask {
+  std::string prompt, answer;
+};
+
+/// `count` tasks drawn from `seed`, alternating addition and reversal (reversal needs `words`;
+/// without them every task is an addition).
+std::vector<ChatTask> make_chat_tasks(int64_t count, uint64_t seed, const std::vector<std::string>& words);
+
+/// The distinct lower-case alphabetic words of `min_letters` to `max_letters` letters in a
+/// {"text"} JSONL file, in order of first appearance, at most `limit`.
+std::vector<std::string> words_of(const std::string& text_jsonl, size_t min_letters = 4, size_t max_letters = 8,
+                                  size_t limit = 2000);
+
+/// 1 when the completion, cut at its first line break and trimmed of spaces, is the answer; else 0.
+double exact_match_reward(const std::string& completion, const std::string& answer);
+
+/// JSONL, one task per line: {"messages": [{"role": "user", ...}, {"role": "assistant", ...}]}
+/// (as_messages: SFT's conversations) or {"prompt", "answer"} (the RL prompts). Atomic.
+void write_chat_tasks(const std::vector<ChatTask>& tasks, const std::string& path, bool as_messages);
+
+}  // namespace colossal::llama

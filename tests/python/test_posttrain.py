@@ -232,3 +232,53 @@ def test_the_reward_model_opens_in_transformers_with_our_rewards(tmp_path):
     assert sum(losses) / n == pytest.approx(ours["loss"], rel=1e-4, abs=1e-5)
     assert sum(correct) / n == pytest.approx(ours["accuracy"], abs=1.5 / n)
     assert sum(margins) / n == pytest.approx(ours["margin"], rel=1e-3, abs=1e-4)
+
+
+def grpo_reference(logps, old, ref, mask, adv, eps_low, eps_high, beta, loss_type, tokens):
+    """GRPO's clipped objective spelled out in float64 (TRL's GRPOTrainer._compute_loss, one term
+    at a time)."""
+    ratio = torch.exp(logps - old)
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    a = adv.unsqueeze(1)
+    per_token = -torch.min(ratio * a, clipped * a)
+    if beta:
+        per_token = per_token + beta * (torch.exp(ref - logps) - (ref - logps) - 1)
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+    return (per_token * mask).sum() / tokens
+
+
+@pytest.mark.parametrize("loss_type,beta", [("dapo", 0.0), ("dapo", 0.04), ("grpo", 0.0), ("grpo", 0.1)])
+def test_grpo_objective_and_advantages_equal_a_float64_reference(loss_type, beta):
+    g = torch.Generator().manual_seed(4)
+    G, N, T = 4, 3, 7
+    rewards = torch.randint(0, 2, (N * G,), generator=g).double()
+    rewards[:G] = 1.0  # one group all right: no signal
+    want_adv = rewards.view(N, G) - rewards.view(N, G).mean(1, keepdim=True)
+    want_adv = (want_adv / (rewards.view(N, G).std(1, keepdim=True) + 1e-4)).reshape(-1)
+    assert torch.allclose(posttrain.group_advantages(rewards, G), want_adv, atol=1e-12)
+    keep = posttrain.groups_with_signal(rewards, G)
+    assert keep.tolist() == [False] * G + [bool(rewards[i * G:(i + 1) * G].std() > 0) for i in range(1, N)
+                                           for _ in range(G)]
+    mask = (torch.rand(N * G, T, generator=g) > 0.3).double()
+    old = -torch.rand(N * G, T, generator=g, dtype=torch.float64) * 3
+    ref = old + 0.2 * torch.randn(N * G, T, generator=g, dtype=torch.float64)
+    logps = (old + 0.4 * torch.randn(N * G, T, generator=g, dtype=torch.float64)).requires_grad_()
+    mine = logps.detach().clone().requires_grad_()
+    tokens = 50.0
+    want = grpo_reference(logps, old, ref, mask, want_adv, 0.2, 0.28, beta, loss_type, tokens)
+    loss, low, high, kl = posttrain.grpo_loss(mine, mask, want_adv, old_logps=old, ref_logps=ref, beta=beta,
+                                              loss_type=loss_type, tokens=tokens)
+    assert abs(loss.item() - want.item()) < 1e-12
+    want.backward()
+    loss.backward()
+    assert torch.allclose(mine.grad, logps.grad, atol=1e-12)
+    ratio = torch.exp(logps.detach() - old)
+    a = want_adv.unsqueeze(1)
+    assert low == pytest.approx((((ratio < 0.8) & (a < 0)).double() * mask).sum().item() / mask.sum().item())
+    assert high == pytest.approx((((ratio > 1.28) & (a > 0)).double() * mask).sum().item() / mask.sum().item())
+    assert low > 0 and high > 0
+    # On-policy (old = the weights being trained): the ratio is 1 and the gradient is -A per token.
+    on = logps.detach().clone().requires_grad_()
+    posttrain.grpo_loss(on, mask, want_adv, loss_type="dapo", tokens=tokens)[0].backward()
+    assert torch.allclose(on.grad, -want_adv.unsqueeze(1) * mask / tokens, atol=1e-12)

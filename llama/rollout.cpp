@@ -1,0 +1,63 @@
+#include "llama/rollout.h"
+
+#include <chrono>
+
+#include "core/common/check.h"
+
+namespace colossal::llama {
+
+RolloutEngine::RolloutEngine(LlamaForCausalLM model, std::shared_ptr<const text::Tokenizer> tokenizer)
+    : model_(std::move(model)), tokenizer_(std::move(tokenizer)), eos_id_(tokenizer_->eos_id()) {
+  const auto& p = model_->parallel_context();
+  COLOSSAL_CHECK(p.tp_size() == 1 && !p.pipeline.enabled() && p.sp_size() == 1, "[rollout] the engine samples "
+                 "from one process's whole weights: tensor, pipeline and sequence parallelism are not supported yet");
+  COLOSSAL_CHECK(eos_id_ >= 0, "[rollout] the tokenizer has no EOS token: a completion could not end");
+}
+
+void RolloutEngine::refresh() {
+  LlamaInference::Options o;
+  o.dtype = at::kFloat;
+  o.weights = inference::WeightFormat::kF32;
+  inference_ = std::make_shared<LlamaInference>(model_, o);
+}
+
+std::vector<Completion> RolloutEngine::sample(const std::vector<std::vector<int64_t>>& prompts,
+                                              const std::vector<uint64_t>& seeds, int64_t max_tokens,
+                                              double temperature) {
+  COLOSSAL_CHECK(prompts.size() == seeds.size(), "[rollout] ", prompts.size(), " prompts but ", seeds.size(), " seeds");
+  if (!inference_) refresh();
+  const auto start = std::chrono::steady_clock::now();
+  inference::EngineOptions eo;
+  // Room for every sequence at once: one continuous batch, no preemption.
+  eo.cache.block_size = 16;
+  int64_t blocks = 0, prompt_tokens = 0;
+  for (const auto& p : prompts) {
+    blocks += (static_cast<int64_t>(p.size()) + max_tokens + eo.cache.block_size - 1) / eo.cache.block_size + 1;
+    prompt_tokens += static_cast<int64_t>(p.size());
+  }
+  eo.cache.num_blocks = std::max<int64_t>(blocks, 1);
+  eo.max_num_seqs = std::max<int64_t>(static_cast<int64_t>(prompts.size()), 1);
+  eo.max_batched_tokens = std::max<int64_t>(prompt_tokens, 256);
+  inference::Engine engine(inference_, std::make_shared<TokenizerDetokenizer>(tokenizer_), eos_id_, eo);
+  std::vector<inference::GenerationRequest> requests(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests[i].prompt = prompts[i];
+    requests[i].params.temperature = temperature;
+    requests[i].params.max_tokens = max_tokens;
+    requests[i].params.seed = seeds[i];
+  }
+  auto results = engine.generate(std::move(requests));
+  std::vector<Completion> out(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    COLOSSAL_CHECK(results[i].error.empty(), "[rollout] completion ", i, " failed: ", results[i].error);
+    out[i].tokens = results[i].tokens;
+    out[i].text = results[i].text;
+    out[i].ended = results[i].reason == inference::FinishReason::kEos;
+    if (out[i].ended) out[i].tokens.push_back(eos_id_);
+    tokens_ += static_cast<int64_t>(results[i].tokens.size());
+  }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace colossal::llama

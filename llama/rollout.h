@@ -1,0 +1,50 @@
+#pragma once
+// Completions sampled by the generation engine (core/inference) from the weights being trained,
+// in the training process: reinforcement learning's rollouts without a second server or a copy
+// of the model elsewhere. refresh() takes the model's current weights (after each optimizer step);
+// each completion's random stream comes from its own seed, so a completion is the same whatever
+// batch or rank samples it, and the same as sampling token by token from the model's own forward
+// with that seed (tested).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/inference/engine.h"
+#include "llama/inference.h"
+#include "llama/model.h"
+#include "llama/tokenizer.h"
+
+namespace colossal::llama {
+
+struct Completion {
+  std::vector<int64_t> tokens;  // sampled, ending with the EOS token when the model ended it
+  std::string text;             // decoded, without the EOS
+  bool ended = false;           // stopped by EOS (else by the token limit)
+};
+
+class RolloutEngine {
+ public:
+  /// `model`: the model being trained (one process's whole weights: data parallelism, ZeRO-1/2).
+  RolloutEngine(LlamaForCausalLM model, std::shared_ptr<const text::Tokenizer> tokenizer);
+  /// Takes the model's current weights (fused and packed for generation, fp32).
+  void refresh();
+  /// One completion per (prompt, seed): at most `max_tokens` tokens at `temperature` (0: greedy),
+  /// sampled in one continuous batch.
+  std::vector<Completion> sample(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
+                                 int64_t max_tokens, double temperature);
+  /// Totals over every sample() call: seconds in the engine and tokens generated.
+  double seconds() const { return seconds_; }
+  int64_t tokens() const { return tokens_; }
+  int64_t eos_id() const { return eos_id_; }
+
+ private:
+  LlamaForCausalLM model_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  std::shared_ptr<LlamaInference> inference_;
+  int64_t eos_id_ = -1;
+  double seconds_ = 0;
+  int64_t tokens_ = 0;
+};
+
+}  // namespace colossal::llama

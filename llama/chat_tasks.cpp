@@ -17,10 +17,8 @@ namespace colossal::llama {
 std::vector<ChatTask> make_chat_tasks(int64_t count, uint64_t seed, const std::vector<std::string>& words) {
   COLOSSAL_CHECK(count >= 0, "[tasks] count must be >= 0, got ", count);
   std::mt19937_64 rng(seed);
-  auto operand = [&] {
-    const int digits = 1 + static_cast<int>(rng() % 3);
-    const int64_t low = digits == 1 ? 0 : (digits == 2 ? 10 : 100), high = digits == 1 ? 9 : (digits == 2 ? 99 : 999);
-    return low + static_cast<int64_t>(rng() % static_cast<uint64_t>(high - low + 1));
+  auto operand = [&] {  // 1 or 2 digits, equally often
+    return rng() % 2 ? static_cast<int64_t>(rng() % 10) : 10 + static_cast<int64_t>(rng() % 90);
   };
   std::vector<ChatTask> tasks;
   tasks.reserve(static_cast<size_t>(count));
@@ -55,12 +53,28 @@ std::vector<std::string> words_of(const std::string& text_jsonl, size_t min_lett
   return out;
 }
 
-double exact_match_reward(const std::string& completion, const std::string& answer) {
+namespace {
+
+std::string first_line_trimmed(const std::string& completion) {
   std::string first = completion.substr(0, completion.find('\n'));
   const auto begin = first.find_first_not_of(" \t\r");
-  if (begin == std::string::npos) return answer.empty() ? 1.0 : 0.0;
-  first = first.substr(begin, first.find_last_not_of(" \t\r") - begin + 1);
-  return first == answer ? 1.0 : 0.0;
+  if (begin == std::string::npos) return "";
+  return first.substr(begin, first.find_last_not_of(" \t\r") - begin + 1);
+}
+
+}  // namespace
+
+double exact_match_reward(const std::string& completion, const std::string& answer) {
+  return first_line_trimmed(completion) == answer ? 1.0 : 0.0;
+}
+
+double partial_match_reward(const std::string& completion, const std::string& answer) {
+  const std::string got = first_line_trimmed(completion);
+  const size_t longer = std::max(got.size(), answer.size());
+  if (longer == 0) return 1.0;
+  size_t same = 0;
+  for (size_t i = 0; i < std::min(got.size(), answer.size()); ++i) same += got[i] == answer[i] ? 1 : 0;
+  return static_cast<double>(same) / static_cast<double>(longer);
 }
 
 void write_chat_tasks(const std::vector<ChatTask>& tasks, const std::string& path, bool as_messages) {

@@ -19,6 +19,13 @@ void RolloutEngine::refresh() {
   o.dtype = at::kFloat;
   o.weights = inference::WeightFormat::kF32;
   inference_ = std::make_shared<LlamaInference>(model_, o);
+  // LoRA: the base packed, the adapters beside it (unmerged), every completion through them.
+  adapter_ = 0;
+  for (const auto& p : model_->named_parameters())
+    if (p.key().find(".lora_A.") != std::string::npos) {
+      adapter_ = inference_->add_adapter(model_);
+      break;
+    }
 }
 
 std::vector<Completion> RolloutEngine::sample(const std::vector<std::vector<int64_t>>& prompts,
@@ -45,6 +52,7 @@ std::vector<Completion> RolloutEngine::sample(const std::vector<std::vector<int6
     requests[i].params.temperature = temperature;
     requests[i].params.max_tokens = max_tokens;
     requests[i].params.seed = seeds[i];
+    requests[i].adapter = adapter_;
   }
   auto results = engine.generate(std::move(requests));
   std::vector<Completion> out(results.size());

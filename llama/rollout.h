@@ -27,7 +27,8 @@ class RolloutEngine {
  public:
   /// `model`: the model being trained (one process's whole weights: data parallelism, ZeRO-1/2).
   RolloutEngine(LlamaForCausalLM model, std::shared_ptr<const text::Tokenizer> tokenizer);
-  /// Takes the model's current weights (fused and packed for generation, fp32).
+  /// Takes the model's current weights (fused and packed for generation, fp32; LoRA adapters kept
+  /// beside the base, as multi-LoRA serving runs them).
   void refresh();
   /// One completion per (prompt, seed): at most `max_tokens` tokens at `temperature` (0: greedy),
   /// sampled in one continuous batch.
@@ -42,6 +43,7 @@ class RolloutEngine {
   LlamaForCausalLM model_;
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   std::shared_ptr<LlamaInference> inference_;
+  int64_t adapter_ = 0;  // LoRA: the engine's adapter holding the model's
   int64_t eos_id_ = -1;
   double seconds_ = 0;
   int64_t tokens_ = 0;

@@ -9,6 +9,15 @@ void TrainArgs::validate() const {
   COLOSSAL_CHECK(pretrained.empty() || model_config.empty(),
                  "--pretrained and --model_config both given: the model's shape comes from one of them");
   if (mode == "dpo") preference.validate();
+  if (mode == "grpo") {
+    grpo.validate();
+    COLOSSAL_CHECK(grpo.beta == 0 || lora.enabled(), "--grpo_beta ", grpo.beta, " needs --lora_rank: the reference "
+                   "is the model with its adapters off (a full-parameter reference copy is not built yet)");
+    COLOSSAL_CHECK(lora.quantize_base.empty(), "--mode grpo with --quantize_base is not supported yet (the rollout "
+                   "engine reads full-precision base weights); use LoRA without quantization");
+    COLOSSAL_CHECK(plugin.name != "gemini", "--mode grpo under --plugin gemini is not supported yet (the rollout "
+                   "engine needs each process's whole weights); use ddp, zero1 or zero2");
+  }
   COLOSSAL_CHECK(!packing || mode == "sft", "--packing applies to --mode sft (conversations); --mode ", mode,
                  " fills its samples otherwise");
   COLOSSAL_CHECK(neftune_noise_alpha == 0 || mode == "sft", "--neftune_noise_alpha applies to --mode sft, not ", mode);

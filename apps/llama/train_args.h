@@ -10,6 +10,7 @@
 #include "apps/common/train_loop.h"
 #include "core/booster/plugin_config.h"
 #include "core/peft/lora.h"
+#include "core/posttrain/grpo_loss.h"
 #include "core/posttrain/preference_loss.h"
 #include "core/common/options.h"
 
@@ -23,7 +24,7 @@ struct TrainArgs {
   std::string eval_dataset;          // JSONL; empty: the built-in held-out split (if built in)
   std::string tokenizer;             // tokenizer.model; empty: from --pretrained, else train one
   int64_t vocab_size = 4000;         // of a trained tokenizer
-  std::string mode = "pretrain";     // pretrain | sft | dpo | rm
+  std::string mode = "pretrain";     // pretrain | sft | dpo | rm | grpo
   std::string on_bad_line = "stop";  // stop | skip
   std::string chat_template = "auto";  // sft: the tokenizer's own (auto) or LLaMA-2's
   bool packing = false;              // sft: several conversations per sample, each attending to itself
@@ -48,6 +49,10 @@ struct TrainArgs {
   // --mode dpo: the preference loss (core/posttrain/preference_loss.h; TRL's names)
   posttrain::PreferenceLossOptions preference;
   double center_rewards_coefficient = 0;  // --mode rm: TRL's penalty on the rewards' mean square
+  // --mode grpo: sampling and the clipped objective (core/posttrain/grpo_loss.h; TRL's names)
+  posttrain::GrpoOptions grpo;
+  std::string reward = "exact_match";  // --mode grpo's built-in reward: exact_match | partial_match
+  int64_t grpo_warmup_steps = 300;  // built-in run without --pretrained: SFT steps first (OUTPUT/sft)
   bool merge_lora = false;  // also write OUTPUT/model with the adapters folded in
   std::string lora_adapter; // a PEFT adapter directory to continue training (its config replaces the --lora_* flags)
   // The plugin, layout, precision, device and plugin options (--plugin help lists them all)
@@ -64,7 +69,8 @@ struct TrainArgs {
     v("vocab_size", vocab_size, "vocabulary of a tokenizer trained here (256 byte pieces, unk, bos, eos and text)",
       at_least(260));
     v("mode", mode, "pretrain | sft | dpo (preference pairs: DPO, IPO, SimPO or ORPO by --loss_type) | rm (a reward "
-      "model on preference pairs)", one_of({"pretrain", "sft", "dpo", "rm"}));
+      "model on preference pairs) | grpo (reinforcement learning from a reward on sampled completions)",
+      one_of({"pretrain", "sft", "dpo", "rm", "grpo"}));
     v("on_bad_line", on_bad_line, "stop | skip a malformed JSONL line", one_of({"stop", "skip"}));
     v("chat_template", chat_template, "sft: auto (the tokenizer's own chat template; LLaMA-2's without one) | llama2",
       one_of({"auto", "llama2"}));
@@ -90,6 +96,11 @@ struct TrainArgs {
     v("center_rewards_coefficient", center_rewards_coefficient,
       "rm: adds this times the mean of (r_chosen + r_rejected)^2, keeping rewards centred (TRL's; 0: off)",
       at_least(0));
+    grpo.visit(v);
+    v("reward", reward, "grpo: the built-in reward against each prompt's answer: exact_match (1 or 0) | "
+      "partial_match (the share of characters in place)", one_of({"exact_match", "partial_match"}));
+    v("grpo_warmup_steps", grpo_warmup_steps, "grpo without --pretrained or --dataset: SFT steps on the built-in "
+      "conversations first (in OUTPUT/sft), so the small model sometimes answers right", at_least(0));
     v("merge_lora", merge_lora, "with --lora_rank: also write OUTPUT/model with the adapters folded into the weights");
     v("lora_adapter", lora_adapter, "continue training this PEFT LoRA adapter (its adapter_config.json replaces the "
       "--lora_* settings)");

@@ -24,6 +24,7 @@
 
 #include "apps/common/auto_layout.h"
 #include "apps/common/train_loop.h"
+#include "apps/llama/grpo_task.h"
 #include "apps/llama/preference_task.h"
 #include "apps/llama/train_args.h"
 #include "core/booster/booster.h"
@@ -49,7 +50,9 @@
 
 namespace dist = colossal::dist;
 namespace booster = colossal::booster;
+using colossal::llama_app::GrpoTask;
 using colossal::llama_app::PreferenceTask;
+using colossal::llama_app::RewardFunction;
 using colossal::llama_app::TrainArgs;
 using namespace colossal::llama;
 
@@ -193,7 +196,7 @@ void choose_layout_by_measurement(TrainArgs& a) {
   a.loop.accumulation_steps = best.pp > 1 ? 1 : best.replica_batch / best.micro_batch;
 }
 
-void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
+void run(TrainArgs& a, colossal::apps::RunSummary& summary, const RewardFunction& reward = {}) {
   // The runtime; under colossal verify the one-process reference runs the layout's global batch.
   colossal::apps::TrainJob job(a.loop, a.plugin);
   const int r = dist::rank();
@@ -210,6 +213,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
 
   // ---- data files: the built-in corpus unless --dataset is given (--mode dpo: pairs made from it)
   const bool preference = a.mode == "dpo" || a.mode == "rm";
+  const bool grpo = a.mode == "grpo";
   std::vector<std::string> text_files = a.dataset;  // what a tokenizer trained here reads
   std::string corpus_train, corpus_eval;
   if (a.dataset.empty()) {
@@ -235,12 +239,43 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
       });
       a.dataset = {dir + "/chat_train.jsonl"};
       if (a.eval_dataset.empty()) a.eval_dataset = dir + "/chat_valid.jsonl";
+    } else if (grpo) {
+      // The same kinds of task as prompts with answers; new draws, so nothing was seen in SFT.
+      on_rank0_then_all([&] {
+        if (exists(dir + "/grpo_train.jsonl")) return;
+        const auto words = colossal::llama::words_of(corpus_train);
+        write_chat_tasks(colossal::llama::make_chat_tasks(2000, 3, words), dir + "/grpo_train.jsonl", false);
+        write_chat_tasks(colossal::llama::make_chat_tasks(100, 4, words), dir + "/grpo_valid.jsonl", false);
+        std::printf("prompts: 2000 built-in tasks (additions, reversed words) with answers, 100 held out\n");
+      });
+      a.dataset = {dir + "/grpo_train.jsonl"};
+      if (a.eval_dataset.empty()) a.eval_dataset = dir + "/grpo_valid.jsonl";
+      if (a.pretrained.empty() && a.grpo_warmup_steps > 0) {
+        // A model from scratch never answers right, so no group has a signal: SFT on the built-in
+        // conversations first (kept in OUTPUT/sft and reused), then GRPO from it.
+        const std::string warm = a.output + "/sft";
+        if (!exists(warm + "/model/config.json")) {
+          TrainArgs w;
+          w.mode = "sft";
+          w.packing = true;
+          w.output = warm;
+          w.plugin = a.plugin;
+          w.loop.seed = a.loop.seed;
+          w.loop.max_steps = a.grpo_warmup_steps;
+          w.loop.eval_interval = a.grpo_warmup_steps;
+          w.sample_tokens = 0;
+          if (r == 0) std::printf("grpo: %ld SFT warm-up steps first -> %s/model\n", a.grpo_warmup_steps, warm.c_str());
+          colossal::apps::RunSummary warmup;
+          run(w, warmup);
+        }
+        a.pretrained = warm + "/model";
+      }
     } else if (!preference) {
       a.dataset = {corpus_train};
       if (a.eval_dataset.empty()) a.eval_dataset = corpus_eval;
     }
   }
-  COLOSSAL_CHECK(!preference || a.dataset.empty() || !a.tokenizer.empty() || !a.pretrained.empty(),
+  COLOSSAL_CHECK(!(preference || grpo) || a.dataset.empty() || !a.tokenizer.empty() || !a.pretrained.empty(),
                  "--mode ", a.mode, " with --dataset needs a tokenizer (--pretrained or --tokenizer): preference pairs are no "
                  "text to train one on");
 
@@ -261,7 +296,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
       std::printf("tokenizer: trained %ld pieces in %.1f s -> %s\n", a.vocab_size, elapsed(t0), a.tokenizer.c_str());
     });
   }
-  const auto tokenizer = load_tokenizer(a.tokenizer);
+  const std::shared_ptr<const colossal::text::Tokenizer> tokenizer = load_tokenizer(a.tokenizer);
   const colossal::text::Tokenizer& tok = *tokenizer;
 
   // ---- tokenised datasets (rank 0 builds the cache, the others map it)
@@ -275,7 +310,10 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
   dopt.packing = a.packing;
   std::optional<TokenDataset> train_tokens;
   std::optional<PreferenceTask> pairs;  // --mode dpo
-  if (preference) {
+  std::optional<GrpoTask> prompts;  // --mode grpo
+  if (grpo) {
+    prompts.emplace(a, tokenizer, corpus_train, reward);
+  } else if (preference) {
     pairs.emplace(a, tok, corpus_train, corpus_eval);
   } else {
     on_rank0_then_all([&] { (void)TokenDataset::open(dopt, tok); });
@@ -283,7 +321,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     COLOSSAL_CHECK(train_tokens->size() > 0, "the training data holds no sample of ", a.max_length, " tokens");
   }
   std::optional<TokenDataset> eval;
-  if (!a.eval_dataset.empty() && !preference) {
+  if (!a.eval_dataset.empty() && !preference && !grpo) {
     auto eopt = dopt;
     eopt.files = {a.eval_dataset};
     on_rank0_then_all([&] { (void)TokenDataset::open(eopt, tok); });
@@ -398,7 +436,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     return colossal::optim::LRScheduler::Options{.kind = "cosine", .warmup_steps = warmup, .total_steps = total_steps,
                                                  .min_lr_ratio = 0.1};
   };
-  task.train_samples = preference ? pairs->train().size() : train_tokens->size();
+  task.train_samples = preference ? pairs->train().size() : grpo ? prompts->train().size() : train_tokens->size();
   task.micro_batch = a.batch_size;
   task.drop_last = false;
   task.epochs = a.num_epochs;
@@ -475,6 +513,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
     task.eval_samples = eval->size();
   }
   if (pairs) pairs->configure(task, model, dp_replica, dims.group(dist::Axis::kDp), device);
+  if (prompts) prompts->configure(task, model, dp_replica, dims.group(dist::Axis::kDp), device);
   task.checkpoint_dir = a.save_dir;
   // Every checkpoint's model/ opens as a model: config and tokenizer files beside the weights.
   task.model_files = model_dir_files(cfg, &tok);
@@ -488,7 +527,13 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
                   cfg.num_local_experts, cfg.num_experts_per_tok, cfg.num_active_parameters() / 1e6,
                   cfg.router_aux_loss_coef, cfg.router_z_loss_coef,
                   cfg.capacity_factor > 0 ? ("capacity factor " + std::to_string(cfg.capacity_factor)).c_str() : "dropless");
-    if (pairs)
+    if (prompts)
+      std::printf("data: %ld prompts (%.0f tokens on average), %ld completions of up to %ld tokens each at temperature "
+                  "%g; %s loss, epsilon %g/%g, beta %g; %d thread(s)/rank\n", prompts->train().size(),
+                  prompts->train().mean_prompt_tokens(), a.grpo.num_generations, a.grpo.max_completion_length,
+                  a.grpo.temperature, a.grpo.loss_type.c_str(), a.grpo.epsilon, a.grpo.epsilon_high, a.grpo.beta,
+                  at::get_num_threads());
+    else if (pairs)
       std::printf("data: %ld preference pairs (%.0f tokens per pair on average; %s loss, beta %g); %d thread(s)/rank\n",
                   pairs->train().size(), pairs->train().mean_pair_tokens(), a.preference.loss_type.c_str(),
                   a.preference.beta, at::get_num_threads());
@@ -573,8 +618,9 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary) {
 
 namespace colossal::llama_app {
 
-colossal::apps::RunSummary train_llama(const std::vector<std::string>& args) {
-  return colossal::apps::run_job<TrainArgs>("train_llama", args, &parse_train_args, &run);
+colossal::apps::RunSummary train_llama(const std::vector<std::string>& args, const RewardFunction& reward) {
+  return colossal::apps::run_job<TrainArgs>("train_llama", args, &parse_train_args,
+                                            [&](TrainArgs& a, colossal::apps::RunSummary& s) { run(a, s, reward); });
 }
 
 }  // namespace colossal::llama_app

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "apps/common/app_entry.h"
+#include "apps/llama/grpo_task.h"
 
 namespace colossal::llama_app {
 
@@ -12,6 +13,7 @@ namespace colossal::llama_app {
 /// and then leaves the runtime to the caller. Throws on every error; Interrupted when the
 /// installed interrupt check fires (core/common/interrupt.h). Metrics: loss (the last logged),
 /// eval_loss (the last evaluation), steps; outputs: model, checkpoints, tokenizer.
-apps::RunSummary train_llama(const std::vector<std::string>& args);
+/// `reward`: --mode grpo's reward function (empty: exact match against each prompt's answer).
+apps::RunSummary train_llama(const std::vector<std::string>& args, const RewardFunction& reward = {});
 
 }  // namespace colossal::llama_app

@@ -30,10 +30,35 @@ py::dict summary_dict(const apps::RunSummary& s) {
 
 void bind_apps(py::module_& m) {
   auto apps = m.def_submodule("apps", "the applications as functions of their command-line arguments");
-  apps.def("train_llama", [](const std::vector<std::string>& args) {
-        return summary_dict(run_interruptible([&] { return llama_app::train_llama(args); }));
+  apps.def(
+      "train_llama",
+      [](const std::vector<std::string>& args, const std::optional<py::function>& reward) {
+        llama_app::RewardFunction fn;
+        if (reward) {
+          // Called on the job's thread with the GIL released: take it for the call. A Python
+          // exception becomes a C++ error carrying its message (the step fails with it).
+          auto callable = std::make_shared<py::function>(*reward);
+          fn = [callable](const std::string& prompt, const std::string& completion, const std::string& answer) {
+            py::gil_scoped_acquire gil;
+            try {
+              return (*callable)(prompt, completion, answer).cast<double>();
+            } catch (py::error_already_set& e) {
+              throw std::runtime_error(e.what());
+            } catch (const py::cast_error& e) {
+              throw std::runtime_error(std::string("it must return a number (") + e.what() + ")");
+            }
+          };
+        }
+        auto out = summary_dict(run_interruptible([&] { return llama_app::train_llama(args, fn); }));
+        if (reward) {  // the callable's last reference goes with the GIL held
+          py::gil_scoped_acquire gil;
+          fn = nullptr;
+        }
+        return out;
       },
-      py::arg("args"), "train_llama with these arguments; returns {exit_code, metrics, outputs}");
+      py::arg("args"), py::arg("reward") = py::none(),
+      "train_llama with these arguments; returns {exit_code, metrics, outputs}. reward: --mode grpo's reward "
+      "function, reward(prompt, completion, answer) -> float");
   apps.def("train_vit", [](const std::vector<std::string>& args) {
         return summary_dict(run_interruptible([&] { return vit_app::train_vit(args); }));
       },

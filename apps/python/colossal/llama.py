@@ -22,15 +22,17 @@ from . import dist
 Tokenizer = _C.llama.Tokenizer
 
 
-def train(**flags):
+def train(reward=None, **flags):
     """Runs train_llama with these flags (`train_llama --help`; --max_steps 10 is max_steps=10).
 
     Joins the job first (colossal.launch), so under `colossal run` every rank takes part.
     Ctrl-C stops it at the next step with KeyboardInterrupt. Returns {"exit_code", "metrics":
     {"loss", "eval_loss", "steps"}, "outputs": {"model", "checkpoints", "tokenizer"}}.
+    reward: mode="grpo"'s reward function, reward(prompt, completion, answer) -> float, called on
+    every completion (an exception fails the step with its message).
     """
     launch()
-    return _C.apps.train_llama(command_line(flags))
+    return _C.apps.train_llama(command_line(flags), reward)
 
 
 # The engine's settings, declared once in C++ (apps/llama/engine_setup.h) and shared with

@@ -1,0 +1,77 @@
+"""GRPO (--mode grpo) on the shared loop: the completions come from the generation engine in the
+same process (tests/llama/rollout_test.cpp checks them against the training model's own sampling),
+so two data-parallel ranks follow one process holding both ranks' prompts (colossal verify); a
+reward function from Python is called on every completion with the prompt and answer, and one that
+raises fails the run with its message and the prompt's file and line, saving no model."""
+import subprocess
+
+import pytest
+
+from conftest import APPS, colossal_run
+
+colossal = pytest.importorskip("colossal")
+
+GRPO = ["--mode", "grpo", "--batch_size", "2", "--num_generations", "4", "--max_completion_length", "8",
+        "--max_length", "64", "--sample_tokens", "0", "--eval_interval", "-1"]
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A small model fine-tuned for 60 steps on the built-in conversations, and the run's prompts."""
+    out = tmp_path_factory.mktemp("grpo_warm")
+    colossal_run(1, f"{APPS}/train_llama", "--mode", "sft", "--packing", "--output", out, "--max_steps", "60",
+                 "--eval_interval", "-1", "--sample_tokens", "0")
+    return out
+
+
+def test_grpo_under_ddp_follows_one_process(warm, tmp_path):
+    cmd = [f"{APPS}/colossal", "verify", "--nproc_per_node", "2", "--steps", "2", "--", f"{APPS}/train_llama",
+           "--output", str(tmp_path / "run"), "--pretrained", str(warm / "model"), "--max_steps", "3",
+           "--reward", "partial_match", "--lr", "1e-4", *GRPO]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "PASS: the layout matches one process" in out, out
+
+
+def test_a_python_reward_is_called_on_every_completion(warm, tmp_path):
+    calls = []
+
+    def reward(prompt, completion, answer):
+        calls.append((prompt, completion, answer))
+        return float(len(completion.strip()) <= 2)
+
+    summary = colossal.llama.train(reward=reward, mode="grpo", pretrained=str(warm / "model"),
+                                   output=str(tmp_path / "run"), max_steps=2, batch_size=2, num_generations=4,
+                                   max_completion_length=8, max_length=64, sample_tokens=0, eval_interval=-1)
+    assert summary["exit_code"] == 0
+    assert len(calls) == 2 * 2 * 4
+    assert all(p.startswith(("What is", "Reverse the word")) and a for p, _, a in calls), calls[:3]
+    # The log line at the last step covers both steps: the mean of every reward returned.
+    assert summary["metrics"]["reward"] == pytest.approx(sum(float(len(c.strip()) <= 2) for _, c, _ in calls) / 16)
+
+
+def test_a_reward_that_raises_fails_the_step_and_saves_nothing(warm, tmp_path):
+    def reward(prompt, completion, answer):
+        raise ValueError("the grader is offline")
+
+    with pytest.raises(Exception) as err:
+        colossal.llama.train(reward=reward, mode="grpo", pretrained=str(warm / "model"), output=str(tmp_path / "run"),
+                             max_steps=2, batch_size=2, num_generations=4, max_completion_length=8, max_length=64,
+                             sample_tokens=0, eval_interval=-1)
+    message = str(err.value)
+    assert "the reward function failed on the prompt at" in message and "grpo_train.jsonl:" in message, message
+    assert "the grader is offline" in message, message
+    assert not (tmp_path / "run" / "model").exists()
+    assert not (tmp_path / "run" / "checkpoints").exists() or not any((tmp_path / "run" / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--grpo_beta", "0.04"], "--grpo_beta 0.04 needs --lora_rank"),
+    (["--plugin", "gemini"], "--mode grpo under --plugin gemini is not supported yet"),
+    (["--num_generations", "1"], "--num_generations"),
+])
+def test_grpo_settings_that_cannot_work_are_refused(flags, message, tmp_path):
+    r = subprocess.run([f"{APPS}/train_llama", "--mode", "grpo", "--output", str(tmp_path), *flags],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and message in r.stdout + r.stderr, r.stdout + r.stderr

@@ -372,7 +372,7 @@ TEST(TrainLlama, TrainLlamaRefusesFlagsOutOfRange) {
       {"--max_steps -5", "--max_steps: expected >= 0, got -5"},
       {"--keep_checkpoints -1", "--keep_checkpoints: expected >= 0, got -1"},
       {"--save_interval -1", "--save_interval: expected >= 0, got -1"},
-      {"--mode rl", "--mode: expected pretrain, sft, dpo or rm, got 'rl'"},
+      {"--mode rl", "--mode: expected pretrain, sft, dpo, rm or grpo, got 'rl'"},
       {"--log_interval 0", "--log_interval: expected >= 1, got 0"},
       {"--vocab_size 10", "--vocab_size: expected >= 260"},
       {"--load_checkpoint " + workspace().dir + "/no_such_checkpoint", "no checkpoint at '"},

@@ -13,6 +13,19 @@
 #include "core/common/check.h"
 
 namespace colossal::llama {
+namespace {
+
+template <class It>
+std::string spaced(It begin, It end) {  // "abc" -> "a b c"
+  std::string out;
+  for (It c = begin; c != end; ++c) {
+    if (!out.empty()) out += ' ';
+    out += *c;
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<ChatTask> make_chat_tasks(int64_t count, uint64_t seed, const std::vector<std::string>& words) {
   COLOSSAL_CHECK(count >= 0, "[tasks] count must be >= 0, got ", count);
@@ -25,7 +38,7 @@ std::vector<ChatTask> make_chat_tasks(int64_t count, uint64_t seed, const std::v
   for (int64_t i = 0; i < count; ++i) {
     if (i % 2 == 1 && !words.empty()) {
       const auto& w = words[rng() % words.size()];
-      tasks.push_back({"Reverse the word: " + w, std::string(w.rbegin(), w.rend())});
+      tasks.push_back({"Reverse the letters: " + spaced(w.begin(), w.end()), spaced(w.rbegin(), w.rend())});
     } else {
       const int64_t a = operand(), b = operand();
       tasks.push_back({"What is " + std::to_string(a) + " + " + std::to_string(b) + "?", std::to_string(a + b)});

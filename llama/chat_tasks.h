@@ -2,9 +2,12 @@
 // Built-in verifiable chat tasks: the default data of --mode sft (conversations) and the prompts
 // and answers a reinforcement-learning run is rewarded against. Two kinds, in turn:
 //   add      "What is 47 + 85?"          -> "132"    (operands of 1 or 2 digits)
-//   reverse  "Reverse the word: manor"   -> "ronam"  (words of 3 to 5 letters from a text)
-// Small enough that a few-million-parameter model fine-tuned for minutes answers some of them
-// right, which is what reinforcement learning needs to start from.
+//   reverse  "Reverse the letters: m a n o r"  -> "r o n a m"  (words of 3 to 5 letters from a text)
+// The letters are spaced so that each is one token whatever the tokenizer merges: reversing is
+// then copying tokens in reverse order, which a small model learns, where reversing a word
+// tokenized as one piece would need the spelling of every piece. Small enough that a
+// few-million-parameter model fine-tuned for minutes answers some of them right (about half of
+// the reversals; the additions seldom), which is what reinforcement learning needs to start from.
 // Each answer is checkable by exact match, so a model's success rate is a reward.
 #include <cstdint>
 #include <string>

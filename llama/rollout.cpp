@@ -15,6 +15,7 @@ RolloutEngine::RolloutEngine(LlamaForCausalLM model, std::shared_ptr<const text:
 }
 
 void RolloutEngine::refresh() {
+  const auto start = std::chrono::steady_clock::now();
   LlamaInference::Options o;
   o.dtype = at::kFloat;
   o.weights = inference::WeightFormat::kF32;
@@ -26,11 +27,12 @@ void RolloutEngine::refresh() {
       adapter_ = inference_->add_adapter(model_);
       break;
     }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::vector<Completion> RolloutEngine::sample(const std::vector<std::vector<int64_t>>& prompts,
                                               const std::vector<uint64_t>& seeds, int64_t max_tokens,
-                                              double temperature) {
+                                              double temperature, bool ignore_eos) {
   COLOSSAL_CHECK(prompts.size() == seeds.size(), "[rollout] ", prompts.size(), " prompts but ", seeds.size(), " seeds");
   if (!inference_) refresh();
   const auto start = std::chrono::steady_clock::now();
@@ -52,6 +54,7 @@ std::vector<Completion> RolloutEngine::sample(const std::vector<std::vector<int6
     requests[i].params.temperature = temperature;
     requests[i].params.max_tokens = max_tokens;
     requests[i].params.seed = seeds[i];
+    requests[i].params.ignore_eos = ignore_eos;
     requests[i].adapter = adapter_;
   }
   auto results = engine.generate(std::move(requests));

@@ -31,10 +31,12 @@ class RolloutEngine {
   /// beside the base, as multi-LoRA serving runs them).
   void refresh();
   /// One completion per (prompt, seed): at most `max_tokens` tokens at `temperature` (0: greedy),
-  /// sampled in one continuous batch.
+  /// sampled in one continuous batch. `ignore_eos`: every completion runs to `max_tokens` (the same
+  /// work whatever the model samples: benchmarks).
   std::vector<Completion> sample(const std::vector<std::vector<int64_t>>& prompts, const std::vector<uint64_t>& seeds,
-                                 int64_t max_tokens, double temperature);
-  /// Totals over every sample() call: seconds in the engine and tokens generated.
+                                 int64_t max_tokens, double temperature, bool ignore_eos = false);
+  /// Totals over every refresh() and sample() call: seconds in the engine (taking the weights and
+  /// sampling) and tokens generated.
   double seconds() const { return seconds_; }
   int64_t tokens() const { return tokens_; }
   int64_t eos_id() const { return eos_id_; }

@@ -62,20 +62,21 @@ TokenDistribution token_distribution(const at::Tensor& logits_in, const Sampling
   }
   for (float& v : x) v /= static_cast<float>(p.temperature);
 
-  // Candidates sorted by logit (descending, ties by id for determinism), then cut by top-k,
-  // top-p and min-p.
+  // Where top-k, top-p or min-p cut the candidates: sorted by logit (descending, ties by id for
+  // determinism), then cut. Otherwise every token, by id.
   std::vector<int64_t>& order = d.order;
   order.resize(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
   int64_t keep = vocab;
   auto before = [&](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
-  if (p.top_k > 0 && p.top_k < vocab) {
+  const bool top_k = p.top_k > 0 && p.top_k < vocab, sorted = top_k || p.top_p < 1.0 || p.min_p > 0;
+  if (top_k) {
     keep = p.top_k;
     std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
-  } else {
+  } else if (sorted) {
     std::sort(order.begin(), order.end(), before);
   }
-  const float m = x[static_cast<size_t>(order[0])];
+  const float m = sorted ? x[static_cast<size_t>(order[0])] : *std::max_element(x.begin(), x.end());
   std::vector<double>& prob = d.prob;
   prob.resize(static_cast<size_t>(keep));
   double total = 0;

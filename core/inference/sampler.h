@@ -40,7 +40,9 @@ struct Sampled {
 /// Greedy (temperature 0) keeps one candidate, the first maximum.
 struct TokenDistribution {
   std::vector<float> logits;   // penalised, then divided by the temperature (unless greedy)
-  std::vector<int64_t> order;  // kept candidates, most likely first (ties by id)
+  // Kept candidates: most likely first (ties by id) where top-k, top-p or min-p cut them; else the
+  // whole vocabulary by id (no sort: sorting 100k+ logits per token would cost more than the draw).
+  std::vector<int64_t> order;
   std::vector<double> prob;    // their weights, relative to `kept`
   double kept = 1;             // sum of prob
   bool greedy = false;         // temperature 0: no random number is drawn

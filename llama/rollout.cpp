@@ -1,24 +1,63 @@
 #include "llama/rollout.h"
 
 #include <chrono>
+#include <map>
 
 #include "core/common/check.h"
 
 namespace colossal::llama {
 
-RolloutEngine::RolloutEngine(LlamaForCausalLM model, std::shared_ptr<const text::Tokenizer> tokenizer)
-    : model_(std::move(model)), tokenizer_(std::move(tokenizer)), eos_id_(tokenizer_->eos_id()) {
+RolloutEngine::RolloutEngine(LlamaForCausalLM model, std::shared_ptr<const text::Tokenizer> tokenizer,
+                             WholeWeights whole)
+    : model_(std::move(model)), tokenizer_(std::move(tokenizer)), whole_(std::move(whole)),
+      eos_id_(tokenizer_->eos_id()) {
   const auto& p = model_->parallel_context();
-  COLOSSAL_CHECK(p.tp_size() == 1 && !p.pipeline.enabled() && p.sp_size() == 1, "[rollout] the engine samples "
-                 "from one process's whole weights: tensor, pipeline and sequence parallelism are not supported yet");
+  COLOSSAL_CHECK(!p.pipeline.enabled() && p.sp_size() == 1, "[rollout] pipeline and sequence parallelism are not "
+                 "supported yet (the engine samples whole sequences from whole weights)");
+  COLOSSAL_CHECK(p.tp_size() == 1 || whole_, "[rollout] under tensor parallelism the engine needs the gathered "
+                 "weights (a WholeWeights source)");
   COLOSSAL_CHECK(eos_id_ >= 0, "[rollout] the tokenizer has no EOS token: a completion could not end");
 }
+
+namespace {
+
+// Copies `state` into `plain` by name: every parameter must be there, shapes equal (buffers where
+// given: they follow from the config); nothing may be left over.
+void copy_whole_weights(const checkpoint::NamedTensors& state, torch::nn::Module& plain) {
+  std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
+  torch::NoGradGuard no_grad;
+  size_t copied = 0;
+  auto copy = [&](const std::string& name, torch::Tensor t, bool required) {
+    auto it = by_name.find(name);
+    COLOSSAL_CHECK(it != by_name.end() || !required, "[rollout] the gathered weights have no '", name, "'");
+    if (it == by_name.end()) return;
+    COLOSSAL_CHECK(it->second.sizes() == t.sizes(), "[rollout] gathered '", name, "' is ", it->second.sizes(),
+                   ", the model's ", t.sizes());
+    t.copy_(it->second);
+    ++copied;
+  };
+  for (const auto& p : plain.named_parameters()) copy(p.key(), p.value(), true);
+  for (const auto& b : plain.named_buffers()) copy(b.key(), b.value(), false);
+  COLOSSAL_CHECK(copied == by_name.size(), "[rollout] the gathered weights hold ", by_name.size() - copied,
+                 " tensor(s) a plain model does not have (LoRA adapters under a sharded layout are not supported "
+                 "yet)");
+}
+
+}  // namespace
 
 void RolloutEngine::refresh() {
   const auto start = std::chrono::steady_clock::now();
   LlamaInference::Options o;
   o.dtype = at::kFloat;
   o.weights = inference::WeightFormat::kF32;
+  if (whole_) {
+    auto state = whole_();  // collective
+    if (!plain_) plain_ = LlamaForCausalLM(model_->config());
+    copy_whole_weights(state, *plain_);
+    inference_ = std::make_shared<LlamaInference>(plain_, o);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return;
+  }
   inference_ = std::make_shared<LlamaInference>(model_, o);
   // LoRA: the base packed, the adapters beside it (unmerged), every completion through them.
   adapter_ = 0;

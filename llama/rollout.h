@@ -5,11 +5,18 @@
 // each completion's random stream comes from its own seed, so a completion is the same whatever
 // batch or rank samples it, and the same as sampling token by token from the model's own forward
 // with that seed (tested).
+//
+// Where a process does not hold its model whole (tensor parallelism, ZeRO-3/Gemini), a
+// `WholeWeights` source gives the gathered weights (a collective: every rank refreshes at the same
+// step) and the engine samples from a plain copy it keeps; every rank of a replica then samples
+// the same completions.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/model_io.h"
 #include "core/inference/engine.h"
 #include "llama/inference.h"
 #include "llama/model.h"
@@ -25,10 +32,15 @@ struct Completion {
 
 class RolloutEngine {
  public:
-  /// `model`: the model being trained (one process's whole weights: data parallelism, ZeRO-1/2).
-  RolloutEngine(LlamaForCausalLM model, std::shared_ptr<const text::Tokenizer> tokenizer);
+  /// The model's whole weights by parameter name, gathered (CheckpointLayout::full_model_state).
+  using WholeWeights = std::function<checkpoint::NamedTensors()>;
+  /// `model`: the model being trained. Without `whole`, its parameters are the weights (one
+  /// process's whole model: data parallelism, ZeRO-1/2); with it (required under tensor
+  /// parallelism), each refresh() copies what `whole` gives into a plain model of the same config.
+  /// Pipeline and sequence parallelism are refused.
+  RolloutEngine(LlamaForCausalLM model, std::shared_ptr<const text::Tokenizer> tokenizer, WholeWeights whole = {});
   /// Takes the model's current weights (fused and packed for generation, fp32; LoRA adapters kept
-  /// beside the base, as multi-LoRA serving runs them).
+  /// beside the base, as multi-LoRA serving runs them). Collective where a WholeWeights source is.
   void refresh();
   /// One completion per (prompt, seed): at most `max_tokens` tokens at `temperature` (0: greedy),
   /// sampled in one continuous batch. `ignore_eos`: every completion runs to `max_tokens` (the same
@@ -44,6 +56,8 @@ class RolloutEngine {
  private:
   LlamaForCausalLM model_;
   std::shared_ptr<const text::Tokenizer> tokenizer_;
+  WholeWeights whole_;
+  LlamaForCausalLM plain_{nullptr};  // with `whole_`: the copy the engine samples from
   std::shared_ptr<LlamaInference> inference_;
   int64_t adapter_ = 0;  // LoRA: the engine's adapter holding the model's
   int64_t eos_id_ = -1;

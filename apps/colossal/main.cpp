@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
   verify->add_option("--work_dir", vopts.work_dir, "where the recordings go (default: a temporary directory)");
   verify->add_flag("--keep", vopts.keep, "keep the recordings (step-K.safetensors: grad/NAME, param/NAME)");
   verify->add_option("--loss_rtol", vopts.tolerances.loss, "relative loss difference accepted (default: 1e-5 fp32, 2e-2 bf16/fp16)");
+  verify->add_option("--loss_atol", vopts.tolerances.loss_abs,
+                     "absolute loss difference accepted whatever the relative one (a loss that is 0 in exact "
+                     "arithmetic, as GRPO's on-policy objective; default 0: off)");
   verify->add_option("--grad_rtol", vopts.tolerances.gradient,
                      "a gradient's max |difference| over its max |value| accepted (default: 1e-4 fp32, 5e-2 bf16/fp16)");
   verify->add_option("--param_rtol", vopts.tolerances.parameter,

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/booster/booster.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -74,6 +75,17 @@ double GrpoTask::reward_of(const llama::Prompt& p, const std::string& completion
   return r;
 }
 
+llama::RolloutEngine& GrpoTask::engine(booster::BoostedOptimizer& optimizer) {
+  if (engine_) return *engine_;
+  llama::RolloutEngine::WholeWeights whole;
+  if (args_.plugin.name == "gemini" || model_->parallel_context().tp_size() > 1) {
+    auto* layout = &optimizer.model_wrapper().checkpoint();
+    whole = [layout, model = model_] { return layout->full_model_state(*model); };
+  }
+  engine_ = std::make_unique<llama::RolloutEngine>(model_, tokenizer_, std::move(whole));
+  return *engine_;
+}
+
 GrpoTask::Rollout GrpoTask::roll_out(const std::vector<int64_t>& positions, int64_t step) {
   const int64_t G = args_.grpo.num_generations;
   std::vector<std::vector<int64_t>> prompts;
@@ -111,7 +123,7 @@ GrpoTask::Rollout GrpoTask::roll_out(const std::vector<int64_t>& positions, int6
   return r;
 }
 
-std::optional<apps::Metrics> GrpoTask::evaluate() {
+std::optional<apps::Metrics> GrpoTask::evaluate(booster::BoostedOptimizer& optimizer) {
   // Greedy completions of every held-out prompt, each replica its share; the mean reward.
   const auto [r, n] = replica_;
   std::vector<std::vector<int64_t>> prompts;
@@ -120,7 +132,7 @@ std::optional<apps::Metrics> GrpoTask::evaluate() {
     prompts.push_back(eval_->prompt(i).ids);
     which.push_back(i);
   }
-  engine_->refresh();
+  engine(optimizer).refresh();  // every rank: the gathered weights are a collective
   refreshed_at_ = -1;
   const auto completions = engine_->sample(prompts, std::vector<uint64_t>(prompts.size(), 0),
                                            args_.grpo.max_completion_length, 0.0);
@@ -139,7 +151,6 @@ void GrpoTask::configure(apps::TrainTask& task, llama::LlamaForCausalLM model, s
   replica_group_ = replica_group;
   device_ = device;
   COLOSSAL_CHECK(device.is_cpu(), "[grpo] the rollout engine runs on the CPU; --device cuda is not supported yet");
-  engine_ = std::make_unique<llama::RolloutEngine>(model, tokenizer_);  // refuses tp, pp and sp by name
   const auto& o = args_.grpo;
   task.train_samples = train_.size();
   task.throughput_unit = "completions";
@@ -151,6 +162,7 @@ void GrpoTask::configure(apps::TrainTask& task, llama::LlamaForCausalLM model, s
     const auto& o = args_.grpo;
     const int64_t G = o.num_generations;
     if (window_start_ == 0) window_start_ = now_seconds();
+    engine(ctx.optimizer);
     auto r = roll_out(ctx.positions, ctx.step);
     auto rewards = torch::tensor(r.rewards, torch::kFloat64);
     auto advantages = posttrain::group_advantages(rewards, G, o.scale_rewards);
@@ -206,6 +218,7 @@ void GrpoTask::configure(apps::TrainTask& task, llama::LlamaForCausalLM model, s
   };
   task.log_metrics = [this](apps::Metrics& m, std::vector<std::pair<std::string, std::vector<double>>>&) {
     // This rank's rollouts since the last line: their share of the wall time, the engine's rate.
+    if (!engine_) return;
     const double now = now_seconds(), wall = std::max(1e-9, now - window_start_);
     const double seconds = engine_->seconds() - engine_seconds_at_;
     const auto generated = static_cast<double>(engine_->tokens() - engine_tokens_at_);
@@ -216,7 +229,7 @@ void GrpoTask::configure(apps::TrainTask& task, llama::LlamaForCausalLM model, s
     engine_tokens_at_ = engine_->tokens();
   };
   if (eval_) {
-    task.evaluate = [this](const apps::EvalContext&) { return evaluate(); };
+    task.evaluate = [this](const apps::EvalContext& ctx) { return evaluate(ctx.optimizer); };
     task.eval_samples = eval_->size();
     task.eval_flag = "--eval_dataset";
   } else {

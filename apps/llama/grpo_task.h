@@ -49,7 +49,10 @@ class GrpoTask {
   struct Rollout;
   Rollout roll_out(const std::vector<int64_t>& positions, int64_t step);
   double reward_of(const llama::Prompt& p, const std::string& completion) const;
-  std::optional<apps::Metrics> evaluate();
+  std::optional<apps::Metrics> evaluate(booster::BoostedOptimizer& optimizer);
+  // The engine, made on first use: where this process does not hold the model whole (tensor
+  // parallelism, Gemini) it samples from the weights the optimizer's checkpoint layout gathers.
+  llama::RolloutEngine& engine(booster::BoostedOptimizer& optimizer);
 
   const TrainArgs& args_;
   std::shared_ptr<const text::Tokenizer> tokenizer_;

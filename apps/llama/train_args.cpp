@@ -15,8 +15,14 @@ void TrainArgs::validate() const {
                    "is the model with its adapters off (a full-parameter reference copy is not built yet)");
     COLOSSAL_CHECK(lora.quantize_base.empty(), "--mode grpo with --quantize_base is not supported yet (the rollout "
                    "engine reads full-precision base weights); use LoRA without quantization");
-    COLOSSAL_CHECK(plugin.name != "gemini", "--mode grpo under --plugin gemini is not supported yet (the rollout "
-                   "engine needs each process's whole weights); use ddp, zero1 or zero2");
+    const auto& l = plugin.layout;
+    COLOSSAL_CHECK(l.pp == 1 && l.sp == 1 && l.ep == 1, "--mode grpo under pipeline, sequence or expert "
+                   "parallelism (pp ", l.pp, ", sp ", l.sp, ", ep ", l.ep, ") is not supported yet (a completion's "
+                   "log-likelihood and its sampling need whole sequences on one stage); use data or tensor "
+                   "parallelism, ZeRO or Gemini");
+    COLOSSAL_CHECK(!lora.enabled() || (plugin.name != "gemini" && l.tp == 1), "--mode grpo with LoRA under ",
+                   plugin.name == "gemini" ? "--plugin gemini" : "--tp " + std::to_string(l.tp), " is not supported "
+                   "yet (the rollout engine's gathered copy has no adapters); use ddp, zero1 or zero2");
   }
   COLOSSAL_CHECK(!packing || mode == "sft", "--packing applies to --mode sft (conversations); --mode ", mode,
                  " fills its samples otherwise");

@@ -119,7 +119,7 @@ VerifyReport compare_recordings(const std::string& layout_dir, const std::string
       c.layout_loss = std::stod(meta(*got, "loss"));
       c.reference_loss = std::stod(meta(*want, "loss"));
       c.loss_relative = std::abs(c.layout_loss - c.reference_loss) / std::max(std::abs(c.reference_loss), 1e-30);
-      if (!(c.loss_relative <= tol.loss))
+      if (!(c.loss_relative <= tol.loss) && !(std::abs(c.layout_loss - c.reference_loss) <= tol.loss_abs))
         report.problems.push_back("step " + std::to_string(step) + ": loss " + format(c.layout_loss) + " against " +
                                   format(c.reference_loss) + " (relative " + format(c.loss_relative) + " > " +
                                   format(tol.loss) + ")");
@@ -220,7 +220,9 @@ std::string VerifyReport::text() const {
   s << "layout:      " << layout << "\n";
   s << "reference:   " << reference << "\n";
   s << "tolerances:  loss " << format(tolerances.loss) << ", gradients " << format(tolerances.gradient)
-    << ", parameters " << format(tolerances.parameter) << " (relative; " << precision << ")\n\n";
+    << ", parameters " << format(tolerances.parameter) << " (relative; " << precision << ")";
+  if (tolerances.loss_abs > 0) s << "; loss within " << format(tolerances.loss_abs) << " absolute";
+  s << "\n\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-5s %-14s %-14s %-9s %-9s %-9s %s\n", "step", "loss (layout)",
                 "loss (1 proc)", "loss rel", "grad rel", "param rel", "worst gradient / worst parameter");

@@ -16,6 +16,10 @@ struct VerifyTolerances {
   // Relative differences accepted; < 0: the default for the recordings' precision (fp32: the
   // summation-order rounding of a different layout; bf16/fp16: their rounding).
   double loss = -1, gradient = -1, parameter = -1;
+  // An absolute loss difference accepted whatever the relative one: for a loss that is zero in exact
+  // arithmetic, where rounding alone sets its value (GRPO's on-policy objective: the advantages of a
+  // group sum to zero). 0: off.
+  double loss_abs = 0;
   /// The defaults for "fp32", "bf16" or "fp16" where a field is < 0.
   VerifyTolerances resolved(const std::string& precision) const;
 };

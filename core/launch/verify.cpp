@@ -38,6 +38,7 @@ void VerifyOptions::validate() const {
   for (auto [name, v] : {std::pair{"--loss_rtol", tolerances.loss}, {"--grad_rtol", tolerances.gradient},
                          {"--param_rtol", tolerances.parameter}})
     COLOSSAL_CHECK(v < 1, name, ": expected a relative tolerance below 1, got ", v);  // < 0: the default
+  COLOSSAL_CHECK(tolerances.loss_abs >= 0, "--loss_atol: expected >= 0, got ", tolerances.loss_abs);
 }
 
 int verify(const VerifyOptions& options) {

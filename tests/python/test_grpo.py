@@ -1,8 +1,9 @@
 """GRPO (--mode grpo) on the shared loop: the completions come from the generation engine in the
 same process (tests/llama/rollout_test.cpp checks them against the training model's own sampling),
-so two data-parallel ranks follow one process holding both ranks' prompts (colossal verify); a
-reward function from Python is called on every completion with the prompt and answer, and one that
-raises fails the run with its message and the prompt's file and line, saving no model."""
+so two ranks follow one process holding both ranks' prompts under DDP, Gemini (the engine samples
+from the gathered weights) and tensor parallelism (colossal verify); a reward function from Python
+is called on every completion with the prompt and answer, and one that raises fails the run with
+its message and the prompt's file and line, saving no model."""
 import subprocess
 
 import pytest
@@ -24,10 +25,23 @@ def warm(tmp_path_factory):
     return out
 
 
-def test_grpo_under_ddp_follows_one_process(warm, tmp_path):
-    cmd = [f"{APPS}/colossal", "verify", "--nproc_per_node", "2", "--steps", "2", "--", f"{APPS}/train_llama",
-           "--output", str(tmp_path / "run"), "--pretrained", str(warm / "model"), "--max_steps", "3",
-           "--reward", "partial_match", "--lr", "1e-4", *GRPO]
+@pytest.mark.parametrize("layout,tolerances", [
+    (["--plugin", "ddp"], []),
+    # Gemini: the engine samples from the gathered weights. The first step's loss is zero in exact
+    # arithmetic (at ratio 1 the advantages of a group sum to zero), ~1e-8 from rounding alone, so
+    # it is compared absolutely.
+    (["--plugin", "gemini"], ["--loss_atol", "1e-6"]),
+    # Tensor parallelism: the same, and the gradient is a sum of per-completion gradients weighted
+    # by advantages that cancel, so the tp slices' other summation order (~1e-7 per term) shows
+    # magnified: 6e-5 at step 1, 3.4e-4 at step 2 (at --lr 1e-4 and 1e-6 alike: not the update).
+    (["--plugin", "hybrid", "--tp", "2"], ["--loss_atol", "1e-6", "--grad_rtol", "1e-3"]),
+])
+def test_grpo_under_each_layout_follows_one_process(layout, tolerances, warm, tmp_path):
+    """colossal verify: two steps of two ranks against one process holding both replicas'
+    prompts; the completions are seeded per prompt and sample, so both sample the same ones."""
+    cmd = [f"{APPS}/colossal", "verify", "--nproc_per_node", "2", "--steps", "2", *tolerances, "--",
+           f"{APPS}/train_llama", "--output", str(tmp_path / "run"), "--pretrained", str(warm / "model"),
+           "--max_steps", "3", "--reward", "partial_match", "--lr", "1e-4", *GRPO, *layout]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
@@ -109,7 +123,8 @@ def test_grpo_raises_the_reward(nproc, warm, tmp_path):
 
 @pytest.mark.parametrize("flags,message", [
     (["--grpo_beta", "0.04"], "--grpo_beta 0.04 needs --lora_rank"),
-    (["--plugin", "gemini"], "--mode grpo under --plugin gemini is not supported yet"),
+    (["--plugin", "hybrid", "--pp", "2"], "--mode grpo under pipeline, sequence or expert parallelism"),
+    (["--plugin", "gemini", "--lora_rank", "4"], "--mode grpo with LoRA under --plugin gemini is not supported"),
     (["--num_generations", "1"], "--num_generations"),
 ])
 def test_grpo_settings_that_cannot_work_are_refused(flags, message, tmp_path):

@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "core/booster/full_gradients.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/common/fs.h"
@@ -27,8 +29,10 @@ std::string dir_for(const std::string& name) {
 
 void write(const std::string& dir, int64_t step, const Recording& r, const std::string& precision = "fp32") {
   fs::make_dirs(dir);
+  char loss[40];
+  std::snprintf(loss, sizeof loss, "%.17g", r.loss);
   checkpoint::save_safetensors(dir + "/step-" + std::to_string(step) + ".safetensors", r.tensors,
-                               {{"loss", std::to_string(r.loss)}, {"step", std::to_string(step)},
+                               {{"loss", loss}, {"step", std::to_string(step)},
                                 {"world_size", "1"}, {"layout", "test"}, {"precision", precision}});
 }
 
@@ -79,6 +83,29 @@ TEST(VerifyReport, DifferencesAreRelativeToTheTensorAndNamed) {
   EXPECT_LT(report.steps[0].parameter.relative, 1e-8);
   // The same with looser tolerances given: passes.
   EXPECT_TRUE(compare_recordings(got, ref, {.gradient = 0.6}).passed());
+}
+
+// A loss that is zero in exact arithmetic (GRPO's on-policy objective) is rounding on both sides:
+// far apart relatively, so only an absolute tolerance, when given, accepts it.
+TEST(VerifyReport, ALossNearZeroPassesOnlyWithinAGivenAbsoluteTolerance) {
+  const auto ref = dir_for("zero_loss_ref"), got = dir_for("zero_loss_got");
+  auto want = sample(), have = sample();
+  want.loss = -1.2e-8;
+  have.loss = -1.3e-8;
+  write(ref, 1, want);
+  write(got, 1, have);
+  const auto strict = compare_recordings(got, ref);
+  ASSERT_EQ(strict.problems.size(), 1u) << strict.text();
+  EXPECT_NE(strict.problems[0].find("step 1: loss"), std::string::npos) << strict.problems[0];
+  const auto loose = compare_recordings(got, ref, {.loss_abs = 1e-6});
+  EXPECT_TRUE(loose.passed()) << loose.text();
+  EXPECT_NE(loose.text().find("loss within 1e-06 absolute"), std::string::npos) << loose.text();
+  // The absolute tolerance does not hide a loss that is not near zero.
+  have.loss = 2.0;
+  want.loss = 2.1;
+  write(ref, 1, want);
+  write(got, 1, have);
+  EXPECT_FALSE(compare_recordings(got, ref, {.loss_abs = 1e-6}).passed());
 }
 
 TEST(VerifyReport, MissingStepsTensorsAndShapesAreProblemsAMissingGradientANote) {

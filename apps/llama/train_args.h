@@ -34,7 +34,7 @@ struct TrainArgs {
   // Optimisation
   int64_t batch_size = 8;  // samples per rank per micro-batch
   int64_t max_length = 128;
-  double lr = 0, weight_decay = 0.1;  // lr 0: the mode's default (3e-3; rm 3e-4; grpo 1e-4)
+  double lr = 0, weight_decay = 0.1;  // lr 0: the mode's default (3e-3; rm and grpo 3e-4)
   int64_t warmup_steps = 20;
   int64_t num_epochs = 1;
   std::string save_dir;  // checkpoints; empty: OUTPUT/checkpoints
@@ -82,7 +82,7 @@ struct TrainArgs {
     v("grad_checkpoint", grad_checkpoint, "recompute each decoder layer in backward");
     v("batch_size", batch_size, "samples per rank per micro-batch", at_least(1));
     v("max_length", max_length, "tokens per sample", between(2, 1 << 20));
-    v("lr", lr, "peak learning rate (0: the mode's: 3e-3; rm 3e-4; grpo 1e-4)", at_least(0));
+    v("lr", lr, "peak learning rate (0: the mode's: 3e-3; rm and grpo 3e-4)", at_least(0));
     v("weight_decay", weight_decay, "AdamW weight decay", at_least(0));
     v("warmup_steps", warmup_steps, "linear warm-up steps before the cosine decay", at_least(0));
     v("num_epochs", num_epochs, "epochs (when --max_steps is 0)", at_least(1));

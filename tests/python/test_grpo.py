@@ -84,7 +84,7 @@ RISE = """
 import json, os, sys
 import colossal
 
-out, model = sys.argv[1], sys.argv[2]
+out, model, prompts = sys.argv[1], sys.argv[2], sys.argv[3]
 rewards = []
 
 def reward(prompt, completion, answer):
@@ -92,8 +92,8 @@ def reward(prompt, completion, answer):
     rewards.append(r)
     return r
 
-colossal.llama.train(reward=reward, mode="grpo", pretrained=model, output=out, max_steps=30, batch_size=4,
-                     num_generations=8, max_completion_length=8, max_length=64, lr=3e-4, sample_tokens=0,
+colossal.llama.train(reward=reward, mode="grpo", pretrained=model, dataset=prompts, output=out, max_steps=30,
+                     batch_size=4, num_generations=8, max_completion_length=8, max_length=64, lr=3e-4, sample_tokens=0,
                      eval_interval=-1, log_interval=10)
 with open(f"{out}/rewards-{os.environ.get('RANK', '0')}.json", "w") as f:
     json.dump(rewards, f)
@@ -103,16 +103,22 @@ with open(f"{out}/rewards-{os.environ.get('RANK', '0')}.json", "w") as f:
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_grpo_raises_the_reward(nproc, warm, tmp_path):
     """The policy gradient works: with a reward the model can reach by changing its first token (a
-    reply that starts with "1"), 30 steps of GRPO from the warm model raise the mean reward of the
-    sampled completions by at least 0.12 from the first ten steps to the last ten (0.16 -> 0.41 on
-    one AMD EPYC process), on one process and on two data-parallel ranks, where each rank's own
-    completions rise."""
+    reply to an addition that starts with "1"), 30 steps of GRPO from the warm model raise the mean
+    reward of the sampled completions by at least 0.12 from the first ten steps to the last ten, on
+    one process and on two data-parallel ranks, where each rank's own completions rise."""
     import json
+    import random
     import sys
 
+    # Addition prompts (the built-in GRPO prompts are reversals, whose replies are letters).
+    rng = random.Random(0)
+    pairs = [(rng.randrange(100), rng.randrange(100)) for _ in range(400)]
+    prompts = tmp_path / "additions.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
+                               for a, b in pairs))
     script = tmp_path / "rise.py"
     script.write_text(RISE)
-    colossal_run(nproc, sys.executable, script, tmp_path / "run", warm / "model", timeout=300)
+    colossal_run(nproc, sys.executable, script, tmp_path / "run", warm / "model", prompts, timeout=300)
     per_step = 4 * 8  # completions per rank per step
     for rank in range(nproc):
         rewards = json.loads((tmp_path / "run" / f"rewards-{rank}.json").read_text())

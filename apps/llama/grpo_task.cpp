@@ -86,6 +86,65 @@ llama::RolloutEngine& GrpoTask::engine(booster::BoostedOptimizer& optimizer) {
   return *engine_;
 }
 
+namespace {
+
+// A completion as int64s: [tokens, ended, text bytes, the tokens..., the bytes...], padded with 0.
+std::vector<int64_t> pack(const llama::Completion& c) {
+  std::vector<int64_t> out{static_cast<int64_t>(c.tokens.size()), c.ended ? 1 : 0,
+                           static_cast<int64_t>(c.text.size())};
+  out.insert(out.end(), c.tokens.begin(), c.tokens.end());
+  for (unsigned char b : c.text) out.push_back(b);
+  return out;
+}
+
+llama::Completion unpack(const int64_t* p) {
+  llama::Completion c;
+  c.tokens.assign(p + 3, p + 3 + p[0]);
+  c.ended = p[1] != 0;
+  for (int64_t i = 0; i < p[2]; ++i) c.text.push_back(static_cast<char>(p[3 + p[0] + i]));
+  return c;
+}
+
+}  // namespace
+
+std::vector<llama::Completion> GrpoTask::sample_shared(const std::vector<std::vector<int64_t>>& prompts,
+                                                       const std::vector<uint64_t>& seeds, double temperature) {
+  // Under tensor parallelism the ranks of a group train on the same completions: each samples
+  // every n-th (a completion's seed makes it the same whoever samples it) and they swap them.
+  const auto& tp = model_->parallel_context().tp;
+  const int n = tp.is_member() ? tp.size() : 1;
+  const auto& o = args_.grpo;
+  if (n == 1) return engine_->sample(prompts, seeds, o.max_completion_length, temperature);
+  const int me = tp.rank();
+  std::vector<std::vector<int64_t>> my_prompts;
+  std::vector<uint64_t> my_seeds;
+  for (size_t i = static_cast<size_t>(me); i < prompts.size(); i += static_cast<size_t>(n)) {
+    my_prompts.push_back(prompts[i]);
+    my_seeds.push_back(seeds[i]);
+  }
+  std::vector<std::vector<int64_t>> packed;
+  int64_t width = 0;
+  for (const auto& c : engine_->sample(my_prompts, my_seeds, o.max_completion_length, temperature)) {
+    packed.push_back(pack(c));
+    width = std::max<int64_t>(width, static_cast<int64_t>(packed.back().size()));
+  }
+  auto w = torch::tensor({width}, torch::kInt64);
+  dist::all_reduce(w, tp, dist::ReduceOp::kMax);
+  width = w.item<int64_t>();
+  const int64_t slots = (static_cast<int64_t>(prompts.size()) + n - 1) / n;
+  auto mine = torch::zeros({slots, width}, torch::kInt64);
+  for (size_t k = 0; k < packed.size(); ++k)
+    std::copy(packed[k].begin(), packed[k].end(), mine.data_ptr<int64_t>() + static_cast<int64_t>(k) * width);
+  auto all = torch::empty({n * slots, width}, torch::kInt64);
+  dist::all_gather(all, mine, tp);
+  std::vector<llama::Completion> out;
+  for (size_t i = 0; i < prompts.size(); ++i) {  // completion i: rank i % n's slot i / n
+    const int64_t row = static_cast<int64_t>(i % n) * slots + static_cast<int64_t>(i / n);
+    out.push_back(unpack(all.data_ptr<int64_t>() + row * width));
+  }
+  return out;
+}
+
 GrpoTask::Rollout GrpoTask::roll_out(const std::vector<int64_t>& positions, int64_t step) {
   const int64_t G = args_.grpo.num_generations;
   std::vector<std::vector<int64_t>> prompts;
@@ -99,8 +158,7 @@ GrpoTask::Rollout GrpoTask::roll_out(const std::vector<int64_t>& positions, int6
     engine_->refresh();
     refreshed_at_ = step;
   }
-  const auto completions =
-      engine_->sample(prompts, seeds, args_.grpo.max_completion_length, args_.grpo.temperature);
+  const auto completions = sample_shared(prompts, seeds, args_.grpo.temperature);
   Rollout r;
   int64_t T = 2;
   for (size_t i = 0; i < prompts.size(); ++i)
@@ -134,8 +192,7 @@ std::optional<apps::Metrics> GrpoTask::evaluate(booster::BoostedOptimizer& optim
   }
   engine(optimizer).refresh();  // every rank: the gathered weights are a collective
   refreshed_at_ = -1;
-  const auto completions = engine_->sample(prompts, std::vector<uint64_t>(prompts.size(), 0),
-                                           args_.grpo.max_completion_length, 0.0);
+  const auto completions = sample_shared(prompts, std::vector<uint64_t>(prompts.size(), 0), 0.0);
   double total = 0;
   for (size_t k = 0; k < completions.size(); ++k) total += reward_of(eval_->prompt(which[k]), completions[k].text);
   auto t = torch::tensor({total, static_cast<double>(completions.size())}, torch::kFloat64);

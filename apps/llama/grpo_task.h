@@ -48,6 +48,10 @@ class GrpoTask {
  private:
   struct Rollout;
   Rollout roll_out(const std::vector<int64_t>& positions, int64_t step);
+  // The engine's completions of `prompts`; under tensor parallelism each rank of the group samples
+  // its share and they are exchanged, so every rank holds all of them.
+  std::vector<llama::Completion> sample_shared(const std::vector<std::vector<int64_t>>& prompts,
+                                               const std::vector<uint64_t>& seeds, double temperature);
   double reward_of(const llama::Prompt& p, const std::string& completion) const;
   std::optional<apps::Metrics> evaluate(booster::BoostedOptimizer& optimizer);
   // The engine, made on first use: where this process does not hold the model whole (tensor

@@ -47,6 +47,14 @@ std::vector<ChatTask> make_chat_tasks(int64_t count, uint64_t seed, const std::v
   return tasks;
 }
 
+std::vector<ChatTask> make_reversal_tasks(int64_t count, uint64_t seed, const std::vector<std::string>& words) {
+  COLOSSAL_CHECK(!words.empty(), "[tasks] reversals need words");
+  std::vector<ChatTask> out;
+  const auto all = make_chat_tasks(2 * count, seed, words);
+  for (size_t i = 1; i < all.size(); i += 2) out.push_back(all[i]);  // the kinds alternate: odd ones reverse
+  return out;
+}
+
 std::vector<std::string> words_of(const std::string& text_jsonl, size_t min_letters, size_t max_letters,
                                   size_t limit) {
   std::ifstream in(text_jsonl);

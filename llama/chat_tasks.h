@@ -23,6 +23,9 @@ struct ChatTask {
 /// without them every task is an addition).
 std::vector<ChatTask> make_chat_tasks(int64_t count, uint64_t seed, const std::vector<std::string>& words);
 
+/// The reversals among make_chat_tasks(2 * count, seed, words): `count` of them, the same draws.
+std::vector<ChatTask> make_reversal_tasks(int64_t count, uint64_t seed, const std::vector<std::string>& words);
+
 /// The distinct lower-case alphabetic words of `min_letters` to `max_letters` letters in a
 /// {"text"} JSONL file, in order of first appearance, at most `limit`.
 std::vector<std::string> words_of(const std::string& text_jsonl, size_t min_letters = 3, size_t max_letters = 5,

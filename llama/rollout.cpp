@@ -51,19 +51,16 @@ void RolloutEngine::refresh() {
   o.dtype = at::kFloat;
   o.weights = inference::WeightFormat::kF32;
   if (whole_) {
-    auto state = whole_();  // collective
     if (!plain_) plain_ = LlamaForCausalLM(model_->config());
-    copy_whole_weights(state, *plain_);
-    inference_ = std::make_shared<LlamaInference>(plain_, o);
-    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return;
+    copy_whole_weights(whole_(), *plain_);  // collective
   }
-  inference_ = std::make_shared<LlamaInference>(model_, o);
+  LlamaForCausalLM& source = whole_ ? plain_ : model_;
+  inference_ = std::make_shared<LlamaInference>(source, o);
   // LoRA: the base packed, the adapters beside it (unmerged), every completion through them.
   adapter_ = 0;
-  for (const auto& p : model_->named_parameters())
+  for (const auto& p : source->named_parameters())
     if (p.key().find(".lora_A.") != std::string::npos) {
-      adapter_ = inference_->add_adapter(model_);
+      adapter_ = inference_->add_adapter(source);
       break;
     }
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

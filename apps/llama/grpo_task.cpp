@@ -145,7 +145,8 @@ std::vector<llama::Completion> GrpoTask::sample_shared(const std::vector<std::ve
   return out;
 }
 
-GrpoTask::Rollout GrpoTask::roll_out(const std::vector<int64_t>& positions, int64_t step) {
+GrpoTask::Rollout GrpoTask::roll_out(const std::vector<int64_t>& positions, int64_t step,
+                                     booster::BoostedOptimizer& optimizer) {
   const int64_t G = args_.grpo.num_generations;
   std::vector<std::vector<int64_t>> prompts;
   std::vector<uint64_t> seeds;
@@ -155,7 +156,7 @@ GrpoTask::Rollout GrpoTask::roll_out(const std::vector<int64_t>& positions, int6
       seeds.push_back(completion_seed(args_.loop.seed, step, pos, g));
     }
   if (refreshed_at_ != step) {  // the weights of the last optimizer step
-    engine_->refresh();
+    engine(optimizer).refresh();
     refreshed_at_ = step;
   }
   const auto completions = sample_shared(prompts, seeds, args_.grpo.temperature);
@@ -219,8 +220,7 @@ void GrpoTask::configure(apps::TrainTask& task, llama::LlamaForCausalLM model, s
     const auto& o = args_.grpo;
     const int64_t G = o.num_generations;
     if (window_start_ == 0) window_start_ = now_seconds();
-    engine(ctx.optimizer);
-    auto r = roll_out(ctx.positions, ctx.step);
+    auto r = roll_out(ctx.positions, ctx.step, ctx.optimizer);
     auto rewards = torch::tensor(r.rewards, torch::kFloat64);
     auto advantages = posttrain::group_advantages(rewards, G, o.scale_rewards);
     auto keep = o.dynamic_sampling ? posttrain::groups_with_signal(rewards, G)

@@ -47,7 +47,7 @@ class GrpoTask {
 
  private:
   struct Rollout;
-  Rollout roll_out(const std::vector<int64_t>& positions, int64_t step);
+  Rollout roll_out(const std::vector<int64_t>& positions, int64_t step, booster::BoostedOptimizer& optimizer);
   // The engine's completions of `prompts`; under tensor parallelism each rank of the group samples
   // its share and they are exchanged, so every rank holds all of them.
   std::vector<llama::Completion> sample_shared(const std::vector<std::vector<int64_t>>& prompts,

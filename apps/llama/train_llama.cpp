@@ -247,14 +247,8 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary, const RewardFunction
       on_rank0_then_all([&] {
         if (exists(dir + "/grpo_train.jsonl")) return;
         const auto words = colossal::llama::words_of(corpus_train);
-        auto reversals = [&](int64_t count, uint64_t seed) {
-          std::vector<colossal::llama::ChatTask> out;
-          for (auto& t : colossal::llama::make_chat_tasks(2 * count, seed, words))
-            if (t.prompt.rfind("Reverse", 0) == 0) out.push_back(std::move(t));
-          return out;
-        };
-        write_chat_tasks(reversals(2000, 3), dir + "/grpo_train.jsonl", false);
-        write_chat_tasks(reversals(200, 4), dir + "/grpo_valid.jsonl", false);
+        write_chat_tasks(colossal::llama::make_reversal_tasks(2000, 3, words), dir + "/grpo_train.jsonl", false);
+        write_chat_tasks(colossal::llama::make_reversal_tasks(200, 4, words), dir + "/grpo_valid.jsonl", false);
         std::printf("prompts: 2000 built-in reversals with answers, 200 held out\n");
       });
       a.dataset = {dir + "/grpo_train.jsonl"};

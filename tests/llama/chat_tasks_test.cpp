@@ -56,5 +56,17 @@ TEST(ChatTasks, RewardsScoreTheFirstLine) {
   EXPECT_EQ(partial_match_reward("\n132", "132"), 0.0);              // only the first line counts
 }
 
+TEST(ChatTasks, ReversalTasksAreTheReversalsOfTheSameDraws) {
+  const std::vector<std::string> words = {"manor", "cat", "ball"};
+  const auto all = make_chat_tasks(40, 3, words);
+  const auto reversals = make_reversal_tasks(20, 3, words);
+  ASSERT_EQ(reversals.size(), 20u);
+  for (size_t k = 0; k < reversals.size(); ++k) {
+    EXPECT_EQ(reversals[k].prompt, all[2 * k + 1].prompt);
+    EXPECT_EQ(reversals[k].prompt.rfind("Reverse the letters: ", 0), 0u) << reversals[k].prompt;
+    EXPECT_EQ(reversals[k].answer, all[2 * k + 1].answer);
+  }
+}
+
 }  // namespace
 }  // namespace colossal::llama

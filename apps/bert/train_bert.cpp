@@ -179,6 +179,7 @@ int predict(const TrainArgs& a) {
 
 void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   colossal::apps::TrainJob job(a.loop, a.plugin);  // the runtime; colossal verify's one-process reference
+  job.lock_output(a.save_dir);                     // one job per output, before anything is written there
   a.batch_size *= job.batch_factor();
   auto plugin = booster::make_plugin(a.plugin);
   const auto& dims = plugin->dims();

@@ -38,23 +38,41 @@ int main(int argc, char** argv) {
   colossal::launch::LaunchOptions opts;
   std::string config_file;
   int tee = -1;
-  auto* run = app.add_subcommand("run", "start the ranks of a job (torchrun-style)");
-  run->add_option("--nproc_per_node", opts.nproc_per_node, "ranks on this node")
-      ->capture_default_str();
-  run->add_option("--nnodes", opts.nnodes, "number of nodes")->capture_default_str();
-  run->add_option("--node_rank", opts.node_rank, "this node's index")->capture_default_str();
-  run->add_option("--master_addr", opts.master_addr,
+  auto* run = app.add_subcommand("run", "start the ranks of a job (torchrun-style; torchrun's flag spellings and "
+                                       "PET_* variables work too)");
+  // Defaults from torchrun's PET_* variables (a Kubeflow pod's environment); flags and --config win.
+  opts.read_torchrun_environment();
+  // Values torchrun writes in forms other than a number: applied after parsing (apply_run_flags).
+  std::string nproc_flag, nnodes_flag, rdzv_endpoint, rdzv_backend, rdzv_conf;
+  bool standalone = false, no_python = false;
+  run->add_option("--nproc_per_node,--nproc-per-node", nproc_flag,
+                  "ranks on this node: N, or auto | cpu | gpu (torchrun's; auto: the GPUs, else 1)")
+      ->default_str(std::to_string(opts.nproc_per_node));
+  run->add_option("--nnodes", nnodes_flag, "number of nodes, or MIN:MAX (elastic)")
+      ->default_str(std::to_string(opts.nnodes));
+  run->add_option("--node_rank,--node-rank", opts.node_rank, "this node's index")->capture_default_str();
+  run->add_option("--master_addr,--master-addr", opts.master_addr,
                   "host of node 0 (rendezvous); default: the hostfile's first host, else "
                   "127.0.0.1");
-  run->add_option("--master_port", opts.master_port,
+  run->add_option("--master_port,--master-port", opts.master_port,
                   "rendezvous port; 0 picks a free one (default: free port on one node, 29500 "
                   "on several)");
+  run->add_option("--rdzv_endpoint,--rdzv-endpoint", rdzv_endpoint,
+                  "torchrun's HOST[:PORT] of the rendezvous (the same as --master_addr/--master_port; port 29400 "
+                  "when absent)");
+  run->add_option("--rdzv_backend,--rdzv-backend", rdzv_backend, "c10d or static: both are our store rendezvous");
+  run->add_option("--rdzv_id,--rdzv-id", opts.rdzv_id, "torchrun's job id (accepted; one job per store)");
+  run->add_option("--rdzv_conf,--rdzv-conf", rdzv_conf,
+                  "torchrun's KEY=VALUE,...: join_timeout (seconds, as --rdzv_timeout), last_call_timeout "
+                  "(elastic: seconds to wait for more nodes once MIN joined); others accepted");
+  run->add_flag("--standalone", standalone, "one node on a free local port (torchrun's)");
+  run->add_flag("--no_python,--no-python", no_python, "accepted for torchrun's command lines: the program runs as given");
   run->add_option("--hostfile", opts.hostfile,
                   "one 'HOST [slots=N]' per line; this machine is the first, the others are "
                   "started over ssh");
   run->add_option("--ssh", opts.ssh, "command used to reach the hostfile's hosts")
       ->capture_default_str();
-  run->add_option("--max_restarts", opts.max_restarts, "restart the whole group after a failure")
+  run->add_option("--max_restarts,--max-restarts", opts.max_restarts, "restart the whole group after a failure")
       ->capture_default_str();
   run->add_option("--tee", tee, "show only this rank's output");
   run->add_option("--grace_period", opts.grace_period_s,
@@ -64,7 +82,7 @@ int main(int argc, char** argv) {
                   "after a rank exits 0, stop ranks still running this many seconds later (0: wait; they "
                   "are named after 10 s)")
       ->capture_default_str();
-  run->add_option("--rdzv_timeout", opts.rdzv_timeout_s,
+  run->add_option("--rdzv_timeout,--rdzv-timeout", opts.rdzv_timeout_s,
                   "seconds to wait for the other nodes' launchers")
       ->capture_default_str();
   run->add_option("--config", config_file, "JSON or YAML file with these options");
@@ -125,6 +143,12 @@ int main(int argc, char** argv) {
     }
     // Explicit flags win over the config file: parse again on top of it.
     if (!config_file.empty()) app.parse(cli_argc, argv);
+    if (standalone) opts.set_standalone();
+    if (!nproc_flag.empty()) opts.set_nproc_per_node(nproc_flag);
+    if (!nnodes_flag.empty()) opts.set_nnodes(nnodes_flag);
+    if (!rdzv_endpoint.empty()) opts.set_rdzv_endpoint(rdzv_endpoint);
+    if (!rdzv_backend.empty()) opts.set_rdzv_backend(rdzv_backend);
+    if (!rdzv_conf.empty()) opts.set_rdzv_conf(rdzv_conf);
     if (tee >= 0) opts.tee = tee;
     if (command.empty()) command = run->remaining();
     opts.command = command;

@@ -8,6 +8,7 @@
 
 #include "core/common/check.h"
 #include "core/common/interrupt.h"
+#include "core/launch/error_file.h"
 
 namespace colossal::apps {
 namespace {
@@ -44,7 +45,9 @@ int run_main(const char* program, int argc, char** argv, RunSummary (*job)(const
     const int sig = g_stop_signal.load();
     return 128 + (sig ? sig : SIGINT);  // the shell's convention for a job a signal ended
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", program, error_text(e).c_str());
+    const std::string text = error_text(e);
+    std::fprintf(stderr, "%s: %s\n", program, text.c_str());
+    launch::record_fatal_error(program, text);  // torchrun's and `colossal run`'s error file
     return 1;
   }
 }

@@ -58,6 +58,31 @@ TrainJob::~TrainJob() {
   }
 }
 
+void TrainJob::lock_output(const std::string& checkpoint_dir) {
+  if (verify_ || checkpoint_dir.empty()) return;
+  // Covered by the app's own directory, or an earlier stage's: every rank keeps the list, so all
+  // decide alike whether to take part in the collective below.
+  for (const auto& d : locked_dirs_)
+    if (checkpoint_dir == d || checkpoint_dir.rfind(d + "/", 0) == 0) return;
+  locked_dirs_.push_back(checkpoint_dir);
+  std::string failure;
+  if (dist::rank() == 0) {
+    try {
+      output_locks_.push_back(checkpoint::OutputLock::acquire(checkpoint_dir, "--output/--save_dir"));
+    } catch (const std::exception& e) {
+      failure = error_text(e);
+    }
+  }
+  if (distributed()) {  // every rank stops alike, not only rank 0
+    auto flag = torch::tensor({failure.empty() ? 0.0f : 1.0f});
+    dist::all_reduce(flag, dist::world_group(), dist::ReduceOp::kMax);
+    if (flag.item<float>() > 0 && failure.empty())
+      COLOSSAL_FAIL("[output] rank 0 could not lock the checkpoint directory ", checkpoint_dir,
+                    " (another job uses it; rank 0's error says which)");
+  }
+  if (!failure.empty()) throw std::runtime_error(failure);
+}
+
 TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
   TORCH_INTERNAL_ASSERT(t.plugin && t.model && t.optimizer && t.schedule && (t.loss || t.pipeline_step),
                         "TrainTask '", t.name, "' lacks its plugin, model, optimizer, schedule or loss");
@@ -66,7 +91,8 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
   const int n = dims.dp();  // data-parallel replicas: the ranks of one share a batch
   TrainRun run;
 
-  // ---- the resume first: a checkpoint's global batch is kept on another number of ranks
+  // ---- one job per output, then the resume: a checkpoint's global batch is kept on another number of ranks
+  lock_output(t.checkpoint_dir);
   const ResumeChoice resume = verify_ ? ResumeChoice{} : resolve_resume(loop_.load_checkpoint, t.checkpoint_dir);
   int64_t accumulation = loop_.accumulation_steps;
   COLOSSAL_CHECK(!t.pipeline_step || accumulation == 1, "--accumulation_steps ", accumulation,

@@ -39,6 +39,7 @@
 #include "apps/common/app_entry.h"
 #include "apps/common/verify_run.h"
 #include "core/booster/booster.h"
+#include "core/checkpoint/output_lock.h"
 #include "core/common/options.h"
 #include "core/optim/lr_scheduler.h"
 
@@ -197,6 +198,10 @@ class TrainJob {
   /// per-replica batch grows by this); 1 otherwise.
   int64_t batch_factor() const { return batch_factor_; }
   bool verifying() const { return verify_.has_value(); }
+  /// One job per output: rank 0 locks `dir` for the job's life (core/checkpoint/output_lock.h), or
+  /// every rank fails naming the job that holds it. Apps call it before writing anything there;
+  /// run() locks the task's checkpoint directory unless a held lock covers it. Not under verify.
+  void lock_output(const std::string& dir);
   const TrainLoopOptions& options() const { return loop_; }
 
   TrainRun run(TrainTask& task, RunSummary& summary);
@@ -206,6 +211,9 @@ class TrainJob {
   booster::PluginConfig& plugin_;
   bool own_runtime_ = false;
   std::optional<VerifyRun> verify_;
+  // One job per output: held on rank 0 for the job's life (core/checkpoint/output_lock.h).
+  std::vector<std::unique_ptr<checkpoint::OutputLock>> output_locks_;
+  std::vector<std::string> locked_dirs_;  // on every rank
   int64_t batch_factor_ = 1;
 };
 

@@ -32,6 +32,7 @@
 #include "core/common/progress.h"
 #include "core/dist/runtime.h"
 #include "core/inference/engine.h"
+#include "core/launch/error_file.h"
 #include "core/checkpoint/gguf.h"
 #include "core/cuda/ops.h"
 #include "llama/cuda_inference.h"
@@ -331,7 +332,9 @@ int main(int argc, char** argv) {
   try {
     return run(a);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "infer_llama: %s\n", error_text(e).c_str());
+    const std::string text = error_text(e);
+    std::fprintf(stderr, "infer_llama: %s\n", text.c_str());
+    launch::record_fatal_error("infer_llama", text);
     return 1;
   }
 }

@@ -211,6 +211,7 @@ void run(TrainArgs& a, colossal::apps::RunSummary& summary, const RewardFunction
   const c10::Device device = plugin->device();
   colossal::fs::make_dirs(a.output);
   if (a.save_dir.empty()) a.save_dir = a.output + "/checkpoints";
+  job.lock_output(a.save_dir);  // before anything is written for this run
 
   // ---- data files: the built-in corpus unless --dataset is given (--mode dpo: pairs made from it)
   const bool preference = a.mode == "dpo" || a.mode == "rm";

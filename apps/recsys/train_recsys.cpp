@@ -110,6 +110,7 @@ Evaluation evaluate(RecModel& model, const CtrDataset& held_out) {
 
 void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   colossal::apps::TrainJob job(a.loop, a.plugin);  // the runtime; colossal verify's one-process reference
+  job.lock_output(a.save_dir);                     // one job per output, before anything is written there
   const int r = dist::rank();
   const bool sharded = a.sharding != "none";
   COLOSSAL_CHECK((a.cache_ratio == 0 && !sharded) || a.plugin.precision == "fp32", "--cache_ratio or --sharding with "

@@ -288,6 +288,7 @@ LatentCache latents_for(const TrainArgs& a, VideoVae& vae, Clips& data) {
 
 void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   colossal::apps::TrainJob job(a.loop, a.plugin);  // the runtime; colossal verify's one-process reference
+  job.lock_output(a.save_dir);                     // one job per output, before anything is written there
   const int r = dist::rank();
   const auto t0 = std::chrono::steady_clock::now();
   Clips data(a);

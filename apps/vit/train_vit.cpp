@@ -342,6 +342,7 @@ void choose_layout_by_measurement(TrainArgs& a, const ViTConfig& config) {
 void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
   colossal::apps::TrainJob job(a.loop, a.plugin);  // the runtime; colossal verify's one-process reference
   a.batch_size *= job.batch_factor();  // the reference run takes every replica's images
+  job.lock_output(a.save_dir);         // one job per output, before anything is written there
   // The plugin first: its layout is checked against the world before anything else runs. Under
   // --plugin auto the search needs the model's shape, so the data comes first.
   const bool automatic = a.plugin.name == "auto";

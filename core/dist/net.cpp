@@ -17,6 +17,22 @@ bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
+bool is_local_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "0", &hints, &res) != 0 || res == nullptr) return false;
+  bool local = false;
+  for (addrinfo* a = res; a != nullptr && !local; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_STREAM, 0);
+    if (fd < 0) continue;
+    local = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0: any; fails for another machine's address
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return local;
+}
+
 int find_free_port(const std::string& host) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   COLOSSAL_CHECK(fd >= 0, "[net] socket() failed: ", std::strerror(errno));

@@ -8,16 +8,20 @@
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "core/common/check.h"
+#include "core/common/fs.h"
 #include "core/dist/monitor.h"
 #include "core/dist/net.h"
 #include "core/launch/child_process.h"
+#include "core/launch/error_file.h"
 #include "core/launch/hostfile.h"
 
 namespace colossal::launch {
@@ -139,6 +143,18 @@ class Launcher {
   void setup_store();
   void prepare_remote_nodes();
   void join_attempt(int attempt);
+  // Elastic membership (--nnodes MIN:MAX): joins the round open for joining and waits until it
+  // closes; sets this round's node count and this node's rank, and returns the round (the
+  // attempt). A node late for a round waits for that round's group to end and joins the next.
+  // nullopt: the job finished before this node could join.
+  std::optional<int> join_elastic_round();
+  void close_elastic_round(int round);
+  void end_elastic_round(int round, bool ok);
+  bool elastic() const { return opts_.min_nnodes > 0; }
+  std::string round_key(int round, const std::string& what) const {
+    return "elastic/" + std::to_string(round) + "/" + what;
+  }
+  int64_t store_int(const std::string& k, int64_t fallback);
   std::vector<std::unique_ptr<Proc>> start_attempt(int attempt);
   Outcome watch(std::vector<std::unique_ptr<Proc>>& procs, int attempt);
   bool wait_for_other_nodes(int attempt, Outcome& outcome);
@@ -150,6 +166,12 @@ class Launcher {
   std::string key(int attempt, const std::string& what) const {
     return "launcher/" + std::to_string(attempt) + "/" + what;
   }
+  // Where a rank writes its fatal error (torchrun's TORCHELASTIC_ERROR_FILE), one per attempt.
+  std::string error_file(int attempt, int global_rank) const {
+    return c10::str(error_dir_, "/attempt_", attempt, "_rank_", global_rank, ".json");
+  }
+  // The first line of what the rank wrote there, if anything.
+  std::optional<std::string> recorded_error(int attempt, int global_rank) const;
   int world_size() const { return opts_.nnodes * opts_.nproc_per_node; }
   bool multi_node() const { return opts_.nnodes > 1; }
 
@@ -158,24 +180,48 @@ class Launcher {
   c10::intrusive_ptr<c10d::TCPStore> store_;
   std::vector<HostEntry> remote_hosts_;  // hostfile mode: nodes 1..N-1
   std::map<std::string, std::string> base_env_;
+  std::string error_dir_;  // a private temporary directory, removed at exit
+  bool hosts_store_ = false;
+  int max_nnodes_ = 1;     // elastic: the most nodes a round takes (opts_.nnodes is this round's count)
+  Clock::time_point failed_at_{};  // elastic: when the last round failed, for the recovery time
 };
+
+std::optional<std::string> Launcher::recorded_error(int attempt, int global_rank) const {
+  if (global_rank < 0 || error_dir_.empty()) return std::nullopt;
+  auto record = read_error_file(error_file(attempt, global_rank));
+  if (!record || record->message.empty()) return std::nullopt;
+  std::string line = record->message.substr(0, record->message.find('\n'));
+  if (line.size() > 400) line = line.substr(0, 400) + "...";
+  return line;
+}
 
 void Launcher::setup_store() {
   c10d::TCPStoreOptions so;
   so.isServer = opts_.node_rank == 0;
+  // Elastic: node ranks are given out by the rendezvous, so the launcher on the endpoint's host
+  // hosts the store (the first one there: a second launcher on that host finds the port taken
+  // and joins as a client, as torchrun's c10d rendezvous does).
+  if (elastic()) so.isServer = dist::is_local_host(opts_.master_addr);
   so.waitWorkers = false;
   so.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts_.rdzv_timeout_s * 1000));
   int port = opts_.master_port;
   if (port < 0) port = multi_node() ? 29500 : 0;
   so.port = static_cast<uint16_t>(port);
   try {
-    store_ = c10::make_intrusive<c10d::TCPStore>(opts_.master_addr, so);
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(opts_.master_addr, so);
+    } catch (const std::exception&) {
+      if (!(elastic() && so.isServer)) throw;
+      so.isServer = false;
+      store_ = c10::make_intrusive<c10d::TCPStore>(opts_.master_addr, so);
+    }
   } catch (const std::exception& e) {
     COLOSSAL_FAIL("[launch] ", so.isServer ? "cannot host" : "cannot reach",
                   " the rendezvous store at ", opts_.master_addr, ":", port, ": ", error_text(e),
                   so.isServer ? " (is the port in use? pass --master_port 0 for a free one)" : "");
   }
   port_ = store_->getPort();
+  hosts_store_ = so.isServer;
 }
 
 void Launcher::prepare_remote_nodes() {
@@ -209,6 +255,7 @@ std::map<std::string, std::string> Launcher::rank_environment(int global, int lo
   env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(opts_.max_restarts);
+  env["TORCHELASTIC_ERROR_FILE"] = error_file(attempt, global);
   if (!env.count("OMP_NUM_THREADS")) {
     env["OMP_NUM_THREADS"] = std::to_string(std::max(1, available_cores() / opts_.nproc_per_node));
   }
@@ -226,6 +273,75 @@ void Launcher::join_attempt(int attempt) {
                    " nodes joined attempt ", attempt, " within ", opts_.rdzv_timeout_s, " s");
     COLOSSAL_CHECK(g_signal.load() == 0, "[launch] interrupted while waiting for other nodes");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+int64_t Launcher::store_int(const std::string& k, int64_t fallback) {
+  if (!store_->check({k})) return fallback;
+  return std::stoll(to_string(store_->get(k)));
+}
+
+void Launcher::close_elastic_round(int round) {
+  auto wait_ms = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  // The round opens once the group of the one before has stopped (a node joining while a group
+  // trains waits for its next restart).
+  while (round > 0 && !store_->check({round_key(round - 1, "ended")})) {
+    COLOSSAL_CHECK(g_signal.load() == 0, "[launch] interrupted while waiting for the running group to restart");
+    wait_ms(100);
+  }
+  const auto opened = Clock::now();
+  auto waited = [&] { return std::chrono::duration<double>(Clock::now() - opened).count(); };
+  for (;;) {
+    const int64_t joined = store_->add(round_key(round, "joined"), 0);
+    if (joined >= max_nnodes_) break;
+    if (joined >= opts_.min_nnodes && waited() >= opts_.last_call_s) break;
+    COLOSSAL_CHECK(waited() < opts_.rdzv_timeout_s, "[launch] elastic rendezvous: only ", joined, " node(s) joined ",
+                   "round ", round, " within ", opts_.rdzv_timeout_s, " s; --nnodes ", opts_.min_nnodes, ":",
+                   max_nnodes_, " needs at least ", opts_.min_nnodes);
+    COLOSSAL_CHECK(g_signal.load() == 0, "[launch] interrupted during the rendezvous");
+    wait_ms(100);
+  }
+  const int64_t size = std::min<int64_t>(store_->add(round_key(round, "joined"), 0), max_nnodes_);
+  store_->set(round_key(round, "size"), to_bytes(std::to_string(size)));
+  store_->set("elastic/open", to_bytes(std::to_string(round + 1)));
+}
+
+std::optional<int> Launcher::join_elastic_round() {
+  for (;;) {
+    const int round = static_cast<int>(store_int("elastic/open", 0));
+    const int64_t index = store_->add(round_key(round, "joined"), 1) - 1;
+    if (index == 0) close_elastic_round(round);  // the first to arrive decides when the round closes
+    while (!store_->check({round_key(round, "size")})) {
+      COLOSSAL_CHECK(g_signal.load() == 0, "[launch] interrupted during the rendezvous");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const int64_t size = store_int(round_key(round, "size"), 0);
+    if (index < size) {
+      opts_.nnodes = static_cast<int>(size);
+      opts_.node_rank = static_cast<int>(index);
+      std::fprintf(stderr, "colossal run: elastic round %d: %ld node(s) of %d:%d; this is node %d\n", round,
+                   static_cast<long>(size), opts_.min_nnodes, max_nnodes_, opts_.node_rank);
+      return round;
+    }
+    std::fprintf(stderr, "colossal run: round %d started without this node (%ld of %d:%d nodes); joining at the "
+                 "group's next restart\n", round, static_cast<long>(size), opts_.min_nnodes, max_nnodes_);
+    while (!store_->check({round_key(round, "ended")})) {
+      COLOSSAL_CHECK(g_signal.load() == 0, "[launch] interrupted while waiting for the running group to restart");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (to_string(store_->get(round_key(round, "ended"))) == "done") return std::nullopt;
+  }
+}
+
+void Launcher::end_elastic_round(int round, bool ok) {
+  try {
+    // "failed" wins: any node's failure ends the round for all; "done" only when every node is.
+    if (!ok) {
+      store_->set(round_key(round, "ended"), to_bytes("failed"));
+    } else if (hosts_store_) {  // after every node is done; the others may find the store gone by now
+      store_->compareSet(round_key(round, "ended"), {}, to_bytes("done"));
+    }
+  } catch (...) {  // the store's host is gone: nothing left to tell
   }
 }
 
@@ -318,6 +434,7 @@ Launcher::Outcome Launcher::watch(std::vector<std::unique_ptr<Proc>>& procs, int
         int others = 0;
         for (auto& q : procs) others += q->running ? 1 : 0;
         outcome.summary = c10::str(p->label, " failed with ", describe_wait_status(status));
+        if (auto said = recorded_error(attempt, p->global_rank)) outcome.summary += ": " + *said;
         // A rank whose output is hidden (--tee) still says why it failed: its last error lines.
         if (!p->err.enabled() && !p->err.tail().empty()) {
           std::string said;
@@ -472,8 +589,26 @@ void Launcher::finish_remote_launchers(std::vector<std::unique_ptr<Proc>>& remot
 int Launcher::run() {
   prepare_remote_nodes();
   opts_.validate();
+  max_nnodes_ = opts_.nnodes;
+  if (elastic() && opts_.master_addr.empty()) opts_.master_addr = "127.0.0.1";
   install_signal_handlers();
   base_env_ = current_environment();
+  {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/colossal-run-XXXXXX";
+    COLOSSAL_CHECK(::mkdtemp(pattern.data()) != nullptr, "[launch] cannot make a temporary directory like ",
+                   pattern, ": ", std::strerror(errno));
+    error_dir_ = pattern;
+  }
+  struct RemoveAtExit {
+    std::string dir;
+    ~RemoveAtExit() {
+      try {
+        fs::remove_all(dir);
+      } catch (...) {
+      }
+    }
+  } remove_error_dir{error_dir_};
   setup_store();
 
   // Hostfile mode: start the other nodes' launchers; they are watched like local ranks.
@@ -504,9 +639,22 @@ int Launcher::run() {
   }
 
   Outcome outcome;
-  for (int attempt = 0;; ++attempt) {
-    join_attempt(attempt);
+  int attempt = 0;
+  if (elastic()) {
+    auto round = join_elastic_round();
+    if (!round) {
+      std::fprintf(stderr, "colossal run: the job finished before this node could join\n");
+      return 0;
+    }
+    attempt = *round;
+  }
+  for (;;) {
+    if (!elastic()) join_attempt(attempt);
     auto procs = start_attempt(attempt);
+    if (elastic() && failed_at_ != Clock::time_point{}) {
+      std::fprintf(stderr, "colossal run: ranks started again %.1f s after the failure\n",
+                   std::chrono::duration<double>(Clock::now() - failed_at_).count());
+    }
     // Remote launchers are watched together with this attempt's ranks: their failure is ours.
     for (auto& r : remotes) procs.push_back(std::move(r));
     remotes.clear();
@@ -515,9 +663,18 @@ int Launcher::run() {
     // Hand the still-running remote launchers to the next attempt.
     for (auto& p : procs)
       if (p->remote_launcher && p->running) remotes.push_back(std::move(p));
+    if (elastic()) end_elastic_round(attempt, outcome.ok);
     if (outcome.ok || outcome.interrupted || attempt >= opts_.max_restarts) break;
     std::fprintf(stderr, "colossal run: %s; restarting all ranks (restart %d of %d)\n",
                  outcome.summary.c_str(), attempt + 1, opts_.max_restarts);
+    if (!elastic()) {
+      ++attempt;
+      continue;
+    }
+    failed_at_ = Clock::now();
+    auto round = join_elastic_round();  // the nodes left (and any that came back) form the next round
+    if (!round) break;
+    attempt = *round;
   }
   finish_remote_launchers(remotes, outcome);
 
@@ -550,7 +707,17 @@ bool forwarded_to_remote_hosts(const std::string& name) {
 
 void LaunchOptions::read(const ConfigNode& c) {
   c.read("nproc_per_node", nproc_per_node);
-  c.read("nnodes", nnodes);
+  if (c.has("nnodes")) {
+    std::string n;
+    if (c.raw("nnodes").is_string()) {
+      c.read("nnodes", n);
+    } else {
+      int v = 1;
+      c.read("nnodes", v);
+      n = std::to_string(v);
+    }
+    set_nnodes(n);
+  }
   c.read("node_rank", node_rank);
   c.read("master_addr", master_addr);
   c.read("master_port", master_port);
@@ -567,10 +734,128 @@ void LaunchOptions::read(const ConfigNode& c) {
   }
 }
 
+namespace {
+
+int parse_count(const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  long v = std::strtol(value.c_str(), &end, 10);
+  COLOSSAL_CHECK(!value.empty() && end && *end == '\0', "[launch] ", flag, ": expected a whole number, got '",
+                 value, "'");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void LaunchOptions::set_nnodes(const std::string& value) {
+  auto colon = value.find(':');
+  if (colon == std::string::npos) {
+    nnodes = parse_count("--nnodes", value);
+    min_nnodes = 0;
+    return;
+  }
+  min_nnodes = parse_count("--nnodes (MIN of MIN:MAX)", value.substr(0, colon));
+  nnodes = parse_count("--nnodes (MAX of MIN:MAX)", value.substr(colon + 1));
+  if (min_nnodes == nnodes) min_nnodes = 0;
+}
+
+void LaunchOptions::set_nproc_per_node(const std::string& value) {
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (value == "gpu") {
+    COLOSSAL_CHECK(gpus > 0, "[launch] --nproc_per_node gpu: this machine has no CUDA device");
+    nproc_per_node = gpus;
+  } else if (value == "cpu") {
+    nproc_per_node = available_cores();
+  } else if (value == "auto") {
+    nproc_per_node = gpus > 0 ? gpus : 1;
+  } else {
+    nproc_per_node = parse_count("--nproc_per_node (N, auto, cpu or gpu)", value);
+  }
+}
+
+void LaunchOptions::set_rdzv_endpoint(const std::string& value) {
+  COLOSSAL_CHECK(!value.empty(), "[launch] --rdzv_endpoint: expected HOST[:PORT], got nothing");
+  auto colon = value.rfind(':');
+  const bool bracketed_v6 = value.front() == '[';
+  if (colon == std::string::npos || (bracketed_v6 && value.back() == ']')) {
+    master_addr = value;
+    master_port = 29400;
+  } else {
+    master_addr = value.substr(0, colon);
+    master_port = parse_count("--rdzv_endpoint (the PORT of HOST:PORT)", value.substr(colon + 1));
+  }
+  if (master_addr.size() > 2 && master_addr.front() == '[' && master_addr.back() == ']')
+    master_addr = master_addr.substr(1, master_addr.size() - 2);
+}
+
+void LaunchOptions::set_rdzv_backend(const std::string& value) {
+  COLOSSAL_CHECK(value == "c10d" || value == "static", "[launch] --rdzv_backend: expected c10d or static, got '",
+                 value, "' (the launchers meet in a c10d TCPStore on --rdzv_endpoint / --master_addr)");
+}
+
+void LaunchOptions::set_rdzv_conf(const std::string& value) {
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t comma = value.find(',', start);
+    std::string item = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? value.size() + 1 : comma + 1;
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    COLOSSAL_CHECK(eq != std::string::npos && eq > 0, "[launch] --rdzv_conf: expected KEY=VALUE items separated by "
+                   "commas, got '", item, "'");
+    const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
+    auto seconds = [&] {
+      char* end = nullptr;
+      double s = std::strtod(v.c_str(), &end);
+      COLOSSAL_CHECK(!v.empty() && end && *end == '\0' && s >= 0, "[launch] --rdzv_conf ", key,
+                     ": expected seconds >= 0, got '", v, "'");
+      return s;
+    };
+    if (key == "join_timeout") rdzv_timeout_s = seconds();
+    if (key == "last_call_timeout") last_call_s = seconds();
+  }
+}
+
+void LaunchOptions::set_standalone() {
+  nnodes = 1;
+  min_nnodes = 0;
+  node_rank = 0;
+  master_addr = "127.0.0.1";
+  master_port = 0;
+}
+
+void LaunchOptions::read_torchrun_environment() {
+  auto get = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  };
+  auto named = [](const char* var, auto&& apply) {
+    try {
+      apply();
+    } catch (const std::exception& e) {
+      COLOSSAL_FAIL("[launch] from the environment variable ", var, ": ", error_text(e));
+    }
+  };
+  if (auto v = get("PET_NPROC_PER_NODE")) named("PET_NPROC_PER_NODE", [&] { set_nproc_per_node(*v); });
+  if (auto v = get("PET_NNODES")) named("PET_NNODES", [&] { set_nnodes(*v); });
+  if (auto v = get("PET_NODE_RANK")) named("PET_NODE_RANK", [&] { node_rank = parse_count("PET_NODE_RANK", *v); });
+  if (auto v = get("PET_RDZV_ENDPOINT")) named("PET_RDZV_ENDPOINT", [&] { set_rdzv_endpoint(*v); });
+  if (auto v = get("PET_MASTER_ADDR")) master_addr = *v;
+  if (auto v = get("PET_MASTER_PORT"))
+    named("PET_MASTER_PORT", [&] { master_port = parse_count("PET_MASTER_PORT", *v); });
+  if (auto v = get("PET_MAX_RESTARTS"))
+    named("PET_MAX_RESTARTS", [&] { max_restarts = parse_count("PET_MAX_RESTARTS", *v); });
+  if (auto v = get("PET_RDZV_BACKEND")) named("PET_RDZV_BACKEND", [&] { set_rdzv_backend(*v); });
+  if (auto v = get("PET_RDZV_ID")) rdzv_id = *v;
+  if (auto v = get("PET_STANDALONE"); v && *v != "0" && *v != "false" && *v != "False") set_standalone();
+}
+
 void LaunchOptions::validate() const {
   COLOSSAL_CHECK(nproc_per_node >= 1, "[launch] --nproc_per_node: expected >= 1, got ",
                  nproc_per_node);
   COLOSSAL_CHECK(nnodes >= 1, "[launch] --nnodes: expected >= 1, got ", nnodes);
+  COLOSSAL_CHECK(min_nnodes >= 0 && min_nnodes <= nnodes, "[launch] --nnodes MIN:MAX: expected 1 <= MIN <= MAX, got ",
+                 min_nnodes, ":", nnodes);
   COLOSSAL_CHECK(node_rank >= 0 && node_rank < nnodes,
                  "[launch] --node_rank: expected 0 <= node_rank < nnodes (", nnodes, "), got ",
                  node_rank);
@@ -579,6 +864,10 @@ void LaunchOptions::validate() const {
   COLOSSAL_CHECK(!(nnodes > 1 && master_port == 0 && hostfile.empty()),
                  "[launch] --master_port 0 needs a single node or --hostfile: the other nodes "
                  "must know the port");
+  COLOSSAL_CHECK(min_nnodes == 0 || hostfile.empty(), "[launch] --nnodes ", min_nnodes, ":", nnodes,
+                 " (elastic) and --hostfile: start a launcher on each host instead (the rendezvous numbers them)");
+  COLOSSAL_CHECK(min_nnodes == 0 || master_port != 0, "[launch] --nnodes ", min_nnodes, ":", nnodes,
+                 " (elastic) needs a known --rdzv_endpoint/--master_port, not 0: the other nodes must find it");
   COLOSSAL_CHECK(hostfile.empty() || node_rank == 0,
                  "[launch] --hostfile is used on the first host only (node_rank 0)");
   COLOSSAL_CHECK(max_restarts >= 0, "[launch] --max_restarts: expected >= 0, got ", max_restarts);

@@ -2,37 +2,12 @@
 # Two hosts on one machine: network namespaces cc-hostA and cc-hostB joined by a veth pair
 # (10.231.0.1 <-> 10.231.0.2, addresses that exist only inside these namespaces). Each runs
 # `colossal run --nnodes 2 --nproc_per_node 2`; the 4 ranks all-reduce across both hosts.
-# Exits 77 (skipped) with the reason when namespaces cannot be made (not root, no iproute2).
+# Skipped (77) where namespaces cannot be made (netns_pair.sh says why).
 set -u
 COLOSSAL=${1:?usage: two_hosts_test.sh COLOSSAL_BIN DIST_DEMO_BIN}
 DEMO=${2:?usage: two_hosts_test.sh COLOSSAL_BIN DIST_DEMO_BIN}
-A=cc-hostA-$$ B=cc-hostB-$$
-ADDR_A=10.231.0.1 ADDR_B=10.231.0.2 PORT=29531
-
-skip() { echo "SKIPPED: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
-command -v ip >/dev/null || skip "iproute2 (ip) not installed"
-
-cleanup() {
-  ip netns del "$A" 2>/dev/null
-  ip netns del "$B" 2>/dev/null
-  rm -rf "$work"
-}
-work=$(mktemp -d)
-trap cleanup EXIT
-
-ip netns add "$A" 2>/dev/null || skip "cannot create network namespaces here (ip netns add failed)"
-ip netns add "$B" || skip "cannot create a second network namespace"
-ip link add "va$$" type veth peer name "vb$$" || skip "cannot create a veth pair"
-ip link set "va$$" netns "$A"
-ip link set "vb$$" netns "$B"
-ip -n "$A" addr add "$ADDR_A/24" dev "va$$"
-ip -n "$B" addr add "$ADDR_B/24" dev "vb$$"
-for ns in "$A" "$B"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$A" link set "va$$" up
-ip -n "$B" link set "vb$$" up
+PORT=29531
+source "$(dirname "$0")/netns_pair.sh"
 
 run_node() {  # ns node_rank
   ip netns exec "$1" env COLOSSAL_DIST_TIMEOUT=60 "$COLOSSAL" run --nnodes 2 --node_rank "$2" \

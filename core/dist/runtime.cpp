@@ -179,6 +179,8 @@ void init(const InitOptions& options) {
     base = c10::make_intrusive<c10d::HashStore>();  // a world of one needs no sockets
   } else {
     r->hosts_store = r->env.rank == 0 && !r->env.store_hosted_by_launcher;
+    log_message(LogLevel::kDebug, c10::str("[dist] ", r->env.describe(), r->hosts_store ? "; this rank hosts the store" :
+                                           "; joining the store as a client"), /*all_ranks=*/true);
     base = make_store_client(*r, r->hosts_store);
   }
   // Keys of an earlier attempt (after a restart), or of an earlier init() in this process

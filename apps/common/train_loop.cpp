@@ -46,6 +46,10 @@ TrainJob::TrainJob(TrainLoopOptions& loop, booster::PluginConfig& plugin) : loop
     loop_.load_checkpoint = "none";
     loop_.save_interval = 0;
   }
+  if (loop_.metrics_port > 0 && dist::rank() == 0 && !verify_) {
+    metrics_ = std::make_unique<MetricsEndpoint>(static_cast<int>(loop_.metrics_port));
+    std::printf("metrics: http://0.0.0.0:%d/metrics (Prometheus text)\n", metrics_->port());
+  }
 }
 
 TrainJob::~TrainJob() {
@@ -194,6 +198,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
       return;
     }
     progress.event("eval", step, *metrics);
+    if (metrics_) metrics_->record_eval(t.name, *metrics);
     for (const auto& [k, v] : *metrics) summary.metrics[t.eval_summary_prefix + k] = v;
   };
   int64_t last_saved = first_step - 1;
@@ -207,6 +212,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
     booster.save_checkpoint(b, t.checkpoint_dir,
                             {.step = step, .epoch = sampler->epoch(), .global_batch = per_step, .replicas = n}, options);
     progress.event("checkpoint", step, extra, t.checkpoint_dir + "/step-" + std::to_string(step));
+    if (metrics_) metrics_->record_checkpoint(t.name, step);
     last_saved = step;
     paused += seconds_since(start);
   };
@@ -319,6 +325,7 @@ TrainRun TrainJob::run(TrainTask& t, RunSummary& summary) {
       std::vector<std::pair<std::string, std::vector<double>>> lists;
       if (t.log_metrics) t.log_metrics(m, lists);
       progress.step(step, m, lists);
+      if (metrics_) metrics_->record_step(t.name, step, total_steps, m);
       summary.metrics[t.summary_prefix + "loss"] = m.front().second;
       summary.metrics[t.summary_prefix + "steps"] = static_cast<double>(step);
       window_loss = 0;

@@ -10,7 +10,8 @@
 //   * the LR schedule, checkpoints (atomic, rotated) and --load_checkpoint auto;
 //   * `colossal verify` recording (the first steps' losses, gradients and parameters);
 //   * --memory_trace (one step's memory by phase and module);
-//   * progress on stderr, JSON lines (--log_file) and TensorBoard scalars (--tensorboard);
+//   * progress on stderr, JSON lines (--log_file), TensorBoard scalars (--tensorboard) and
+//     Prometheus metrics (--metrics_port);
 //   * SIGINT/SIGTERM (and Ctrl-C from Python): the step finishes on every rank, a checkpoint is
 //     written, the job says where and ends (exit 130 / 143; KeyboardInterrupt in Python);
 //   * errors for a step that needs more samples than the data holds, and for an evaluation set
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "apps/common/app_entry.h"
+#include "apps/common/metrics_endpoint.h"
 #include "apps/common/verify_run.h"
 #include "core/booster/booster.h"
 #include "core/checkpoint/output_lock.h"
@@ -61,6 +63,7 @@ struct TrainLoopOptions {
   std::string log_file;            // JSON lines (empty: the application's default, if it has one)
   std::string tensorboard;         // TensorBoard event files in this directory (empty: none)
   std::string memory_trace;        // one step's memory by phase and module, as JSON (empty: none)
+  int64_t metrics_port = 0;        // Prometheus text on GET /metrics from rank 0 (0: off)
 
   template <class V>
   void visit(V& v) {
@@ -81,6 +84,8 @@ struct TrainLoopOptions {
     v("tensorboard", tensorboard, "write the same metrics as TensorBoard event files into this directory");
     v("memory_trace", memory_trace,
       "trace the second step's memory (phases, modules: peak and kept bytes) into this JSON file");
+    v("metrics_port", metrics_port, "serve the job's figures as Prometheus metrics on http://0.0.0.0:PORT/metrics "
+      "(rank 0; 0: off)", between(0, 65535));
   }
 };
 
@@ -214,6 +219,7 @@ class TrainJob {
   // One job per output: held on rank 0 for the job's life (core/checkpoint/output_lock.h).
   std::vector<std::unique_ptr<checkpoint::OutputLock>> output_locks_;
   std::vector<std::string> locked_dirs_;  // on every rank
+  std::unique_ptr<MetricsEndpoint> metrics_;  // rank 0, with --metrics_port
   int64_t batch_factor_ = 1;
 };
 

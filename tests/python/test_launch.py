@@ -168,3 +168,45 @@ def test_one_job_per_output(tmp_path):
     assert f"took over the lock of a job that is gone (pid {first.pid}" in text, text
     assert re.search(r"resumed: \S+/step-\d+", text), text
     assert not lock.exists(), "a finished job leaves its lock file behind"
+
+
+def test_metrics_endpoint_serves_prometheus_text_that_advances(tmp_path):
+    """--metrics_port: rank 0 serves /metrics (the other rank binds nothing); prometheus_client's parser reads it;
+    the step counter advances between two scrapes; the checkpoint and restart figures are there."""
+    from prometheus_client.parser import text_string_to_metric_families
+    import urllib.request
+    from conftest import free_port
+    port = free_port()
+    job = subprocess.Popen([f"{APPS}/colossal", "run", "--nproc_per_node", "2", "--", f"{APPS}/train_llama",
+                            *map(str, llama_flags(tmp_path)), "--output", str(tmp_path / "out"), "--max_steps", "100000",
+                            "--log_interval", "5", "--eval_interval", "-1", "--save_interval", "50",
+                            "--metrics_port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def scrape():
+        for _ in range(600):
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+                if "colossal_train_last_checkpoint_step" in values:
+                    return values
+            except OSError:
+                assert job.poll() is None, job.stdout.read()
+            time.sleep(0.1)
+        raise AssertionError("no metrics with a checkpoint within a minute")
+
+    try:
+        first = scrape()
+        time.sleep(1.5)
+        second = scrape()
+    finally:
+        job.send_signal(signal.SIGINT)
+        out = job.communicate(timeout=120)[0]
+    assert second["colossal_train_step_total"] > first["colossal_train_step_total"] > 0, (first, second)
+    for name in ("colossal_train_loss", "colossal_train_lr", "colossal_train_grad_norm", "colossal_train_mfu",
+                 "colossal_train_tokens_per_second", "colossal_train_resident_memory_bytes",
+                 "colossal_train_total_steps", "colossal_train_last_checkpoint_age_seconds"):
+        assert name in second, (name, second)
+    assert second["colossal_train_total_steps"] == 100000
+    assert second["colossal_train_last_checkpoint_step"] % 50 == 0
+    assert second["colossal_train_restarts"] == 0
+    assert out.count("metrics: http://0.0.0.0:") == 1, out  # rank 0 only

@@ -210,3 +210,15 @@ def test_metrics_endpoint_serves_prometheus_text_that_advances(tmp_path):
     assert second["colossal_train_last_checkpoint_step"] % 50 == 0
     assert second["colossal_train_restarts"] == 0
     assert out.count("metrics: http://0.0.0.0:") == 1, out  # rank 0 only
+
+
+def test_infer_llama_tensor_parallel_under_torchrun(tiny_llama):
+    """infer_llama --tp 2 started by torchrun prints the text one process prints (greedy)."""
+    _, model, _ = tiny_llama
+    args = ["--model", str(model), "--prompt", "It is a truth universally acknowledged", "--temperature", "0",
+            "--max_new_tokens", "12"]
+    one = subprocess.run([f"{APPS}/infer_llama", *args], capture_output=True, text=True, timeout=120, check=True).stdout
+    code, out = torchrun("--no-python", "--standalone", "--nproc_per_node", "2", f"{APPS}/infer_llama", "--tp", "2",
+                         *args)
+    assert code == 0, out
+    assert one.strip() and one.strip() in out, f"one process: {one!r}\ntorchrun: {out}"

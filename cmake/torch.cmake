@@ -25,6 +25,23 @@ endif()
 if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
 endif()
+# Without a CUDA toolkit (a plain Debian machine, the container image) that probe fails the
+# configure ("uses CUDA but I cannot find the CUDA libraries"). Its cuda.cmake returns at once
+# when torch::cudart exists, so we make that target ourselves: the wheel's own libcudart, from
+# the nvidia package pip installed beside torch. Nothing CUDA is compiled then (COLOSSAL_WITH_CUDA
+# defaults OFF without nvcc); the libraries still link against the wheel's libtorch_cuda.
+find_program(COLOSSAL_TOOLKIT_NVCC nvcc HINTS ENV CUDACXX ENV CUDA_HOME ENV CUDA_PATH PATH_SUFFIXES bin
+             PATHS /usr/local/cuda/bin /opt/cuda/bin)
+if(NOT COLOSSAL_TOOLKIT_NVCC AND NOT TARGET torch::cudart AND _torch_prefix)
+  file(GLOB _colossal_cudart "${_torch_prefix}/../../../nvidia/*/lib/libcudart.so.*")
+  add_library(torch::cudart INTERFACE IMPORTED)
+  if(_colossal_cudart)
+    list(GET _colossal_cudart 0 _colossal_cudart)
+    set_target_properties(torch::cudart PROPERTIES INTERFACE_LINK_LIBRARIES "${_colossal_cudart}")
+  endif()
+  message(STATUS "colossal: no CUDA toolkit (nvcc) here: LibTorch's CUDA probe skipped, a CPU build "
+                 "(cudart: ${_colossal_cudart})")
+endif()
 find_package(Torch REQUIRED)
 message(STATUS "colossal: LibTorch ${Torch_VERSION} from ${TORCH_INSTALL_PREFIX}")
 

@@ -33,9 +33,21 @@ if ! podman image exists docker.io/library/debian:12 && ! podman pull -q docker.
   rm -rf "$root"
 fi
 
+# This machine's TLS trust goes into the build (not the image): behind a proxy that re-signs
+# TLS, pip in the image would otherwise refuse PyPI's certificate.
+# (Mounted beside Debian's own bundle, not over it: the image's ca-certificates package rewrites
+# that file when it is installed.)
+trust=()
+bundle=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+if [ -f "$bundle" ]; then
+  conf=$(mktemp)
+  printf '[global]\ncert = /run/host-ca.crt\n' >"$conf"
+  trust+=(-v "$bundle:/run/host-ca.crt:ro" -v "$conf:/etc/pip.conf:ro")
+fi
+
 echo "== podman build"
 start=$(date +%s)
-podman build --format docker "${flags[@]}" -v "$cache/pip:/root/.cache/colossal-cpp/pip" \
+podman build --format docker "${flags[@]}" "${trust[@]}" -v "$cache/pip:/root/.cache/colossal-cpp/pip" \
   -v "$cache/ccache:/root/.cache/colossal-cpp/ccache" -t "$image" "$src" || fail "podman build failed"
 echo "built $image in $(( $(date +%s) - start )) s"
 

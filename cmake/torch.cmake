@@ -32,8 +32,14 @@ endif()
 # defaults OFF without nvcc); the libraries still link against the wheel's libtorch_cuda.
 find_program(COLOSSAL_TOOLKIT_NVCC nvcc HINTS ENV CUDACXX ENV CUDA_HOME ENV CUDA_PATH PATH_SUFFIXES bin
              PATHS /usr/local/cuda/bin /opt/cuda/bin)
-if(NOT COLOSSAL_TOOLKIT_NVCC AND NOT TARGET torch::cudart AND _torch_prefix)
-  file(GLOB _colossal_cudart "${_torch_prefix}/../../../nvidia/*/lib/libcudart.so.*")
+if(NOT COLOSSAL_TOOLKIT_NVCC AND NOT TARGET torch::cudart)
+  # torch/share/cmake: from the interpreter on a first configure, from the cached Torch_DIR on the
+  # next ones (pip install . configures the same build directory again).
+  set(_colossal_torch_cmake "${_torch_prefix}")
+  if(Torch_DIR)
+    set(_colossal_torch_cmake "${Torch_DIR}/..")
+  endif()
+  file(GLOB _colossal_cudart "${_colossal_torch_cmake}/../../../nvidia/*/lib/libcudart.so.*")
   add_library(torch::cudart INTERFACE IMPORTED)
   if(_colossal_cudart)
     list(GET _colossal_cudart 0 _colossal_cudart)

@@ -112,7 +112,7 @@ TEST(TrainSora, BothStagesOnTwoRanksEqualOneProcess) {
 TEST(TrainSora, BadInputIsNamed) {
   const std::string bin = colossal::testing::binary_dir();
   auto run = [&](const std::string& flags) {
-    const std::string out = ::testing::TempDir() + "train_sora_bad_" + std::to_string(::getpid());
+    const std::string out = dir_of("bad") + ".out";  // beside the save directory, not in its place
     const int rc = std::system((bin + "/train_sora --save_dir " + dir_of("bad") + " " + flags + " > " + out + " 2>&1").c_str());
     std::ifstream in(out);
     return std::make_pair(rc, std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));

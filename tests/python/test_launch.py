@@ -97,15 +97,18 @@ def test_a_failing_rank_writes_torchruns_error_file(tmp_path):
 
 
 def test_torchrun_max_restarts_resumes_from_the_newest_checkpoint(tmp_path):
-    """Rank 1 is killed in the first attempt once a checkpoint exists; torchrun restarts the group
+    """Rank 1 is killed in the first attempt once step 10's checkpoint is complete; torchrun restarts the group
     (--max-restarts 1) and the job goes on from that checkpoint to the same last loss as a run never stopped."""
     flags = [*llama_flags(tmp_path), "--max_steps", "40", "--log_interval", "1", "--eval_interval", "-1",
              "--save_interval", "5"]
     _, straight = colossal_run(2, f"{APPS}/train_llama", *flags, "--output", tmp_path / "straight")
     out = tmp_path / "restarted"
     cmd = " ".join(map(str, [f"{APPS}/train_llama", *flags, "--output", out]))
+    # Killed once `latest` names step 10 or later: that checkpoint is complete (a step-N folder alone may be
+    # half-written, and the restart then rightly resumes from the one before).
     script = (f"if [ $TORCHELASTIC_RESTART_COUNT = 0 ] && [ $RANK = 1 ]; then {cmd} & pid=$!; "
-              f"while [ ! -d {out}/checkpoints/step-10 ]; do sleep 0.05; done; kill -9 $pid; exit 1; fi; exec {cmd}")
+              f"while :; do s=$(sed 's/step-//' {out}/checkpoints/latest 2>/dev/null); [ \"${{s:-0}}\" -ge 10 ] && break; "
+              f"sleep 0.05; done; kill -9 $pid; exit 1; fi; exec {cmd}")
     code, text = torchrun("--no-python", "--standalone", "--nproc_per_node", "2", "--max-restarts", "1",
                           "bash", "-c", script)
     assert code == 0, text

@@ -17,7 +17,7 @@ cat >"$work/config.json" <<'JSON'
 {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
  "num_key_value_heads": 2, "max_position_embeddings": 256, "vocab_size": 600}
 JSON
-STEPS=300
+STEPS=120
 MODEL=(--model_config "$work/config.json" --vocab_size 600 --batch_size 2 --max_length 128 --eval_interval -1
        --sample_tokens 0 --log_interval 1)
 FLAGS=("${MODEL[@]}" --max_steps $STEPS --save_interval 10 --keep_checkpoints 0)

@@ -3,12 +3,12 @@
 #include <httplib.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "core/common/check.h"
+#include "core/common/env.h"
 
 namespace colossal::apps {
 
@@ -18,7 +18,7 @@ struct MetricsEndpoint::Server {
 };
 
 MetricsEndpoint::MetricsEndpoint(int port) : server_(std::make_unique<Server>()) {
-  if (const char* r = std::getenv("TORCHELASTIC_RESTART_COUNT")) restarts_ = std::atoi(r);
+  restarts_ = static_cast<int>(env_int("TORCHELASTIC_RESTART_COUNT").value_or(0));
   server_->http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(text(), "text/plain; version=0.0.4");
   });

@@ -9,6 +9,7 @@
 #include "core/checkpoint/atomic_file.h"
 #include "core/common/check.h"
 #include "core/common/env.h"
+#include "core/common/process_info.h"
 
 namespace colossal::launch {
 
@@ -54,7 +55,7 @@ void record_fatal_error(const std::string& program, const std::string& message) 
   try {
     auto path = env_string("TORCHELASTIC_ERROR_FILE");
     if (!path || path->empty()) return;
-    const std::string rank = env_string("RANK").value_or("0");
+    const std::string rank = process_rank_string();
     ErrorRecord r;
     r.message = program + ": " + message;
     r.details = c10::str(program, " (rank ", rank, ") failed: ", message, "\n");

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/common/check.h"
+#include "core/common/env.h"
 #include "core/common/fs.h"
 #include "core/dist/monitor.h"
 #include "core/dist/net.h"
@@ -824,11 +825,7 @@ void LaunchOptions::set_standalone() {
 }
 
 void LaunchOptions::read_torchrun_environment() {
-  auto get = [](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return std::nullopt;
-    return std::string(v);
-  };
+  auto get = [](const char* name) { return env_string(name); };
   auto named = [](const char* var, auto&& apply) {
     try {
       apply();

@@ -8,8 +8,10 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "core/common/check.h"
+#include "kernels/cpu/kquants.h"
 #include "llama/inference.h"
 
 namespace colossal::llama {
@@ -50,8 +52,22 @@ void field_float(std::string& out, int field, float v) {
 
 std::string unsupported_type(const GgufFile& f, const GgufTensor& t) {
   return "[gguf] " + f.path() + ": tensor '" + t.name + "' is " + checkpoint::ggml_type_name(t.type) +
-         "; this version reads F32, F16, BF16, Q8_0 and Q4_0 tensors (llama-quantize --pure can rewrite the "
-         "file as q8_0 or q4_0)";
+         "; this version reads F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K tensors "
+         "(llama-quantize can rewrite the file in those, e.g. Q4_K_M)";
+}
+
+// The format a ggml type is kept in as it is (its blocks, bit for bit), if we have one.
+std::optional<WeightFormat> native_format(uint32_t type) {
+  switch (type) {
+    case type_id(GgmlType::kQ8_0): return WeightFormat::kQ8;
+    case type_id(GgmlType::kQ4_0): return WeightFormat::kQ4;
+    case type_id(GgmlType::kQ2_K): return WeightFormat::kQ2K;
+    case type_id(GgmlType::kQ3_K): return WeightFormat::kQ3K;
+    case type_id(GgmlType::kQ4_K): return WeightFormat::kQ4K;
+    case type_id(GgmlType::kQ5_K): return WeightFormat::kQ5K;
+    case type_id(GgmlType::kQ6_K): return WeightFormat::kQ6K;
+    default: return std::nullopt;
+  }
 }
 
 // A GGUF tensor as fp32 [rows, cols] (a vector: [1, n]).
@@ -65,22 +81,36 @@ at::Tensor dequantized(const GgufFile& f, const GgufTensor& t) {
     case type_id(GgmlType::kBF16): return at::from_blob(data, {rows, cols}, at::kBFloat16).to(at::kFloat);
     case type_id(GgmlType::kQ8_0): return PackedLinear::from_ggml_blocks(WeightFormat::kQ8, rows, cols, t.data).unpacked();
     case type_id(GgmlType::kQ4_0): return PackedLinear::from_ggml_blocks(WeightFormat::kQ4, rows, cols, t.data).unpacked();
-    default: COLOSSAL_CHECK(false, unsupported_type(f, t));
+    default: break;
   }
-  return {};
+  const auto k = native_format(t.type);
+  COLOSSAL_CHECK(k && kernels::cpu::is_kquant(*k) && cols % kernels::cpu::kSuperBlock == 0, unsupported_type(f, t));
+  auto out = at::empty({rows, cols}, at::kFloat);
+  kernels::cpu::dequantize_kquant(*k, t.data, rows * cols, out.data_ptr<float>());
+  return out;
 }
 
-// A matrix in `format`: q8_0/q4_0 blocks kept as they are when the format is theirs.
-PackedLinear matrix(const GgufFile& f, const std::string& name, WeightFormat format, int64_t rows, int64_t cols) {
+// How load_gguf stores matrices: in `format`, except that with keep_native the q8_0, q4_0 and
+// K-quant blocks stay as the file has them (a GGUF file mixes types per tensor: Q4_K_M is mostly
+// Q4_K with Q6_K in places). An f32/f16 matrix then takes `format`, or int8 when that is a K-quant
+// (we have no K-quant quantizer).
+struct MatrixFormat {
+  WeightFormat format;
+  bool keep_native = false;
+};
+
+// A matrix in `how.format`: q8_0/q4_0/K-quant blocks kept as they are when the format is theirs or
+// with keep_native.
+PackedLinear matrix(const GgufFile& f, const std::string& name, const MatrixFormat& how, int64_t rows, int64_t cols) {
   const auto& t = f.tensor(name);
   COLOSSAL_CHECK(t.shape.size() == 2 && t.shape[0] == cols && t.shape[1] == rows, "[gguf] ", f.path(), ": tensor '",
                  name, "' has ggml shape [", t.shape[0], t.shape.size() > 1 ? ", " + std::to_string(t.shape[1]) : "",
                  "], expected [", cols, ", ", rows, "] (columns first)");
   COLOSSAL_CHECK(t.bytes > 0, unsupported_type(f, t));
-  if ((t.type == type_id(GgmlType::kQ8_0) && format == WeightFormat::kQ8) ||
-      (t.type == type_id(GgmlType::kQ4_0) && format == WeightFormat::kQ4))
-    return PackedLinear::from_ggml_blocks(format, rows, cols, t.data);
-  return PackedLinear(dequantized(f, t), format);
+  const auto native = native_format(t.type);
+  if (native && (how.keep_native || *native == how.format))
+    return PackedLinear::from_ggml_blocks(*native, rows, cols, t.data);
+  return PackedLinear(dequantized(f, t), kernels::cpu::is_kquant(how.format) ? WeightFormat::kQ8 : how.format);
 }
 
 at::Tensor norm_vector(const GgufFile& f, const std::string& name, int64_t n) {
@@ -403,27 +433,31 @@ WeightFormat gguf_weight_format(const GgufFile& f) {
     case type_id(GgmlType::kF16):
     case type_id(GgmlType::kBF16): return WeightFormat::kBF16;
     case type_id(GgmlType::kQ8_0): return WeightFormat::kQ8;
-    case type_id(GgmlType::kQ4_0): return WeightFormat::kQ4;
-    default: COLOSSAL_CHECK(false, unsupported_type(f, t));
+    default: break;
   }
-  return WeightFormat::kF32;
+  const auto native = native_format(t.type);
+  COLOSSAL_CHECK(native.has_value(), unsupported_type(f, t));
+  return *native;
 }
 
 std::shared_ptr<LlamaInference> LlamaInference::load_gguf(const std::string& path, Options options) {
   auto file = GgufFile::open(path);
   const GgufFile& f = *file;
   LlamaConfig c = gguf_llama_config(f);
-  if (!options.weights) {  // the file's format, with the KV cache --dtype of that name would have
+  const bool file_format = !options.weights;
+  if (file_format) {  // the file's format, with the KV cache --dtype of that name would have
     const bool reuse = options.reuse_packed;
     options = Options::named(kernels::cpu::to_string(gguf_weight_format(f)));
     options.reuse_packed = reuse;
   }
   std::shared_ptr<LlamaInference> m(new LlamaInference(c, options));
-  const auto format = *options.weights;
+  // The file's own formats, tensor by tensor, unless another format was asked for (a K-quant asked
+  // for by name keeps them too: the mixes are per tensor).
+  const MatrixFormat format{*options.weights, file_format || kernels::cpu::is_kquant(*options.weights)};
   const int64_t hidden = c.hidden_size, d = c.resolved_head_dim(), heads = c.num_attention_heads,
                 kv = c.num_key_value_heads, ffn = c.intermediate_size;
   if (c.model_type == "gpt2") {
-    m->load_gguf_gpt2(f, format);
+    m->load_gguf_gpt2(f, format.format, format.keep_native);
     return m;
   }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -467,8 +501,9 @@ std::shared_ptr<LlamaInference> LlamaInference::load_gguf(const std::string& pat
   return m;
 }
 
-void LlamaInference::load_gguf_gpt2(const GgufFile& f, WeightFormat format) {
+void LlamaInference::load_gguf_gpt2(const GgufFile& f, WeightFormat weights, bool keep_native) {
   const auto& c = config_;
+  const MatrixFormat format{weights, keep_native};
   const int64_t hidden = c.hidden_size, ffn = c.intermediate_size;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";

@@ -3,7 +3,9 @@
 // generation engine: the hyper-parameters as a LlamaConfig, the SentencePiece vocabulary stored
 // in the file as a Tokenizer, and the weights through LlamaInference::load_gguf. q8_0 and q4_0
 // matrices become our int8/int4 storage exactly (same values, same scales; no requantization),
-// f32/f16/bf16 ones are converted to the requested format. llama.cpp's converter permutes the
+// K-quant ones (Q2_K .. Q6_K, the _S/_M/_L mixes) are kept in their own blocks, each tensor in its
+// type; f32/f16/bf16 ones are converted to the requested format. Another --dtype than the file's
+// converts everything to it. llama.cpp's converter permutes the
 // rows of the query and key projections for its interleaved rotary layout; they are put back in
 // the Hugging Face order (rotate-half) on load.
 #include <string>
@@ -32,7 +34,7 @@ std::unique_ptr<text::Tokenizer> gguf_text_tokenizer(const checkpoint::GgufFile&
 /// The serialized SentencePiece ModelProto gguf_tokenizer loads (exposed for tests).
 std::string gguf_sentencepiece_proto(const checkpoint::GgufFile& file);
 /// The format the file's matrices are in (the first layer's query projection): f32, bf16 (for
-/// f16 and bf16), int8 (q8_0), int4 (q4_0); throws naming the type for anything else.
+/// f16 and bf16), int8 (q8_0), int4 (q4_0), q2_k .. q6_k; throws naming the type for anything else.
 kernels::cpu::WeightFormat gguf_weight_format(const checkpoint::GgufFile& file);
 
 }  // namespace colossal::llama

@@ -105,7 +105,8 @@ class LlamaInference : public inference::CausalLM {
   LlamaInference(const LlamaConfig& config, Options options);
   void make_tables();
   /// GPT-2's tensors from a GGUF file (llama/gguf.cpp), matrices in `format`.
-  void load_gguf_gpt2(const checkpoint::GgufFile& file, inference::WeightFormat format);
+  // keep_native: q8_0, q4_0 and K-quant matrices stay in their own blocks whatever `format` says.
+  void load_gguf_gpt2(const checkpoint::GgufFile& file, inference::WeightFormat format, bool keep_native);
   at::Tensor all_reduced(at::Tensor x) const;
   at::Tensor mixture_of_experts(const at::Tensor& x, const Layer& layer, int64_t ffn) const;
   void attention(const inference::ModelInput& in, inference::PagedKVCache& cache, int64_t layer, int64_t n);

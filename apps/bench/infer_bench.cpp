@@ -8,6 +8,10 @@
 //     localhost) versus a plain LibTorch loop: the model's own forward over the whole sequence
 //     for every new token, one request at a time (no KV cache, no batching).
 //
+// K-quant dtypes (q4_k_m, q5_k_m, q6_k, q3_k_m, q2_k: llama-quantize's mixes, as people download
+// them) need llama.cpp: both engines read the one file llama-quantize writes (shapes whose widths
+// are multiples of 256, such as M; llama.cpp falls back to other types elsewhere).
+//
 //   build/apps/bench_infer [--shapes S,M] [--dtypes fp32,bf16,int8,int4] [--decode 128] [--streams 1,4,16]
 //                          [--llama_cpp auto|off|BIN_DIR]
 #include <httplib.h>
@@ -15,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <map>
 #include <optional>
 #include <cstdio>
 #include <fstream>
@@ -69,10 +74,21 @@ struct SingleRow {
   double peer_prompt = 0, peer_decode = 0;  // llama.cpp (0: not run)
 };
 
+// The engine's model for a dtype: our packing of the weights, or for a K-quant mix the GGUF file
+// llama-quantize wrote (its own formats, tensor by tensor).
+std::shared_ptr<LlamaInference> engine_model(LlamaForCausalLM& model, const std::string& dtype,
+                                             const std::map<std::string, std::string>& gguf_files) {
+  if (!bench::LlamaCppPeer::is_kquant_mix(dtype))
+    return std::make_shared<LlamaInference>(model, LlamaInference::Options::named(dtype));
+  COLOSSAL_CHECK(gguf_files.count(dtype), "--dtypes ", dtype, ": K-quant files come from llama.cpp's llama-quantize "
+                 "(not with --llama_cpp off)");
+  return LlamaInference::load_gguf(gguf_files.at(dtype), {});
+}
+
 SingleRow single_stream(const std::string& shape, const std::string& dtype, int threads, const Args& a,
-                        LlamaForCausalLM& model) {
+                        LlamaForCausalLM& model, const std::map<std::string, std::string>& gguf_files) {
   at::set_num_threads(threads);
-  auto inf = std::make_shared<LlamaInference>(model, LlamaInference::Options::named(dtype));
+  auto inf = engine_model(model, dtype, gguf_files);
   inference::EngineOptions o;
   o.cache.memory_bytes = int64_t{512} << 20;
   o.max_batched_tokens = 512;
@@ -101,8 +117,9 @@ SingleRow single_stream(const std::string& shape, const std::string& dtype, int 
 // `parallel` sequences decoded together through the engine (all prefilled in one step, then one
 // token each per step): aggregate decode tokens/s after the last first token, like
 // llama-batched-bench's S_TG.
-double parallel_decode_tps(LlamaForCausalLM& model, const std::string& dtype, int parallel, const Args& a) {
-  auto inf = std::make_shared<LlamaInference>(model, LlamaInference::Options::named(dtype));
+double parallel_decode_tps(LlamaForCausalLM& model, const std::string& dtype, int parallel, const Args& a,
+                           const std::map<std::string, std::string>& gguf_files) {
+  auto inf = engine_model(model, dtype, gguf_files);
   inference::EngineOptions o;
   o.cache.memory_bytes = int64_t{512} << 20;
   o.max_batched_tokens = parallel * a.parallel_prompt;
@@ -274,18 +291,22 @@ int main(int argc, char** argv) {
       torch::manual_seed(0);
       LlamaForCausalLM model(s.config);
       const size_t first = single.size();
-      for (const auto& dtype : split_list(a.dtypes))
-        for (int threads : thread_counts) {
-          std::fprintf(stderr, "[bench_infer] %s %s %d thread(s)...\n", shape.c_str(), dtype.c_str(), threads);
-          single.push_back(single_stream(shape, dtype, threads, a, model));
-        }
+      std::map<std::string, std::string> files;
       if (peer) {
         // The same weights as a Hugging Face directory, converted by llama.cpp's own tools.
-        std::fprintf(stderr, "[bench_infer] %s: llama.cpp conversion and llama-bench...\n", shape.c_str());
+        std::fprintf(stderr, "[bench_infer] %s: llama.cpp conversion...\n", shape.c_str());
         const std::string dir = scratch + "/" + shape;
         auto tok = scratch_tokenizer();
         save_pretrained(model->config(), checkpoint::model_state(*model), dir, {}, tok.get());
-        auto files = peer->convert(dir, dir + "/model", split_list(a.dtypes));
+        files = peer->convert(dir, dir + "/model", split_list(a.dtypes));
+      }
+      for (const auto& dtype : split_list(a.dtypes))
+        for (int threads : thread_counts) {
+          std::fprintf(stderr, "[bench_infer] %s %s %d thread(s)...\n", shape.c_str(), dtype.c_str(), threads);
+          single.push_back(single_stream(shape, dtype, threads, a, model, files));
+        }
+      if (peer) {
+        std::fprintf(stderr, "[bench_infer] %s: llama-bench...\n", shape.c_str());
         std::vector<std::string> list;
         for (const auto& [_, f] : files) list.push_back(f);
         auto speeds = peer->bench(list, thread_counts, static_cast<int>(a.prompt), static_cast<int>(a.decode), 3);
@@ -302,11 +323,11 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "[bench_infer] %s %s: %d sequences together...\n", shape.c_str(), dtype.c_str(),
                          a.parallel);
             at::set_num_threads(cores);
-            const double ours = parallel_decode_tps(model, dtype, a.parallel, a);
+            const double ours = parallel_decode_tps(model, dtype, a.parallel, a, files);
             const auto theirs = peer->batched(files[dtype], cores, static_cast<int>(a.parallel_prompt),
                                               static_cast<int>(a.stream_tokens), a.parallel);
             char line[256];
-            std::snprintf(line, sizeof line, "%-5s %-5s %9d %14.1f %14.1f %8.2fx", shape.c_str(), dtype.c_str(),
+            std::snprintf(line, sizeof line, "%-5s %-6s %9d %14.1f %14.1f %8.2fx", shape.c_str(), dtype.c_str(),
                           a.parallel, ours, theirs.decode_tps, ours / theirs.decode_tps);
             parallel_rows.push_back(line);
           }
@@ -344,11 +365,17 @@ int main(int argc, char** argv) {
     (void)!std::system(("rm -rf " + scratch).c_str());
     std::printf("\nbatch 1 (prompt %ld tokens; decode %ld tokens), ours median of 3, llama.cpp mean of 3 "
                 "(llama-bench); 'of read': decode bytes/s over the streaming read bandwidth\n", a.prompt, a.decode);
-    std::printf("%-5s %-5s %7s | %12s %12s %6s | %12s %12s %6s | %9s %8s\n", "shape", "dtype", "threads", "prompt tok/s",
+    std::printf("%-5s %-6s %7s | %12s %12s %6s | %12s %12s %6s | %9s %8s\n", "shape", "dtype", "threads", "prompt tok/s",
                 "llama.cpp", "ratio", "decode tok/s", "llama.cpp", "ratio", "read GB/s", "of read");
     auto ratio = [](double ours, double peer) { return peer > 0 ? ours / peer : 0.0; };
+    namespace kc = kernels::cpu;
+    std::printf("matvec kernels on this CPU: fp32 %s, bf16 %s, int8 %s, int4 %s, K-quants %s; prefill GEMM in %s\n",
+                kc::matvec_implementation(kc::WeightFormat::kF32), kc::matvec_implementation(kc::WeightFormat::kBF16),
+                kc::matvec_implementation(kc::WeightFormat::kQ8), kc::matvec_implementation(kc::WeightFormat::kQ4),
+                kc::matvec_implementation(kc::WeightFormat::kQ4K),
+                __builtin_cpu_supports("avx512bf16") ? "bf16 (AVX512-BF16)" : "fp32 (no bf16 units)");
     for (const auto& r : single)
-      std::printf("%-5s %-5s %7d | %12.1f %12.1f %5.2fx | %12.1f %12.1f %5.2fx | %9.1f %7.1f%%\n", r.shape.c_str(),
+      std::printf("%-5s %-6s %7d | %12.1f %12.1f %5.2fx | %12.1f %12.1f %5.2fx | %9.1f %7.1f%%\n", r.shape.c_str(),
                   r.dtype.c_str(), r.threads, r.prompt_tps, r.peer_prompt, ratio(r.prompt_tps, r.peer_prompt),
                   r.decode_tps, r.peer_decode, ratio(r.decode_tps, r.peer_decode), r.gbps,
                   100 * r.decode_tps / r.limit_tps);
@@ -356,7 +383,7 @@ int main(int argc, char** argv) {
       std::printf("\n%d sequences decoded together (prompts of %ld, %ld tokens each, %d threads): aggregate decode "
                   "tok/s, ours (engine) vs llama.cpp (llama-batched-bench)\n", a.parallel, a.parallel_prompt,
                   a.stream_tokens, cores);
-      std::printf("%-5s %-5s %9s %14s %14s %9s\n", "shape", "dtype", "sequences", "ours tok/s", "llama.cpp", "ratio");
+      std::printf("%-5s %-6s %9s %14s %14s %9s\n", "shape", "dtype", "sequences", "ours tok/s", "llama.cpp", "ratio");
       for (const auto& l : parallel_rows) std::printf("%s\n", l.c_str());
     }
     if (!spec_rows.empty()) {

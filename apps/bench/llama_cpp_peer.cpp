@@ -1,5 +1,6 @@
 #include "apps/bench/llama_cpp_peer.h"
 
+#include <cctype>
 #include <cstdio>
 #include <sstream>
 #include <nlohmann/json.hpp>
@@ -42,6 +43,12 @@ LlamaCppPeer LlamaCppPeer::locate(const std::string& source_dir, const std::stri
   return p;
 }
 
+bool LlamaCppPeer::is_kquant_mix(const std::string& p) {
+  for (const char* k : {"q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k"})
+    if (p == k) return true;
+  return false;
+}
+
 std::map<std::string, std::string> LlamaCppPeer::convert(const std::string& model_dir, const std::string& out_prefix,
                                                          const std::vector<std::string>& precisions) const {
   std::map<std::string, std::string> files;
@@ -53,6 +60,15 @@ std::map<std::string, std::string> LlamaCppPeer::convert(const std::string& mode
   };
   std::string f32;
   for (const auto& p : precisions) {
+    if (is_kquant_mix(p)) {
+      if (f32.empty()) f32 = convert_to("f32");
+      std::string type = p;
+      for (auto& ch : type) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      const std::string file = out_prefix + "-" + p + ".gguf";
+      run(bin_dir + "/llama-quantize " + f32 + " " + file + " " + type, "llama-quantize " + type);
+      files[p] = file;
+      continue;
+    }
     if (p == "fp32" || p == "int8" || p == "int4") {
       if (f32.empty()) f32 = convert_to("f32");
       if (p == "fp32") files[p] = f32;

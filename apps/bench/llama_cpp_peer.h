@@ -17,10 +17,13 @@ struct LlamaCppPeer {
 
   /// Builds (or finds) llama.cpp through scripts/build_llama_cpp.sh under `source_dir`; `bin_dir`
   /// non-empty skips the build. Throws naming the step that failed.
+  /// q2_k, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k: llama-quantize's K-quant file types.
+  static bool is_kquant_mix(const std::string& precision);
   static LlamaCppPeer locate(const std::string& source_dir, const std::string& python, const std::string& bin_dir);
 
   /// GGUF files of the Hugging Face directory `model_dir` for each precision in `precisions`
-  /// ("fp32", "bf16", "int8", "int4"), written next to `out_prefix`; returns precision -> file.
+  /// ("fp32", "bf16", "int8", "int4", or a K-quant mix: "q4_k_m", ... quantized by llama-quantize
+  /// as it mixes them, not --pure), written next to `out_prefix`; returns precision -> file.
   std::map<std::string, std::string> convert(const std::string& model_dir, const std::string& out_prefix,
                                              const std::vector<std::string>& precisions) const;
 

@@ -16,7 +16,9 @@ namespace colossal::checkpoint {
 
 /// The ggml tensor types this version can convert (others are read, named, and refused by the
 /// loader that meets them).
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kBF16 = 30 };
+enum class GgmlType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30
+};
 /// "F32", "Q4_K", ... for any ggml type id (or "type <n>").
 std::string ggml_type_name(uint32_t type);
 /// Bytes of `elements` values of `type` (a multiple of its block); -1 for a type not listed above.

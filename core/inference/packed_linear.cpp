@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <cstring>
+
 #include "core/common/check.h"
+#include "kernels/cpu/kquants.h"
 
 namespace colossal::inference {
 
@@ -11,6 +14,12 @@ namespace kc = kernels::cpu;
 
 namespace {
 constexpr int64_t kRowGrain = 16;  // rows per task at least: a few KiB of weights
+
+// Whether the CPU multiplies bf16 natively (AVX512-BF16); without it the prefill GEMM runs in fp32.
+bool native_bf16_gemm() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
 }  // namespace
 
 PackedLinear::PackedLinear(const at::Tensor& weight, WeightFormat format) : format_(format) {
@@ -18,12 +27,16 @@ PackedLinear::PackedLinear(const at::Tensor& weight, WeightFormat format) : form
                  "tensor, got ", weight.sizes(), " ", weight.scalar_type());
   out_ = weight.size(0);
   in_ = weight.size(1);
+  COLOSSAL_CHECK(!kc::is_kquant(format), "[inference] ", kc::to_string(format), " weights come only from GGUF "
+                 "files (this version has no K-quant quantizer): use int8 or int4, or a file llama-quantize wrote");
   auto w = weight.detach();
-  switch (format) {
-    case WeightFormat::kF32: data_ = w.to(at::kFloat).contiguous(); return;
-    case WeightFormat::kBF16: data_ = w.to(at::kBFloat16).contiguous(); return;
-    case WeightFormat::kQ8:
-    case WeightFormat::kQ4: break;
+  if (format == WeightFormat::kF32) {
+    data_ = w.to(at::kFloat).contiguous();
+    return;
+  }
+  if (format == WeightFormat::kBF16) {
+    data_ = w.to(at::kBFloat16).contiguous();
+    return;
   }
   auto f32 = w.to(at::kFloat).contiguous();
   data_ = at::empty({kc::data_bytes(format, out_, in_)}, at::kByte);
@@ -42,7 +55,10 @@ PackedLinear::PackedLinear(WeightFormat format, int64_t out_features, int64_t in
     : format_(format), out_(out_features), in_(in_features), data_(std::move(data)), scales_(std::move(scales)) {
   const auto expect_type = format == WeightFormat::kF32 ? at::kFloat
                            : format == WeightFormat::kBF16 ? at::kBFloat16 : at::kByte;
-  const int64_t expect_numel = kc::is_quantized(format) ? kc::data_bytes(format, out_, in_) : out_ * in_;
+  if (kc::is_kquant(format))
+    COLOSSAL_CHECK(in_ % kc::kSuperBlock == 0, "[inference] a ", kc::to_string(format), " weight [", out_, ", ", in_,
+                   "]: K-quant rows are whole super-blocks of 256 columns");
+  const int64_t expect_numel = kc::is_byte_format(format) ? kc::data_bytes(format, out_, in_) : out_ * in_;
   COLOSSAL_CHECK(data_.scalar_type() == expect_type && data_.numel() == expect_numel && data_.is_contiguous(),
                  "[inference] packed ", kc::to_string(format), " weight [", out_, ", ", in_, "]: expected ",
                  expect_numel, " contiguous ", expect_type, " values, got ", data_.numel(), " ", data_.scalar_type());
@@ -56,6 +72,13 @@ PackedLinear::PackedLinear(WeightFormat format, int64_t out_features, int64_t in
 
 PackedLinear PackedLinear::from_ggml_blocks(WeightFormat format, int64_t out_features, int64_t in_features,
                                            const uint8_t* blocks) {
+  if (kc::is_kquant(format)) {
+    COLOSSAL_CHECK(in_features % kc::kSuperBlock == 0, "[inference] ggml blocks: ", kc::to_string(format), " [",
+                   out_features, ", ", in_features, "] (K-quant rows are whole super-blocks of 256)");
+    auto data = at::empty({kc::data_bytes(format, out_features, in_features)}, at::kByte);
+    std::memcpy(data.data_ptr<uint8_t>(), blocks, static_cast<size_t>(data.numel()));
+    return PackedLinear(format, out_features, in_features, data, at::Tensor());
+  }
   COLOSSAL_CHECK(kc::is_quantized(format) && in_features % kc::kQuantBlock == 0, "[inference] ggml blocks: ",
                  kc::to_string(format), " [", out_features, ", ", in_features,
                  "] (expected int8 or int4 rows of whole 32-value blocks)");
@@ -73,6 +96,20 @@ PackedLinear PackedLinear::from_ggml_blocks(WeightFormat format, int64_t out_fea
 
 PackedLinear PackedLinear::concat_rows(const std::vector<PackedLinear>& parts) {
   COLOSSAL_CHECK(!parts.empty(), "[inference] concat_rows of nothing");
+  bool one_format = true;
+  for (const auto& p : parts) one_format = one_format && !p.mixed() && p.format() == parts[0].format();
+  if (!one_format) {
+    PackedLinear m;
+    m.format_ = parts[0].format();
+    m.in_ = parts[0].in_features();
+    for (const auto& p : parts) {
+      COLOSSAL_CHECK(p.in_features() == m.in_, "[inference] concat_rows: a part of ", p.in_features(),
+                     " columns after ", m.in_);
+      for (const auto& q : p.mixed() ? p.parts() : std::vector<PackedLinear>{p}) m.parts_.push_back(q);
+      m.out_ += p.out_features();
+    }
+    return m;
+  }
   std::vector<at::Tensor> data, scales;
   int64_t out = 0;
   for (const auto& p : parts) {
@@ -85,7 +122,7 @@ PackedLinear PackedLinear::concat_rows(const std::vector<PackedLinear>& parts) {
     out += p.out_features();
   }
   auto d = at::cat(data, 0).contiguous();
-  d = kc::is_quantized(parts[0].format()) ? d.reshape({-1}) : d;
+  d = kc::is_byte_format(parts[0].format()) ? d.reshape({-1}) : d;
   return PackedLinear(parts[0].format(), out, parts[0].in_features(), d,
                       scales.empty() ? at::Tensor() : at::cat(scales, 0).reshape({-1}));
 }
@@ -93,24 +130,39 @@ PackedLinear PackedLinear::concat_rows(const std::vector<PackedLinear>& parts) {
 PackedLinear PackedLinear::permute_rows(const std::vector<int64_t>& order) const {
   COLOSSAL_CHECK(static_cast<int64_t>(order.size()) == out_, "[inference] permute_rows: ", order.size(),
                  " indices for ", out_, " rows");
+  COLOSSAL_CHECK(!mixed(), "[inference] permute_rows of a matrix in mixed formats");
   auto index = at::tensor(order, at::kLong);
   auto d = data_.reshape({out_, -1}).index_select(0, index);
-  d = kc::is_quantized(format_) ? d.reshape({-1}) : d;
+  d = kc::is_byte_format(format_) ? d.reshape({-1}) : d;
   return PackedLinear(format_, out_, in_, d.contiguous(),
                       scales_.defined() ? scales_.reshape({out_, -1}).index_select(0, index).reshape({-1}) : at::Tensor());
 }
 
 int64_t PackedLinear::bytes() const {
+  if (mixed()) {
+    int64_t sum = 0;
+    for (const auto& p : parts_) sum += p.bytes();
+    return sum;
+  }
   return kc::data_bytes(format_, out_, in_) + 2 * kc::scale_count(format_, out_, in_);
 }
 
 kc::MatrixView PackedLinear::view() const {
+  COLOSSAL_CHECK(!mixed(), "[inference] a matrix in mixed formats has no single view");
   return {format_, out_, in_, data_.const_data_ptr(),
           scales_.defined() ? reinterpret_cast<const uint16_t*>(scales_.const_data_ptr<int16_t>()) : nullptr};
 }
 
 void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy) const {
   if (n == 0) return;  // e.g. an expert no token was routed to
+  if (mixed()) {
+    int64_t offset = 0;
+    for (const auto& p : parts_) {
+      p.forward_into(x, n, y + offset, ldy);
+      offset += p.out_features();
+    }
+    return;
+  }
   const auto v = view();
   if (n <= kMatvecTokens) {
     // The calling thread prepares the input once, its buffers reused between calls; the workers
@@ -127,17 +179,26 @@ void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy
     yt.copy_(at::mm(xt, data_.t()));
     return;
   }
-  if (format_ == WeightFormat::kBF16) {
-    yt.copy_(at::mm(xt.to(at::kBFloat16), data_.t()));
+  if (native_bf16_gemm()) {
+    if (format_ == WeightFormat::kBF16) {
+      yt.copy_(at::mm(xt.to(at::kBFloat16), data_.t()));
+      return;
+    }
+    // Quantized: unpacked to bf16 into a buffer the thread keeps, then one bf16 GEMM.
+    thread_local at::Tensor scratch;
+    if (!scratch.defined() || scratch.numel() < out_ * in_) scratch = at::empty({out_ * in_}, at::kBFloat16);
+    auto* dst = reinterpret_cast<uint16_t*>(scratch.data_ptr());  // (a plain pointer: the workers use it)
+    at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::unpack_rows_bf16(v, b, e, dst + b * in_); });
+    auto w = scratch.narrow(0, 0, out_ * in_).view({out_, in_});
+    yt.copy_(at::mm(xt.to(at::kBFloat16), w.t()));
     return;
   }
-  // Quantized: unpacked to bf16 into a buffer the thread keeps, then one bf16 GEMM.
-  thread_local at::Tensor scratch;
-  if (!scratch.defined() || scratch.numel() < out_ * in_) scratch = at::empty({out_ * in_}, at::kBFloat16);
-  auto* dst = reinterpret_cast<uint16_t*>(scratch.data_ptr());  // (a plain pointer: the workers use it)
-  at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::unpack_rows_bf16(v, b, e, dst + b * in_); });
-  auto w = scratch.narrow(0, 0, out_ * in_).view({out_, in_});
-  yt.copy_(at::mm(xt.to(at::kBFloat16), w.t()));
+  // No bf16 hardware: the weights (bf16 or quantized) unpacked to fp32, then ATen's fp32 GEMM.
+  thread_local at::Tensor scratch32;
+  if (!scratch32.defined() || scratch32.numel() < out_ * in_) scratch32 = at::empty({out_ * in_}, at::kFloat);
+  float* dst = scratch32.data_ptr<float>();
+  at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::unpack_rows(v, b, e, dst + b * in_); });
+  yt.copy_(at::mm(xt, scratch32.narrow(0, 0, out_ * in_).view({out_, in_}).t()));
 }
 
 at::Tensor PackedLinear::forward(const at::Tensor& x) const {
@@ -149,7 +210,8 @@ at::Tensor PackedLinear::forward(const at::Tensor& x) const {
 }
 
 at::Tensor PackedLinear::rows(const at::Tensor& ids) const {
-  if (!kc::is_quantized(format_)) return data_.index_select(0, ids).to(at::kFloat);
+  COLOSSAL_CHECK(!mixed(), "[inference] row lookup in a matrix of mixed formats");
+  if (!kc::is_byte_format(format_)) return data_.index_select(0, ids).to(at::kFloat);
   auto idx = ids.to(at::kLong).contiguous();
   auto out = at::empty({idx.numel(), in_}, at::kFloat);
   const auto v = view();
@@ -162,7 +224,12 @@ at::Tensor PackedLinear::rows(const at::Tensor& ids) const {
 }
 
 at::Tensor PackedLinear::unpacked() const {
-  if (!kc::is_quantized(format_)) return data_.to(at::kFloat);
+  if (mixed()) {
+    std::vector<at::Tensor> rows;
+    for (const auto& p : parts_) rows.push_back(p.unpacked());
+    return at::cat(rows, 0);
+  }
+  if (!kc::is_byte_format(format_)) return data_.to(at::kFloat);
   auto out = at::empty({out_, in_}, at::kFloat);
   const auto v = view();
   float* dst = out.data_ptr<float>();

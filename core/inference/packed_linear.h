@@ -4,8 +4,12 @@
 //  * a few tokens (decode: one per sequence): the matvec kernel, rows split across ATen's threads,
 //    streaming the weight once for up to kMaxVectors tokens;
 //  * many tokens (prefill): one GEMM — fp32 weights through ATen's fp32 product, the others
-//    unpacked to bf16 (in parallel, into a reused buffer) and multiplied in bf16.
+//    unpacked (in parallel, into a reused buffer) to bf16 and multiplied in bf16 where the CPU
+//    has bf16 dot products (AVX512-BF16), or to fp32 and multiplied in fp32 where it would only
+//    emulate them (AVX2 CPUs: an emulated bf16 GEMM runs several times slower than fp32).
 // Inputs and outputs are fp32 [n, features]; no allocation per call once buffers have grown.
+// GGUF files mix formats within what we fuse (Q4_K_M keeps some value projections in Q6_K): such
+// a matrix keeps its parts, each in its own format, and multiplies them one after another.
 #include <ATen/core/Tensor.h>
 
 #include <vector>
@@ -24,16 +28,23 @@ class PackedLinear {
   /// Already packed storage (a quantized checkpoint): data as stored, scales as fp16 bits (int16).
   PackedLinear(WeightFormat format, int64_t out_features, int64_t in_features, at::Tensor data, at::Tensor scales);
 
-  /// llama.cpp's q8_0/q4_0 blocks of a [out, in] matrix (in a multiple of 32) as kQ8/kQ4, exactly.
+  /// llama.cpp's q8_0/q4_0 blocks of a [out, in] matrix (in a multiple of 32) as kQ8/kQ4, exactly;
+  /// K-quant blocks (in a multiple of 256) copied as they are.
   static PackedLinear from_ggml_blocks(WeightFormat format, int64_t out_features, int64_t in_features,
                                        const uint8_t* blocks);
-  /// The rows of `parts` one after another (one format, the same in_features): fused matrices.
+  /// The rows of `parts` one after another (the same in_features): fused matrices. Parts in
+  /// different formats are kept apart (mixed()), in one format they are joined.
   static PackedLinear concat_rows(const std::vector<PackedLinear>& parts);
   /// Row i of the result is row order[i] of this one (no conversion: any format).
   PackedLinear permute_rows(const std::vector<int64_t>& order) const;
 
-  bool defined() const { return data_.defined(); }
+  bool defined() const { return data_.defined() || !parts_.empty(); }
+  /// The format (of the first part, for a mixed matrix).
   WeightFormat format() const { return format_; }
+  /// Rows in more than one format (a fused GGUF matrix): view(), data() and scales() are not
+  /// available, parts() are.
+  bool mixed() const { return !parts_.empty(); }
+  const std::vector<PackedLinear>& parts() const { return parts_; }
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
   /// Bytes a full product reads (values and scales).
@@ -58,6 +69,7 @@ class PackedLinear {
   WeightFormat format_ = WeightFormat::kF32;
   int64_t out_ = 0, in_ = 0;
   at::Tensor data_, scales_;
+  std::vector<PackedLinear> parts_;  // mixed formats only
 };
 
 }  // namespace colossal::inference

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/adamw.h"  // detail::float_to_bf16 / bf16_to_float
+#include "kernels/cpu/kquants.h"
 
 namespace colossal::kernels::cpu {
 namespace {
@@ -19,12 +20,20 @@ std::atomic<int> g_matvec_choice{-1};  // -1 auto, 0 scalar, 1 avx512, 2 avx2
 
 bool use_avx512(WeightFormat f) {
   int c = g_matvec_choice.load(std::memory_order_relaxed);
-  return (c == -1 || c == 1) && detail::matvec_avx512_supports(f);
+  return !is_kquant(f) && (c == -1 || c == 1) && detail::matvec_avx512_supports(f);
 }
 
+// K-quants have an AVX2 kernel only: it serves AVX-512 CPUs too (under "auto" and "avx512").
 bool use_avx2(WeightFormat f) {
   int c = g_matvec_choice.load(std::memory_order_relaxed);
+  if (is_kquant(f)) return c != 0 && detail::matvec_avx2_supports();
   return (c == 2 || (c == -1 && !detail::matvec_avx512_supports(f))) && detail::matvec_avx2_supports();
+}
+
+void check_kquant_columns(WeightFormat f, int64_t cols) {
+  if (cols % kSuperBlock != 0)
+    throw std::invalid_argument(std::string(to_string(f)) + " rows of " + std::to_string(cols) +
+                                " columns (K-quant rows are whole super-blocks of 256)");
 }
 
 // Stored value of column c of a quantized row (the +offset form).
@@ -38,6 +47,15 @@ inline int stored_value(WeightFormat f, const uint8_t* row, int64_t c) {
 void matvec_scalar(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, int64_t begin,
                    int64_t end) {
   const int64_t cols = w.cols;
+  if (is_kquant(w.format)) {
+    const int64_t row_bytes = data_bytes(w.format, 1, cols);
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t i = 0; i < in.m; ++i)
+        y[i * ldy + r] = kquant_dot(w.format, static_cast<const uint8_t*>(w.data) + r * row_bytes,
+                                    in.q.data() + i * in.stride, in.block_scale.data() + i * (in.stride / kSuperBlock),
+                                    in.group_sums.data() + i * (in.stride / 16), cols);
+    return;
+  }
   for (int64_t r = begin; r < end; ++r) {
     for (int64_t i = 0; i < in.m; ++i) {
       float acc = 0;
@@ -54,8 +72,7 @@ void matvec_scalar(const MatrixView& w, const MatvecInput& in, float* y, int64_t
           for (int64_t c = 0; c < cols; ++c) acc += detail::bf16_to_float(wr[c]) * detail::bf16_to_float(x[c]);
           break;
         }
-        case WeightFormat::kQ8:
-        case WeightFormat::kQ4: {
+        default: {
           const int64_t stored = stored_cols(w.format, cols), blocks = stored / kQuantBlock;
           const auto* wr = static_cast<const uint8_t*>(w.data) + r * data_bytes(w.format, 1, cols);
           const int8_t* x = in.q.data() + i * in.stride;
@@ -82,6 +99,11 @@ const char* to_string(WeightFormat f) {
     case WeightFormat::kBF16: return "bf16";
     case WeightFormat::kQ8: return "int8";
     case WeightFormat::kQ4: return "int4";
+    case WeightFormat::kQ2K: return "q2_k";
+    case WeightFormat::kQ3K: return "q3_k";
+    case WeightFormat::kQ4K: return "q4_k";
+    case WeightFormat::kQ5K: return "q5_k";
+    case WeightFormat::kQ6K: return "q6_k";
   }
   return "?";
 }
@@ -91,7 +113,10 @@ WeightFormat weight_format(const std::string& name) {
   if (name == "bf16" || name == "bfloat16") return WeightFormat::kBF16;
   if (name == "int8" || name == "q8" || name == "q8_0") return WeightFormat::kQ8;
   if (name == "int4" || name == "q4" || name == "q4_0") return WeightFormat::kQ4;
-  throw std::invalid_argument("unknown weight format '" + name + "' (known: fp32, bf16, int8, int4)");
+  for (auto f : {WeightFormat::kQ2K, WeightFormat::kQ3K, WeightFormat::kQ4K, WeightFormat::kQ5K, WeightFormat::kQ6K})
+    if (name == to_string(f)) return f;
+  throw std::invalid_argument("unknown weight format '" + name + "' (known: fp32, bf16, int8, int4, and q2_k .. q6_k "
+                              "as a GGUF file holds them)");
 }
 
 int64_t stored_cols(WeightFormat f, int64_t cols) { return is_quantized(f) ? round_up(cols, kQuantChunk) : cols; }
@@ -102,8 +127,8 @@ int64_t data_bytes(WeightFormat f, int64_t rows, int64_t cols) {
     case WeightFormat::kBF16: return rows * cols * 2;
     case WeightFormat::kQ8: return rows * stored_cols(f, cols);
     case WeightFormat::kQ4: return rows * stored_cols(f, cols) / 2;
+    default: return rows * (cols / kSuperBlock) * kquant_block_bytes(f);
   }
-  return 0;
 }
 
 int64_t scale_count(WeightFormat f, int64_t rows, int64_t cols) {
@@ -142,6 +167,9 @@ uint16_t float_to_half(float f) {
 }
 
 void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void* data, uint16_t* scales) {
+  if (is_kquant(f))
+    throw std::invalid_argument(std::string(to_string(f)) + " weights are read from GGUF files only (this version "
+                                "has no K-quant quantizer; use int8 or int4, or llama-quantize)");
   if (f == WeightFormat::kF32) {
     std::memcpy(data, w, static_cast<size_t>(rows * cols) * sizeof(float));
     return;
@@ -251,6 +279,9 @@ void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
                    static_cast<float>(stored_value(w.format, row, c) - offset);
         break;
       }
+      default:
+        dequantize_kquant(w.format, static_cast<const uint8_t*>(w.data) + r * data_bytes(w.format, 1, cols), cols, dst);
+        break;
     }
   }
 }
@@ -290,6 +321,17 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
       return;
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: break;
+    default: {
+      check_kquant_columns(f, cols);
+      in.stride = cols;
+      in.q.resize(static_cast<size_t>(m * cols));
+      in.block_scale.resize(static_cast<size_t>(m * cols / kSuperBlock));
+      in.group_sums.resize(static_cast<size_t>(m * cols / 16));
+      for (int64_t i = 0; i < m; ++i)
+        quantize_q8k(x + i * cols, cols, in.q.data() + i * cols, in.block_scale.data() + i * (cols / kSuperBlock),
+                     in.group_sums.data() + i * (cols / 16));
+      return;
+    }
   }
   const int64_t stride = stored_cols(f, cols), blocks = stride / kQuantBlock, chunks = stride / kQuantChunk;
   in.stride = stride;
@@ -323,7 +365,8 @@ void matvec(const MatrixView& w, const MatvecInput& in, float* y, int64_t ldy, i
     throw std::invalid_argument(std::string("matvec: input prepared for ") + to_string(in.format) + " with " +
                                 std::to_string(in.cols) + " columns, weights are " + to_string(w.format) +
                                 " with " + std::to_string(w.cols));
-  const auto kernel = use_avx512(w.format) ? detail::matvec_avx512 : use_avx2(w.format) ? detail::matvec_avx2 : nullptr;
+  const auto avx2 = is_kquant(w.format) ? detail::kquant_matvec_avx2 : detail::matvec_avx2;
+  const auto kernel = use_avx512(w.format) ? detail::matvec_avx512 : use_avx2(w.format) ? avx2 : nullptr;
   if (!kernel) return matvec_scalar(w, in, y, ldy, begin, end);
   // Up to 8 inputs share each weight load; more go in groups of 8 over tiles of 16 rows, so the
   // second group reads the tile from cache instead of streaming the matrix again.

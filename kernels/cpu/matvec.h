@@ -8,6 +8,8 @@
 //   kBF16 bfloat16   [rows, cols]                       (x rounded to bf16; AVX512-BF16 dot products)
 //   kQ8   uint8      [rows, padded] = int8 value + 128  plus an fp16 scale per block of 32
 //   kQ4   uint8      [rows, padded / 2], values 0..15 (= int4 + 8), plus an fp16 scale per block
+//   kQ2K..kQ6K       llama.cpp's K-quant super-blocks as the GGUF file holds them (kernels/cpu/kquants.h):
+//                    cols a multiple of 256, no separate scales; inputs quantized as Q8_K
 //
 // Quantized formats (the arithmetic of llama.cpp's q8_0/q4_0: symmetric per-block scales, fp16)
 // pad the columns to a multiple of 64 with zero weights. Their dot products run in integers: x is
@@ -26,13 +28,23 @@
 
 namespace colossal::kernels::cpu {
 
-enum class WeightFormat : int32_t { kF32 = 0, kBF16 = 1, kQ8 = 2, kQ4 = 3 };
+enum class WeightFormat : int32_t {
+  kF32 = 0, kBF16 = 1, kQ8 = 2, kQ4 = 3, kQ2K = 4, kQ3K = 5, kQ4K = 6, kQ5K = 7, kQ6K = 8
+};
 const char* to_string(WeightFormat f);
-/// "f32"/"fp32", "bf16", "int8"/"q8", "int4"/"q4"; throws std::invalid_argument naming the rest.
+/// "f32"/"fp32", "bf16", "int8"/"q8", "int4"/"q4", "q2_k" .. "q6_k"; throws std::invalid_argument
+/// naming the rest.
 WeightFormat weight_format(const std::string& name);
 
 /// int8 or int4 (per-block scales, integer dot products).
 constexpr bool is_quantized(WeightFormat f) { return f == WeightFormat::kQ8 || f == WeightFormat::kQ4; }
+/// One of llama.cpp's K-quants, kept in its own blocks (only read from GGUF files: no quantizer here).
+constexpr bool is_kquant(WeightFormat f) {
+  return f == WeightFormat::kQ2K || f == WeightFormat::kQ3K || f == WeightFormat::kQ4K || f == WeightFormat::kQ5K ||
+         f == WeightFormat::kQ6K;
+}
+/// Stored as bytes (quantized or K-quant) rather than as float values.
+constexpr bool is_byte_format(WeightFormat f) { return is_quantized(f) || is_kquant(f); }
 
 constexpr int64_t kQuantBlock = 32;  // weights per scale
 constexpr int64_t kQuantChunk = 64;  // quantized rows are padded to a multiple of this
@@ -72,8 +84,9 @@ struct MatvecInput {
   int64_t m = 0, cols = 0, stride = 0;  // stride: elements between input rows below
   const float* f32 = nullptr;           // kF32: the caller's x
   std::vector<uint16_t> bf16;           // kBF16: [m, stride]
-  std::vector<int8_t> q;                // kQ8/kQ4: [m, stride]
-  std::vector<float> block_scale;       // [m, stride / 32]
+  std::vector<int8_t> q;                // kQ8/kQ4 and K-quants: [m, stride]
+  std::vector<float> block_scale;       // [m, stride / 32] (K-quants: [m, stride / 256])
+  std::vector<int16_t> group_sums;      // K-quants: [m, stride / 16], the sum of q over each 16
   // [m, stride / 64, 16]: -offset * (sum of q over the lane's 4 columns), the starting value of
   // each int32 lane's dot product, so the stored weights' +128 (+8) cancels exactly in integers.
   std::vector<int32_t> lane_offset;

@@ -121,6 +121,7 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
       }
       return;
     }
+    default: return;  // K-quants: kquants_avx2.cpp
   }
 }
 

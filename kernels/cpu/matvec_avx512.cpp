@@ -146,6 +146,7 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
       }
       return;
     }
+    default: return;  // K-quants: kquants_avx2.cpp
   }
 }
 
@@ -246,6 +247,7 @@ bool matvec_avx512_supports(WeightFormat f) {
     case WeightFormat::kBF16: return bf16;
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: return vnni;
+    default: return false;  // K-quants: the AVX2 kernel
   }
   return false;
 }

@@ -55,14 +55,19 @@ class Gguf : public ::testing::Test {
       for (auto& p : m->parameters()) p.normal_(0, 0.3);
     }
     save_pretrained(c, checkpoint::model_state(*m), dir_, {}, &tok);
+    // K-quant rows are whole super-blocks of 256: a wider model of the same vocabulary.
+    c.hidden_size = 256;
+    c.intermediate_size = 512;
+    LlamaForCausalLM wide(c);
+    save_pretrained(c, checkpoint::model_state(*wide), dir_ + "/wide", {}, &tok);
   }
   static void TearDownTestSuite() { (void)!std::system(("rm -rf '" + dir_ + "'").c_str()); }
 
-  static std::string write(const std::string& type) {
+  static std::string write(const std::string& type, const std::string& model = "") {
     const std::string out = dir_ + "/model-" + type + ".gguf";
     std::ostringstream cmd;
-    cmd << COLOSSAL_TEST_PYTHON << " " << COLOSSAL_TEST_SOURCE_DIR << "/llama/write_gguf.py '" << dir_ << "' '" << out
-        << "' " << type;
+    cmd << COLOSSAL_TEST_PYTHON << " " << COLOSSAL_TEST_SOURCE_DIR << "/llama/write_gguf.py '"
+        << (model.empty() ? dir_ : model) << "' '" << out << "' " << type;
     EXPECT_EQ(std::system(cmd.str().c_str()), 0) << cmd.str();
     return out;
   }
@@ -160,6 +165,60 @@ TEST_F(Gguf, EveryFormatGivesTheCheckpointsGreedyTokens) {
   EXPECT_EQ(converted->options().weight_format(), inference::WeightFormat::kF32);
   auto a = converted->packed_matrices(), b = q8->packed_matrices();
   for (const auto& [name, m] : b) EXPECT_TRUE(torch::equal(a.at(name).unpacked(), m.unpacked())) << name;
+}
+
+// K-quant files (random blocks of every type, and a Q4_K_M-like mix with Q6_K in the fused
+// query/key/value and down projections of layer 0) against the same blocks dequantized by the
+// `gguf` package, llama.cpp's own Python reading of the layouts: our dequantization equals it, the
+// prefill (a GEMM over the dequantized weights) gives its logits, and the decode path (integer dot
+// products against Q8_K activations) gives them within the activations' quantization.
+TEST_F(Gguf, KQuantsReadAsLlamaCppsGgufPackageDequantizesThem) {
+  std::vector<int64_t> prompt, short_prompt;
+  for (int64_t k = 0; k < 30; ++k) prompt.push_back((k * 13 + 5) % 300);
+  short_prompt.assign(prompt.begin(), prompt.begin() + 12);  // <= 16 tokens: the matvec kernels
+  for (auto [type, format] : {std::pair{"q4_k_m", inference::WeightFormat::kQ4K},
+                              std::pair{"q2_k", inference::WeightFormat::kQ2K},
+                              std::pair{"q3_k", inference::WeightFormat::kQ3K},
+                              std::pair{"q4_k", inference::WeightFormat::kQ4K},
+                              std::pair{"q5_k", inference::WeightFormat::kQ5K},
+                              std::pair{"q6_k", inference::WeightFormat::kQ6K}}) {
+    SCOPED_TRACE(type);
+    auto model = LlamaInference::load_gguf(write(type, dir_ + "/wide"), {});
+    auto reference = LlamaInference::load_gguf(write(std::string(type) + ":f32", dir_ + "/wide"),
+                                               LlamaInference::Options::named("fp32"));
+    EXPECT_EQ(model->options().weight_format(), format) << "the file's own format by default";
+    auto ours = model->packed_matrices(), theirs = reference->packed_matrices();
+    ASSERT_EQ(ours.size(), theirs.size());
+    for (const auto& [name, m] : ours) {
+      auto diff = (m.unpacked() - theirs.at(name).unpacked()).abs().max().item<double>();
+      EXPECT_LE(diff, 1e-6 * theirs.at(name).unpacked().abs().max().item<double>()) << name;
+    }
+    if (std::string(type) == "q4_k_m") {
+      EXPECT_TRUE(ours.at("layers.0.qkv").mixed()) << "Q4_K query/key beside a Q6_K value projection";
+      EXPECT_EQ(ours.at("layers.0.down").format(), inference::WeightFormat::kQ6K);
+      EXPECT_EQ(ours.at("lm_head").format(), inference::WeightFormat::kQ6K);
+      EXPECT_EQ(ours.at("layers.1.down").format(), inference::WeightFormat::kQ4K);
+    }
+    // The random models are sensitive (a few types' weights make them chaotic), so the decode path
+    // is measured against what int8 weights with per-32 activations do to the same model.
+    auto int8 = LlamaInference::load_gguf(dir_ + "/model-" + type + ":f32.gguf", LlamaInference::Options::named("int8"));
+    for (const auto& ids : {prompt, short_prompt}) {
+      auto want = reference->logits(ids);
+      auto error = [&](const at::Tensor& got) {
+        return (got - want).abs().max().item<double>() / want.abs().max().item<double>();
+      };
+      const double err = error(model->logits(ids)), int8_err = error(int8->logits(ids));
+      if (ids.size() > 16)  // prefill: the same weights, an fp32 GEMM (bf16 where the CPU has bf16 units)
+        EXPECT_LE(err, __builtin_cpu_supports("avx512bf16") ? std::max(0.02, 2 * int8_err) : 1e-6) << ids.size()
+            << " tokens; int8 " << int8_err;
+      else  // decode: integer dot products against Q8_K activations (one scale per 256 values)
+        EXPECT_LT(err, std::max(0.02, 3 * int8_err)) << ids.size() << " tokens; int8 " << int8_err;
+    }
+  }
+  // Another format by name converts every matrix (int8 from the dequantized K blocks).
+  auto int8 = LlamaInference::load_gguf(dir_ + "/model-q4_k_m.gguf", LlamaInference::Options::named("int8"));
+  for (const auto& [name, m] : int8->packed_matrices())
+    EXPECT_EQ(m.format(), inference::WeightFormat::kQ8) << name;
 }
 
 TEST_F(Gguf, BadFilesAreRefusedByName) {

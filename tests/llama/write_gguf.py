@@ -5,8 +5,16 @@ SentencePiece vocabulary with scores and token types, or a byte-level BPE vocabu
 converter writes Llama 3's (model gpt2, pre llama-bpe, merges, control tokens, add_bos_token, the
 chat template), every 2-d weight in TYPE (f32, f16, q8_0, q4_0, q4_1), the norms in f32.
 
+K-quants (q2_k, q3_k, q4_k, q5_k, q6_k, and q4_k_m: Q4_K with Q6_K for the output, and for the
+value and down projections of layer 0, as llama-quantize mixes them) test the reading of the
+block layouts, not a quantizer: the `gguf` package has none for them, so each matrix gets random
+blocks (random bits, scales d/dmin set to sizes that keep the weights near the model's) from a
+seed of its name. TYPE:f32 (e.g. q4_k_m:f32) writes the reference for such a file: the same blocks
+dequantized by the `gguf` package (llama.cpp's own Python reading), stored as F32.
+
     python write_gguf.py MODEL_DIR OUT.gguf TYPE
 """
+import zlib
 import json
 import sys
 
@@ -87,9 +95,12 @@ def main(model_dir, out, kind):
         w.add_eos_token_id(sp.eos_id())
         w.add_unk_token_id(sp.unk_id())
 
-    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-             "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
-             "q4_1": gguf.GGMLQuantizationType.Q4_1}[kind]  # q4_1: a type the loader refuses
+    kind, _, reference = kind.partition(":")
+    T = gguf.GGMLQuantizationType
+    if kind in K_KINDS:
+        return write_kquants(w, weights, cfg, heads, kv, kind, reference == "f32")
+    qtype = {"f32": T.F32, "f16": T.F16, "q8_0": T.Q8_0, "q4_0": T.Q4_0,
+             "q4_1": T.Q4_1}[kind]  # q4_1: a type the loader refuses
 
     def add(name, t, matrix=True):
         t = t.astype(np.float32)
@@ -117,10 +128,62 @@ def main(model_dir, out, kind):
     if "lm_head.weight" in weights and not cfg.get("tie_word_embeddings", False):
         add("output.weight", weights["lm_head.weight"])
 
+    finish(w)
+
+
+def finish(w):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+K_KINDS = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m")
+# Byte offset and value of each fp16 scale (d, dmin) per type: sizes that keep |w| near 0.1-0.3.
+K_SCALES = {"Q2_K": ((80, 0.02), (82, 0.015)), "Q3_K": ((108, 0.005),), "Q4_K": ((0, 0.001), (2, 0.004)),
+            "Q5_K": ((0, 0.0005), (2, 0.004)), "Q6_K": ((208, 0.0002),)}
+
+
+def random_blocks(name, rows, cols, qtype):
+    """Random K-quant blocks for a [rows, cols] matrix, the same for the same name."""
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    data = rng.integers(0, 256, size=(rows, cols // block_elems, block_bytes), dtype=np.uint8)
+    for offset, size in K_SCALES[qtype.name]:
+        scale = (size * rng.uniform(0.5, 1.5, size=data.shape[:2])).astype(np.float16)
+        data[:, :, offset:offset + 2] = scale.view(np.uint8).reshape(rows, -1, 2)
+    return data.reshape(rows, -1)
+
+
+def write_kquants(w, weights, cfg, heads, kv, kind, as_reference):
+    T = gguf.GGMLQuantizationType
+    main_type = T.Q4_K if kind == "q4_k_m" else getattr(T, kind.upper())
+
+    def add(name, t, qtype=main_type):
+        rows, cols = t.shape
+        blocks = random_blocks(name, rows, cols, qtype)
+        if as_reference:
+            w.add_tensor(name, gguf.quants.dequantize(blocks, qtype).astype(np.float32).reshape(rows, cols))
+        else:
+            w.add_tensor(name, blocks, raw_dtype=qtype)
+
+    mixed = T.Q6_K if kind == "q4_k_m" else main_type
+    add("token_embd.weight", weights["model.embed_tokens.weight"])
+    for l in range(cfg["num_hidden_layers"]):
+        p, g = f"model.layers.{l}.", f"blk.{l}."
+        add(g + "attn_q.weight", weights[p + "self_attn.q_proj.weight"])
+        add(g + "attn_k.weight", weights[p + "self_attn.k_proj.weight"])
+        add(g + "attn_v.weight", weights[p + "self_attn.v_proj.weight"], mixed if l == 0 else main_type)
+        add(g + "attn_output.weight", weights[p + "self_attn.o_proj.weight"])
+        add(g + "ffn_gate.weight", weights[p + "mlp.gate_proj.weight"])
+        add(g + "ffn_up.weight", weights[p + "mlp.up_proj.weight"])
+        add(g + "ffn_down.weight", weights[p + "mlp.down_proj.weight"], mixed if l == 0 else main_type)
+        w.add_tensor(g + "attn_norm.weight", weights[p + "input_layernorm.weight"].astype(np.float32))
+        w.add_tensor(g + "ffn_norm.weight", weights[p + "post_attention_layernorm.weight"].astype(np.float32))
+    w.add_tensor("output_norm.weight", weights["model.norm.weight"].astype(np.float32))
+    if "lm_head.weight" in weights and not cfg.get("tie_word_embeddings", False):
+        add("output.weight", weights["lm_head.weight"], mixed)
+    finish(w)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,152 @@
+// K-quant matvec (kernels/cpu/kquants): every format and implementation against float64 over the
+// values the kernel multiplies; the Q8_K activations as llama.cpp defines them; the block layouts
+// themselves are checked against llama.cpp's `gguf` package in tests/llama/gguf_test.cpp.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/cpu/kquants.h"
+#include "kernels/cpu/matvec.h"
+
+namespace colossal::kernels::cpu {
+namespace kquants_test {  // named: the unity build puts matvec_test.cpp's helpers beside these
+
+constexpr WeightFormat kFormats[] = {WeightFormat::kQ2K, WeightFormat::kQ3K, WeightFormat::kQ4K, WeightFormat::kQ5K,
+                                     WeightFormat::kQ6K};
+
+// Random blocks with fp16 scales of either sign at the format's offsets.
+std::vector<uint8_t> random_blocks(WeightFormat f, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<uint8_t> data(static_cast<size_t>(data_bytes(f, rows, cols)));
+  for (auto& b : data) b = static_cast<uint8_t>(gen());
+  const int64_t bytes = kquant_block_bytes(f);
+  std::vector<int64_t> offsets;
+  switch (f) {
+    case WeightFormat::kQ2K: offsets = {80, 82}; break;
+    case WeightFormat::kQ3K: offsets = {108}; break;
+    case WeightFormat::kQ6K: offsets = {208}; break;
+    default: offsets = {0, 2};
+  }
+  std::uniform_real_distribution<float> size(-0.01f, 0.01f);
+  for (size_t b = 0; b < data.size() / static_cast<size_t>(bytes); ++b)
+    for (int64_t o : offsets) {
+      const uint16_t h = float_to_half(size(gen));
+      std::memcpy(&data[b * static_cast<size_t>(bytes) + static_cast<size_t>(o)], &h, 2);
+    }
+  return data;
+}
+
+std::vector<std::string> implementations(WeightFormat f) {
+  std::vector<std::string> names{"scalar"};
+  try {
+    matvec_use("avx2");
+    if (std::string(matvec_implementation(f)) == "avx2") names.push_back("avx2");
+  } catch (const std::invalid_argument&) {
+  }
+  matvec_use("auto");
+  return names;
+}
+
+TEST(KQuants, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
+  torch::manual_seed(5);
+  uint32_t seed = 1;
+  for (auto f : kFormats)
+    for (int64_t cols : {256, 768, 4096})
+      for (int64_t rows : {1, 7, 33})
+        for (int64_t m : {1, 3, 8, 13, 16}) {
+          auto data = random_blocks(f, rows, cols, seed++);
+          const MatrixView w{f, rows, cols, data.data(), nullptr};
+          auto x = torch::randn({m, cols}) * torch::rand({m, 1}) * 4;
+          MatvecInput in;
+          prepare_input(in, f, x.data_ptr<float>(), m, cols);
+          // The weights as the kernel multiplies them, and the size of their two terms (d scale q,
+          // dm min): the min term is subtracted, so the bound follows the terms, not their difference.
+          auto seen_w = torch::empty({rows, cols}), size_w = torch::empty({rows, cols}, torch::kDouble);
+          unpack_rows(w, 0, rows, seen_w.data_ptr<float>());
+          SuperBlock s;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t b = 0; b < cols / kSuperBlock; ++b) {
+              unpack_superblock(f, data.data() + r * data_bytes(f, 1, cols) + b * kquant_block_bytes(f), s);
+              for (int l = 0; l < kSuperBlock; ++l)
+                size_w[r][b * kSuperBlock + l] = std::fabs(double(s.d) * s.scale[l / 16] * s.q[l]) +
+                                                 std::fabs(double(s.dm) * s.min[l / 16]);
+            }
+          auto seen_x = torch::empty({m, cols}, torch::kDouble);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t c = 0; c < cols; ++c)
+              seen_x[i][c] = double(in.q[i * cols + c]) * in.block_scale[i * (cols / kSuperBlock) + c / kSuperBlock];
+          auto ref = torch::matmul(seen_x, seen_w.to(torch::kDouble).t());
+          auto bound = torch::matmul(seen_x.abs(), size_w.t()) * 2e-6 + 1e-30;
+          for (const auto& impl : implementations(f)) {
+            matvec_use(impl);
+            auto y = torch::full({m, rows}, std::nan(""));
+            matvec(w, in, y.data_ptr<float>(), rows, 0, rows / 2);
+            matvec(w, in, y.data_ptr<float>(), rows, rows / 2, rows);
+            auto err = (y.to(torch::kDouble) - ref).abs();
+            EXPECT_TRUE((err <= bound).all().item<bool>())
+                << to_string(f) << " " << impl << " rows " << rows << " cols " << cols << " m " << m
+                << ": max error " << err.max().item<double>() << " (bound " << bound.max().item<double>() << ")";
+          }
+          matvec_use("auto");
+        }
+}
+
+// llama.cpp's quantize_row_q8_K: the value of largest magnitude becomes -127 exactly, the others
+// round to nearest (even) and clamp at 127; the group sums are the sums of the codes.
+TEST(KQuants, Q8KActivationsAreLlamaCppsDefinition) {
+  torch::manual_seed(6);
+  auto x = torch::randn({2 * kSuperBlock}) * 3;
+  x[17] = 31.5f;         // the extreme of the first super-block, positive
+  x[300] = -29.25f;      // of the second, negative
+  x.narrow(0, 0, 4).zero_();
+  std::vector<int8_t> q(2 * kSuperBlock);
+  std::vector<float> d(2);
+  std::vector<int16_t> sums(32);
+  quantize_q8k(x.data_ptr<float>(), 2 * kSuperBlock, q.data(), d.data(), sums.data());
+  EXPECT_EQ(q[17], -127);
+  EXPECT_EQ(q[300], -127);
+  EXPECT_FLOAT_EQ(d[0], 1.0f / (-127.0f / 31.5f));
+  for (int64_t i = 0; i < 2 * kSuperBlock; ++i) {
+    const float v = x[i].item<float>();
+    const float step = d[i / kSuperBlock];
+    EXPECT_LE(std::fabs(q[i] * step - v), 0.5001f * std::fabs(step)) << i;
+    EXPECT_EQ(q[i], std::min(127, static_cast<int>(std::nearbyint(v * (-127.0f / (i < kSuperBlock ? 31.5f : -29.25f))))))
+        << i;
+  }
+  for (int j = 0; j < 32; ++j) {
+    int sum = 0;
+    for (int l = 0; l < 16; ++l) sum += q[16 * j + l];
+    EXPECT_EQ(sums[j], sum) << j;
+  }
+  // All zeros: a zero scale and zero codes, no division by zero.
+  std::vector<float> zeros(kSuperBlock, 0.0f);
+  quantize_q8k(zeros.data(), kSuperBlock, q.data(), d.data(), sums.data());
+  EXPECT_EQ(d[0], 0.0f);
+  EXPECT_EQ(q[5], 0);
+}
+
+TEST(KQuants, ErrorsNameTheProblem) {
+  std::vector<float> x(300, 1.0f);
+  MatvecInput in;
+  try {
+    prepare_input(in, WeightFormat::kQ4K, x.data(), 1, 300);
+    ADD_FAILURE() << "300 columns are not whole super-blocks";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
+  }
+  std::vector<uint8_t> data(data_bytes(WeightFormat::kQ4K, 1, 256));
+  try {
+    pack_rows(x.data(), 1, 256, WeightFormat::kQ4K, data.data(), nullptr);
+    ADD_FAILURE() << "no K-quant quantizer";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("GGUF"), std::string::npos) << e.what();
+  }
+  for (auto f : kFormats) EXPECT_EQ(weight_format(to_string(f)), f);
+  EXPECT_EQ(data_bytes(WeightFormat::kQ4K, 3, 512), 3 * 2 * 144);
+  EXPECT_EQ(scale_count(WeightFormat::kQ6K, 3, 512), 0);
+}
+
+}  // namespace kquants_test
+}  // namespace colossal::kernels::cpu

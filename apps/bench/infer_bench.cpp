@@ -363,17 +363,17 @@ int main(int argc, char** argv) {
       serving.join();
     }
     (void)!std::system(("rm -rf " + scratch).c_str());
-    std::printf("\nbatch 1 (prompt %ld tokens; decode %ld tokens), ours median of 3, llama.cpp mean of 3 "
-                "(llama-bench); 'of read': decode bytes/s over the streaming read bandwidth\n", a.prompt, a.decode);
-    std::printf("%-5s %-6s %7s | %12s %12s %6s | %12s %12s %6s | %9s %8s\n", "shape", "dtype", "threads", "prompt tok/s",
-                "llama.cpp", "ratio", "decode tok/s", "llama.cpp", "ratio", "read GB/s", "of read");
-    auto ratio = [](double ours, double peer) { return peer > 0 ? ours / peer : 0.0; };
     namespace kc = kernels::cpu;
     std::printf("matvec kernels on this CPU: fp32 %s, bf16 %s, int8 %s, int4 %s, K-quants %s; prefill GEMM in %s\n",
                 kc::matvec_implementation(kc::WeightFormat::kF32), kc::matvec_implementation(kc::WeightFormat::kBF16),
                 kc::matvec_implementation(kc::WeightFormat::kQ8), kc::matvec_implementation(kc::WeightFormat::kQ4),
                 kc::matvec_implementation(kc::WeightFormat::kQ4K),
                 __builtin_cpu_supports("avx512bf16") ? "bf16 (AVX512-BF16)" : "fp32 (no bf16 units)");
+    std::printf("\nbatch 1 (prompt %ld tokens; decode %ld tokens), ours median of 3, llama.cpp mean of 3 "
+                "(llama-bench); 'of read': decode bytes/s over the streaming read bandwidth\n", a.prompt, a.decode);
+    std::printf("%-5s %-6s %7s | %12s %12s %6s | %12s %12s %6s | %9s %8s\n", "shape", "dtype", "threads", "prompt tok/s",
+                "llama.cpp", "ratio", "decode tok/s", "llama.cpp", "ratio", "read GB/s", "of read");
+    auto ratio = [](double ours, double peer) { return peer > 0 ? ours / peer : 0.0; };
     for (const auto& r : single)
       std::printf("%-5s %-6s %7d | %12.1f %12.1f %5.2fx | %12.1f %12.1f %5.2fx | %9.1f %7.1f%%\n", r.shape.c_str(),
                   r.dtype.c_str(), r.threads, r.prompt_tps, r.peer_prompt, ratio(r.prompt_tps, r.peer_prompt),

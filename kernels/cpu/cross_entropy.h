@@ -6,7 +6,7 @@
 // in place), and the gradient scale * (softmax - one_hot(target)) written over them. So the
 // logits come from memory once and the gradient goes back once, with one exp per element.
 // A row whose target is `ignore_index` has loss 0 and (with a gradient) a zero gradient.
-// AVX-512 when the CPU has it (chosen at run time), else scalar; both compute in fp32.
+// AVX-512 when the CPU has it, else AVX2 with FMA, else scalar (chosen at run time); all in fp32.
 #include <cstdint>
 #include <string>
 
@@ -28,9 +28,9 @@ void cross_entropy_rows(float* logits, const CrossEntropyRows& args);
 /// (nearest even). `scratch` holds `vocab` floats.
 void cross_entropy_rows_bf16(uint16_t* logits, const CrossEntropyRows& args, float* scratch);
 
-/// "avx512" or "scalar": what the calls above use now.
+/// "avx512", "avx2" or "scalar": what the calls above use now.
 const char* cross_entropy_implementation();
-/// For tests and benchmarks: "avx512", "scalar" or "auto"; returns the previous choice. A name
+/// For tests and benchmarks: "avx512", "avx2", "scalar" or "auto"; returns the previous choice. A name
 /// this CPU cannot run is an std::invalid_argument.
 std::string cross_entropy_use(const std::string& name);
 
@@ -39,6 +39,10 @@ void cross_entropy_row_scalar(float* x, int64_t v, int64_t target, bool grad, fl
 void cross_entropy_row_avx512(float* x, int64_t v, int64_t target, bool grad, float scale, float* loss);
 void bf16_to_float_avx512(const uint16_t* src, float* dst, int64_t n);
 void float_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);
+bool cross_entropy_avx2_supported();  // AVX2 and FMA
+void cross_entropy_row_avx2(float* x, int64_t v, int64_t target, bool grad, float scale, float* loss);
+void bf16_to_float_avx2(const uint16_t* src, float* dst, int64_t n);
+void float_to_bf16_avx2(const float* src, uint16_t* dst, int64_t n);
 }  // namespace detail
 
 }  // namespace colossal::kernels::cpu

@@ -47,6 +47,7 @@ __attribute__((target_clones("avx2", "default"))) void scale_add(float* acc, flo
 
 void paged_attention(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
   if (detail::paged_attention_avx512_fits(p.head_dim, p.block_size)) return detail::paged_attention_avx512(p, begin, end);
+  if (detail::paged_attention_avx2_fits(p.head_dim, p.block_size)) return detail::paged_attention_avx2(p, begin, end);
   paged_attention_portable(p, begin, end);
 }
 

@@ -30,7 +30,8 @@ struct PagedAttentionArgs {
 };
 
 /// Work items [begin, end) of tokens x heads (item = token * heads + head).
-/// AVX-512 where the CPU has it and the head dim is a multiple of 16 (to 256), else portable code.
+/// AVX-512 where the CPU has it and the head dim is a multiple of 16 (to 256), else AVX2 (head dims
+/// that are multiples of 8, to 256, as models use them), else portable code.
 void paged_attention(const PagedAttentionArgs& args, int64_t begin, int64_t end);
 /// The portable kernel (the reference the tests hold the AVX-512 one to).
 void paged_attention_portable(const PagedAttentionArgs& args, int64_t begin, int64_t end);
@@ -38,6 +39,8 @@ void paged_attention_portable(const PagedAttentionArgs& args, int64_t begin, int
 namespace detail {
 bool paged_attention_avx512_fits(int64_t head_dim, int64_t block_size);
 void paged_attention_avx512(const PagedAttentionArgs& args, int64_t begin, int64_t end);
+bool paged_attention_avx2_fits(int64_t head_dim, int64_t block_size);
+void paged_attention_avx2(const PagedAttentionArgs& args, int64_t begin, int64_t end);
 }  // namespace detail
 
 }  // namespace colossal::kernels::cpu

@@ -1,6 +1,6 @@
-// The AVX-512 paged attention against the portable kernel and against plain float64 softmax
-// attention over the same cache: head dims 16..256, block sizes 16 and 32, fp32 and bf16 caches,
-// grouped-query heads, contexts that end inside a block.
+// The AVX-512 and AVX2 paged attention against the portable kernel and against plain float64
+// softmax attention over the same cache: head dims 16..256, block sizes 16 and 32, fp32 and bf16
+// caches, grouped-query heads, contexts that end inside a block.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,7 +11,7 @@ namespace {
 
 TEST(PagedAttentionKernel, VectorKernelMatchesPortableAndFloat64) {
   torch::manual_seed(7);
-  for (int64_t d : {16, 64, 128, 256})
+  for (int64_t d : {16, 40, 64, 96, 128, 256})
     for (int64_t block : {16, 32})
       for (bool bf16 : {false, true}) {
         const int64_t heads = 4, kv_heads = 2, blocks = 9, tokens = 3;
@@ -38,11 +38,17 @@ TEST(PagedAttentionKernel, VectorKernelMatchesPortableAndFloat64) {
         a.token_context = ctx.data_ptr<int32_t>();
         a.scale = 1.0f / std::sqrt(static_cast<float>(d));
         a.tokens = tokens;
-        auto fast = torch::full({tokens, heads, d}, std::nan("")), portable = fast.clone();
+        auto fast = torch::full({tokens, heads, d}, std::nan("")), portable = fast.clone(), avx2 = fast.clone();
         a.out = fast.data_ptr<float>();
-        ASSERT_TRUE(detail::paged_attention_avx512_fits(d, block) || !__builtin_cpu_supports("avx512f"));
+        ASSERT_TRUE(detail::paged_attention_avx512_fits(d, block) || !__builtin_cpu_supports("avx512f") || d % 16);
         paged_attention(a, 0, 5);  // two ranges, as two threads split them
         paged_attention(a, 5, tokens * heads);
+        const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        ASSERT_TRUE(detail::paged_attention_avx2_fits(d, block) || !has_avx2);
+        if (has_avx2) {
+          a.out = avx2.data_ptr<float>();
+          detail::paged_attention_avx2(a, 0, tokens * heads);
+        }
         a.out = portable.data_ptr<float>();
         paged_attention_portable(a, 0, tokens * heads);
         // float64 reference: gather each token's visible keys/values through its table.
@@ -61,6 +67,7 @@ TEST(PagedAttentionKernel, VectorKernelMatchesPortableAndFloat64) {
                         " token " + std::to_string(t) + " head " + std::to_string(h);
             EXPECT_TRUE(torch::allclose(fast[t][h].to(torch::kDouble), ref, 1e-5, 1e-5)) << what;
             EXPECT_TRUE(torch::allclose(portable[t][h].to(torch::kDouble), ref, 1e-5, 1e-5)) << what;
+            if (has_avx2) EXPECT_TRUE(torch::allclose(avx2[t][h].to(torch::kDouble), ref, 1e-5, 1e-5)) << what << " avx2";
           }
         }
       }

@@ -66,6 +66,7 @@ TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyInFloat64) {
   namespace kc = colossal::kernels::cpu;
   std::vector<std::string> kernels{"scalar"};
   if (__builtin_cpu_supports("avx512f")) kernels.push_back("avx512");
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) kernels.push_back("avx2");
   for (const auto& kernel : kernels) {
     auto previous = kc::cross_entropy_use(kernel);
     for (int64_t vocab : {13, 64, 5003}) {

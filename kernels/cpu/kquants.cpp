@@ -2,6 +2,8 @@
 // the Q8_K activations and the scalar dot product (the vector kernels' reference).
 #include "kernels/cpu/kquants.h"
 
+#include "kernels/cpu/kquants_scales.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,40 +12,6 @@
 
 namespace colossal::kernels::cpu {
 namespace {
-
-float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return half_to_float(h);
-}
-
-// Q4_K/Q5_K: 8 scales and 8 mins of 6 bits in 12 bytes. Bytes 0-3 hold scales 0-3 (low 6 bits),
-// bytes 4-7 mins 0-3; scales and mins 4-7 keep their low 4 bits in bytes 8-11 and their top 2
-// bits in the spare top bits of bytes 0-7.
-void scale_min_k4(const uint8_t* s, int j, int& scale, int& min) {
-  if (j < 4) {
-    scale = s[j] & 63;
-    min = s[j + 4] & 63;
-  } else {
-    scale = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
-// Q3_K: 16 scales of 6 bits in 12 bytes, each stored + 32. The low 4 bits of scales 0-7 are the
-// low nibbles of bytes 0-7, those of scales 8-15 the high nibbles; byte 8 + k holds the top 2 bits
-// of scales k, k + 4, k + 8 and k + 12 in its bit pairs 0, 2, 4 and 6.
-void scales_q3k(const uint8_t* s, int8_t out[16]) {
-  uint32_t aux[4];
-  std::memcpy(aux, s, 12);
-  const uint32_t low4 = 0x0F0F0F0F, low2 = 0x03030303, tmp = aux[2];
-  aux[2] = ((aux[0] >> 4) & low4) | (((tmp >> 4) & low2) << 4);
-  aux[3] = ((aux[1] >> 4) & low4) | (((tmp >> 6) & low2) << 4);
-  aux[0] = (aux[0] & low4) | (((tmp >> 0) & low2) << 4);
-  aux[1] = (aux[1] & low4) | (((tmp >> 2) & low2) << 4);
-  std::memcpy(out, aux, 16);
-  for (int j = 0; j < 16; ++j) out[j] = static_cast<int8_t>(out[j] - 32);
-}
 
 int nearest_even(float v) { return static_cast<int>(std::nearbyint(v)); }
 
@@ -62,20 +30,18 @@ int64_t kquant_block_bytes(WeightFormat f) {
 }
 
 void unpack_superblock(WeightFormat f, const uint8_t* b, SuperBlock& s) {
+  (void)kquant_block_bytes(f);  // throws for a format that is not a K-quant
+  SuperBlockScales sc;
+  kquant_unpack_scales(f, b, sc);
+  std::memcpy(s.scale, sc.scale, sizeof s.scale);
+  std::memcpy(s.min, sc.min, sizeof s.min);
+  s.d = sc.d;
+  s.dm = sc.dm;
   switch (f) {
     case WeightFormat::kQ4K:
     case WeightFormat::kQ5K: {
-      s.d = half_at(b);
-      s.dm = half_at(b + 2);
-      const uint8_t* scales = b + 4;
       const uint8_t* qh = b + 16;  // Q5_K only
       const uint8_t* qs = f == WeightFormat::kQ4K ? b + 16 : b + 48;
-      for (int j = 0; j < 8; ++j) {
-        int sc, m;
-        scale_min_k4(scales, j, sc, m);
-        s.scale[2 * j] = s.scale[2 * j + 1] = static_cast<int16_t>(sc);
-        s.min[2 * j] = s.min[2 * j + 1] = static_cast<int16_t>(m);
-      }
       // Chunk c of 64 weights: the low nibbles of qs[32c..] then the high ones; Q5_K's fifth bit
       // of weight l of sub-block 2c (2c + 1) is bit 2c (2c + 1) of qh[l].
       for (int c = 0; c < 4; ++c)
@@ -92,13 +58,8 @@ void unpack_superblock(WeightFormat f, const uint8_t* b, SuperBlock& s) {
       return;
     }
     case WeightFormat::kQ6K: {
+      // Half n of 128 weights: ql[64n..] low nibbles then high nibbles, two bits each from qh[32n..].
       const uint8_t *ql = b, *qh = b + 128;
-      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-      s.d = s.dm = half_at(b + 208);
-      for (int j = 0; j < 16; ++j) {
-        s.scale[j] = sc[j];
-        s.min[j] = static_cast<int16_t>(32 * sc[j]);
-      }
       for (int n = 0; n < 2; ++n)
         for (int l = 0; l < 32; ++l) {
           const uint8_t *lo = ql + 64 * n, h = qh[32 * n + l];
@@ -111,16 +72,9 @@ void unpack_superblock(WeightFormat f, const uint8_t* b, SuperBlock& s) {
       return;
     }
     case WeightFormat::kQ3K: {
-      const uint8_t *hmask = b, *qs = b + 32;
-      int8_t sc[16];
-      scales_q3k(b + 96, sc);
-      s.d = s.dm = half_at(b + 108);
-      for (int j = 0; j < 16; ++j) {
-        s.scale[j] = sc[j];
-        s.min[j] = static_cast<int16_t>(4 * sc[j]);
-      }
       // Half n, shift j: weights 128n + 32j + l take bits 2j..2j+1 of qs[32n + l] and, as +4,
       // bit 4n + j of hmask[l] (llama.cpp subtracts 4 where that bit is clear).
+      const uint8_t *hmask = b, *qs = b + 32;
       for (int n = 0; n < 2; ++n)
         for (int j = 0; j < 4; ++j)
           for (int l = 0; l < 32; ++l)
@@ -128,26 +82,19 @@ void unpack_superblock(WeightFormat f, const uint8_t* b, SuperBlock& s) {
                 static_cast<uint8_t>(((qs[32 * n + l] >> (2 * j)) & 3) | (((hmask[l] >> (4 * n + j)) & 1) << 2));
       return;
     }
-    case WeightFormat::kQ2K: {
-      const uint8_t *sc = b, *qs = b + 16;
-      s.d = half_at(b + 80);
-      s.dm = half_at(b + 82);
-      for (int j = 0; j < 16; ++j) {
-        s.scale[j] = sc[j] & 0xF;
-        s.min[j] = sc[j] >> 4;
-      }
+    default: {  // Q2_K
+      const uint8_t* qs = b + 16;
       for (int n = 0; n < 2; ++n)
         for (int j = 0; j < 4; ++j)
           for (int l = 0; l < 32; ++l) s.q[128 * n + 32 * j + l] = static_cast<uint8_t>((qs[32 * n + l] >> (2 * j)) & 3);
       return;
     }
-    default: break;
   }
-  throw std::invalid_argument(std::string("unpack_superblock: ") + to_string(f) + " is not a K-quant format");
 }
 
 void dequantize_kquant(WeightFormat f, const uint8_t* blocks, int64_t n, float* out) {
   const int64_t bytes = kquant_block_bytes(f);
+  if (std::strcmp(matvec_implementation(f), "avx2") == 0) return detail::kquant_dequantize_avx2(f, blocks, n, out);
   SuperBlock s;
   for (int64_t b = 0; b < n / kSuperBlock; ++b) {
     unpack_superblock(f, blocks + b * bytes, s);

@@ -51,6 +51,8 @@ namespace detail {
 /// weights' super-block decoded once and multiplied with every input.
 void kquant_matvec_avx2(const MatrixView& w, const MatvecInput& in, int first, int count, float* y, int64_t ldy,
                         int64_t begin, int64_t end);
+/// dequantize_kquant with AVX2, the same values bit for bit.
+void kquant_dequantize_avx2(WeightFormat f, const uint8_t* blocks, int64_t n, float* out);
 }  // namespace detail
 
 }  // namespace colossal::kernels::cpu

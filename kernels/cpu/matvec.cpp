@@ -258,6 +258,8 @@ void pack_ggml_rows(const uint8_t* blocks, int64_t rows, int64_t cols, WeightFor
 
 void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
   const int64_t cols = w.cols;
+  if (is_quantized(w.format) && g_matvec_choice.load(std::memory_order_relaxed) != 0 && detail::matvec_avx2_supports())
+    return detail::unpack_rows_avx2(w, begin, end, out);
   for (int64_t r = begin; r < end; ++r) {
     float* dst = out + (r - begin) * cols;
     switch (w.format) {

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/adamw.h"  // detail::bf16_to_float
 #include "kernels/cpu/matvec.h"
@@ -127,6 +128,44 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
 
 
 }  // namespace
+
+// int8/int4 rows to fp32 (the prefill GEMM's weights on CPUs without bf16 units): per block of 32,
+// the signed values widened and multiplied by the block's scale, as unpack_rows does.
+void unpack_rows_avx2(const MatrixView& w, int64_t begin, int64_t end, float* out) {
+  const int64_t stored = stored_cols(w.format, w.cols), blocks = stored / kQuantBlock;
+  const int64_t row_bytes = data_bytes(w.format, 1, w.cols), full = w.cols / kQuantChunk;
+  const bool q4 = w.format == WeightFormat::kQ4;
+  std::vector<float> tail(static_cast<size_t>(kQuantChunk));
+  for (int64_t r = begin; r < end; ++r) {
+    const auto* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
+    float* dst = out + (r - begin) * w.cols;
+    auto chunk = [&](int64_t k, float* to) {
+      __m256i blk[2];
+      if (q4) {
+        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * kQuantChunk / 2));
+        const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+        blk[0] = _mm256_sub_epi8(_mm256_and_si256(packed, low), eight);
+        blk[1] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low), eight);
+      } else {
+        const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+        blk[0] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * kQuantChunk)), flip);
+        blk[1] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * kQuantChunk + 32)), flip);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256 scale = _mm256_set1_ps(half_to_float(w.scales[r * blocks + 2 * k + h]));
+        const __m128i lo = _mm256_castsi256_si128(blk[h]), hi = _mm256_extracti128_si256(blk[h], 1);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int p = 0; p < 4; ++p)
+          _mm256_storeu_ps(to + 32 * h + 8 * p, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]))));
+      }
+    };
+    for (int64_t k = 0; k < full; ++k) chunk(k, dst + k * kQuantChunk);
+    if (full * kQuantChunk < w.cols) {  // the last, padded chunk
+      chunk(full, tail.data());
+      std::copy(tail.begin(), tail.begin() + (w.cols - full * kQuantChunk), dst + full * kQuantChunk);
+    }
+  }
+}
 
 bool matvec_avx2_supports() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&

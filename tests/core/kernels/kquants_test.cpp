@@ -64,7 +64,9 @@ TEST(KQuants, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
           // The weights as the kernel multiplies them, and the size of their two terms (d scale q,
           // dm min): the min term is subtracted, so the bound follows the terms, not their difference.
           auto seen_w = torch::empty({rows, cols}), size_w = torch::empty({rows, cols}, torch::kDouble);
+          matvec_use("scalar");
           unpack_rows(w, 0, rows, seen_w.data_ptr<float>());
+          matvec_use("auto");
           SuperBlock s;
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t b = 0; b < cols / kSuperBlock; ++b) {
@@ -81,6 +83,9 @@ TEST(KQuants, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
           auto bound = torch::matmul(seen_x.abs(), size_w.t()) * 2e-6 + 1e-30;
           for (const auto& impl : implementations(f)) {
             matvec_use(impl);
+            auto again = torch::empty({rows, cols});
+            unpack_rows(w, 0, rows, again.data_ptr<float>());
+            EXPECT_TRUE(torch::equal(again, seen_w)) << to_string(f) << " " << impl << ": the dequantization differs";
             auto y = torch::full({m, rows}, std::nan(""));
             matvec(w, in, y.data_ptr<float>(), rows, 0, rows / 2);
             matvec(w, in, y.data_ptr<float>(), rows, rows / 2, rows);

@@ -168,6 +168,24 @@ TEST(Matvec, Bf16UnpackIsTheFp32UnpackRounded) {
     }
 }
 
+// The vector fp32 unpack (the prefill's weights on CPUs without bf16 units) is the scalar one.
+TEST(Matvec, VectorUnpackIsTheScalarOne) {
+  torch::manual_seed(9);
+  for (auto f : {WeightFormat::kQ8, WeightFormat::kQ4})
+    for (int64_t cols : {7, 64, 100, 4097}) {
+      auto p = pack(torch::randn({5, cols}) * 3, f);
+      matvec_use("scalar");
+      auto expected = unpacked(p).narrow(0, 1, 3).clone();
+      for (const auto& impl : implementations(f)) {
+        matvec_use(impl);
+        auto got = torch::full({3, cols}, std::nan(""));
+        unpack_rows(p.view(), 1, 4, got.data_ptr<float>());
+        EXPECT_TRUE(torch::equal(got, expected)) << to_string(f) << " " << impl << " cols " << cols;
+      }
+      matvec_use("auto");
+    }
+}
+
 TEST(Matvec, HalfConversionIsTorchsOnEveryKindOfValue) {
   torch::manual_seed(5);
   auto values = torch::cat({torch::randn({4000}) * 1e-3, torch::randn({4000}) * 1e4, torch::randn({2000}) * 1e-6,

@@ -199,6 +199,7 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
     eo.speculative.draft = out.draft;
     eo.speculative.num_tokens = s.num_speculative_tokens;
   }
+  eo.prefix_caching = use.serve && s.prefix_caching && !eo.speculative.draft;
   if (s.tp > 1 && use.serve) {
     // Rank 0 serves HTTP; every rank's engine steps in lockstep, rank 0's arrivals broadcast
     // at the start of each step.

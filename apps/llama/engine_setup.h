@@ -42,13 +42,14 @@ struct EngineSetup {
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
   uint64_t seed = 0;
   int threads = 0;  // compute threads (0: LibTorch's default)
+  bool prefix_caching = true;  // the server's automatic prefix caching (not with a draft model)
 
   template <class V>
   void visit(V& v) {
     const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
     v("model", model,
-      "Hugging Face directory with tokenizer.model, or a LLaMA GGUF file (f32, f16, bf16, q8_0, q4_0; its own "
-      "tokenizer and, without --dtype, its own format)");
+      "Hugging Face directory with tokenizer.model, or a LLaMA GGUF file (f32, f16, bf16, q8_0, q4_0, Q2_K..Q6_K "
+      "and their mixes such as Q4_K_M; its own tokenizer and, without --dtype, its own formats)");
     v("device", device, "auto (the GPU when one is visible and the run needs no CPU-only feature) | cpu | cuda | cuda:N");
     v("dtype", dtype,
       "weights: fp32 | bf16 | fp16 (GPU) | int8 | int4 (CPU; int8/int4: blocks of 32 with fp16 scales, like "
@@ -69,6 +70,10 @@ struct EngineSetup {
     v("max_batched_tokens", max_batched_tokens, "tokens per step (prefill chunk budget)", between(1, 1 << 24));
     v("seed", seed, "random seed (sampling)");
     v("threads", threads, "compute threads (0: LibTorch's default; at most the cores)", between(0, cores));
+    v("prefix_caching", prefix_caching,
+      "automatic prefix caching when serving: a request whose prompt starts as an earlier one's prefills only the "
+      "rest (off under --draft_model; --no_prefix_caching turns it off)",
+      alias("!no_prefix_caching"));
   }
 };
 

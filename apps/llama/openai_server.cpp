@@ -546,7 +546,16 @@ struct OpenAIServer::State {
       << stats.accepted_draft_tokens
       << "\n# HELP colossal_spec_acceptance_rate Kept over proposed tokens since the start (0 without a draft)\n"
          "# TYPE colossal_spec_acceptance_rate gauge\ncolossal_spec_acceptance_rate "
-      << stats.acceptance_rate() << '\n';
+      << stats.acceptance_rate()
+      << "\n# HELP colossal_prefix_cache_queries_total Prompt tokens looked up in the prefix cache\n"
+         "# TYPE colossal_prefix_cache_queries_total counter\ncolossal_prefix_cache_queries_total "
+      << stats.prefix_cache_queries
+      << "\n# HELP colossal_prefix_cache_hits_total Prompt tokens served from cached blocks (not prefilled)\n"
+         "# TYPE colossal_prefix_cache_hits_total counter\ncolossal_prefix_cache_hits_total "
+      << stats.prefix_cache_hits
+      << "\n# HELP colossal_prefix_cache_blocks KV blocks registered in the prefix cache (held or evictable)\n"
+         "# TYPE colossal_prefix_cache_blocks gauge\ncolossal_prefix_cache_blocks "
+      << stats.cached_blocks << '\n';
     return o.str();
   }
 };

@@ -15,6 +15,8 @@ void EngineOptions::validate() const {
   COLOSSAL_CHECK(max_batched_tokens >= 1, "[inference] max_batched_tokens: expected >= 1, got ", max_batched_tokens);
   COLOSSAL_CHECK(speculative.num_tokens >= 1 && speculative.num_tokens <= 64,
                  "[inference] speculative num_tokens: expected 1..64, got ", speculative.num_tokens);
+  COLOSSAL_CHECK(!(prefix_caching && speculative.draft), "[inference] prefix caching and speculative decoding "
+                 "together are not supported in this version (the draft's cache would miss the shared prefix)");
 }
 
 const char* to_string(FinishReason r) {
@@ -106,7 +108,59 @@ struct Engine::Sequence {
   // word keeps its leading space (SentencePiece drops it at the start of a decode).
   std::vector<int64_t> context;
   std::string context_text;
+  // Prefix caching: the chained hashes of the token blocks (as far as computed), and how many of
+  // the table's blocks are registered in the cache.
+  std::vector<uint64_t> block_hashes;
+  int64_t registered = 0;
 };
+
+namespace {
+uint64_t mix(uint64_t h, uint64_t v) {  // splitmix64 of h combined with v
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+
+// Hashes of the first `n` blocks of s's tokens: each covers its tokens, the previous block's
+// hash (so the whole prefix), and the adapter the keys were computed under.
+void extend_hashes(std::vector<uint64_t>& hashes, const std::vector<int64_t>& tokens, int64_t adapter,
+                   int64_t block_size, int64_t n) {
+  for (int64_t k = static_cast<int64_t>(hashes.size()); k < n; ++k) {
+    uint64_t h = k == 0 ? mix(0xC0105A1ULL, static_cast<uint64_t>(adapter)) : hashes[static_cast<size_t>(k - 1)];
+    for (int64_t i = k * block_size; i < (k + 1) * block_size; ++i) h = mix(h, static_cast<uint64_t>(tokens[i]));
+    hashes.push_back(h);
+  }
+}
+}  // namespace
+
+// A sequence being admitted starts its table with the cached blocks of its prefix, leaving at
+// least its last token to compute (the next token's logits come from it). Returns the blocks taken.
+int64_t Engine::take_cached_prefix(Sequence& s) {
+  auto& blocks = cache_.blocks();
+  if (!options_.prefix_caching || s.computed != 0 || blocks.has(s.id)) return 0;
+  const int64_t bs = blocks.block_size(), usable = (static_cast<int64_t>(s.tokens.size()) - 1) / bs;
+  extend_hashes(s.block_hashes, s.tokens, s.request.adapter, bs, usable);
+  std::vector<uint64_t> wanted(s.block_hashes.begin(), s.block_hashes.begin() + usable);
+  const int64_t taken = blocks.take_cached_prefix(s.id, wanted, s.tokens);
+  s.computed = taken * bs;
+  s.registered = taken;
+  return taken;
+}
+
+// Registers the blocks of s that became full and computed in this step.
+void Engine::register_computed_blocks(Sequence& s) {
+  if (!options_.prefix_caching) return;
+  auto& blocks = cache_.blocks();
+  const int64_t bs = blocks.block_size(), full = s.computed / bs;
+  if (full <= s.registered) return;
+  extend_hashes(s.block_hashes, s.tokens, s.request.adapter, bs, full);
+  for (int64_t k = s.registered; k < full; ++k)
+    blocks.register_block(s.id, k, s.block_hashes[static_cast<size_t>(k)], s.tokens.data() + k * bs);
+  s.registered = full;
+}
+
+void Engine::clear_prefix_cache() { cache_.blocks().clear_cache(); }
 
 namespace {
 constexpr size_t kContextTokens = 4;
@@ -201,6 +255,7 @@ EngineStats Engine::stats() const {
   s.waiting = static_cast<int64_t>(waiting_.size());
   s.blocks_used = cache_.blocks().used_blocks();
   s.blocks_total = cache_.blocks().num_blocks();
+  s.cached_blocks = cache_.blocks().cached_blocks();
   return s;
 }
 
@@ -334,6 +389,7 @@ void Engine::preempt(Sequence& s) {
   if (draft_cache_) draft_cache_->blocks().release(s.id);
   s.computed = 0;
   s.draft_computed = 0;  // recomputed from its tokens (prompt and output so far) when readmitted
+  s.registered = 0;
   ++stats_.preemptions;
 }
 
@@ -461,8 +517,20 @@ std::vector<GenerationResult> Engine::step() {
   // 2. Waiting sequences in order, while sequences, tokens and blocks remain.
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
     Sequence& s = *waiting_.front();
+    const int64_t cached = take_cached_prefix(s);
     int64_t chunk = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
-    if (!blocks.reserve(s.id, s.computed + chunk)) break;
+    if (!blocks.reserve(s.id, s.computed + chunk)) {
+      if (cached > 0) {  // it waits: the prefix is taken again when it is admitted
+        blocks.release(s.id);
+        s.computed = 0;
+        s.registered = 0;
+      }
+      break;
+    }
+    if (options_.prefix_caching) {
+      stats_.prefix_cache_queries += static_cast<int64_t>(s.tokens.size());
+      stats_.prefix_cache_hits += s.computed;
+    }
     batch.push_back({&s, s.computed, chunk, 0});
     budget -= chunk;
     running_.push_back(std::move(waiting_.front()));
@@ -488,6 +556,7 @@ std::vector<GenerationResult> Engine::step() {
 
   for (const auto& b : batch) {
     b.seq->computed = b.start + b.len;
+    register_computed_blocks(*b.seq);
     if (b.start < static_cast<int64_t>(b.seq->request.prompt.size()))
       stats_.prompt_tokens += std::min<int64_t>(b.len, static_cast<int64_t>(b.seq->request.prompt.size()) - b.start);
   }

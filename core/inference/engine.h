@@ -56,6 +56,11 @@ struct EngineOptions {
   LockstepOptions lockstep;
   int64_t max_num_seqs = 64;         // sequences in one batch
   int64_t max_batched_tokens = 256;  // tokens in one batch (prefill chunks + decode tokens)
+  // Automatic prefix caching (block_manager.h): a request whose tokens start as an earlier one's
+  // (a system prompt, a chat's history, n samples of one prompt) takes that one's computed blocks
+  // and prefills only the rest. Off here (an engine whose weights change, as GRPO's rollout, must
+  // call clear_prefix_cache()); the server turns it on. Not with speculative decoding.
+  bool prefix_caching = false;
   uint64_t seed = 0;                 // for requests without their own seed
   // Ids that end a sequence as the EOS id does (a model whose config lists several, e.g. Llama 3's
   // <|end_of_text|>, <|eom_id|>, <|eot_id|>); ignore_eos covers them too.
@@ -99,6 +104,8 @@ struct EngineStats {
   int64_t running = 0, waiting = 0, blocks_used = 0, blocks_total = 0;
   int64_t preemptions = 0, steps = 0, prompt_tokens = 0, generated_tokens = 0;
   int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculative decoding: proposed, kept
+  // Prefix caching: prompt tokens admitted (queried) and those served from cached blocks (hits).
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0, cached_blocks = 0;
   double acceptance_rate() const { return draft_tokens ? static_cast<double>(accepted_draft_tokens) / draft_tokens : 0; }
 };
 
@@ -120,6 +127,8 @@ class Engine {
   std::vector<GenerationResult> generate(std::vector<GenerationRequest> requests);
   EngineStats stats() const;
   const PagedKVCache& cache() const { return cache_; }
+  /// Forgets the cached prefixes (call after the model's weights change).
+  void clear_prefix_cache();
 
   /// Lockstep leader: the next step() tells the followers to stop after it.
   void stop_followers();
@@ -132,6 +141,8 @@ class Engine {
   std::unique_ptr<Sequence> make_sequence(GenerationRequest request, int64_t id, uint64_t seed) const;
   void exchange_arrivals(std::vector<std::unique_ptr<Sequence>>& arrived, std::vector<int64_t>& cancelled);
   void preempt(Sequence& s);
+  int64_t take_cached_prefix(Sequence& s);
+  void register_computed_blocks(Sequence& s);
   int64_t speculation_for(const Sequence& s, int64_t budget) const;
   void propose_drafts(std::vector<Scheduled>& batch);
   FinishReason append_token(Sequence& s, int64_t token, double logprob, std::string& error);

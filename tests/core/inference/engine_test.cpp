@@ -67,6 +67,61 @@ TEST(InferenceEngine, PreemptionWhenBlocksRunOutStillGivesTheReference) {
   EXPECT_EQ(engine.cache().blocks().used_blocks(), 0);
 }
 
+// Prefix caching: a prompt that starts as an earlier request's prefills only the rest, and every
+// output is still the full recomputation's (the toy model reads its keys from the shared blocks).
+TEST(InferenceEngine, PrefixCachingServesSharedPrefixesWithTheReferenceTokens) {
+  auto m = std::make_shared<ToyCausalLM>();
+  EngineOptions o;
+  o.cache.block_size = 8;
+  o.cache.num_blocks = 24;
+  o.prefix_caching = true;
+  auto engine = make_engine(m, o);
+  auto system = prompt_of(43, 7);  // five whole blocks and three tokens
+  auto with = [&](int64_t salt, int64_t extra) {
+    auto p = system;
+    auto tail = prompt_of(extra, salt);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  auto first = engine.generate({greedy_request(with(1, 6), 10)});
+  EXPECT_EQ(first[0].tokens, m->greedy(with(1, 6), 10));
+  EXPECT_EQ(engine.stats().prefix_cache_hits, 0);
+  // Two more with the same system prompt, and one unrelated: 40 tokens (5 blocks) served each.
+  std::vector<GenerationRequest> reqs = {greedy_request(with(2, 9), 10), greedy_request(prompt_of(30, 9), 10),
+                                         greedy_request(with(3, 1), 10)};
+  auto results = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(results[i].tokens, m->greedy(reqs[i].prompt, 10)) << i;
+  EXPECT_EQ(engine.stats().prefix_cache_hits, 80);
+  // The same prompt again: all of it cached but the last block, which is computed again (its last
+  // token gives the first output's logits).
+  const int64_t before = engine.stats().prefix_cache_hits;
+  auto again = engine.generate({greedy_request(with(1, 6), 10)});
+  EXPECT_EQ(again[0].tokens, first[0].tokens);
+  EXPECT_EQ(engine.stats().prefix_cache_hits - before, 48) << "49 tokens: 6 whole blocks, the last one recomputed";
+  EXPECT_EQ(engine.cache().blocks().used_blocks(), 0) << "no block is held after the requests end";
+  EXPECT_GT(engine.stats().cached_blocks, 0) << "but their keys stay cached";
+  engine.clear_prefix_cache();
+  const int64_t cleared = engine.stats().prefix_cache_hits;
+  engine.generate({greedy_request(with(4, 2), 4)});
+  EXPECT_EQ(engine.stats().prefix_cache_hits, cleared) << "nothing is served after clear_prefix_cache()";
+  // A pool too small for everything: cached blocks are evicted and sequences preempted, and the
+  // tokens stay the reference's.
+  EngineOptions small = o;
+  small.cache.num_blocks = 12;
+  auto tight = make_engine(m, small);
+  std::vector<GenerationRequest> many;
+  for (int64_t i = 0; i < 4; ++i) many.push_back(greedy_request(with(10 + i, 5), 12));
+  tight.generate({many[0]});
+  auto out = tight.generate(many);
+  for (size_t i = 0; i < many.size(); ++i) EXPECT_EQ(out[i].tokens, m->greedy(many[i].prompt, 12)) << i;
+  EXPECT_GT(tight.stats().prefix_cache_hits, 0);
+  // Not with speculative decoding.
+  EngineOptions spec = o;
+  spec.speculative.draft = std::make_shared<ToyCausalLM>(5);
+  auto msg = testing::error_message_of([&] { make_engine(m, spec); });
+  EXPECT_NE(msg.find("prefix caching and speculative decoding"), std::string::npos) << msg;
+}
+
 TEST(InferenceEngine, RequestsThatCanNeverRunAreRefusedByName) {
   auto m = std::make_shared<ToyCausalLM>();
   EngineOptions o;

@@ -5,6 +5,9 @@
 // hand the scalar file a copy built with AVX2.
 #include <cstdint>
 #include <cstring>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/matvec.h"
 
@@ -19,7 +22,11 @@ struct SuperBlockScales {
 inline float kquant_half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
+#ifdef __F16C__
+  return _cvtsh_ss(h);  // the AVX2 file's copy: one instruction
+#else
   return half_to_float(h);
+#endif
 }
 
 // Q4_K/Q5_K: 8 scales and 8 mins of 6 bits in 12 bytes. Bytes 0-3 hold scales 0-3 (low 6 bits),

@@ -88,7 +88,7 @@ void row_quant(const uint8_t* w, const uint16_t* scales, const MatvecInput& in, 
     }
     for (int h = 0; h < 2; ++h) {
       const int64_t b = 2 * k + h;
-      const float ws = half_to_float(scales[b]);
+      const float ws = _cvtsh_ss(scales[b]);  // F16C: the software conversion costs more than the block
       for (int i = 0; i < M; ++i) {
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.q.data() + (first + i) * in.stride + b * kQuantBlock));
         const __m256 scale = _mm256_set1_ps(ws * in.block_scale[(first + i) * in_blocks + b]);
@@ -152,7 +152,7 @@ void unpack_rows_avx2(const MatrixView& w, int64_t begin, int64_t end, float* ou
         blk[1] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * kQuantChunk + 32)), flip);
       }
       for (int h = 0; h < 2; ++h) {
-        const __m256 scale = _mm256_set1_ps(half_to_float(w.scales[r * blocks + 2 * k + h]));
+        const __m256 scale = _mm256_set1_ps(_cvtsh_ss(w.scales[r * blocks + 2 * k + h]));
         const __m128i lo = _mm256_castsi256_si128(blk[h]), hi = _mm256_extracti128_si256(blk[h], 1);
         const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
         for (int p = 0; p < 4; ++p)

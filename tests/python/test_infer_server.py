@@ -155,6 +155,28 @@ def test_64_concurrent_requests_all_complete_with_the_right_outputs(server, mode
     assert "colossal_kv_blocks_used" in metrics and "colossal_time_to_first_token_seconds_bucket" in metrics
 
 
+def metric(base, name):
+    text = urllib.request.urlopen(base + "/metrics").read().decode()
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def test_prefix_caching_serves_a_shared_prompt_with_the_same_greedy_text(server, model_dir):
+    """Automatic prefix caching (on by default): a second request with the same long prompt takes
+    the first one's KV blocks (counted in /metrics) and answers with the same greedy text as the
+    command line, which computes everything."""
+    base, _ = server
+    prompt = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be "
+              "in want of a wife. However little known the feelings or views of such a man may be")
+    want = cli_greedy(model_dir, prompt, 12)
+    hits = metric(base, "colossal_prefix_cache_hits_total")
+    texts = [client(base).completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0,
+                                             extra_body={"repetition_penalty": 1}).choices[0].text for _ in range(2)]
+    assert texts == [want, want]
+    assert metric(base, "colossal_prefix_cache_hits_total") - hits >= 32, "two blocks of 16 at least"
+    assert metric(base, "colossal_prefix_cache_queries_total") > 0
+    assert metric(base, "colossal_prefix_cache_blocks") > 0
+
+
 def test_disconnected_client_frees_its_blocks(server):
     base, _ = server
     # Start a long stream, read one event, hang up.

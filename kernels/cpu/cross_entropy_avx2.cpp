@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/adamw.h"  // bf16_to_float, float_to_bf16 for the tails
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/cross_entropy.h"
 
 namespace colossal::kernels::cpu::detail {
@@ -42,13 +43,6 @@ inline float reduce_max(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-inline float reduce_add(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
 }  // namespace
 
 bool cross_entropy_avx2_supported() {
@@ -83,7 +77,7 @@ void cross_entropy_row_avx2(float* x, int64_t v, int64_t target, bool grad, floa
     s0 = _mm256_add_ps(s0, e);
     if (grad) _mm256_storeu_ps(x + j, e);
   }
-  float sum = reduce_add(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  float sum = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
   for (; j < v; ++j) {
     const float e = std::exp(x[j] - m);
     sum += e;

@@ -11,18 +11,12 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/adamw.h"  // detail::bf16_to_float
 #include "kernels/cpu/matvec.h"
 
 namespace colossal::kernels::cpu::detail {
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_hadd_ps(s, s);
-  s = _mm_hadd_ps(s, s);
-  return _mm_cvtss_f32(s);
-}
 
 // 8 bf16 values widened to fp32.
 inline __m256 bf16x8(const uint16_t* p) {

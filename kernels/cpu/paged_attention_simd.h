@@ -1,0 +1,79 @@
+#pragma once
+// The vector paged-attention loop, written once for any vector width: the AVX-512 and AVX2 files
+// each include it with their own Vec (register type, lane count, loads, arithmetic). The query
+// and the running output stay in Vec variables, keys and values are read (and bf16 widened)
+// straight from the cache; the online softmax is the portable kernel's, with the scale folded
+// into the query. Internal linkage on purpose: each file compiles its own copy with its own
+// instruction set.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/paged_attention.h"
+
+namespace colossal::kernels::cpu::detail {
+namespace {  // NOLINT(build/namespaces): see above
+
+constexpr int kMaxCachedBlock = 512;  // tokens per cache block the loop handles
+
+template <class Vec, bool Bf16>
+inline typename Vec::Reg load_row(const void* base, int64_t offset) {
+  if constexpr (Bf16) return Vec::load_bf16(static_cast<const uint16_t*>(base) + offset);
+  else return Vec::load(static_cast<const float*>(base) + offset);
+}
+
+template <class Vec, bool Bf16, int Chunks>
+void attend_rows(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
+  using Reg = typename Vec::Reg;
+  constexpr int L = Vec::kLanes;
+  const int64_t d = p.head_dim, group = p.heads / p.kv_heads;
+  float scores[kMaxCachedBlock];
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t t = item / p.heads, h = item % p.heads, kvh = h / group;
+    const float* qp = p.q + (t * p.heads + h) * d;
+    Reg q[Chunks], acc[Chunks];
+    const Reg scale = Vec::set1(p.scale);
+    for (int c = 0; c < Chunks; ++c) {
+      q[c] = Vec::mul(Vec::load(qp + L * c), scale);  // scores come out scaled
+      acc[c] = Vec::zero();
+    }
+    const int32_t* table = p.block_tables + static_cast<int64_t>(p.token_seq[t]) * p.max_blocks;
+    const int64_t context = p.token_context[t];
+    float m = -std::numeric_limits<float>::infinity(), l = 0;
+    // A sliding window starts at context - window: earlier blocks are never read (they may be freed).
+    const int64_t first = p.window > 0 ? std::max<int64_t>(0, context - p.window) : 0;
+    for (int64_t start = first / p.block_size * p.block_size; start < context; start += p.block_size) {
+      const int64_t block = table[start / p.block_size];
+      const int64_t n = std::min(p.block_size, context - start);
+      const int64_t j0 = std::max<int64_t>(0, first - start);
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = j0; j < n; ++j) {
+        const int64_t row = ((block * p.block_size + j) * p.kv_heads + kvh) * d;
+        Reg s = Vec::mul(q[0], load_row<Vec, Bf16>(p.k_cache, row));
+        for (int c = 1; c < Chunks; ++c) s = Vec::fmadd(q[c], load_row<Vec, Bf16>(p.k_cache, row + L * c), s);
+        scores[j] = Vec::reduce_add(s);
+        if (p.softcap > 0) scores[j] = p.softcap * std::tanh(scores[j] / p.softcap);
+        block_max = std::max(block_max, scores[j]);
+      }
+      const float new_m = std::max(m, block_max);
+      const float correction = std::exp(m - new_m);  // 0 on the first block (m = -inf)
+      l *= correction;
+      const Reg corr = Vec::set1(correction);
+      for (int c = 0; c < Chunks; ++c) acc[c] = Vec::mul(acc[c], corr);
+      for (int64_t j = j0; j < n; ++j) {
+        const int64_t row = ((block * p.block_size + j) * p.kv_heads + kvh) * d;
+        const float w = std::exp(scores[j] - new_m);
+        l += w;
+        const Reg wv = Vec::set1(w);
+        for (int c = 0; c < Chunks; ++c) acc[c] = Vec::fmadd(wv, load_row<Vec, Bf16>(p.v_cache, row + L * c), acc[c]);
+      }
+      m = new_m;
+    }
+    float* out = p.out + (t * p.heads + h) * d;
+    const Reg inv = Vec::set1(l > 0 ? 1.0f / l : 0.0f);
+    for (int c = 0; c < Chunks; ++c) Vec::store(out + L * c, Vec::mul(acc[c], inv));
+  }
+}
+
+}  // namespace
+}  // namespace colossal::kernels::cpu::detail

@@ -133,12 +133,28 @@ struct Histogram {
   }
 };
 
-// What a request's handler reads: the engine's events, in order.
+// What a request's handler reads: the engine's events, in order (of every choice, for n > 1).
 struct Channel {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<TokenEvent> events;
   std::string model;  // the name the response carries: the base's, or the LoRA adapter's asked for
+  std::vector<int64_t> ids;  // the engine request of choice i (under mu)
+  bool closed = false;       // the response is over (no more choices are added; under mu)
+  int64_t choice_of(int64_t request_id) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] == request_id) return static_cast<int64_t>(i);
+    return 0;
+  }
+};
+
+// n > 1 completions of one prompt: choices 1 .. n-1 are added when choice 0 has its first token,
+// so the prompt is prefilled once and its blocks shared through the prefix cache.
+struct Fanout {
+  int64_t n = 1;
+  inference::GenerationRequest request;  // choice 0's, copied for the others
+  std::atomic<bool> started{false};
 };
 
 // The next engine event for a response being written. While none comes, `keep_alive` is written
@@ -253,7 +269,6 @@ struct OpenAIServer::State {
     p.frequency_penalty = number<double>(b, "frequency_penalty", p.frequency_penalty, -2, 2);
     p.repetition_penalty = number<double>(b, "repetition_penalty", p.repetition_penalty, 1e-6, 1e6);
     if (b.contains("seed") && !b["seed"].is_null()) p.seed = number<uint64_t>(b, "seed", 0, 0, 1.8e19);
-    if (number<int64_t>(b, "n", 1, 1, 1) != 1) throw ApiError{400, "n must be 1", "n"};
     if (b.contains("stop") && !b["stop"].is_null()) {
       const auto& s = b["stop"];
       if (s.is_string()) p.stop = {s.get<std::string>()};
@@ -365,6 +380,31 @@ struct OpenAIServer::State {
     return r == FinishReason::kLength ? "length" : r == FinishReason::kError ? "error" : "stop";
   }
 
+  static constexpr int64_t kMaxChoices = 64;  // "n" per request
+
+  // Choices 1 .. n-1 of a request (called on the engine thread with choice 0's first event):
+  // the same prompt and parameters, each seeded request's seed + i so the choices differ.
+  void add_choices(const Fanout& f, Channel& channel) {
+    for (int64_t i = 1; i < f.n; ++i) {
+      inference::GenerationRequest q = f.request;
+      if (q.params.seed) q.params.seed = *q.params.seed + static_cast<uint64_t>(i);
+      std::lock_guard<std::mutex> lock(channel.mu);
+      if (channel.closed) return;  // the client left before they started
+      try {
+        channel.ids.push_back(engine.add(std::move(q)));
+      } catch (const std::exception& e) {  // (choice 0 passed the same checks: not expected)
+        TokenEvent failed;
+        failed.request_id = -i;
+        failed.finished = true;
+        failed.reason = FinishReason::kError;
+        failed.error = error_text(e);
+        channel.ids.push_back(failed.request_id);
+        channel.events.push_back(failed);
+        channel.cv.notify_all();
+      }
+    }
+  }
+
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
     if (stopping.load()) {
@@ -376,12 +416,14 @@ struct OpenAIServer::State {
     json b;
     inference::GenerationRequest r;
     bool stream = false;
-    int64_t id = 0;
+    int64_t id = 0, n = 1;
     auto channel = std::make_shared<Channel>();
+    auto fan = std::make_shared<Fanout>();
     try {
       b = parse_body(req);
       r.adapter = adapter_for(b, channel->model);
       r.params = sampling(b);
+      n = number<int64_t>(b, "n", 1, 1, kMaxChoices);
       if (b.contains("stream") && !b["stream"].is_null()) {
         if (!b["stream"].is_boolean()) throw ApiError{400, "stream must be a boolean", "stream"};
         stream = b["stream"].get<bool>();
@@ -397,13 +439,22 @@ struct OpenAIServer::State {
         else throw ApiError{400, "prompt must be a string (or an array of one string)", "prompt"};
         r.prompt = tok->encode(text, true);
       }
-      r.on_event = [channel](const TokenEvent& e) {
-        std::lock_guard<std::mutex> lock(channel->mu);
-        channel->events.push_back(e);
-        channel->cv.notify_all();
+      std::weak_ptr<Fanout> weak_fan = fan;  // (the request it holds carries this callback)
+      r.on_event = [this, channel, weak_fan](const TokenEvent& e) {
+        {
+          std::lock_guard<std::mutex> lock(channel->mu);
+          channel->events.push_back(e);
+          channel->cv.notify_all();
+        }
+        auto f = weak_fan.lock();
+        if (f && f->n > 1 && !f->started.exchange(true)) add_choices(*f, *channel);
       };
+      fan->n = n;
+      fan->request = r;
       try {
         id = engine.add(r);
+        std::lock_guard<std::mutex> lock(channel->mu);
+        channel->ids.push_back(id);
       } catch (const std::exception& e) {
         std::string what = error_text(e);
         throw ApiError{400, what, chat ? "messages" : "prompt", "invalid_request_error",
@@ -425,9 +476,16 @@ struct OpenAIServer::State {
     auto* self = this;
 
     // Both kinds of response are written as the engine produces events, so a client that goes
-    // away is noticed (the write fails) and its request cancelled.
-    auto releaser = [self, id](bool success) {
-      if (!success) self->engine.cancel(id);
+    // away is noticed (the write fails) and its requests cancelled.
+    auto releaser = [self, channel, fan](bool success) {
+      std::vector<int64_t> ids;
+      {
+        std::lock_guard<std::mutex> lock(channel->mu);
+        channel->closed = true;
+        ids = channel->ids;
+      }
+      if (!success)
+        for (int64_t i : ids) self->engine.cancel(i);
       self->in_flight.fetch_sub(1);
       self->wake.notify_all();
     };
@@ -435,19 +493,22 @@ struct OpenAIServer::State {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [self, channel, rid, created, chat, prompt_tokens, want_logprobs](size_t, httplib::DataSink& sink) {
-            bool first = true;
-            int64_t completion = 0;
+          [self, channel, rid, created, chat, prompt_tokens, want_logprobs, n](size_t, httplib::DataSink& sink) {
+            std::vector<uint8_t> first(static_cast<size_t>(n), 1);
+            int64_t completion = 0, finished = 0;
             for (;;) {
               TokenEvent e;
               if (!next_event(*channel, sink, ": keep-alive\n\n", e)) return false;  // an SSE comment
+              const int64_t index = channel->choice_of(e.request_id);
               if (!e.finished) ++completion;
+              else ++finished;
               // A token that completed no text yet (part of a character) is sent with the next.
               if (!e.finished && e.text.empty() && !want_logprobs) continue;
-              json choice = {{"index", 0}, {"finish_reason", e.finished ? json(finish_reason(e.reason)) : json(nullptr)}};
+              json choice = {{"index", index},
+                             {"finish_reason", e.finished ? json(finish_reason(e.reason)) : json(nullptr)}};
               if (chat) {
                 json delta = json::object();
-                if (first) delta["role"] = "assistant";
+                if (first[static_cast<size_t>(index)]) delta["role"] = "assistant";
                 if (!e.text.empty() || !e.finished) delta["content"] = e.text;
                 choice["delta"] = delta;
               } else {
@@ -456,16 +517,17 @@ struct OpenAIServer::State {
                                          ? json{{"tokens", {self->piece(e.token)}}, {"token_logprobs", {e.logprob}}}
                                          : json(nullptr);
               }
-              first = false;
+              first[static_cast<size_t>(index)] = 0;
               json chunk = {{"id", rid},
                             {"object", chat ? "chat.completion.chunk" : "text_completion"},
                             {"created", created},
                             {"model", channel->model},
                             {"choices", {choice}}};
-              if (e.finished) chunk["usage"] = self->usage(prompt_tokens, completion);
+              const bool last = finished == n;
+              if (last) chunk["usage"] = self->usage(prompt_tokens, completion);
               std::string line = "data: " + to_text(chunk) + "\n\n";
               if (!sink.write(line.data(), line.size())) return false;
-              if (e.finished) {
+              if (last) {
                 static const std::string done = "data: [DONE]\n\n";
                 if (!sink.write(done.data(), done.size())) return false;
                 sink.done();
@@ -478,38 +540,51 @@ struct OpenAIServer::State {
     }
     res.set_chunked_content_provider(
         "application/json",
-        [self, channel, rid, created, chat, prompt_tokens, want_logprobs](size_t, httplib::DataSink& sink) {
-          std::string text;
-          std::vector<std::string> pieces;
-          std::vector<double> logprobs;
-          for (;;) {
+        [self, channel, rid, created, chat, prompt_tokens, want_logprobs, n](size_t, httplib::DataSink& sink) {
+          struct Choice {
+            std::string text;
+            std::vector<std::string> pieces;
+            std::vector<double> logprobs;
+            json done;  // the finished choice
+          };
+          std::vector<Choice> out(static_cast<size_t>(n));
+          int64_t finished = 0, completion = 0;
+          while (finished < n) {
             TokenEvent e;
             if (!next_event(*channel, sink, " ", e)) return false;  // whitespace before JSON is valid
-            text += e.text;
+            const int64_t index = channel->choice_of(e.request_id);
+            auto& c = out[static_cast<size_t>(index)];
+            c.text += e.text;
             if (!e.finished) {
-              pieces.push_back(self->piece(e.token));
-              logprobs.push_back(e.logprob);
+              c.pieces.push_back(self->piece(e.token));
+              c.logprobs.push_back(e.logprob);
               continue;
             }
-            json choice = {{"index", 0}, {"finish_reason", finish_reason(e.reason)}};
+            ++finished;
+            completion += static_cast<int64_t>(c.pieces.size());
+            json choice = {{"index", index}, {"finish_reason", finish_reason(e.reason)}};
             if (!e.error.empty()) choice["error"] = e.error;
             if (chat) {
-              choice["message"] = {{"role", "assistant"}, {"content", text}};
+              choice["message"] = {{"role", "assistant"}, {"content", c.text}};
             } else {
-              choice["text"] = text;
-              choice["logprobs"] = want_logprobs ? json{{"tokens", pieces}, {"token_logprobs", logprobs}} : json(nullptr);
+              choice["text"] = c.text;
+              choice["logprobs"] =
+                  want_logprobs ? json{{"tokens", c.pieces}, {"token_logprobs", c.logprobs}} : json(nullptr);
             }
-            json body = {{"id", rid},
-                         {"object", chat ? "chat.completion" : "text_completion"},
-                         {"created", created},
-                         {"model", channel->model},
-                         {"choices", {choice}},
-                         {"usage", self->usage(prompt_tokens, static_cast<int64_t>(pieces.size()))}};
-            std::string s = to_text(body);
-            if (!sink.write(s.data(), s.size())) return false;
-            sink.done();
-            return true;
+            c.done = std::move(choice);
           }
+          json choices = json::array();
+          for (auto& c : out) choices.push_back(std::move(c.done));
+          json body = {{"id", rid},
+                       {"object", chat ? "chat.completion" : "text_completion"},
+                       {"created", created},
+                       {"model", channel->model},
+                       {"choices", choices},
+                       {"usage", self->usage(prompt_tokens, completion)}};
+          std::string s = to_text(body);
+          if (!sink.write(s.data(), s.size())) return false;
+          sink.done();
+          return true;
         },
         releaser);
   }

@@ -31,7 +31,7 @@ int64_t kquant_block_bytes(WeightFormat f) {
 
 void unpack_superblock(WeightFormat f, const uint8_t* b, SuperBlock& s) {
   (void)kquant_block_bytes(f);  // throws for a format that is not a K-quant
-  SuperBlockScales sc;
+  SuperBlockScales sc{};
   kquant_unpack_scales(f, b, sc);
   std::memcpy(s.scale, sc.scale, sizeof s.scale);
   std::memcpy(s.min, sc.min, sizeof s.min);

@@ -105,7 +105,8 @@ def post(base, path, body):
     ({"prompt": "x", "max_tokens": 2.5}, "max_tokens"),
     ({"prompt": "x", "temperature": 3}, "temperature"),
     ({"prompt": "x", "top_p": 0}, "top_p"),
-    ({"prompt": "x", "n": 2}, "n"),
+    ({"prompt": "x", "n": 0}, "n"),
+    ({"prompt": "x", "n": 65}, "n"),
     ({"prompt": "x", "stop": [1, 2]}, "stop"),
     ({"prompt": 5}, "prompt"),
     ({}, "prompt"),
@@ -175,6 +176,45 @@ def test_prefix_caching_serves_a_shared_prompt_with_the_same_greedy_text(server,
     assert metric(base, "colossal_prefix_cache_hits_total") - hits >= 32, "two blocks of 16 at least"
     assert metric(base, "colossal_prefix_cache_queries_total") > 0
     assert metric(base, "colossal_prefix_cache_blocks") > 0
+
+
+def test_n_choices_share_the_prompt_and_stream_with_their_indices(server, model_dir):
+    """n > 1: one request, n choices. Greedy choices are all the command line's text; seeded
+    sampled choices differ from each other and repeat with the seed; the prompt is prefilled once
+    (the other choices take its blocks from the prefix cache); streamed chunks carry each choice's
+    index and finish reason, then one [DONE]."""
+    base, _ = server
+    c = client(base)
+    prompt = "She was the youngest of the two daughters of a most affectionate, indulgent father; and had"
+    want = cli_greedy(model_dir, prompt, 8)
+    r = c.completions.create(model="tiny", prompt=prompt, max_tokens=8, temperature=0, n=3,
+                             extra_body={"repetition_penalty": 1})
+    assert sorted(ch.index for ch in r.choices) == [0, 1, 2]
+    assert [ch.text for ch in r.choices] == [want] * 3
+    assert r.usage.completion_tokens > 0 and r.usage.completion_tokens % 3 == 0, "summed over three equal choices"
+    hits = metric(base, "colossal_prefix_cache_hits_total")
+    sampled = c.completions.create(model="tiny", prompt=prompt + " a", max_tokens=16, temperature=1.0, n=4, seed=7)
+    texts = [ch.text for ch in sorted(sampled.choices, key=lambda ch: ch.index)]
+    assert len(set(texts)) > 1, "seeded choices draw differently"
+    assert metric(base, "colossal_prefix_cache_hits_total") - hits >= 3 * 16, "choices 1..3 share the prompt"
+    again = c.completions.create(model="tiny", prompt=prompt + " a", max_tokens=16, temperature=1.0, n=4, seed=7)
+    assert [ch.text for ch in sorted(again.choices, key=lambda ch: ch.index)] == texts
+    chat = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hello"}], max_tokens=4,
+                                     n=2, temperature=0)
+    assert [ch.index for ch in chat.choices] == [0, 1] and chat.choices[0].message.content == \
+        chat.choices[1].message.content
+    finishes, indices = {}, set()
+    stream = c.completions.create(model="tiny", prompt=prompt, max_tokens=6, temperature=0, n=2, stream=True,
+                                  extra_body={"repetition_penalty": 1})
+    text = {0: "", 1: ""}
+    for chunk in stream:
+        for ch in chunk.choices:
+            indices.add(ch.index)
+            text[ch.index] += ch.text
+            if ch.finish_reason:
+                finishes[ch.index] = ch.finish_reason
+    assert indices == {0, 1} and set(finishes) == {0, 1}
+    assert text[0] == text[1] == cli_greedy(model_dir, prompt, 6)
 
 
 def test_disconnected_client_frees_its_blocks(server):

@@ -99,14 +99,25 @@ PackedLinear PackedLinear::concat_rows(const std::vector<PackedLinear>& parts) {
   bool one_format = true;
   for (const auto& p : parts) one_format = one_format && !p.mixed() && p.format() == parts[0].format();
   if (!one_format) {
-    PackedLinear m;
-    m.format_ = parts[0].format();
-    m.in_ = parts[0].in_features();
+    // Neighbouring parts in one format are joined (one pass over the input per format run: Q4_K_M's
+    // q and k together, v apart), the runs kept side by side.
+    std::vector<PackedLinear> flat;
     for (const auto& p : parts) {
-      COLOSSAL_CHECK(p.in_features() == m.in_, "[inference] concat_rows: a part of ", p.in_features(),
-                     " columns after ", m.in_);
-      for (const auto& q : p.mixed() ? p.parts() : std::vector<PackedLinear>{p}) m.parts_.push_back(q);
-      m.out_ += p.out_features();
+      COLOSSAL_CHECK(p.in_features() == parts[0].in_features(), "[inference] concat_rows: a part of ",
+                     p.in_features(), " columns after ", parts[0].in_features());
+      for (const auto& q : p.mixed() ? p.parts() : std::vector<PackedLinear>{p}) flat.push_back(q);
+    }
+    PackedLinear m;
+    m.format_ = flat[0].format();
+    m.in_ = flat[0].in_features();
+    for (size_t begin = 0; begin < flat.size();) {
+      size_t end = begin + 1;
+      while (end < flat.size() && flat[end].format() == flat[begin].format()) ++end;
+      const std::vector<PackedLinear> run(flat.begin() + static_cast<std::ptrdiff_t>(begin),
+                                          flat.begin() + static_cast<std::ptrdiff_t>(end));
+      m.parts_.push_back(run.size() == 1 ? run[0] : concat_rows(run));
+      m.out_ += m.parts_.back().out_features();
+      begin = end;
     }
     return m;
   }

@@ -33,7 +33,7 @@ class PackedLinear {
   static PackedLinear from_ggml_blocks(WeightFormat format, int64_t out_features, int64_t in_features,
                                        const uint8_t* blocks);
   /// The rows of `parts` one after another (the same in_features): fused matrices. Parts in
-  /// different formats are kept apart (mixed()), in one format they are joined.
+  /// different formats are kept apart (mixed()), neighbours in one format joined.
   static PackedLinear concat_rows(const std::vector<PackedLinear>& parts);
   /// Row i of the result is row order[i] of this one (no conversion: any format).
   PackedLinear permute_rows(const std::vector<int64_t>& order) const;

@@ -59,6 +59,8 @@ std::string unsupported_type(const GgufFile& f, const GgufTensor& t) {
 // The format a ggml type is kept in as it is (its blocks, bit for bit), if we have one.
 std::optional<WeightFormat> native_format(uint32_t type) {
   switch (type) {
+    case type_id(GgmlType::kF16): return WeightFormat::kF16;
+    case type_id(GgmlType::kBF16): return WeightFormat::kBF16;
     case type_id(GgmlType::kQ8_0): return WeightFormat::kQ8;
     case type_id(GgmlType::kQ4_0): return WeightFormat::kQ4;
     case type_id(GgmlType::kQ2_K): return WeightFormat::kQ2K;
@@ -90,16 +92,16 @@ at::Tensor dequantized(const GgufFile& f, const GgufTensor& t) {
   return out;
 }
 
-// How load_gguf stores matrices: in `format`, except that with keep_native the q8_0, q4_0 and
-// K-quant blocks stay as the file has them (a GGUF file mixes types per tensor: Q4_K_M is mostly
-// Q4_K with Q6_K in places). An f32/f16 matrix then takes `format`, or int8 when that is a K-quant
+// How load_gguf stores matrices: in `format`, except that with keep_native the f16, bf16, q8_0,
+// q4_0 and K-quant blocks stay as the file has them (a GGUF file mixes types per tensor: Q4_K_M is mostly
+// Q4_K with Q6_K in places). An f32 matrix then takes `format`, or int8 when that is a K-quant
 // (we have no K-quant quantizer).
 struct MatrixFormat {
   WeightFormat format;
   bool keep_native = false;
 };
 
-// A matrix in `how.format`: q8_0/q4_0/K-quant blocks kept as they are when the format is theirs or
+// A matrix in `how.format`: f16/bf16/q8_0/q4_0/K-quant values kept as they are when the format is theirs or
 // with keep_native.
 PackedLinear matrix(const GgufFile& f, const std::string& name, const MatrixFormat& how, int64_t rows, int64_t cols) {
   const auto& t = f.tensor(name);
@@ -428,13 +430,7 @@ std::unique_ptr<text::Tokenizer> gguf_text_tokenizer(const GgufFile& f) {
 
 WeightFormat gguf_weight_format(const GgufFile& f) {
   const auto& t = f.tensor(f.find("blk.0.attn_q.weight") ? "blk.0.attn_q.weight" : "blk.0.attn_qkv.weight");
-  switch (t.type) {
-    case type_id(GgmlType::kF32): return WeightFormat::kF32;
-    case type_id(GgmlType::kF16):
-    case type_id(GgmlType::kBF16): return WeightFormat::kBF16;
-    case type_id(GgmlType::kQ8_0): return WeightFormat::kQ8;
-    default: break;
-  }
+  if (t.type == type_id(GgmlType::kF32)) return WeightFormat::kF32;
   const auto native = native_format(t.type);
   COLOSSAL_CHECK(native.has_value(), unsupported_type(f, t));
   return *native;
@@ -447,8 +443,10 @@ std::shared_ptr<LlamaInference> LlamaInference::load_gguf(const std::string& pat
   const bool file_format = !options.weights;
   if (file_format) {  // the file's format, with the KV cache --dtype of that name would have
     const bool reuse = options.reuse_packed;
+    const auto kv_cache = options.kv_cache;
     options = Options::named(kernels::cpu::to_string(gguf_weight_format(f)));
     options.reuse_packed = reuse;
+    options.kv_cache = kv_cache;
   }
   std::shared_ptr<LlamaInference> m(new LlamaInference(c, options));
   // The file's own formats, tensor by tensor, unless another format was asked for (a K-quant asked

@@ -151,6 +151,11 @@ void add_rows(float* h, const float* x, int64_t rows, int64_t dim, const float* 
 // A fresh prompt shorter than this attends through the paged kernel like any other chunk.
 constexpr int64_t kFusedPrefillMin = 8;
 
+void check_kv_cache(const LlamaInference::Options& o) {
+  COLOSSAL_CHECK(!o.kv_cache || *o.kv_cache == at::kFloat || *o.kv_cache == at::kBFloat16 || *o.kv_cache == at::kChar,
+                 "[llama] KV cache dtype: expected float32, bfloat16 or int8 (q8_0), got ", *o.kv_cache);
+}
+
 }  // namespace
 
 LlamaInference::Options LlamaInference::Options::named(const std::string& name) {
@@ -169,6 +174,7 @@ LlamaInference::LlamaInference(LlamaForCausalLM& model, Options options, const P
     : config_(model->config()), options_(options), parallel_(model->parallel_context()) {
   COLOSSAL_CHECK(options.dtype == at::kFloat || options.dtype == at::kBFloat16,
                  "[llama] inference dtype (the KV cache's) must be float32 or bfloat16, got ", options.dtype);
+  check_kv_cache(options);
   torch::NoGradGuard no_grad;
   const auto format = options_.weight_format();
   auto pack_named = [&](const std::string& name, const at::Tensor& t) {
@@ -288,6 +294,7 @@ LlamaInference::LlamaInference(const LlamaConfig& config, Options options)
     : config_(config), options_(options), heads_(config.num_attention_heads), kv_heads_(config.num_key_value_heads) {
   COLOSSAL_CHECK(options.dtype == at::kFloat || options.dtype == at::kBFloat16,
                  "[llama] inference dtype (the KV cache's) must be float32 or bfloat16, got ", options.dtype);
+  check_kv_cache(options);
   make_tables();
 }
 
@@ -430,7 +437,8 @@ void LlamaInference::norm_rows(const float* x, const at::Tensor& weight, const a
 }
 
 inference::CacheShape LlamaInference::cache_shape() const {
-  return {config_.num_hidden_layers, kv_heads_, config_.resolved_head_dim(), options_.dtype};
+  return {config_.num_hidden_layers, kv_heads_, config_.resolved_head_dim(),
+          options_.kv_cache.value_or(options_.dtype)};
 }
 
 at::Tensor LlamaInference::all_reduced(at::Tensor x) const {

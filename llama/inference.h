@@ -33,11 +33,13 @@ class LlamaInference : public inference::CausalLM {
  public:
   struct Options {
     at::ScalarType dtype = at::kFloat;  // the KV cache (fp32 or bf16), and the weights unless `weights` is set
-    std::optional<inference::WeightFormat> weights;  // fp32, bf16, int8, int4
+    std::optional<inference::WeightFormat> weights;  // fp32, bf16, fp16, int8, int4 (K-quants from GGUF)
+    /// The KV cache's dtype when not the one `dtype` gives it: float32, bfloat16 or int8 (q8_0).
+    std::optional<at::ScalarType> kv_cache;
     /// int8/int4 from load(): keep the packed matrices in `dir`/packed-<format>.safetensors and
     /// read them from there while the checkpoint's files are unchanged (quantized once, then mapped).
     bool reuse_packed = true;
-    /// infer_llama's --dtype: "fp32" (fp32 weights and cache), "bf16", "int8", "int4" (bf16 cache).
+    /// infer_llama's --dtype: "fp32" (fp32 weights and cache), "bf16", "fp16", "int8", "int4" (bf16 cache).
     static Options named(const std::string& name);
     inference::WeightFormat weight_format() const;
   };
@@ -51,7 +53,7 @@ class LlamaInference : public inference::CausalLM {
   static std::shared_ptr<LlamaInference> load(const std::string& dir, Options options,
                                               const parallel::ParallelContext& parallel = {});
   /// A LLaMA-architecture GGUF file (llama/gguf.h) on one process; without options.weights the
-  /// matrices stay in the file's format (q8_0 -> int8, q4_0 -> int4, f16 -> bf16, f32), with
+  /// matrices stay in the file's format (q8_0 -> int8, q4_0 -> int4, f16, bf16, f32, K-quants), with
   /// Options::named's KV cache for it.
   static std::shared_ptr<LlamaInference> load_gguf(const std::string& path, Options options);
 

@@ -1,6 +1,6 @@
 // Generation throughput on the LLaMA shapes S and M (random weights), side by side in one run:
 //  1. batch 1 through the engine: prompt tokens/s (a 128-token prefill) and decode tokens/s with
-//     1 and 2 threads for fp32, bf16, int8 and int4 weights, against llama.cpp on the same model
+//     1 and 2 threads for fp32, bf16, fp16, int8 and int4 weights, against llama.cpp on the same model
 //     (converted by its own converter, quantized with --pure, timed by llama-bench: see
 //     llama_cpp_peer.h) and against the read bandwidth measured in the same run with the same
 //     threads (decode reads every weight once per token: the fraction of it a token's bytes use);
@@ -12,7 +12,7 @@
 // them) need llama.cpp: both engines read the one file llama-quantize writes (shapes whose widths
 // are multiples of 256, such as M; llama.cpp falls back to other types elsewhere).
 //
-//   build/apps/bench_infer [--shapes S,M] [--dtypes fp32,bf16,int8,int4] [--decode 128] [--streams 1,4,16]
+//   build/apps/bench_infer [--shapes S,M] [--dtypes fp32,bf16,fp16,int8,int4] [--decode 128] [--streams 1,4,16]
 //                          [--llama_cpp auto|off|BIN_DIR]
 #include <httplib.h>
 #include <torch/torch.h>
@@ -46,7 +46,7 @@ using colossal::bench::seconds;
 namespace {
 
 struct Args {
-  std::string shapes = "S,M", dtypes = "fp32,bf16,int8,int4", streams = "1,4,16";
+  std::string shapes = "S,M", dtypes = "fp32,bf16,fp16,int8,int4", streams = "1,4,16";
   int64_t prompt = 128, decode = 128, stream_tokens = 64, stream_requests = 2;
   int parallel = 16;               // sequences decoded together (against llama-batched-bench)
   int64_t parallel_prompt = 32;    // their prompts
@@ -364,8 +364,10 @@ int main(int argc, char** argv) {
     }
     (void)!std::system(("rm -rf " + scratch).c_str());
     namespace kc = kernels::cpu;
-    std::printf("matvec kernels on this CPU: fp32 %s, bf16 %s, int8 %s, int4 %s, K-quants %s; prefill GEMM in %s\n",
+    std::printf("matvec kernels on this CPU: fp32 %s, bf16 %s, fp16 %s, int8 %s, int4 %s, K-quants %s; prefill GEMM "
+                "in %s\n",
                 kc::matvec_implementation(kc::WeightFormat::kF32), kc::matvec_implementation(kc::WeightFormat::kBF16),
+                kc::matvec_implementation(kc::WeightFormat::kF16),
                 kc::matvec_implementation(kc::WeightFormat::kQ8), kc::matvec_implementation(kc::WeightFormat::kQ4),
                 kc::matvec_implementation(kc::WeightFormat::kQ4K),
                 __builtin_cpu_supports("avx512bf16") ? "bf16 (AVX512-BF16)" : "fp32 (no bf16 units)");

@@ -74,6 +74,7 @@ std::map<std::string, std::string> LlamaCppPeer::convert(const std::string& mode
       if (p == "fp32") files[p] = f32;
     }
     if (p == "bf16") files[p] = convert_to("bf16");
+    if (p == "fp16") files[p] = convert_to("f16");
     if (p == "int8" || p == "int4") {
       const std::string type = p == "int8" ? "q8_0" : "q4_0", file = out_prefix + "-" + type + ".gguf";
       run(bin_dir + "/llama-quantize --pure " + f32 + " " + file + " " + type, "llama-quantize " + type);

@@ -1,6 +1,6 @@
 #pragma once
 // llama.cpp as bench_infer's peer: the same model converted with llama.cpp's own converter (f32,
-// bf16; q8_0 and q4_0 quantized from the f32 file with --pure, so every matrix has the named
+// bf16, f16; q8_0 and q4_0 quantized from the f32 file with --pure, so every matrix has the named
 // format, the head included) and timed with llama-bench in the same run. llama.cpp is built from
 // the source inside PyPI's llama-cpp-python sdist by scripts/build_llama_cpp.sh, outside the
 // repository.
@@ -22,7 +22,7 @@ struct LlamaCppPeer {
   static LlamaCppPeer locate(const std::string& source_dir, const std::string& python, const std::string& bin_dir);
 
   /// GGUF files of the Hugging Face directory `model_dir` for each precision in `precisions`
-  /// ("fp32", "bf16", "int8", "int4", or a K-quant mix: "q4_k_m", ... quantized by llama-quantize
+  /// ("fp32", "bf16", "fp16", "int8", "int4", or a K-quant mix: "q4_k_m", ... quantized by llama-quantize
   /// as it mixes them, not --pure), written next to `out_prefix`; returns precision -> file.
   std::map<std::string, std::string> convert(const std::string& model_dir, const std::string& out_prefix,
                                              const std::vector<std::string>& precisions) const;

@@ -33,7 +33,8 @@ bool uses_gguf(const EngineSetup& s) {
 // feature (int8/int4 weights, GGUF files, tp > 1, perplexity); cuda or cuda:N: the GPU, and a
 // request it cannot serve is an error naming the setting.
 std::optional<c10::Device> gpu_for(const EngineSetup& s, const EngineUse& use) {
-  const bool cpu_only = s.dtype == "int8" || s.dtype == "int4" || uses_gguf(s) || s.tp > 1 || use.cpu_only;
+  const bool cpu_only = s.dtype == "int8" || s.dtype == "int4" || uses_gguf(s) || s.tp > 1 || use.cpu_only ||
+                        s.kv_cache_dtype != "auto";
   if (s.device == "cpu") return std::nullopt;
   if (s.device == "auto") {
     if (cpu_only || !cuda::kernels_usable()) return std::nullopt;
@@ -46,6 +47,8 @@ std::optional<c10::Device> gpu_for(const EngineSetup& s, const EngineUse& use) {
   COLOSSAL_CHECK(s.dtype != "int8" && s.dtype != "int4", "--dtype ", s.dtype,
                  " is a CPU weight format; on a GPU use fp32, bf16 or fp16 (or --device cpu)");
   COLOSSAL_CHECK(!uses_gguf(s), "--device ", s.device, ": GGUF files run on the CPU engine (use --device cpu)");
+  COLOSSAL_CHECK(s.kv_cache_dtype == "auto", "--device ", s.device, ": --kv_cache_dtype ", s.kv_cache_dtype,
+                 " is the CPU engine's (the GPU engine's cache takes the weights' dtype); use auto or --device cpu");
   COLOSSAL_CHECK(s.tp == 1, "--device ", s.device, ": the GPU engine runs one process; --tp ", s.tp,
                  " is the CPU engine's (use --device cpu)");
   COLOSSAL_CHECK(!use.cpu_only, use.cpu_only_why);
@@ -80,6 +83,16 @@ LoraEntries lora_entries(const std::vector<std::string>& lora) {
   return out;
 }
 
+// The CPU engine's options: --dtype's weights (or, for a GGUF file without one, the file's), and
+// --kv_cache_dtype's cache where it is not auto.
+LlamaInference::Options cpu_options(const EngineSetup& s, bool file_format = false) {
+  auto o = file_format ? LlamaInference::Options{} : LlamaInference::Options::named(s.dtype);
+  if (s.kv_cache_dtype == "fp32") o.kv_cache = at::kFloat;
+  if (s.kv_cache_dtype == "bf16") o.kv_cache = at::kBFloat16;
+  if (s.kv_cache_dtype == "q8_0") o.kv_cache = at::kChar;
+  return o;
+}
+
 // A model directory, or a GGUF file (weights in the file's format unless a dtype says otherwise).
 std::shared_ptr<LlamaInference> load_cpu_model(const std::string& path, const EngineSetup& s,
                                                const parallel::ParallelContext& parallel = {},
@@ -92,13 +105,12 @@ std::shared_ptr<LlamaInference> load_cpu_model(const std::string& path, const En
     auto loaded = llama::load_pretrained(path, {}, parallel);
     peft::load_adapter(*loaded.model, lora, {"lm_head"});
     peft::merge_lora(*loaded.model);
-    return std::make_shared<LlamaInference>(loaded.model, LlamaInference::Options::named(s.dtype));
+    return std::make_shared<LlamaInference>(loaded.model, cpu_options(s));
   }
-  if (!llama::is_gguf_path(path)) return LlamaInference::load(path, LlamaInference::Options::named(s.dtype), parallel);
+  if (!llama::is_gguf_path(path)) return LlamaInference::load(path, cpu_options(s), parallel);
   COLOSSAL_CHECK(!parallel.tensor_parallel(), "--tp ", s.tp, ": a GGUF file (", path,
                  ") runs on one process in this version; use --tp 1 or its Hugging Face directory");
-  return LlamaInference::load_gguf(path, s.dtype_given ? LlamaInference::Options::named(s.dtype)
-                                                       : LlamaInference::Options{});
+  return LlamaInference::load_gguf(path, cpu_options(s, !s.dtype_given));
 }
 
 // Multi-LoRA: each adapter attached to a weightless copy of the model (built lazily, never
@@ -128,7 +140,6 @@ void validate(const EngineSetup& s, const EngineUse& use) {
   validate_options(s);
   (void)lora_entries(s.lora);
   const auto gpu = gpu_for(s, use);
-  COLOSSAL_CHECK(s.dtype != "fp16" || gpu, "--dtype fp16 runs on a GPU; on the CPU use fp32, bf16, int8 or int4");
   // The cache is allocated whole: asking for more than the machine has would only fail later.
   const double available_gib = gpu ? 0.0 : available_memory_gib();
   COLOSSAL_CHECK(available_gib <= 0 || static_cast<double>(s.kv_cache_mib) / 1024 < available_gib, "--kv_cache_mib ",
@@ -220,10 +231,15 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
   out.engine = std::make_unique<inference::Engine>(engine_model, std::make_shared<llama::TokenizerDetokenizer>(tok), eos, eo);
   const std::string weights = out.gpu ? s.dtype + " on " + out.gpu->str()
                                       : std::string(kernels::cpu::to_string(out.model->options().weight_format()));
+  const auto cache_dtype = out.engine->cache().shape().dtype;
+  const char* cache_name = cache_dtype == at::kChar ? "q8_0" : cache_dtype == at::kFloat ? "fp32"
+                           : cache_dtype == at::kBFloat16 ? "bf16" : "fp16";
   char line[512];
-  std::snprintf(line, sizeof line, "%s: %.1fM parameters, %s, %d thread(s), KV cache %ld blocks of %ld tokens (%.0f s to load)",
+  std::snprintf(line, sizeof line,
+                "%s: %.1fM parameters, %s, %d thread(s), KV cache %ld blocks of %ld tokens in %s (%.0f s to load)",
                 s.model.c_str(), config.num_parameters() / 1e6, weights.c_str(), at::get_num_threads(),
                 static_cast<long>(out.engine->cache().blocks().num_blocks()), static_cast<long>(s.block_size),
+                cache_name,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
   out.description = line;
   if (s.tp > 1) out.description = "tensor parallel over " + std::to_string(s.tp) + " ranks; " + out.description;

@@ -31,7 +31,7 @@ namespace colossal::llama_app {
 struct EngineSetup {
   std::string model = "out/llama/model";  // a Hugging Face directory or a LLaMA GGUF file
   std::string device = "auto";  // auto: the GPU when one is visible and nothing asks for a CPU-only feature
-  std::string dtype = "fp32";   // fp32 | bf16 | fp16 (GPU) | int8 | int4 (CPU)
+  std::string dtype = "fp32";   // fp32 | bf16 | fp16 | int8 | int4 (CPU)
   bool dtype_given = false;     // a GGUF file keeps its own format unless a dtype is given (not a setting)
   int tp = 1;                   // tensor-parallel ranks (under colossal run, exactly this many)
   std::string draft_model;      // speculative decoding
@@ -40,6 +40,7 @@ struct EngineSetup {
   std::vector<std::string> lora;
   int64_t num_speculative_tokens = 4;
   int64_t kv_cache_mib = 256, block_size = 16, max_batch = 64, max_batched_tokens = 256;
+  std::string kv_cache_dtype = "auto";  // auto (fp32 for fp32 weights, bf16 otherwise) | fp32 | bf16 | q8_0
   uint64_t seed = 0;
   int threads = 0;  // compute threads (0: LibTorch's default)
   bool prefix_caching = true;  // the server's automatic prefix caching (not with a draft model)
@@ -52,7 +53,8 @@ struct EngineSetup {
       "and their mixes such as Q4_K_M; its own tokenizer and, without --dtype, its own formats)");
     v("device", device, "auto (the GPU when one is visible and the run needs no CPU-only feature) | cpu | cuda | cuda:N");
     v("dtype", dtype,
-      "weights: fp32 | bf16 | fp16 (GPU) | int8 | int4 (CPU; int8/int4: blocks of 32 with fp16 scales, like "
+      "weights: fp32 | bf16 | fp16 (IEEE half, llama.cpp's f16: exact on CPUs without bf16 units) | int8 | int4 "
+      "(CPU; int8/int4: blocks of 32 with fp16 scales, like "
       "llama.cpp's q8_0/q4_0, kept in MODEL/packed-<dtype>.safetensors after the first start); the KV cache is fp32 "
       "for fp32 and bf16 otherwise",
       one_of({"fp32", "bf16", "fp16", "int8", "int4"}));
@@ -65,6 +67,10 @@ struct EngineSetup {
       "picking one by its \"model\" field (CPU engine)");
     v("num_speculative_tokens", num_speculative_tokens, "tokens the draft proposes per step", between(1, 64));
     v("kv_cache_mib", kv_cache_mib, "KV cache memory (at most what the machine has available)", between(1, 1 << 30));
+    v("kv_cache_dtype", kv_cache_dtype,
+      "KV cache storage: auto (fp32 for --dtype fp32, bf16 otherwise) | fp32 | bf16 | q8_0 (CPU engine: int8 with "
+      "an fp32 scale per 32 values, 3.6x the tokens of fp32 in the same memory)",
+      one_of({"auto", "fp32", "bf16", "q8_0"}));
     v("block_size", block_size, "tokens per KV block", between(1, 4096));
     v("max_batch", max_batch, "sequences per step", between(1, 1 << 16));
     v("max_batched_tokens", max_batched_tokens, "tokens per step (prefill chunk budget)", between(1, 1 << 24));

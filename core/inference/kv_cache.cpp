@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/common/check.h"
 #include "kernels/cpu/paged_attention.h"
@@ -11,7 +12,9 @@
 namespace colossal::inference {
 
 int64_t PagedKVCache::bytes_per_block(const CacheShape& s, int64_t block_size) {
-  return 2 * s.layers * block_size * s.kv_heads * s.head_dim * static_cast<int64_t>(c10::elementSize(s.dtype));
+  int64_t row = s.head_dim * static_cast<int64_t>(c10::elementSize(s.dtype));
+  if (s.dtype == at::kChar) row += s.head_dim / scale_group(s.head_dim) * 4;  // the fp32 scales
+  return 2 * s.layers * block_size * s.kv_heads * row;
 }
 
 void KVCacheOptions::validate() const {
@@ -25,9 +28,10 @@ namespace {
 int64_t pool_blocks(const CacheShape& shape, const KVCacheOptions& o) {
   o.validate();
   COLOSSAL_CHECK(shape.dtype == at::kFloat || shape.dtype == at::kBFloat16 ||
-                     (shape.dtype == at::kHalf && shape.device.is_cuda()),
-                 "[inference] KV cache dtype must be float32 or bfloat16 (or float16 on a GPU), got ", shape.dtype,
-                 " on ", shape.device);
+                     (shape.dtype == at::kHalf && shape.device.is_cuda()) ||
+                     (shape.dtype == at::kChar && shape.device.is_cpu()),
+                 "[inference] KV cache dtype must be float32 or bfloat16 (int8, q8_0, on the CPU; float16 on a GPU), "
+                 "got ", shape.dtype, " on ", shape.device);
   if (o.num_blocks > 0) return o.num_blocks;
   int64_t per = PagedKVCache::bytes_per_block(shape, o.block_size);
   int64_t n = o.memory_bytes / per;
@@ -43,17 +47,34 @@ PagedKVCache::PagedKVCache(const CacheShape& shape, const KVCacheOptions& option
   for (int64_t l = 0; l < shape.layers; ++l) {
     k_.push_back(at::zeros({blocks_.num_blocks(), options.block_size, shape.kv_heads, shape.head_dim}, opts));
     v_.push_back(at::zeros({blocks_.num_blocks(), options.block_size, shape.kv_heads, shape.head_dim}, opts));
+    if (shape.dtype == at::kChar) {
+      const int64_t groups = shape.head_dim / scale_group(shape.head_dim);
+      for (auto* scales : {&k_scales_, &v_scales_})
+        scales->push_back(at::zeros({blocks_.num_blocks(), options.block_size, shape.kv_heads, groups}, at::kFloat));
+    }
   }
 }
 
 void PagedKVCache::write_rows(int64_t layer, const int64_t* slots, int64_t n, const float* k, const float* v,
                               int64_t stride) {
   const int64_t row = shape_.kv_heads * shape_.head_dim;
-  const bool bf16 = shape_.dtype == at::kBFloat16;
-  auto store = [&](at::Tensor& dst, const float* src) {
+  const bool bf16 = shape_.dtype == at::kBFloat16, q8 = shape_.dtype == at::kChar;
+  const int64_t group = scale_group(shape_.head_dim), groups = row / group;
+  auto store = [&](at::Tensor& dst, at::Tensor* scales, const float* src) {
     for (int64_t i = 0; i < n; ++i) {
       const float* from = src + i * stride;
-      if (bf16) {
+      if (q8) {
+        int8_t* to = dst.data_ptr<int8_t>() + slots[i] * row;
+        float* scale = scales->data_ptr<float>() + slots[i] * groups;
+        for (int64_t g = 0; g < groups; ++g) {
+          float amax = 0;
+          for (int64_t j = g * group; j < (g + 1) * group; ++j) amax = std::max(amax, std::fabs(from[j]));
+          const float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+          for (int64_t j = g * group; j < (g + 1) * group; ++j)
+            to[j] = static_cast<int8_t>(std::clamp(std::nearbyint(from[j] * inv), -127.0f, 127.0f));
+          scale[g] = d;
+        }
+      } else if (bf16) {
         auto* to = dst.data_ptr<at::BFloat16>() + slots[i] * row;
         for (int64_t j = 0; j < row; ++j) to[j] = at::BFloat16(from[j]);
       } else {
@@ -61,8 +82,9 @@ void PagedKVCache::write_rows(int64_t layer, const int64_t* slots, int64_t n, co
       }
     }
   };
-  store(keys(layer), k);
-  store(values(layer), v);
+  const auto l = static_cast<size_t>(layer);
+  store(keys(layer), q8 ? &k_scales_[l] : nullptr, k);
+  store(values(layer), q8 ? &v_scales_[l] : nullptr, v);
 }
 
 namespace {
@@ -77,6 +99,11 @@ kernels::cpu::PagedAttentionArgs attention_args(const float* q, float* out, int6
   a.k_cache = cache.keys(layer).const_data_ptr();
   a.v_cache = cache.values(layer).const_data_ptr();
   a.bf16_cache = cache.shape().dtype == at::kBFloat16;
+  if (cache.shape().dtype == at::kChar) {
+    a.k_scales = cache.key_scales(layer).const_data_ptr<float>();
+    a.v_scales = cache.value_scales(layer).const_data_ptr<float>();
+    a.scale_group = PagedKVCache::scale_group(cache.shape().head_dim);
+  }
   a.heads = heads;
   a.kv_heads = cache.shape().kv_heads;
   a.head_dim = cache.shape().head_dim;

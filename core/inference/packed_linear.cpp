@@ -34,8 +34,8 @@ PackedLinear::PackedLinear(const at::Tensor& weight, WeightFormat format) : form
     data_ = w.to(at::kFloat).contiguous();
     return;
   }
-  if (format == WeightFormat::kBF16) {
-    data_ = w.to(at::kBFloat16).contiguous();
+  if (format == WeightFormat::kBF16 || format == WeightFormat::kF16) {
+    data_ = w.to(format == WeightFormat::kF16 ? at::kHalf : at::kBFloat16).contiguous();
     return;
   }
   auto f32 = w.to(at::kFloat).contiguous();
@@ -53,8 +53,10 @@ PackedLinear::PackedLinear(const at::Tensor& weight, WeightFormat format) : form
 PackedLinear::PackedLinear(WeightFormat format, int64_t out_features, int64_t in_features, at::Tensor data,
                            at::Tensor scales)
     : format_(format), out_(out_features), in_(in_features), data_(std::move(data)), scales_(std::move(scales)) {
-  const auto expect_type = format == WeightFormat::kF32 ? at::kFloat
-                           : format == WeightFormat::kBF16 ? at::kBFloat16 : at::kByte;
+  const auto expect_type = format == WeightFormat::kF32    ? at::kFloat
+                           : format == WeightFormat::kBF16 ? at::kBFloat16
+                           : format == WeightFormat::kF16  ? at::kHalf
+                                                           : at::kByte;
   if (kc::is_kquant(format))
     COLOSSAL_CHECK(in_ % kc::kSuperBlock == 0, "[inference] a ", kc::to_string(format), " weight [", out_, ", ", in_,
                    "]: K-quant rows are whole super-blocks of 256 columns");
@@ -72,6 +74,11 @@ PackedLinear::PackedLinear(WeightFormat format, int64_t out_features, int64_t in
 
 PackedLinear PackedLinear::from_ggml_blocks(WeightFormat format, int64_t out_features, int64_t in_features,
                                            const uint8_t* blocks) {
+  if (format == WeightFormat::kF16 || format == WeightFormat::kBF16) {  // ggml's f16/bf16 rows are ours
+    auto data = at::empty({out_features, in_features}, format == WeightFormat::kF16 ? at::kHalf : at::kBFloat16);
+    std::memcpy(data.data_ptr(), blocks, static_cast<size_t>(data.nbytes()));
+    return PackedLinear(format, out_features, in_features, data, at::Tensor());
+  }
   if (kc::is_kquant(format)) {
     COLOSSAL_CHECK(in_features % kc::kSuperBlock == 0, "[inference] ggml blocks: ", kc::to_string(format), " [",
                    out_features, ", ", in_features, "] (K-quant rows are whole super-blocks of 256)");
@@ -190,7 +197,9 @@ void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy
     yt.copy_(at::mm(xt, data_.t()));
     return;
   }
-  if (native_bf16_gemm()) {
+  // f16 is widened exactly to fp32 (bf16 would round it); bf16 and quantized weights take the bf16
+  // GEMM where the CPU has one.
+  if (native_bf16_gemm() && format_ != WeightFormat::kF16) {
     if (format_ == WeightFormat::kBF16) {
       yt.copy_(at::mm(xt.to(at::kBFloat16), data_.t()));
       return;
@@ -204,7 +213,7 @@ void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy
     yt.copy_(at::mm(xt.to(at::kBFloat16), w.t()));
     return;
   }
-  // No bf16 hardware: the weights (bf16 or quantized) unpacked to fp32, then ATen's fp32 GEMM.
+  // No bf16 hardware (or f16 weights): the weights unpacked to fp32, then ATen's fp32 GEMM.
   thread_local at::Tensor scratch32;
   if (!scratch32.defined() || scratch32.numel() < out_ * in_) scratch32 = at::empty({out_ * in_}, at::kFloat);
   float* dst = scratch32.data_ptr<float>();

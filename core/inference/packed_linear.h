@@ -29,7 +29,7 @@ class PackedLinear {
   PackedLinear(WeightFormat format, int64_t out_features, int64_t in_features, at::Tensor data, at::Tensor scales);
 
   /// llama.cpp's q8_0/q4_0 blocks of a [out, in] matrix (in a multiple of 32) as kQ8/kQ4, exactly;
-  /// K-quant blocks (in a multiple of 256) copied as they are.
+  /// K-quant blocks (in a multiple of 256) and f16/bf16 rows copied as they are.
   static PackedLinear from_ggml_blocks(WeightFormat format, int64_t out_features, int64_t in_features,
                                        const uint8_t* blocks);
   /// The rows of `parts` one after another (the same in_features): fused matrices. Parts in

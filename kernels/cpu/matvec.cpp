@@ -72,6 +72,12 @@ void matvec_scalar(const MatrixView& w, const MatvecInput& in, float* y, int64_t
           for (int64_t c = 0; c < cols; ++c) acc += detail::bf16_to_float(wr[c]) * detail::bf16_to_float(x[c]);
           break;
         }
+        case WeightFormat::kF16: {
+          const uint16_t* wr = static_cast<const uint16_t*>(w.data) + r * cols;
+          const float* x = in.f32 + i * in.stride;
+          for (int64_t c = 0; c < cols; ++c) acc += half_to_float(wr[c]) * x[c];
+          break;
+        }
         default: {
           const int64_t stored = stored_cols(w.format, cols), blocks = stored / kQuantBlock;
           const auto* wr = static_cast<const uint8_t*>(w.data) + r * data_bytes(w.format, 1, cols);
@@ -104,6 +110,7 @@ const char* to_string(WeightFormat f) {
     case WeightFormat::kQ4K: return "q4_k";
     case WeightFormat::kQ5K: return "q5_k";
     case WeightFormat::kQ6K: return "q6_k";
+    case WeightFormat::kF16: return "f16";
   }
   return "?";
 }
@@ -111,12 +118,13 @@ const char* to_string(WeightFormat f) {
 WeightFormat weight_format(const std::string& name) {
   if (name == "f32" || name == "fp32" || name == "float32") return WeightFormat::kF32;
   if (name == "bf16" || name == "bfloat16") return WeightFormat::kBF16;
+  if (name == "f16" || name == "fp16" || name == "float16") return WeightFormat::kF16;
   if (name == "int8" || name == "q8" || name == "q8_0") return WeightFormat::kQ8;
   if (name == "int4" || name == "q4" || name == "q4_0") return WeightFormat::kQ4;
   for (auto f : {WeightFormat::kQ2K, WeightFormat::kQ3K, WeightFormat::kQ4K, WeightFormat::kQ5K, WeightFormat::kQ6K})
     if (name == to_string(f)) return f;
-  throw std::invalid_argument("unknown weight format '" + name + "' (known: fp32, bf16, int8, int4, and q2_k .. q6_k "
-                              "as a GGUF file holds them)");
+  throw std::invalid_argument("unknown weight format '" + name + "' (known: fp32, bf16, fp16, int8, int4, and "
+                              "q2_k .. q6_k as a GGUF file holds them)");
 }
 
 int64_t stored_cols(WeightFormat f, int64_t cols) { return is_quantized(f) ? round_up(cols, kQuantChunk) : cols; }
@@ -124,7 +132,8 @@ int64_t stored_cols(WeightFormat f, int64_t cols) { return is_quantized(f) ? rou
 int64_t data_bytes(WeightFormat f, int64_t rows, int64_t cols) {
   switch (f) {
     case WeightFormat::kF32: return rows * cols * 4;
-    case WeightFormat::kBF16: return rows * cols * 2;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16: return rows * cols * 2;
     case WeightFormat::kQ8: return rows * stored_cols(f, cols);
     case WeightFormat::kQ4: return rows * stored_cols(f, cols) / 2;
     default: return rows * (cols / kSuperBlock) * kquant_block_bytes(f);
@@ -174,9 +183,10 @@ void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void*
     std::memcpy(data, w, static_cast<size_t>(rows * cols) * sizeof(float));
     return;
   }
-  if (f == WeightFormat::kBF16) {
+  if (f == WeightFormat::kBF16 || f == WeightFormat::kF16) {
     auto* out = static_cast<uint16_t*>(data);
-    for (int64_t i = 0; i < rows * cols; ++i) out[i] = detail::float_to_bf16(w[i]);
+    for (int64_t i = 0; i < rows * cols; ++i)
+      out[i] = f == WeightFormat::kF16 ? float_to_half(w[i]) : detail::float_to_bf16(w[i]);
     return;
   }
   const int64_t stored = stored_cols(f, cols), blocks = stored / kQuantBlock, row_bytes = data_bytes(f, 1, cols);
@@ -258,7 +268,8 @@ void pack_ggml_rows(const uint8_t* blocks, int64_t rows, int64_t cols, WeightFor
 
 void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
   const int64_t cols = w.cols;
-  if (is_quantized(w.format) && g_matvec_choice.load(std::memory_order_relaxed) != 0 && detail::matvec_avx2_supports())
+  const bool avx2_unpacks = is_quantized(w.format) || w.format == WeightFormat::kF16;
+  if (avx2_unpacks && g_matvec_choice.load(std::memory_order_relaxed) != 0 && detail::matvec_avx2_supports())
     return detail::unpack_rows_avx2(w, begin, end, out);
   for (int64_t r = begin; r < end; ++r) {
     float* dst = out + (r - begin) * cols;
@@ -269,6 +280,11 @@ void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
       case WeightFormat::kBF16: {
         const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * cols;
         for (int64_t c = 0; c < cols; ++c) dst[c] = detail::bf16_to_float(src[c]);
+        break;
+      }
+      case WeightFormat::kF16: {
+        const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * cols;
+        for (int64_t c = 0; c < cols; ++c) dst[c] = half_to_float(src[c]);
         break;
       }
       case WeightFormat::kQ8:
@@ -294,7 +310,7 @@ void unpack_rows_bf16(const MatrixView& w, int64_t begin, int64_t end, uint16_t*
                 static_cast<size_t>((end - begin) * w.cols) * sizeof(uint16_t));
     return;
   }
-  if (w.format != WeightFormat::kF32 && use_avx512(w.format) && detail::matvec_avx512_supports(WeightFormat::kBF16))
+  if (is_quantized(w.format) && use_avx512(w.format) && detail::matvec_avx512_supports(WeightFormat::kBF16))
     return detail::unpack_rows_bf16_avx512(w, begin, end, out);
   std::vector<float> row(static_cast<size_t>(w.cols));
   for (int64_t r = begin; r < end; ++r) {
@@ -312,6 +328,7 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
   in.cols = cols;
   switch (f) {
     case WeightFormat::kF32:
+    case WeightFormat::kF16:  // the weights are widened, the input stays fp32
       in.stride = cols;
       in.f32 = x;
       return;

@@ -6,6 +6,7 @@
 //
 //   kF32  float      [rows, cols]
 //   kBF16 bfloat16   [rows, cols]                       (x rounded to bf16; AVX512-BF16 dot products)
+//   kF16  IEEE half  [rows, cols]                       (llama.cpp's f16; widened by F16C, x stays fp32)
 //   kQ8   uint8      [rows, padded] = int8 value + 128  plus an fp16 scale per block of 32
 //   kQ4   uint8      [rows, padded / 2], values 0..15 (= int4 + 8), plus an fp16 scale per block
 //   kQ2K..kQ6K       llama.cpp's K-quant super-blocks as the GGUF file holds them (kernels/cpu/kquants.h):
@@ -29,10 +30,10 @@
 namespace colossal::kernels::cpu {
 
 enum class WeightFormat : int32_t {
-  kF32 = 0, kBF16 = 1, kQ8 = 2, kQ4 = 3, kQ2K = 4, kQ3K = 5, kQ4K = 6, kQ5K = 7, kQ6K = 8
+  kF32 = 0, kBF16 = 1, kQ8 = 2, kQ4 = 3, kQ2K = 4, kQ3K = 5, kQ4K = 6, kQ5K = 7, kQ6K = 8, kF16 = 9
 };
 const char* to_string(WeightFormat f);
-/// "f32"/"fp32", "bf16", "int8"/"q8", "int4"/"q4", "q2_k" .. "q6_k"; throws std::invalid_argument
+/// "f32"/"fp32", "bf16", "f16"/"fp16", "int8"/"q8", "int4"/"q4", "q2_k" .. "q6_k"; throws std::invalid_argument
 /// naming the rest.
 WeightFormat weight_format(const std::string& name);
 
@@ -50,11 +51,11 @@ constexpr int64_t kQuantBlock = 32;  // weights per scale
 constexpr int64_t kQuantChunk = 64;  // quantized rows are padded to a multiple of this
 constexpr int64_t kMaxVectors = 16;  // input rows per matvec call (the kernels share loads 8 at a time)
 
-/// Columns a stored row holds (cols for f32/bf16, padded to 64 for q8/q4).
+/// Columns a stored row holds (cols for f32/bf16/f16, padded to 64 for q8/q4).
 int64_t stored_cols(WeightFormat f, int64_t cols);
 /// Bytes of a [rows, cols] matrix's values (without scales).
 int64_t data_bytes(WeightFormat f, int64_t rows, int64_t cols);
-/// fp16 scales of a [rows, cols] matrix (0 for f32/bf16).
+/// fp16 scales of a [rows, cols] matrix (0 for f32/bf16/f16).
 int64_t scale_count(WeightFormat f, int64_t rows, int64_t cols);
 
 struct MatrixView {
@@ -82,7 +83,7 @@ void unpack_rows_bf16(const MatrixView& w, int64_t begin, int64_t end, uint16_t*
 struct MatvecInput {
   WeightFormat format = WeightFormat::kF32;
   int64_t m = 0, cols = 0, stride = 0;  // stride: elements between input rows below
-  const float* f32 = nullptr;           // kF32: the caller's x
+  const float* f32 = nullptr;           // kF32, kF16: the caller's x
   std::vector<uint16_t> bf16;           // kBF16: [m, stride]
   std::vector<int8_t> q;                // kQ8/kQ4 and K-quants: [m, stride]
   std::vector<float> block_scale;       // [m, stride / 32] (K-quants: [m, stride / 256])
@@ -123,7 +124,7 @@ bool matvec_avx512_supports(WeightFormat f);
 void matvec_avx512(const MatrixView& w, const MatvecInput& in, int first, int count, float* y, int64_t ldy,
                    int64_t begin, int64_t end);
 void unpack_rows_bf16_avx512(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out);
-/// unpack_rows for int8/int4 with AVX2 (the same values).
+/// unpack_rows for int8/int4/f16 with AVX2 (the same values).
 void unpack_rows_avx2(const MatrixView& w, int64_t begin, int64_t end, float* out);
 float stream_sum_avx512(const float* p, int64_t n);
 /// prepare_input's quantization for int8/int4 (in's sizes already set): per block of 32, the

@@ -1,6 +1,6 @@
 // The matvec kernels for CPUs with AVX2 and FMA but not AVX-512 (compiled with -mavx2 -mfma
 // -mf16c; chosen at run time). Same arithmetic as the AVX-512 ones, 8 lanes wide:
-//  * fp32: FMAs;  bf16: both operands widened to fp32 (a shift) and FMAs;
+//  * fp32: FMAs;  bf16: both operands widened to fp32 (a shift) and FMAs;  f16: F16C widening, FMAs;
 //  * int8/int4: per block of 32, the stored weights made signed again (q8: xor 0x80; q4: the
 //    nibble minus 8) and multiplied with the int8 activations by maddubs/madd. maddubs takes an
 //    unsigned and a signed operand, so it gets |w| and the activations with w's sign (|w| <= 128,
@@ -56,6 +56,24 @@ void row_bf16(const uint16_t* w, const MatvecInput& in, int first, int64_t cols,
   }
 }
 
+// f16 weights widened by F16C (one conversion per 8 weights), fp32 inputs.
+template <int M>
+void row_f16(const uint16_t* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
+  __m256 acc[M];
+  for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= cols; c += 8) {
+    const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c)));
+    for (int i = 0; i < M; ++i)
+      acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(in.f32 + (first + i) * in.stride + c), acc[i]);
+  }
+  for (int i = 0; i < M; ++i) {
+    float s = hsum(acc[i]);
+    for (int64_t t = c; t < cols; ++t) s += _cvtsh_ss(w[t]) * in.f32[(first + i) * in.stride + t];
+    y[(first + i) * ldy + r] = s;
+  }
+}
+
 // Sum over 32 columns of w * x as 8 int32 lanes (w signed int8, x int8).
 inline __m256i block_dot(__m256i w, __m256i x) {
   const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
@@ -103,6 +121,10 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
       for (int64_t r = begin; r < end; ++r)
         row_bf16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
       return;
+    case WeightFormat::kF16:
+      for (int64_t r = begin; r < end; ++r)
+        row_f16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
+      return;
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: {
       const int64_t stored = stored_cols(w.format, w.cols), chunks = stored / kQuantChunk;
@@ -123,9 +145,20 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
 
 }  // namespace
 
-// int8/int4 rows to fp32 (the prefill GEMM's weights on CPUs without bf16 units): per block of 32,
-// the signed values widened and multiplied by the block's scale, as unpack_rows does.
+// int8/int4/f16 rows to fp32 (the prefill GEMM's weights on CPUs without bf16 units): per block of
+// 32, the signed values widened and multiplied by the block's scale, as unpack_rows does; f16 by F16C.
 void unpack_rows_avx2(const MatrixView& w, int64_t begin, int64_t end, float* out) {
+  if (w.format == WeightFormat::kF16) {
+    for (int64_t r = begin; r < end; ++r) {
+      const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * w.cols;
+      float* dst = out + (r - begin) * w.cols;
+      int64_t c = 0;
+      for (; c + 8 <= w.cols; c += 8)
+        _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))));
+      for (; c < w.cols; ++c) dst[c] = _cvtsh_ss(src[c]);
+    }
+    return;
+  }
   const int64_t stored = stored_cols(w.format, w.cols), blocks = stored / kQuantBlock;
   const int64_t row_bytes = data_bytes(w.format, 1, w.cols), full = w.cols / kQuantChunk;
   const bool q4 = w.format == WeightFormat::kQ4;

@@ -1,6 +1,6 @@
-// AVX-512 matvec: fp32 FMAs, AVX512-BF16 pair dot products, AVX512-VNNI u8 x s8 dot products for
-// the quantized formats. Built with -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16
-// -mf16c; entered only after matvec_avx512_supports() checked the CPU for the format's needs.
+// AVX-512 matvec: fp32 FMAs (f16 weights widened first), AVX512-BF16 pair dot products,
+// AVX512-VNNI u8 x s8 dot products for the quantized formats. Built with -mavx512f -mavx512bw
+// -mavx512vl -mavx512vnni -mavx512bf16 -mf16c; entered only after matvec_avx512_supports() checked the CPU for the format's needs.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,6 +31,28 @@ void row_f32(const float* w, const MatvecInput& in, int first, int64_t cols, flo
       acc[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(k, in.f32 + (first + i) * in.stride + c), acc[i]);
   }
   for (int i = 0; i < M; ++i) y[(first + i) * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
+}
+
+// f16 weights widened by F16C's 512-bit conversion (AVX512F), fp32 inputs; a scalar tail.
+template <int M>
+void row_f16(const uint16_t* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
+  __m512 acc[M], acc2[M];
+  for (int i = 0; i < M; ++i) acc[i] = acc2[i] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 32 <= cols; c += 32) {
+    const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c)));
+    const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c + 16)));
+    for (int i = 0; i < M; ++i) {
+      const float* x = in.f32 + (first + i) * in.stride + c;
+      acc[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[i]);
+      acc2[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc2[i]);
+    }
+  }
+  for (int i = 0; i < M; ++i) {
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], acc2[i]));
+    for (int64_t t = c; t < cols; ++t) s += _cvtsh_ss(w[t]) * in.f32[(first + i) * in.stride + t];
+    y[(first + i) * ldy + r] = s;
+  }
 }
 
 // bf16 weights and inputs: 32 columns per dot-product instruction; the input is zero-padded to 32.
@@ -132,6 +154,10 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
     case WeightFormat::kBF16:
       for (int64_t r = begin; r < end; ++r)
         row_bf16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
+      return;
+    case WeightFormat::kF16:
+      for (int64_t r = begin; r < end; ++r)
+        row_f16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
       return;
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: {
@@ -239,11 +265,13 @@ float stream_sum_avx512(const float* p, int64_t n) {
 
 bool matvec_avx512_supports(WeightFormat f) {
   static const bool f32 = __builtin_cpu_supports("avx512f");
+  static const bool f16 = f32 && __builtin_cpu_supports("f16c");
   static const bool bf16 = f32 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
   static const bool vnni = f32 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                            __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
   switch (f) {
     case WeightFormat::kF32: return f32;
+    case WeightFormat::kF16: return f16;
     case WeightFormat::kBF16: return bf16;
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: return vnni;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace colossal::kernels::cpu {
@@ -18,9 +20,17 @@ inline float bf16_to_float(uint16_t b) {
   return f;
 }
 
-// Loads a key/value row as fp32 (a copy only for bf16).
-inline const float* row(const void* cache, bool bf16, int64_t index, int64_t d, float* scratch) {
-  if (!bf16) return static_cast<const float*>(cache) + index * d;
+// Loads a key/value row as fp32 (a copy only for bf16 and q8_0).
+inline const float* row(const PagedAttentionArgs& p, const void* cache, const float* scales, int64_t index,
+                        float* scratch) {
+  const int64_t d = p.head_dim;
+  if (scales) {
+    const int8_t* src = static_cast<const int8_t*>(cache) + index * d;
+    const float* s = scales + index * (d / p.scale_group);
+    for (int64_t i = 0; i < d; ++i) scratch[i] = static_cast<float>(src[i]) * s[i / p.scale_group];
+    return scratch;
+  }
+  if (!p.bf16_cache) return static_cast<const float*>(cache) + index * d;
   const uint16_t* src = static_cast<const uint16_t*>(cache) + index * d;
   for (int64_t i = 0; i < d; ++i) scratch[i] = bf16_to_float(src[i]);
   return scratch;
@@ -46,8 +56,15 @@ __attribute__((target_clones("avx2", "default"))) void scale_add(float* acc, flo
 }  // namespace
 
 void paged_attention(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
-  if (detail::paged_attention_avx512_fits(p.head_dim, p.block_size)) return detail::paged_attention_avx512(p, begin, end);
-  if (detail::paged_attention_avx2_fits(p.head_dim, p.block_size)) return detail::paged_attention_avx2(p, begin, end);
+  if (p.k_scales && (p.scale_group < 1 || p.head_dim % p.scale_group != 0))
+    throw std::invalid_argument("paged_attention: a q8_0 cache's scale group of " + std::to_string(p.scale_group) +
+                                " values does not divide the head dim " + std::to_string(p.head_dim));
+  // A q8_0 row's vector loads each meet one scale: its group must be a whole number of lanes.
+  const bool q8 = p.k_scales != nullptr;
+  if (detail::paged_attention_avx512_fits(p.head_dim, p.block_size) && (!q8 || p.scale_group % 16 == 0))
+    return detail::paged_attention_avx512(p, begin, end);
+  if (detail::paged_attention_avx2_fits(p.head_dim, p.block_size) && (!q8 || p.scale_group % 8 == 0))
+    return detail::paged_attention_avx2(p, begin, end);
   paged_attention_portable(p, begin, end);
 }
 
@@ -71,7 +88,7 @@ void paged_attention_portable(const PagedAttentionArgs& p, int64_t begin, int64_
       float block_max = -std::numeric_limits<float>::infinity();
       for (int64_t j = j0; j < n; ++j) {
         int64_t index = (block * p.block_size + j) * p.kv_heads + kvh;
-        scores[j] = dot(q, row(p.k_cache, p.bf16_cache, index, d, scratch.data()), d) * p.scale;
+        scores[j] = dot(q, row(p, p.k_cache, p.k_scales, index, scratch.data()), d) * p.scale;
         if (p.softcap > 0) scores[j] = p.softcap * std::tanh(scores[j] / p.softcap);
         block_max = std::max(block_max, scores[j]);
       }
@@ -83,7 +100,7 @@ void paged_attention_portable(const PagedAttentionArgs& p, int64_t begin, int64_
         const float w = std::exp(scores[j] - new_m);
         l += w;
         int64_t index = (block * p.block_size + j) * p.kv_heads + kvh;
-        scale_add(acc.data(), 1.0f, row(p.v_cache, p.bf16_cache, index, d, scratch.data()), w, d);
+        scale_add(acc.data(), 1.0f, row(p, p.v_cache, p.v_scales, index, scratch.data()), w, d);
       }
       m = new_m;
     }

@@ -5,7 +5,9 @@
 // and the cache is never gathered into a contiguous copy.
 //
 // Layout: q, out [tokens, heads, head_dim] fp32; cache [blocks, block_size, kv_heads, head_dim]
-// in fp32 or bf16 (raw bits). Grouped-query attention: head h reads kv head h / (heads/kv_heads).
+// in fp32, bf16 (raw bits) or int8 (q8_0: signed values with one fp32 scale per group of
+// `scale_group` values of a row, scales [blocks, block_size, kv_heads, head_dim / scale_group]).
+// Grouped-query attention: head h reads kv head h / (heads/kv_heads).
 // Work is split by the caller: run(args, begin, end) handles work items [begin, end) of
 // tokens x heads, so any thread pool can drive it.
 #include <cstdint>
@@ -18,6 +20,9 @@ struct PagedAttentionArgs {
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   bool bf16_cache = false;
+  const float* k_scales = nullptr;  // set: an int8 (q8_0) cache, these its scales
+  const float* v_scales = nullptr;
+  int64_t scale_group = 0;          // values per scale (a divisor of head_dim)
   int64_t heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
   const int32_t* block_tables = nullptr;  // [sequences, max_blocks]
   int64_t max_blocks = 0;

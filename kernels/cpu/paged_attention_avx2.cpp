@@ -18,6 +18,9 @@ struct Avx2 {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
   }
+  static Reg load_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
   static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   static Reg set1(float x) { return _mm256_set1_ps(x); }
   static Reg zero() { return _mm256_setzero_ps(); }
@@ -28,20 +31,20 @@ struct Avx2 {
 
 constexpr int kMaxChunks = 32;  // head_dim / 8
 
-template <bool Bf16>
+template <CacheKind Kind>
 void dispatch(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
   switch (p.head_dim / 8) {
-    case 2: return attend_rows<Avx2, Bf16, 2>(p, begin, end);
-    case 4: return attend_rows<Avx2, Bf16, 4>(p, begin, end);
-    case 5: return attend_rows<Avx2, Bf16, 5>(p, begin, end);
-    case 6: return attend_rows<Avx2, Bf16, 6>(p, begin, end);
-    case 8: return attend_rows<Avx2, Bf16, 8>(p, begin, end);
-    case 10: return attend_rows<Avx2, Bf16, 10>(p, begin, end);
-    case 12: return attend_rows<Avx2, Bf16, 12>(p, begin, end);
-    case 16: return attend_rows<Avx2, Bf16, 16>(p, begin, end);
-    case 20: return attend_rows<Avx2, Bf16, 20>(p, begin, end);
-    case 24: return attend_rows<Avx2, Bf16, 24>(p, begin, end);
-    default: return attend_rows<Avx2, Bf16, kMaxChunks>(p, begin, end);
+    case 2: return attend_rows<Avx2, Kind, 2>(p, begin, end);
+    case 4: return attend_rows<Avx2, Kind, 4>(p, begin, end);
+    case 5: return attend_rows<Avx2, Kind, 5>(p, begin, end);
+    case 6: return attend_rows<Avx2, Kind, 6>(p, begin, end);
+    case 8: return attend_rows<Avx2, Kind, 8>(p, begin, end);
+    case 10: return attend_rows<Avx2, Kind, 10>(p, begin, end);
+    case 12: return attend_rows<Avx2, Kind, 12>(p, begin, end);
+    case 16: return attend_rows<Avx2, Kind, 16>(p, begin, end);
+    case 20: return attend_rows<Avx2, Kind, 20>(p, begin, end);
+    case 24: return attend_rows<Avx2, Kind, 24>(p, begin, end);
+    default: return attend_rows<Avx2, Kind, kMaxChunks>(p, begin, end);
   }
 }
 
@@ -57,8 +60,9 @@ bool paged_attention_avx2_fits(int64_t head_dim, int64_t block_size) {
 }
 
 void paged_attention_avx2(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
-  if (p.bf16_cache) return dispatch<true>(p, begin, end);
-  dispatch<false>(p, begin, end);
+  if (p.k_scales) return dispatch<kQ8Cache>(p, begin, end);
+  if (p.bf16_cache) return dispatch<kBf16Cache>(p, begin, end);
+  dispatch<kF32Cache>(p, begin, end);
 }
 
 }  // namespace colossal::kernels::cpu::detail

@@ -16,6 +16,9 @@ struct Avx512 {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
   }
+  static Reg load_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
   static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static Reg set1(float x) { return _mm512_set1_ps(x); }
   static Reg zero() { return _mm512_setzero_ps(); }
@@ -26,20 +29,20 @@ struct Avx512 {
 
 constexpr int kMaxChunks = 16;  // head_dim / 16
 
-template <bool Bf16>
+template <CacheKind Kind>
 void dispatch(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
   switch (p.head_dim / 16) {
-    case 1: return attend_rows<Avx512, Bf16, 1>(p, begin, end);
-    case 2: return attend_rows<Avx512, Bf16, 2>(p, begin, end);
-    case 3: return attend_rows<Avx512, Bf16, 3>(p, begin, end);
-    case 4: return attend_rows<Avx512, Bf16, 4>(p, begin, end);
-    case 5: return attend_rows<Avx512, Bf16, 5>(p, begin, end);
-    case 6: return attend_rows<Avx512, Bf16, 6>(p, begin, end);
-    case 7: return attend_rows<Avx512, Bf16, 7>(p, begin, end);
-    case 8: return attend_rows<Avx512, Bf16, 8>(p, begin, end);
-    case 10: return attend_rows<Avx512, Bf16, 10>(p, begin, end);
-    case 12: return attend_rows<Avx512, Bf16, 12>(p, begin, end);
-    default: return attend_rows<Avx512, Bf16, kMaxChunks>(p, begin, end);
+    case 1: return attend_rows<Avx512, Kind, 1>(p, begin, end);
+    case 2: return attend_rows<Avx512, Kind, 2>(p, begin, end);
+    case 3: return attend_rows<Avx512, Kind, 3>(p, begin, end);
+    case 4: return attend_rows<Avx512, Kind, 4>(p, begin, end);
+    case 5: return attend_rows<Avx512, Kind, 5>(p, begin, end);
+    case 6: return attend_rows<Avx512, Kind, 6>(p, begin, end);
+    case 7: return attend_rows<Avx512, Kind, 7>(p, begin, end);
+    case 8: return attend_rows<Avx512, Kind, 8>(p, begin, end);
+    case 10: return attend_rows<Avx512, Kind, 10>(p, begin, end);
+    case 12: return attend_rows<Avx512, Kind, 12>(p, begin, end);
+    default: return attend_rows<Avx512, Kind, kMaxChunks>(p, begin, end);
   }
 }
 
@@ -53,8 +56,9 @@ bool paged_attention_avx512_fits(int64_t head_dim, int64_t block_size) {
 }
 
 void paged_attention_avx512(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
-  if (p.bf16_cache) return dispatch<true>(p, begin, end);
-  dispatch<false>(p, begin, end);
+  if (p.k_scales) return dispatch<kQ8Cache>(p, begin, end);
+  if (p.bf16_cache) return dispatch<kBf16Cache>(p, begin, end);
+  dispatch<kF32Cache>(p, begin, end);
 }
 
 }  // namespace colossal::kernels::cpu::detail

@@ -1,9 +1,9 @@
 #pragma once
 // The vector paged-attention loop, written once for any vector width: the AVX-512 and AVX2 files
 // each include it with their own Vec (register type, lane count, loads, arithmetic). The query
-// and the running output stay in Vec variables, keys and values are read (and bf16 widened)
-// straight from the cache; the online softmax is the portable kernel's, with the scale folded
-// into the query. Internal linkage on purpose: each file compiles its own copy with its own
+// and the running output stay in Vec variables, keys and values are read straight from the
+// cache (bf16 widened, q8_0 widened and scaled); the online softmax is the portable kernel's,
+// with the scale folded into the query. Internal linkage on purpose: each file compiles its own copy with its own
 // instruction set.
 #include <algorithm>
 #include <cmath>
@@ -16,13 +16,27 @@ namespace {  // NOLINT(build/namespaces): see above
 
 constexpr int kMaxCachedBlock = 512;  // tokens per cache block the loop handles
 
-template <class Vec, bool Bf16>
-inline typename Vec::Reg load_row(const void* base, int64_t offset) {
-  if constexpr (Bf16) return Vec::load_bf16(static_cast<const uint16_t*>(base) + offset);
-  else return Vec::load(static_cast<const float*>(base) + offset);
+// How the cache stores its values.
+enum CacheKind { kF32Cache, kBf16Cache, kQ8Cache };
+
+// Lanes [L*c, L*c + L) of the cache row starting at value `row`, as fp32. A q8_0 row's scale
+// group is a multiple of the lane count (paged_attention's dispatch checks), so each load meets
+// one scale.
+template <class Vec, CacheKind Kind>
+inline typename Vec::Reg load_row(const PagedAttentionArgs& p, const void* base, const float* scales, int64_t row,
+                                  int c) {
+  constexpr int L = Vec::kLanes;
+  if constexpr (Kind == kBf16Cache) {
+    return Vec::load_bf16(static_cast<const uint16_t*>(base) + row + L * c);
+  } else if constexpr (Kind == kQ8Cache) {
+    const float s = scales[row / p.scale_group + (L * c) / p.scale_group];
+    return Vec::mul(Vec::load_i8(static_cast<const int8_t*>(base) + row + L * c), Vec::set1(s));
+  } else {
+    return Vec::load(static_cast<const float*>(base) + row + L * c);
+  }
 }
 
-template <class Vec, bool Bf16, int Chunks>
+template <class Vec, CacheKind Kind, int Chunks>
 void attend_rows(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
   using Reg = typename Vec::Reg;
   constexpr int L = Vec::kLanes;
@@ -49,8 +63,8 @@ void attend_rows(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
       float block_max = -std::numeric_limits<float>::infinity();
       for (int64_t j = j0; j < n; ++j) {
         const int64_t row = ((block * p.block_size + j) * p.kv_heads + kvh) * d;
-        Reg s = Vec::mul(q[0], load_row<Vec, Bf16>(p.k_cache, row));
-        for (int c = 1; c < Chunks; ++c) s = Vec::fmadd(q[c], load_row<Vec, Bf16>(p.k_cache, row + L * c), s);
+        Reg s = Vec::mul(q[0], load_row<Vec, Kind>(p, p.k_cache, p.k_scales, row, 0));
+        for (int c = 1; c < Chunks; ++c) s = Vec::fmadd(q[c], load_row<Vec, Kind>(p, p.k_cache, p.k_scales, row, c), s);
         scores[j] = Vec::reduce_add(s);
         if (p.softcap > 0) scores[j] = p.softcap * std::tanh(scores[j] / p.softcap);
         block_max = std::max(block_max, scores[j]);
@@ -65,7 +79,8 @@ void attend_rows(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
         const float w = std::exp(scores[j] - new_m);
         l += w;
         const Reg wv = Vec::set1(w);
-        for (int c = 0; c < Chunks; ++c) acc[c] = Vec::fmadd(wv, load_row<Vec, Bf16>(p.v_cache, row + L * c), acc[c]);
+        for (int c = 0; c < Chunks; ++c)
+          acc[c] = Vec::fmadd(wv, load_row<Vec, Kind>(p, p.v_cache, p.v_scales, row, c), acc[c]);
       }
       m = new_m;
     }

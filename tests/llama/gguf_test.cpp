@@ -124,7 +124,7 @@ TEST_F(Gguf, HyperParametersAndTokenizerComeFromTheFile) {
 }
 
 // f32 is exact: the same logits bit for bit as the checkpoint (so the query/key rows are put
-// back in place); f16 is the checkpoint within f16's rounding; q8_0 and q4_0 are kept as the
+// back in place); f16 is the checkpoint within f16's rounding, kept as f16; q8_0 and q4_0 are kept as the
 // file's blocks, which are what our own int8/int4 quantization of the checkpoint makes: the same
 // logits bit for bit as ours.
 TEST_F(Gguf, EveryFormatGivesTheCheckpointsGreedyTokens) {
@@ -141,9 +141,22 @@ TEST_F(Gguf, EveryFormatGivesTheCheckpointsGreedyTokens) {
   EXPECT_TRUE(torch::equal(f32->logits(ids), ref_logits));
   EXPECT_EQ(greedy(f32), reference);
 
+  // f16 stays f16 (llama.cpp's format, widened exactly by the kernels): our own fp16 packing of
+  // the checkpoint rounds the same way, so the logits are the same bit for bit.
   auto f16 = LlamaInference::load_gguf(write("f16"), {});
-  EXPECT_EQ(f16->options().weight_format(), inference::WeightFormat::kBF16);
-  EXPECT_LT(error(f16->logits(ids)), 0.03);
+  EXPECT_EQ(f16->options().weight_format(), inference::WeightFormat::kF16);
+  const auto f16_logits = f16->logits(ids);
+  EXPECT_LT(error(f16_logits), 0.005);
+  auto own_f16 = LlamaInference::load(dir_, LlamaInference::Options::named("fp16"));
+  EXPECT_TRUE(torch::equal(f16_logits, own_f16->logits(ids)));
+  // With an fp32 KV cache (the file's weights kept), the decode kernels, one token at a time,
+  // against the prefill's GEMM: only the summation order differs.
+  LlamaInference::Options fp32_cache;
+  fp32_cache.kv_cache = at::kFloat;
+  auto f16_fp32_cache = LlamaInference::load_gguf(dir_ + "/model-f16.gguf", fp32_cache);
+  EXPECT_EQ(f16_fp32_cache->options().weight_format(), inference::WeightFormat::kF16);
+  EXPECT_EQ(f16_fp32_cache->cache_shape().dtype, at::kFloat);
+  EXPECT_LT((f16_fp32_cache->logits(ids, 1) - f16_logits).abs().max().item<double>() / scale, 1e-5);
   auto f16_exact = LlamaInference::load_gguf(dir_ + "/model-f16.gguf", LlamaInference::Options::named("fp32"));
   EXPECT_LT(error(f16_exact->logits(ids)), 0.005) << "f16 values held in fp32";
 

@@ -309,10 +309,11 @@ TEST(Inference, Gpt2FollowsTheTrainingModel) {
 
 // int8/int4 weights: the logits of fp32 arithmetic over the dequantized weights, up to the
 // inputs' own int8 rounding (per block of 32 values: half a step of 1/127 of the block's largest),
-// and the same greedy choice wherever the choice is clear; bf16 within bf16's rounding.
+// and the same greedy choice wherever the choice is clear; bf16 within bf16's rounding; fp16
+// (widened exactly, fp32 GEMM on every CPU) bit for bit.
 TEST(Inference, QuantizedWeightsFollowTheirDequantizedMath) {
   auto ids = prompt_of(30, 2);
-  for (const std::string name : {"int8", "int4", "bf16"}) {
+  for (const std::string name : {"int8", "int4", "bf16", "fp16"}) {
     SCOPED_TRACE(name);
     auto m = tiny_model();
     LlamaInference quantized(m, LlamaInference::Options::named(name));
@@ -328,9 +329,9 @@ TEST(Inference, QuantizedWeightsFollowTheirDequantizedMath) {
     const double scale = ref.abs().max().item<double>();
     const double err = (ours - ref).abs().max().item<double>();
     EXPECT_LE(err, (name == "bf16" ? 0.02 : 0.03) * scale) << "max |logit| " << scale;
-    if (__builtin_cpu_supports("avx512bf16"))
+    if (__builtin_cpu_supports("avx512bf16") && name != "fp16")
       EXPECT_GT(err, 0.0) << "a bf16 GEMM rounds the inputs: not bit for bit";
-    else  // without bf16 units the prefill multiplies the dequantized weights in fp32
+    else  // without bf16 units (and for fp16 always) the prefill multiplies the unpacked weights in fp32
       EXPECT_EQ(err, 0.0);
     // The greedy choice agrees wherever the reference's top two are further apart than twice the error.
     auto top2 = std::get<0>(ref.topk(2, 1));
@@ -341,7 +342,50 @@ TEST(Inference, QuantizedWeightsFollowTheirDequantizedMath) {
   }
 }
 
-// The int4 matrices are packed at the first load and read back from the model directory at the
+// A q8_0 KV cache (--kv_cache_dtype q8_0): decode reads int8 keys and values with a scale per
+// group, so the logits follow the fp32 cache's within the cache's rounding (half a step of 1/127
+// of each group's largest) and the greedy choice agrees wherever it is clear. Head dims 8 (one
+// scale per row: the portable kernel) and 64 (two groups of 32: the vector kernels).
+TEST(Inference, Q8KvCacheFollowsTheFp32Cache) {
+  for (int64_t hidden : {32, 128}) {
+    auto c = tiny_config();
+    c.hidden_size = hidden;
+    c.num_attention_heads = hidden == 32 ? 4 : 2;
+    c.num_key_value_heads = hidden == 32 ? 2 : 1;
+    SCOPED_TRACE("head dim " + std::to_string(c.resolved_head_dim()));
+    auto m = tiny_model(c);
+    LlamaInference exact(m, LlamaInference::Options{});
+    LlamaInference::Options o;
+    o.kv_cache = at::kChar;
+    LlamaInference q8(m, o);
+    ASSERT_EQ(q8.cache_shape().dtype, at::kChar);
+    auto ids = prompt_of(40, 3);
+    auto ref = exact.logits(ids, 1), ours = q8.logits(ids, 1);  // one token at a time: every step reads the cache
+    const double scale = ref.abs().max().item<double>();
+    const double err = (ours - ref).abs().max().item<double>();
+    EXPECT_GT(err, 0.0) << "int8 keys and values are not the fp32 ones";
+    EXPECT_LE(err, 0.02 * scale) << "max |logit| " << scale;
+    auto top2 = std::get<0>(ref.topk(2, 1));
+    auto decisive = (top2.select(1, 0) - top2.select(1, 1)) > 2 * err;
+    EXPECT_GT(decisive.sum().item<int64_t>(), static_cast<int64_t>(ids.size()) / 2);
+    EXPECT_TRUE((ours.argmax(1) == ref.argmax(1)).logical_or(decisive.logical_not()).all().item<bool>());
+  }
+  // The memory: int8 values plus an fp32 scale per 32 of them, against 4 bytes a value.
+  inference::CacheShape fp32{2, 4, 128, at::kFloat}, q8{2, 4, 128, at::kChar};
+  EXPECT_EQ(inference::PagedKVCache::bytes_per_block(q8, 16) * 512,
+            inference::PagedKVCache::bytes_per_block(fp32, 16) * (128 + 16));
+  LlamaInference::Options bad;
+  bad.kv_cache = at::kHalf;
+  auto m = tiny_model();
+  try {
+    LlamaInference model(m, bad);
+    ADD_FAILURE() << "a float16 CPU cache";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache dtype"), std::string::npos) << e.what();
+  }
+}
+
+
 // next (the same logits, bit for bit); a changed checkpoint is packed again.
 TEST(Inference, PackedMatricesAreKeptWhileTheCheckpointIsUnchanged) {
   auto m = tiny_model();

@@ -41,7 +41,8 @@ torch::Tensor input_as_seen(const MatvecInput& in, int64_t m, int64_t cols) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t c = 0; c < cols; ++c) {
       switch (in.format) {
-        case WeightFormat::kF32: a[i][c] = in.f32[i * in.stride + c]; break;
+        case WeightFormat::kF32:
+        case WeightFormat::kF16: a[i][c] = in.f32[i * in.stride + c]; break;
         case WeightFormat::kBF16: {
           uint32_t bits = static_cast<uint32_t>(in.bf16[i * in.stride + c]) << 16;
           float f;
@@ -72,7 +73,7 @@ std::vector<std::string> implementations(WeightFormat f) {
 
 TEST(Matvec, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
   torch::manual_seed(3);
-  for (auto f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8, WeightFormat::kQ4})
+  for (auto f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kQ8, WeightFormat::kQ4})
     for (int64_t cols : {1, 7, 32, 64, 100, 288, 4097})
       for (int64_t rows : {1, 7, 33})
         for (int64_t m : {1, 3, 8, 13, 16}) {
@@ -154,7 +155,7 @@ TEST(Matvec, VectorInputQuantizationIsTheScalarOne) {
 
 TEST(Matvec, Bf16UnpackIsTheFp32UnpackRounded) {
   torch::manual_seed(6);
-  for (auto f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8, WeightFormat::kQ4})
+  for (auto f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kQ8, WeightFormat::kQ4})
     for (int64_t cols : {7, 64, 100, 4097}) {
       auto p = pack(torch::randn({5, cols}), f);
       auto expected = unpacked(p).narrow(0, 1, 3).to(torch::kBFloat16);
@@ -171,7 +172,7 @@ TEST(Matvec, Bf16UnpackIsTheFp32UnpackRounded) {
 // The vector fp32 unpack (the prefill's weights on CPUs without bf16 units) is the scalar one.
 TEST(Matvec, VectorUnpackIsTheScalarOne) {
   torch::manual_seed(9);
-  for (auto f : {WeightFormat::kQ8, WeightFormat::kQ4})
+  for (auto f : {WeightFormat::kF16, WeightFormat::kQ8, WeightFormat::kQ4})
     for (int64_t cols : {7, 64, 100, 4097}) {
       auto p = pack(torch::randn({5, cols}) * 3, f);
       matvec_use("scalar");
@@ -198,6 +199,19 @@ TEST(Matvec, HalfConversionIsTorchsOnEveryKindOfValue) {
     ASSERT_EQ(float_to_half(v), expected) << "value " << v;
     ASSERT_EQ(half_to_float(expected), halves[i].to(torch::kFloat).item<float>()) << "bits " << expected;
   }
+}
+
+// f16 weights are stored as torch (and llama.cpp's converter) round them, and read back exactly.
+TEST(Matvec, F16WeightsAreTorchsHalfRounding) {
+  torch::manual_seed(10);
+  auto w = torch::cat({torch::randn({3, 77}) * 1e-5, torch::randn({3, 77}) * 300}, 0);
+  auto p = pack(w, WeightFormat::kF16);
+  auto halves = w.to(torch::kHalf).contiguous();
+  ASSERT_EQ(p.data.size(), static_cast<size_t>(halves.nbytes()));
+  EXPECT_EQ(std::memcmp(p.data.data(), halves.data_ptr(), p.data.size()), 0);
+  EXPECT_TRUE(torch::equal(unpacked(p), halves.to(torch::kFloat)));
+  EXPECT_EQ(weight_format("fp16"), WeightFormat::kF16);
+  EXPECT_EQ(weight_format(to_string(WeightFormat::kF16)), WeightFormat::kF16);
 }
 
 TEST(Matvec, ErrorsNameTheProblem) {

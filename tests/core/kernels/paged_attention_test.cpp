@@ -1,6 +1,7 @@
 // The AVX-512 and AVX2 paged attention against the portable kernel and against plain float64
-// softmax attention over the same cache: head dims 16..256, block sizes 16 and 32, fp32 and bf16
-// caches, grouped-query heads, contexts that end inside a block.
+// softmax attention over the same cache: head dims 16..256, block sizes 16 and 32, fp32, bf16 and
+// q8_0 caches (int8 values, an fp32 scale per group of 32 or per row), grouped-query heads,
+// contexts that end inside a block.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,11 +14,16 @@ TEST(PagedAttentionKernel, VectorKernelMatchesPortableAndFloat64) {
   torch::manual_seed(7);
   for (int64_t d : {16, 40, 64, 96, 128, 256})
     for (int64_t block : {16, 32})
-      for (bool bf16 : {false, true}) {
-        const int64_t heads = 4, kv_heads = 2, blocks = 9, tokens = 3;
-        auto dtype = bf16 ? torch::kBFloat16 : torch::kFloat;
-        auto k = torch::randn({blocks, block, kv_heads, d}).to(dtype);
-        auto v = torch::randn({blocks, block, kv_heads, d}).to(dtype);
+      for (const std::string kind : {"fp32", "bf16", "q8_0"}) {
+        const bool bf16 = kind == "bf16", q8 = kind == "q8_0";
+        const int64_t heads = 4, kv_heads = 2, blocks = 9, tokens = 3, group = d % 32 == 0 ? 32 : d;
+        auto dtype = bf16 ? torch::kBFloat16 : q8 ? torch::kChar : torch::kFloat;
+        auto k = q8 ? torch::randint(-127, 128, {blocks, block, kv_heads, d}).to(dtype)
+                    : torch::randn({blocks, block, kv_heads, d}).to(dtype);
+        auto v = q8 ? torch::randint(-127, 128, {blocks, block, kv_heads, d}).to(dtype)
+                    : torch::randn({blocks, block, kv_heads, d}).to(dtype);
+        auto k_scales = torch::rand({blocks, block, kv_heads, d / group}) / 64 + 1e-3;
+        auto v_scales = torch::rand({blocks, block, kv_heads, d / group}) / 64 + 1e-3;
         auto q = torch::randn({tokens, heads, d});
         // Sequence 0 owns blocks 4, 1, 7; sequence 1 owns 2, 8. Contexts end mid-block.
         auto tables = torch::tensor({4, 1, 7, 2, 8, 0}, torch::kInt).view({2, 3});
@@ -28,6 +34,11 @@ TEST(PagedAttentionKernel, VectorKernelMatchesPortableAndFloat64) {
         a.k_cache = k.data_ptr();
         a.v_cache = v.data_ptr();
         a.bf16_cache = bf16;
+        if (q8) {
+          a.k_scales = k_scales.data_ptr<float>();
+          a.v_scales = v_scales.data_ptr<float>();
+          a.scale_group = group;
+        }
         a.heads = heads;
         a.kv_heads = kv_heads;
         a.head_dim = d;
@@ -52,8 +63,14 @@ TEST(PagedAttentionKernel, VectorKernelMatchesPortableAndFloat64) {
         a.out = portable.data_ptr<float>();
         paged_attention_portable(a, 0, tokens * heads);
         // float64 reference: gather each token's visible keys/values through its table.
-        auto kd = k.to(torch::kDouble).view({blocks * block, kv_heads, d});
-        auto vd = v.to(torch::kDouble).view({blocks * block, kv_heads, d});
+        auto dequantized = [&](const torch::Tensor& x, const torch::Tensor& scales) {
+          auto xd = x.to(torch::kDouble);
+          if (!q8) return xd;
+          return (xd.view({blocks, block, kv_heads, d / group, group}) * scales.to(torch::kDouble).unsqueeze(-1))
+              .view({blocks, block, kv_heads, d});
+        };
+        auto kd = dequantized(k, k_scales).view({blocks * block, kv_heads, d});
+        auto vd = dequantized(v, v_scales).view({blocks * block, kv_heads, d});
         for (int64_t t = 0; t < tokens; ++t) {
           const int64_t n = ctx[t].item<int64_t>(), s = seq[t].item<int64_t>();
           std::vector<int64_t> rows;
@@ -63,7 +80,7 @@ TEST(PagedAttentionKernel, VectorKernelMatchesPortableAndFloat64) {
             auto keys = kd.index_select(0, idx).select(1, h / 2), values = vd.index_select(0, idx).select(1, h / 2);
             auto p = torch::softmax(torch::mv(keys, q[t][h].to(torch::kDouble)) / std::sqrt(static_cast<double>(d)), 0);
             auto ref = torch::mv(values.t(), p);
-            auto what = "d " + std::to_string(d) + " block " + std::to_string(block) + (bf16 ? " bf16" : " fp32") +
+            auto what = "d " + std::to_string(d) + " block " + std::to_string(block) + " " + kind +
                         " token " + std::to_string(t) + " head " + std::to_string(h);
             EXPECT_TRUE(torch::allclose(fast[t][h].to(torch::kDouble), ref, 1e-5, 1e-5)) << what;
             EXPECT_TRUE(torch::allclose(portable[t][h].to(torch::kDouble), ref, 1e-5, 1e-5)) << what;

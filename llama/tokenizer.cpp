@@ -92,6 +92,14 @@ std::string Tokenizer::raw_piece(int64_t id) const {
 
 float Tokenizer::score(int64_t id) const { return sp_->GetScore(static_cast<int>(id)); }
 
+bool Tokenizer::adds_space_prefix() const {
+  // Read from behaviour rather than from the normalizer spec: a lone letter comes back as "▁a".
+  std::vector<std::string> pieces;
+  auto status = sp_->Encode("a", &pieces);
+  COLOSSAL_CHECK(status.ok(), "[tokenizer] encoding failed: ", status.ToString());
+  return !pieces.empty() && pieces[0].rfind("\xE2\x96\x81", 0) == 0;
+}
+
 Tokenizer::PieceKind Tokenizer::kind(int64_t id) const {
   const int i = static_cast<int>(id);
   if (sp_->IsUnknown(i)) return PieceKind::kUnknown;

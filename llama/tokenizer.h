@@ -46,6 +46,8 @@ class Tokenizer : public text::Tokenizer {
   float score(int64_t id) const;
   enum class PieceKind { kNormal, kUnknown, kControl, kByte, kUnused };
   PieceKind kind(int64_t id) const;
+  /// Whether encoding puts "▁" in front of the text (SentencePiece's add_dummy_prefix).
+  bool adds_space_prefix() const;
 
   int64_t vocab_size() const override;
   const std::string& path() const { return path_; }

@@ -4,6 +4,7 @@
 //   colossal verify [--nproc_per_node N] [--steps K] [--keep] -- PROGRAM ARGS...
 //   colossal check
 //   colossal merge --model BASE --adapter ADAPTER --output DIR [--dtype bf16]
+//   colossal export --model DIR --gguf FILE [--outtype f16|q8_0|q4_0|bf16|f32]
 //   colossal plot metrics.jsonl [--out DIR --metrics loss lr ...]
 //   colossal analyze --model_config config.json [--seq N --batch B --precision P --world 1 2 4 --json F]
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include <iostream>
 
 #include "apps/colossal/analyze_command.h"
+#include "apps/colossal/export_command.h"
 #include "apps/colossal/merge_command.h"
 #include "apps/colossal/plot_command.h"
 #include "core/common/check.h"
@@ -114,6 +116,8 @@ int main(int argc, char** argv) {
   colossal::apps::add_analyze_command(app, analyze_args);
   colossal::apps::MergeArgs merge_args;
   colossal::apps::add_merge_command(app, merge_args);
+  colossal::apps::ExportArgs export_args;
+  colossal::apps::add_export_command(app, export_args);
   colossal::apps::PlotArgs plot_args;
   colossal::apps::add_plot_command(app, plot_args);
 
@@ -131,6 +135,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("analyze")) return colossal::apps::run_analyze(analyze_args);
     if (app.got_subcommand("plot")) return colossal::apps::run_plot(plot_args);
     if (app.got_subcommand("merge")) return colossal::apps::run_merge(merge_args);
+    if (app.got_subcommand("export")) return colossal::apps::run_export(export_args);
     if (app.got_subcommand("verify")) {
       vopts.launch.tee = tee >= 0 ? tee : 0;
       vopts.launch.command = command.empty() ? verify->remaining() : command;

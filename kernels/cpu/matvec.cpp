@@ -266,6 +266,30 @@ void pack_ggml_rows(const uint8_t* blocks, int64_t rows, int64_t cols, WeightFor
   }
 }
 
+void to_ggml_rows(const MatrixView& w, int64_t begin, int64_t end, uint8_t* blocks) {
+  if (!is_quantized(w.format) || w.cols % kQuantBlock != 0)
+    throw std::invalid_argument(std::string("to_ggml_rows: ") + to_string(w.format) + " rows of " +
+                                std::to_string(w.cols) + " columns (expected int8 or int4 and whole blocks of 32)");
+  const bool q4 = w.format == WeightFormat::kQ4;
+  const int64_t block_bytes = q4 ? 18 : 34, src_blocks = w.cols / kQuantBlock;
+  const int64_t stored_blocks = stored_cols(w.format, w.cols) / kQuantBlock;
+  const int64_t row_bytes = data_bytes(w.format, 1, w.cols);
+  const int32_t offset = stored_offset(w.format);
+  for (int64_t r = begin; r < end; ++r) {
+    const auto* row = static_cast<const uint8_t*>(w.data) + r * row_bytes;
+    for (int64_t b = 0; b < src_blocks; ++b) {
+      uint8_t* blk = blocks + ((r - begin) * src_blocks + b) * block_bytes;
+      std::memcpy(blk, &w.scales[r * stored_blocks + b], 2);
+      for (int64_t j = 0; j < (q4 ? kQuantBlock / 2 : kQuantBlock); ++j) {
+        const int64_t c = b * kQuantBlock + j;
+        blk[2 + j] = q4 ? static_cast<uint8_t>(stored_value(w.format, row, c) |
+                                               stored_value(w.format, row, c + kQuantBlock / 2) << 4)
+                        : static_cast<uint8_t>(static_cast<int8_t>(stored_value(w.format, row, c) - offset));
+      }
+    }
+  }
+}
+
 void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
   const int64_t cols = w.cols;
   const bool avx2_unpacks = is_quantized(w.format) || w.format == WeightFormat::kF16;

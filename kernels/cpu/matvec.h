@@ -72,6 +72,9 @@ void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void*
 /// block an fp16 scale then 16 bytes, value j in the low nibble of byte j, value j + 16 in the
 /// high one (each value + 8).
 void pack_ggml_rows(const uint8_t* blocks, int64_t rows, int64_t cols, WeightFormat f, void* data, uint16_t* scales);
+/// The inverse of pack_ggml_rows: rows [begin, end) of int8/int4 weights (cols a multiple of 32)
+/// as llama.cpp's q8_0/q4_0 blocks, (end - begin) * cols / 32 blocks of 34 (18) bytes.
+void to_ggml_rows(const MatrixView& w, int64_t begin, int64_t end, uint8_t* blocks);
 /// Rows [begin, end) of w back to fp32, out[(r - begin) * cols + c].
 void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out);
 

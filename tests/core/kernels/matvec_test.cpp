@@ -214,6 +214,32 @@ TEST(Matvec, F16WeightsAreTorchsHalfRounding) {
   EXPECT_EQ(weight_format(to_string(WeightFormat::kF16)), WeightFormat::kF16);
 }
 
+// Our int8/int4 storage to llama.cpp's q8_0/q4_0 blocks and back is the identity (the GGUF
+// writer and reader), and a block's bytes are its scale then its values.
+TEST(Matvec, GgmlBlocksRoundTrip) {
+  torch::manual_seed(11);
+  for (auto f : {WeightFormat::kQ8, WeightFormat::kQ4}) {
+    const int64_t rows = 3, cols = 96, block = f == WeightFormat::kQ8 ? 34 : 18;
+    auto p = pack(torch::randn({rows, cols}) * 2, f);
+    std::vector<uint8_t> blocks(static_cast<size_t>(rows * cols / kQuantBlock * block));
+    to_ggml_rows(p.view(), 0, rows, blocks.data());
+    uint16_t first_scale;
+    std::memcpy(&first_scale, blocks.data(), 2);
+    EXPECT_EQ(first_scale, p.scales[0]);
+    Packed back{f, rows, cols, std::vector<uint8_t>(p.data.size()), std::vector<uint16_t>(p.scales.size())};
+    pack_ggml_rows(blocks.data(), rows, cols, f, back.data.data(), back.scales.data());
+    EXPECT_EQ(back.data, p.data) << to_string(f);
+    // The blocks' scales (the padding block past column 96 holds zeros either way: -0 or +0).
+    const int64_t stored_blocks = stored_cols(f, cols) / kQuantBlock;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < cols / kQuantBlock; ++b)
+        EXPECT_EQ(back.scales[r * stored_blocks + b], p.scales[r * stored_blocks + b]) << to_string(f);
+  }
+  auto odd = pack(torch::randn({2, 40}), WeightFormat::kQ8);
+  std::vector<uint8_t> blocks(200);
+  EXPECT_THROW(to_ggml_rows(odd.view(), 0, 2, blocks.data()), std::invalid_argument);
+}
+
 TEST(Matvec, ErrorsNameTheProblem) {
   auto x = torch::randn({17, 64});
   MatvecInput in;

@@ -1,0 +1,19 @@
+#pragma once
+// colossal export --gguf FILE --model DIR [--outtype f16|q8_0|q4_0|bf16|f32]: a Hugging Face
+// LLaMA-architecture directory (one train_llama wrote, or merged) as a GGUF file llama.cpp runs.
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace colossal::apps {
+
+struct ExportArgs {
+  std::string model;  // the Hugging Face directory
+  std::string gguf;   // the file to write
+  std::string outtype = "f16";
+};
+
+CLI::App* add_export_command(CLI::App& app, ExportArgs& args);
+int run_export(const ExportArgs& args);
+
+}  // namespace colossal::apps

@@ -1,0 +1,257 @@
+#include "llama/gguf_export.h"
+
+#include <ATen/ATen.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/checkpoint/gguf_writer.h"
+#include "core/checkpoint/safetensors.h"
+#include "core/common/check.h"
+#include "kernels/cpu/matvec.h"
+#include "llama/config.h"
+#include "llama/tokenizer.h"
+#include "text/hf_tokenizer.h"
+
+namespace colossal::llama {
+
+namespace {
+
+using checkpoint::GgmlType;
+namespace kc = kernels::cpu;
+
+struct OutType {
+  const char* name;
+  GgmlType matrix;     // the matrices' type
+  uint32_t file_type;  // general.file_type (llama.cpp's llama_ftype)
+};
+constexpr OutType kOutTypes[] = {{"f32", GgmlType::kF32, 0},
+                                 {"f16", GgmlType::kF16, 1},
+                                 {"bf16", GgmlType::kBF16, 32},
+                                 {"q8_0", GgmlType::kQ8_0, 7},
+                                 {"q4_0", GgmlType::kQ4_0, 2}};
+
+const OutType& out_type(const std::string& name) {
+  for (const auto& t : kOutTypes)
+    if (name == t.name) return t;
+  COLOSSAL_FAIL("[gguf] --outtype '", name, "': expected f32, f16, bf16, q8_0 or q4_0");
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<uint8_t> bytes_of(const at::Tensor& t) {
+  auto c = t.contiguous();
+  std::vector<uint8_t> out(c.nbytes());
+  std::memcpy(out.data(), c.const_data_ptr(), out.size());
+  return out;
+}
+
+// A [rows, cols] fp32 matrix in `type`: our own q8_0/q4_0 rounding (llama.cpp's reference
+// quantization: per block of 32, max|x|/127, or the extreme / -8 for q4_0), then its blocks.
+std::vector<uint8_t> matrix_bytes(const at::Tensor& w, GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return bytes_of(w);
+    case GgmlType::kF16: return bytes_of(w.to(at::kHalf));
+    case GgmlType::kBF16: return bytes_of(w.to(at::kBFloat16));
+    default: break;
+  }
+  const auto format = type == GgmlType::kQ8_0 ? kc::WeightFormat::kQ8 : kc::WeightFormat::kQ4;
+  const int64_t rows = w.size(0), cols = w.size(1);
+  std::vector<uint8_t> data(static_cast<size_t>(kc::data_bytes(format, rows, cols)));
+  std::vector<uint16_t> scales(static_cast<size_t>(kc::scale_count(format, rows, cols)));
+  kc::pack_rows(w.const_data_ptr<float>(), rows, cols, format, data.data(), scales.data());
+  std::vector<uint8_t> out(static_cast<size_t>(checkpoint::ggml_type_bytes(static_cast<uint32_t>(type), rows * cols)));
+  kc::to_ggml_rows({format, rows, cols, data.data(), scales.data()}, 0, rows, out.data());
+  return out;
+}
+
+// llama.cpp's rotary layout for LLaMA's query/key rows: each head's (i, i + d/2) pairs become
+// rows (2i, 2i + 1): row h*d + 2i + j of the file is row h*d + j*d/2 + i of the checkpoint.
+at::Tensor interleave_rotary(const at::Tensor& w, int64_t heads) {
+  const int64_t d = w.size(0) / heads;
+  auto shape = w.sizes().vec();
+  std::vector<int64_t> split = {heads, 2, d / 2};
+  for (size_t i = 1; i < shape.size(); ++i) split.push_back(shape[i]);
+  return w.reshape(split).transpose(1, 2).reshape(shape).contiguous();
+}
+
+void add_tokenizer(checkpoint::GgufWriter& out, const std::string& dir, const LlamaConfig& c) {
+  const std::string spm = dir + "/tokenizer.model";
+  COLOSSAL_CHECK(exists(spm), "[gguf] ", dir, " has no tokenizer.model: this version exports SentencePiece "
+                 "vocabularies (LLaMA, Mistral and train_llama's own); a tokenizer.json alone is not written yet");
+  const auto tok = Tokenizer::load(spm);
+  COLOSSAL_CHECK(tok.vocab_size() <= c.vocab_size, "[gguf] ", spm, " has ", tok.vocab_size(),
+                 " pieces, more than the model's vocab_size ", c.vocab_size);
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (int64_t i = 0; i < c.vocab_size; ++i) {
+    if (i >= tok.vocab_size()) {  // rows of the embedding past the vocabulary (padding): unused pieces
+      tokens.push_back("[PAD" + std::to_string(i) + "]");
+      scores.push_back(-1000.0f);
+      types.push_back(5);
+      continue;
+    }
+    tokens.push_back(tok.raw_piece(i));
+    scores.push_back(tok.score(i));
+    // GGUF's token types are SentencePiece's: 1 normal, 2 unknown, 3 control, 4 user defined,
+    // 5 unused, 6 byte.
+    switch (tok.kind(i)) {
+      case Tokenizer::PieceKind::kUnknown: types.push_back(2); break;
+      case Tokenizer::PieceKind::kControl: types.push_back(3); break;
+      case Tokenizer::PieceKind::kUnused: types.push_back(5); break;
+      case Tokenizer::PieceKind::kByte: types.push_back(6); break;
+      default: types.push_back(1); break;
+    }
+  }
+  // Hugging Face's added tokens (tokenizer_config.json's added_tokens_decoder), typed as llama.cpp's
+  // converter types them: control when special, user defined otherwise, with a score of -1000.
+  const std::string config_path = dir + "/tokenizer_config.json";
+  if (exists(config_path)) {
+    const auto json = nlohmann::json::parse(read_text(config_path), nullptr, /*allow_exceptions=*/false);
+    COLOSSAL_CHECK(!json.is_discarded(), "[gguf] ", config_path, " is not JSON");
+    if (json.contains("added_tokens_decoder") && json["added_tokens_decoder"].is_object())
+      for (const auto& [key, token] : json["added_tokens_decoder"].items()) {
+        const int64_t id = std::stoll(key);
+        if (id < 0 || id >= static_cast<int64_t>(tokens.size())) continue;
+        scores[static_cast<size_t>(id)] = -1000.0f;
+        types[static_cast<size_t>(id)] = token.value("special", false) ? 3 : 4;
+      }
+  }
+  out.add_string("tokenizer.ggml.model", "llama");
+  out.add_string("tokenizer.ggml.pre", "default");
+  out.add_strings("tokenizer.ggml.tokens", tokens);
+  out.add_f32s("tokenizer.ggml.scores", scores);
+  out.add_i32s("tokenizer.ggml.token_type", types);
+  const auto& sp = tok.special_tokens();
+  if (sp.bos) out.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*sp.bos));
+  if (sp.eos) out.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(*sp.eos));
+  if (sp.unk) out.add_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(*sp.unk));
+  if (sp.pad) out.add_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(*sp.pad));
+  const auto config = text::TokenizerConfig::read(config_path);
+  out.add_bool("tokenizer.ggml.add_bos_token", config.add_bos_token.value_or(sp.bos.has_value()));
+  out.add_bool("tokenizer.ggml.add_eos_token", config.add_eos_token.value_or(false));
+  out.add_bool("tokenizer.ggml.add_sep_token", false);
+  out.add_bool("tokenizer.ggml.add_space_prefix", tok.adds_space_prefix());
+  if (!config.chat_template.empty()) out.add_string("tokenizer.chat_template", config.chat_template);
+}
+
+}  // namespace
+
+void GgufExportOptions::validate() const { (void)out_type(outtype); }
+
+GgufExportResult export_gguf(const std::string& dir, const std::string& out_path, const GgufExportOptions& options) {
+  options.validate();
+  const auto& type = out_type(options.outtype);
+  const LlamaConfig c = LlamaConfig::from_json_file(dir + "/config.json");
+  const std::string family = c.model_type;
+  COLOSSAL_CHECK(family == "llama" || family == "mistral" || family == "qwen2" || family == "qwen3", "[gguf] ", dir,
+                 ": model_type '", family, "'; this version exports llama, mistral, qwen2 and qwen3 models "
+                 "(the LLaMA tensor layout)");
+  COLOSSAL_CHECK(c.num_local_experts == 0, "[gguf] ", dir, ": a mixture of experts (", c.num_local_experts,
+                 " experts) is not exported in this version");
+  COLOSSAL_CHECK(c.rope_scaling.type.empty(), "[gguf] ", dir, ": rope_scaling '", c.rope_scaling.type,
+                 "' is not exported in this version");
+  COLOSSAL_CHECK(!c.attention_bias || family == "qwen3", "[gguf] ", dir, ": attention_bias on ", family,
+                 " is not exported in this version");
+  // Mistral is LLaMA to llama.cpp (its converter writes "llama"); Qwen keeps its rotary halves.
+  const std::string arch = family == "mistral" ? "llama" : family;
+  const bool interleave = arch == "llama";
+  const int64_t d = c.resolved_head_dim();
+
+  checkpoint::GgufWriter out;
+  out.add_string("general.architecture", arch);
+  out.add_string("general.type", "model");
+  const auto slash = dir.find_last_not_of('/');
+  const std::string trimmed = dir.substr(0, slash + 1);
+  out.add_string("general.name", trimmed.substr(trimmed.rfind('/') + 1));
+  out.add_u32("general.file_type", type.file_type);
+  out.add_u32("general.quantization_version", 2);
+  const std::string k = arch + ".";
+  out.add_u32(k + "context_length", static_cast<uint32_t>(c.max_position_embeddings));
+  out.add_u32(k + "embedding_length", static_cast<uint32_t>(c.hidden_size));
+  out.add_u32(k + "block_count", static_cast<uint32_t>(c.num_hidden_layers));
+  out.add_u32(k + "feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  out.add_u32(k + "rope.dimension_count", static_cast<uint32_t>(d));
+  out.add_u32(k + "attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
+  out.add_u32(k + "attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+  out.add_u32(k + "attention.key_length", static_cast<uint32_t>(d));
+  out.add_u32(k + "attention.value_length", static_cast<uint32_t>(d));
+  out.add_f32(k + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  out.add_f32(k + "rope.freq_base", static_cast<float>(c.rope_theta));
+  out.add_u32(k + "vocab_size", static_cast<uint32_t>(c.vocab_size));
+  add_tokenizer(out, dir, c);
+
+  auto reader = std::make_shared<checkpoint::CheckpointReader>(dir);
+  auto load = [reader, dir](const std::string& name) {
+    COLOSSAL_CHECK(reader->contains(name), "[gguf] ", dir, ": the checkpoint has no tensor '", name, "'");
+    return reader->view(name).to(at::kFloat).contiguous();
+  };
+  // A 2-d weight in the asked type (f16 where a quantized type's blocks do not fit its rows).
+  auto matrix = [&](const std::string& gguf, const std::string& hf, int64_t permute_heads = 0) {
+    const auto& info = reader->info(hf);
+    COLOSSAL_CHECK(info.shape.size() == 2, "[gguf] ", dir, ": '", hf, "' is not a matrix");
+    GgmlType t = type.matrix;
+    if (checkpoint::ggml_type_bytes(static_cast<uint32_t>(t), info.shape[1]) < 0) t = GgmlType::kF16;
+    out.add_tensor(gguf, t, {info.shape[1], info.shape[0]}, [=]() {
+      auto w = load(hf);
+      if (permute_heads) w = interleave_rotary(w, permute_heads);
+      return matrix_bytes(w, t);
+    });
+  };
+  auto vector = [&](const std::string& gguf, const std::string& hf, int64_t permute_heads = 0) {
+    const auto& info = reader->info(hf);
+    out.add_tensor(gguf, GgmlType::kF32, {info.shape.empty() ? 1 : info.shape[0]}, [=]() {
+      auto v = load(hf);
+      if (permute_heads) v = interleave_rotary(v, permute_heads);
+      return bytes_of(v);
+    });
+  };
+  matrix("token_embd.weight", "model.embed_tokens.weight");
+  const int64_t q_heads = interleave ? c.num_attention_heads : 0, k_heads = interleave ? c.num_key_value_heads : 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string g = "blk." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+    vector(g + "attn_norm.weight", h + "input_layernorm.weight");
+    matrix(g + "attn_q.weight", h + "self_attn.q_proj.weight", q_heads);
+    matrix(g + "attn_k.weight", h + "self_attn.k_proj.weight", k_heads);
+    matrix(g + "attn_v.weight", h + "self_attn.v_proj.weight");
+    if (c.q_k_v_bias()) {
+      vector(g + "attn_q.bias", h + "self_attn.q_proj.bias", q_heads);
+      vector(g + "attn_k.bias", h + "self_attn.k_proj.bias", k_heads);
+      vector(g + "attn_v.bias", h + "self_attn.v_proj.bias");
+    }
+    if (c.qk_norm) {
+      vector(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight");
+      vector(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight");
+    }
+    matrix(g + "attn_output.weight", h + "self_attn.o_proj.weight");
+    if (c.attention_bias) vector(g + "attn_output.bias", h + "self_attn.o_proj.bias");
+    vector(g + "ffn_norm.weight", h + "post_attention_layernorm.weight");
+    matrix(g + "ffn_gate.weight", h + "mlp.gate_proj.weight");
+    matrix(g + "ffn_up.weight", h + "mlp.up_proj.weight");
+    matrix(g + "ffn_down.weight", h + "mlp.down_proj.weight");
+  }
+  vector("output_norm.weight", "model.norm.weight");
+  if (!c.tie_word_embeddings) matrix("output.weight", "lm_head.weight");
+  out.write(out_path);
+  GgufExportResult result;
+  result.tensors = static_cast<int64_t>(out.tensor_count());
+  struct stat st {};
+  if (::stat(out_path.c_str(), &st) == 0) result.bytes = st.st_size;
+  return result;
+}
+
+}  // namespace colossal::llama

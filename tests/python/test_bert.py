@@ -190,10 +190,11 @@ def test_train_bert_fine_tunes_saves_and_predicts(labelled, tmp_path):
 
 def test_the_default_run_reaches_its_stated_accuracy(tmp_path):
     """train_bert with no task flags on 2 ranks: the tiny BERT learns from scratch which of Austen's
-    six novels a 64-word passage comes from. docs/bert.md states 85.15% held-out (chance: 16.7%,
-    the largest novel's share: 21.9%); the test allows 80% for other CPUs' rounding."""
+    six novels a 64-word passage comes from. docs/bert.md states 85.15% held-out after the default
+    4 epochs and 84.35% after 3 (chance: 16.7%, the largest novel's share: 21.9%); the test runs
+    the first 3 (CI's time) and allows 80% for other CPUs' rounding."""
     from conftest import colossal_run
-    _, out = colossal_run(2, f"{APPS}/train_bert", "--save_dir", tmp_path / "run", timeout=900)
+    _, out = colossal_run(2, f"{APPS}/train_bert", "--save_dir", tmp_path / "run", "--epochs", "3", timeout=900)
     m = re.search(r"result: held-out classification accuracy ([0-9.]+)% \(loss [0-9.]+\) on 1118 texts", out)
     assert m, out
     assert float(m.group(1)) >= 80.0, out

@@ -111,8 +111,8 @@ COMMON = ["--mode", "dpo", "--batch_size", "2", "--max_length", "64", "--sample_
 @pytest.mark.parametrize("layout", [["--plugin", "ddp"], ["--plugin", "zero2"], ["--plugin", "hybrid", "--tp", "2"],
                                     ["--plugin", "hybrid", "--sp", "2", "--sp_mode", "all_to_all"],
                                     ["--plugin", "gemini"],
-                                    ["--plugin", "ddp", "--lora_rank", "4", "--lora_init", "gaussian"],
-                                    ["--plugin", "zero2", "--loss_type", "orpo"]])
+                                    ["--plugin", "ddp", "--lora_rank", "4", "--lora_init", "gaussian",
+                                     "--loss_type", "orpo"]])
 def test_dpo_under_each_layout_follows_one_process(layout, tmp_path):
     """colossal verify: the DPO losses, gradients and parameters of two steps against one process
     running both replicas' pairs (its own reference table, scored the same way). A small learning
@@ -136,23 +136,23 @@ def log_lines(path, kind):
 
 def test_dpo_learns_the_built_in_pairs_and_resumes_with_its_reference(tmp_path):
     """The default run (the built-in pairs, 300 steps of 8): the held-out reward margin and
-    accuracy rise from 0. A run stopped at step 150 and resumed (the checkpoint carries the
+    accuracy rise from 0. A run stopped at step 200 and resumed (the checkpoint carries the
     reference table) logs the same losses as the uninterrupted run."""
     run = ["--output", str(tmp_path / "run"), "--mode", "dpo", "--sample_tokens", "0", "--eval_interval", "300",
-           "--log_interval", "50", "--save_interval", "150", "--log_file", str(tmp_path / "log.jsonl")]
+           "--log_interval", "50", "--save_interval", "200", "--log_file", str(tmp_path / "log.jsonl")]
     colossal_run(1, f"{APPS}/train_llama", *run, timeout=900)
     evals = log_lines(tmp_path / "log.jsonl", "eval")
     first, last = evals[0], evals[-1]
     assert first["rewards/margins"] == pytest.approx(0, abs=1e-6)  # the model is its own reference at step 0
     assert last["rewards/margins"] > 0.3 and last["rewards/accuracies"] > 0.6, last
-    assert (tmp_path / "run" / "checkpoints" / "step-150" / "preference_reference.safetensors").exists()
+    assert (tmp_path / "run" / "checkpoints" / "step-200" / "preference_reference.safetensors").exists()
     steps = {e["step"]: e["loss"] for e in log_lines(tmp_path / "log.jsonl", "step")}
-    # Resume from step 150 into a second log: the same losses from step 200 on.
+    # Resume from step 200 into a second log: the same losses from step 250 on.
     resumed = [a if a != str(tmp_path / "log.jsonl") else str(tmp_path / "resumed.jsonl") for a in run]
     colossal_run(1, f"{APPS}/train_llama", *resumed, "--load_checkpoint",
-                 str(tmp_path / "run" / "checkpoints" / "step-150"), timeout=900)
+                 str(tmp_path / "run" / "checkpoints" / "step-200"), timeout=900)
     again = {e["step"]: e["loss"] for e in log_lines(tmp_path / "resumed.jsonl", "step")}
-    for step in (200, 250, 300):
+    for step in (250, 300):
         assert again[step] == pytest.approx(steps[step], rel=1e-5), (step, again, steps)
 
 

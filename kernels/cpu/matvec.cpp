@@ -292,7 +292,7 @@ void to_ggml_rows(const MatrixView& w, int64_t begin, int64_t end, uint8_t* bloc
 
 void unpack_rows(const MatrixView& w, int64_t begin, int64_t end, float* out) {
   const int64_t cols = w.cols;
-  const bool avx2_unpacks = is_quantized(w.format) || w.format == WeightFormat::kF16;
+  const bool avx2_unpacks = is_quantized(w.format) || w.format == WeightFormat::kF16 || w.format == WeightFormat::kBF16;
   if (avx2_unpacks && g_matvec_choice.load(std::memory_order_relaxed) != 0 && detail::matvec_avx2_supports())
     return detail::unpack_rows_avx2(w, begin, end, out);
   for (int64_t r = begin; r < end; ++r) {

@@ -127,7 +127,7 @@ bool matvec_avx512_supports(WeightFormat f);
 void matvec_avx512(const MatrixView& w, const MatvecInput& in, int first, int count, float* y, int64_t ldy,
                    int64_t begin, int64_t end);
 void unpack_rows_bf16_avx512(const MatrixView& w, int64_t begin, int64_t end, uint16_t* out);
-/// unpack_rows for int8/int4/f16 with AVX2 (the same values).
+/// unpack_rows for int8/int4/f16/bf16 with AVX2 (the same values).
 void unpack_rows_avx2(const MatrixView& w, int64_t begin, int64_t end, float* out);
 float stream_sum_avx512(const float* p, int64_t n);
 /// prepare_input's quantization for int8/int4 (in's sizes already set): per block of 32, the

@@ -145,17 +145,20 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
 
 }  // namespace
 
-// int8/int4/f16 rows to fp32 (the prefill GEMM's weights on CPUs without bf16 units): per block of
-// 32, the signed values widened and multiplied by the block's scale, as unpack_rows does; f16 by F16C.
+// int8/int4/f16/bf16 rows to fp32 (the prefill GEMM's weights on CPUs without bf16 units): per
+// block of 32, the signed values widened and multiplied by the block's scale, as unpack_rows does;
+// f16 by F16C, bf16 by a shift.
 void unpack_rows_avx2(const MatrixView& w, int64_t begin, int64_t end, float* out) {
-  if (w.format == WeightFormat::kF16) {
+  if (w.format == WeightFormat::kF16 || w.format == WeightFormat::kBF16) {
+    const bool half = w.format == WeightFormat::kF16;
     for (int64_t r = begin; r < end; ++r) {
       const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * w.cols;
       float* dst = out + (r - begin) * w.cols;
       int64_t c = 0;
       for (; c + 8 <= w.cols; c += 8)
-        _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))));
-      for (; c < w.cols; ++c) dst[c] = _cvtsh_ss(src[c]);
+        _mm256_storeu_ps(dst + c, half ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c)))
+                                       : bf16x8(src + c));
+      for (; c < w.cols; ++c) dst[c] = half ? _cvtsh_ss(src[c]) : bf16_to_float(src[c]);
     }
     return;
   }

@@ -172,7 +172,7 @@ TEST(Matvec, Bf16UnpackIsTheFp32UnpackRounded) {
 // The vector fp32 unpack (the prefill's weights on CPUs without bf16 units) is the scalar one.
 TEST(Matvec, VectorUnpackIsTheScalarOne) {
   torch::manual_seed(9);
-  for (auto f : {WeightFormat::kF16, WeightFormat::kQ8, WeightFormat::kQ4})
+  for (auto f : {WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kQ8, WeightFormat::kQ4})
     for (int64_t cols : {7, 64, 100, 4097}) {
       auto p = pack(torch::randn({5, cols}) * 3, f);
       matvec_use("scalar");

@@ -60,6 +60,7 @@ bool paged_attention_avx2_fits(int64_t head_dim, int64_t block_size) {
 }
 
 void paged_attention_avx2(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
+  if (p.k_scales && p.scale_group == 32) return dispatch<kQ8Group32Cache>(p, begin, end);
   if (p.k_scales) return dispatch<kQ8Cache>(p, begin, end);
   if (p.bf16_cache) return dispatch<kBf16Cache>(p, begin, end);
   dispatch<kF32Cache>(p, begin, end);

@@ -17,7 +17,11 @@ namespace {  // NOLINT(build/namespaces): see above
 constexpr int kMaxCachedBlock = 512;  // tokens per cache block the loop handles
 
 // How the cache stores its values.
-enum CacheKind { kF32Cache, kBf16Cache, kQ8Cache };
+// kQ8Group32Cache: q8_0 with a scale per 32 values (head dims that are multiples of 32), read a
+// group at a time so each scale is applied once (the loop bounds known when compiled: a runtime
+// group loop kept the accumulators out of registers and ran slower than scaling every load);
+// kQ8Cache: any other group (one per row), each load scaled.
+enum CacheKind { kF32Cache, kBf16Cache, kQ8Cache, kQ8Group32Cache };
 
 // Lanes [L*c, L*c + L) of the cache row starting at value `row`, as fp32. A q8_0 row's scale
 // group is a multiple of the lane count (paged_attention's dispatch checks), so each load meets
@@ -28,7 +32,7 @@ inline typename Vec::Reg load_row(const PagedAttentionArgs& p, const void* base,
   constexpr int L = Vec::kLanes;
   if constexpr (Kind == kBf16Cache) {
     return Vec::load_bf16(static_cast<const uint16_t*>(base) + row + L * c);
-  } else if constexpr (Kind == kQ8Cache) {
+  } else if constexpr (Kind == kQ8Cache || Kind == kQ8Group32Cache) {
     const float s = scales[row / p.scale_group + (L * c) / p.scale_group];
     return Vec::mul(Vec::load_i8(static_cast<const int8_t*>(base) + row + L * c), Vec::set1(s));
   } else {
@@ -63,8 +67,22 @@ void attend_rows(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
       float block_max = -std::numeric_limits<float>::infinity();
       for (int64_t j = j0; j < n; ++j) {
         const int64_t row = ((block * p.block_size + j) * p.kv_heads + kvh) * d;
-        Reg s = Vec::mul(q[0], load_row<Vec, Kind>(p, p.k_cache, p.k_scales, row, 0));
-        for (int c = 1; c < Chunks; ++c) s = Vec::fmadd(q[c], load_row<Vec, Kind>(p, p.k_cache, p.k_scales, row, c), s);
+        Reg s;
+        if constexpr (Kind == kQ8Group32Cache && Chunks % (32 / L) == 0) {  // a group's products, scaled once
+          constexpr int per = 32 / L;
+          const auto* k = static_cast<const int8_t*>(p.k_cache) + row;
+          const float* sc = p.k_scales + row / 32;
+          s = Vec::zero();
+          for (int c = 0; c < Chunks; c += per) {
+            Reg g = Vec::mul(q[c], Vec::load_i8(k + L * c));
+            for (int e = 1; e < per; ++e) g = Vec::fmadd(q[c + e], Vec::load_i8(k + L * (c + e)), g);
+            s = Vec::fmadd(Vec::set1(sc[c / per]), g, s);
+          }
+        } else {
+          s = Vec::mul(q[0], load_row<Vec, Kind>(p, p.k_cache, p.k_scales, row, 0));
+          for (int c = 1; c < Chunks; ++c)
+            s = Vec::fmadd(q[c], load_row<Vec, Kind>(p, p.k_cache, p.k_scales, row, c), s);
+        }
         scores[j] = Vec::reduce_add(s);
         if (p.softcap > 0) scores[j] = p.softcap * std::tanh(scores[j] / p.softcap);
         block_max = std::max(block_max, scores[j]);
@@ -78,9 +96,19 @@ void attend_rows(const PagedAttentionArgs& p, int64_t begin, int64_t end) {
         const int64_t row = ((block * p.block_size + j) * p.kv_heads + kvh) * d;
         const float w = std::exp(scores[j] - new_m);
         l += w;
-        const Reg wv = Vec::set1(w);
-        for (int c = 0; c < Chunks; ++c)
-          acc[c] = Vec::fmadd(wv, load_row<Vec, Kind>(p, p.v_cache, p.v_scales, row, c), acc[c]);
+        if constexpr (Kind == kQ8Group32Cache && Chunks % (32 / L) == 0) {  // weight x group scale, once a group
+          constexpr int per = 32 / L;
+          const auto* v = static_cast<const int8_t*>(p.v_cache) + row;
+          const float* sc = p.v_scales + row / 32;
+          for (int c = 0; c < Chunks; c += per) {
+            const Reg wv = Vec::set1(w * sc[c / per]);
+            for (int e = 0; e < per; ++e) acc[c + e] = Vec::fmadd(wv, Vec::load_i8(v + L * (c + e)), acc[c + e]);
+          }
+        } else {
+          const Reg wv = Vec::set1(w);
+          for (int c = 0; c < Chunks; ++c)
+            acc[c] = Vec::fmadd(wv, load_row<Vec, Kind>(p, p.v_cache, p.v_scales, row, c), acc[c]);
+        }
       }
       m = new_m;
     }

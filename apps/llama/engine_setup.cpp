@@ -85,11 +85,14 @@ LoraEntries lora_entries(const std::vector<std::string>& lora) {
 
 // The CPU engine's options: --dtype's weights (or, for a GGUF file without one, the file's), and
 // --kv_cache_dtype's cache where it is not auto.
+// --kv_cache_dtype's names and the cache dtypes they stand for (fp16: the GPU engine's).
+constexpr std::pair<const char*, c10::ScalarType> kCacheDtypes[] = {
+    {"fp32", at::kFloat}, {"bf16", at::kBFloat16}, {"q8_0", at::kChar}, {"fp16", at::kHalf}};
+
 LlamaInference::Options cpu_options(const EngineSetup& s, bool file_format = false) {
   auto o = file_format ? LlamaInference::Options{} : LlamaInference::Options::named(s.dtype);
-  if (s.kv_cache_dtype == "fp32") o.kv_cache = at::kFloat;
-  if (s.kv_cache_dtype == "bf16") o.kv_cache = at::kBFloat16;
-  if (s.kv_cache_dtype == "q8_0") o.kv_cache = at::kChar;
+  for (const auto& [name, dtype] : kCacheDtypes)
+    if (s.kv_cache_dtype == name) o.kv_cache = dtype;
   return o;
 }
 
@@ -231,9 +234,9 @@ LoadedEngine load_engine(const EngineSetup& s, const EngineUse& use) {
   out.engine = std::make_unique<inference::Engine>(engine_model, std::make_shared<llama::TokenizerDetokenizer>(tok), eos, eo);
   const std::string weights = out.gpu ? s.dtype + " on " + out.gpu->str()
                                       : std::string(kernels::cpu::to_string(out.model->options().weight_format()));
-  const auto cache_dtype = out.engine->cache().shape().dtype;
-  const char* cache_name = cache_dtype == at::kChar ? "q8_0" : cache_dtype == at::kFloat ? "fp32"
-                           : cache_dtype == at::kBFloat16 ? "bf16" : "fp16";
+  const char* cache_name = "?";
+  for (const auto& [name, dtype] : kCacheDtypes)
+    if (out.engine->cache().shape().dtype == dtype) cache_name = name;
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s: %.1fM parameters, %s, %d thread(s), KV cache %ld blocks of %ld tokens in %s (%.0f s to load)",

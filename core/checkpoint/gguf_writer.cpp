@@ -1,7 +1,7 @@
 #include "core/checkpoint/gguf_writer.h"
 
 #include <cstring>
-#include <set>
+#include <type_traits>
 
 #include "core/checkpoint/atomic_file.h"
 #include "core/common/check.h"
@@ -55,24 +55,21 @@ void GgufWriter::add_bool(const std::string& k, bool v) {
   key(k, kWriteBool);
   put<uint8_t>(kv_, v ? 1 : 0);
 }
+template <typename T>
+void GgufWriter::add_array(const std::string& k, uint32_t element_type, const std::vector<T>& values) {
+  key(k, kWriteArray);
+  put<uint32_t>(kv_, element_type);
+  put<uint64_t>(kv_, values.size());
+  for (const auto& v : values) {
+    if constexpr (std::is_same_v<T, std::string>) put_string(kv_, v);
+    else put(kv_, v);
+  }
+}
 void GgufWriter::add_strings(const std::string& k, const std::vector<std::string>& values) {
-  key(k, kWriteArray);
-  put<uint32_t>(kv_, kWriteString);
-  put<uint64_t>(kv_, values.size());
-  for (const auto& s : values) put_string(kv_, s);
+  add_array(k, kWriteString, values);
 }
-void GgufWriter::add_f32s(const std::string& k, const std::vector<float>& values) {
-  key(k, kWriteArray);
-  put<uint32_t>(kv_, kWriteF32);
-  put<uint64_t>(kv_, values.size());
-  for (float v : values) put(kv_, v);
-}
-void GgufWriter::add_i32s(const std::string& k, const std::vector<int32_t>& values) {
-  key(k, kWriteArray);
-  put<uint32_t>(kv_, kWriteI32);
-  put<uint64_t>(kv_, values.size());
-  for (int32_t v : values) put(kv_, v);
-}
+void GgufWriter::add_f32s(const std::string& k, const std::vector<float>& values) { add_array(k, kWriteF32, values); }
+void GgufWriter::add_i32s(const std::string& k, const std::vector<int32_t>& values) { add_array(k, kWriteI32, values); }
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> shape, Producer produce) {
   int64_t elements = 1;
@@ -82,7 +79,8 @@ void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<
   COLOSSAL_CHECK(ggml_type_bytes(static_cast<uint32_t>(type), shape[0]) > 0, "[gguf] tensor '", name, "': ",
                  ggml_type_name(static_cast<uint32_t>(type)), " rows of ", shape[0], " values are not whole blocks");
   for (const auto& t : tensors_) COLOSSAL_CHECK(t.name != name, "[gguf] tensor '", name, "' added twice");
-  tensors_.push_back({name, type, std::move(shape), std::move(produce)});
+  const auto bytes = static_cast<uint64_t>(ggml_type_bytes(static_cast<uint32_t>(type), elements));
+  tensors_.push_back({name, type, std::move(shape), bytes, std::move(produce)});
 }
 
 void GgufWriter::write(const std::string& path) const {
@@ -93,30 +91,25 @@ void GgufWriter::write(const std::string& path) const {
   put<uint64_t>(head, kv_count_);
   head += kv_;
   uint64_t offset = 0;
-  std::vector<uint64_t> sizes;
   for (const auto& t : tensors_) {
-    int64_t elements = 1;
-    for (int64_t d : t.shape) elements *= d;
-    const uint64_t bytes = static_cast<uint64_t>(ggml_type_bytes(static_cast<uint32_t>(t.type), elements));
     put_string(head, t.name);
     put<uint32_t>(head, static_cast<uint32_t>(t.shape.size()));
     for (int64_t d : t.shape) put<uint64_t>(head, static_cast<uint64_t>(d));
     put<uint32_t>(head, static_cast<uint32_t>(t.type));
     put<uint64_t>(head, offset);
-    sizes.push_back(bytes);
-    offset = padded(offset + bytes);
+    offset = padded(offset + t.bytes);
   }
   head.resize(padded(head.size()), '\0');
   AtomicFile file(path);
   file.write(head.data(), head.size());
   const std::string zeros(kAlignment, '\0');
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    const auto bytes = tensors_[i].produce();
-    COLOSSAL_CHECK(bytes.size() == sizes[i], "[gguf] tensor '", tensors_[i].name, "': ", bytes.size(),
-                   " bytes produced, ", sizes[i], " expected for ",
-                   ggml_type_name(static_cast<uint32_t>(tensors_[i].type)));
+    const auto& t = tensors_[i];
+    const auto bytes = t.produce();
+    COLOSSAL_CHECK(bytes.size() == t.bytes, "[gguf] tensor '", t.name, "': ", bytes.size(), " bytes produced, ",
+                   t.bytes, " expected for ", ggml_type_name(static_cast<uint32_t>(t.type)));
     file.write(bytes.data(), bytes.size());
-    if (i + 1 < tensors_.size()) file.write(zeros.data(), padded(sizes[i]) - sizes[i]);
+    if (i + 1 < tensors_.size()) file.write(zeros.data(), padded(t.bytes) - t.bytes);
   }
   file.commit();
 }

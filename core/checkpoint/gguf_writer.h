@@ -38,9 +38,12 @@ class GgufWriter {
     std::string name;
     GgmlType type;
     std::vector<int64_t> shape;
+    uint64_t bytes;  // what `produce` must return
     Producer produce;
   };
   void key(const std::string& name, uint32_t type);
+  template <typename T>
+  void add_array(const std::string& name, uint32_t element_type, const std::vector<T>& values);
   std::string kv_;  // the encoded key-value pairs
   uint64_t kv_count_ = 0;
   std::vector<Tensor> tensors_;

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/avx2_util.h"
@@ -24,18 +25,31 @@ inline __m256 bf16x8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
-template <int M>
-void row_f32(const float* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
+// fp32 or f16 weights (widened by F16C, one conversion per 8) against fp32 inputs: FMAs.
+template <typename W>
+inline __m256 widen8(const W* p) {
+  if constexpr (std::is_same_v<W, float>) return _mm256_loadu_ps(p);
+  else return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+template <typename W>
+inline float widen(W v) {
+  if constexpr (std::is_same_v<W, float>) return v;
+  else return _cvtsh_ss(v);
+}
+
+template <int M, typename W>  // W: float (fp32) or uint16_t (f16 bits)
+void row_fp(const W* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
   __m256 acc[M];
   for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 8 <= cols; c += 8) {
-    const __m256 wv = _mm256_loadu_ps(w + c);
-    for (int i = 0; i < M; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(in.f32 + (first + i) * in.stride + c), acc[i]);
+    const __m256 wv = widen8(w + c);
+    for (int i = 0; i < M; ++i)
+      acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(in.f32 + (first + i) * in.stride + c), acc[i]);
   }
   for (int i = 0; i < M; ++i) {
     float s = hsum(acc[i]);
-    for (int64_t t = c; t < cols; ++t) s += w[t] * in.f32[(first + i) * in.stride + t];
+    for (int64_t t = c; t < cols; ++t) s += widen(w[t]) * in.f32[(first + i) * in.stride + t];
     y[(first + i) * ldy + r] = s;
   }
 }
@@ -52,24 +66,6 @@ void row_bf16(const uint16_t* w, const MatvecInput& in, int first, int64_t cols,
   for (int i = 0; i < M; ++i) {
     float s = hsum(acc[i]);
     for (int64_t t = c; t < cols; ++t) s += bf16_to_float(w[t]) * bf16_to_float(in.bf16[(first + i) * in.stride + t]);
-    y[(first + i) * ldy + r] = s;
-  }
-}
-
-// f16 weights widened by F16C (one conversion per 8 weights), fp32 inputs.
-template <int M>
-void row_f16(const uint16_t* w, const MatvecInput& in, int first, int64_t cols, float* y, int64_t ldy, int64_t r) {
-  __m256 acc[M];
-  for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
-  int64_t c = 0;
-  for (; c + 8 <= cols; c += 8) {
-    const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c)));
-    for (int i = 0; i < M; ++i)
-      acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(in.f32 + (first + i) * in.stride + c), acc[i]);
-  }
-  for (int i = 0; i < M; ++i) {
-    float s = hsum(acc[i]);
-    for (int64_t t = c; t < cols; ++t) s += _cvtsh_ss(w[t]) * in.f32[(first + i) * in.stride + t];
     y[(first + i) * ldy + r] = s;
   }
 }
@@ -115,7 +111,8 @@ template <int M>
 void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64_t ldy, int64_t begin, int64_t end) {
   switch (w.format) {
     case WeightFormat::kF32:
-      for (int64_t r = begin; r < end; ++r) row_f32<M>(static_cast<const float*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
+      for (int64_t r = begin; r < end; ++r)
+        row_fp<M>(static_cast<const float*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
       return;
     case WeightFormat::kBF16:
       for (int64_t r = begin; r < end; ++r)
@@ -123,7 +120,7 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
       return;
     case WeightFormat::kF16:
       for (int64_t r = begin; r < end; ++r)
-        row_f16<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
+        row_fp<M>(static_cast<const uint16_t*>(w.data) + r * w.cols, in, first, w.cols, y, ldy, r);
       return;
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: {
@@ -156,9 +153,8 @@ void unpack_rows_avx2(const MatrixView& w, int64_t begin, int64_t end, float* ou
       float* dst = out + (r - begin) * w.cols;
       int64_t c = 0;
       for (; c + 8 <= w.cols; c += 8)
-        _mm256_storeu_ps(dst + c, half ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c)))
-                                       : bf16x8(src + c));
-      for (; c < w.cols; ++c) dst[c] = half ? _cvtsh_ss(src[c]) : bf16_to_float(src[c]);
+        _mm256_storeu_ps(dst + c, half ? widen8(src + c) : bf16x8(src + c));
+      for (; c < w.cols; ++c) dst[c] = half ? widen(src[c]) : bf16_to_float(src[c]);
     }
     return;
   }

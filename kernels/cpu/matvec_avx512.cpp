@@ -1,6 +1,7 @@
 // AVX-512 matvec: fp32 FMAs (f16 weights widened first), AVX512-BF16 pair dot products,
 // AVX512-VNNI u8 x s8 dot products for the quantized formats. Built with -mavx512f -mavx512bw
-// -mavx512vl -mavx512vnni -mavx512bf16 -mf16c; entered only after matvec_avx512_supports() checked the CPU for the format's needs.
+// -mavx512vl -mavx512vnni -mavx512bf16 -mf16c; entered only after matvec_avx512_supports() checked
+// the CPU for the format's needs.
 #include <immintrin.h>
 
 #include <algorithm>

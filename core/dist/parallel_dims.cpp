@@ -35,6 +35,79 @@ SequenceParallelMode parse_sequence_parallel_mode(const std::string& name) {
   COLOSSAL_FAIL("[layout] sp_mode '", name, "': expected none, split_gather, all_to_all or ring_attn");
 }
 
+const char* to_string(TensorParallelMode mode) {
+  switch (mode) {
+    case TensorParallelMode::k1d: return "1d";
+    case TensorParallelMode::k2d: return "2d";
+    case TensorParallelMode::k2p5d: return "2.5d";
+    case TensorParallelMode::k3d: return "3d";
+  }
+  return "?";
+}
+
+TensorParallelMode parse_tensor_parallel_mode(const std::string& name) {
+  if (name == "1d" || name.empty()) return TensorParallelMode::k1d;
+  if (name == "2d") return TensorParallelMode::k2d;
+  if (name == "2.5d") return TensorParallelMode::k2p5d;
+  if (name == "3d") return TensorParallelMode::k3d;
+  COLOSSAL_FAIL("[layout] tp_mode '", name, "': expected 1d, 2d, 2.5d or 3d");
+}
+
+namespace {
+
+// The integer r with r^power == n, or 0 when there is none.
+int integer_root(int n, int power) {
+  for (int r = 1;; ++r) {
+    int64_t p = 1;
+    for (int i = 0; i < power; ++i) p *= r;
+    if (p == n) return r;
+    if (p > n) return 0;
+  }
+}
+
+std::string powers_list(int power) {
+  std::string s;
+  for (int r = 1; r <= 4; ++r) {
+    int p = 1;
+    for (int i = 0; i < power; ++i) p *= r;
+    s += std::to_string(p) + ", ";
+  }
+  return s + "...";
+}
+
+}  // namespace
+
+TensorGridShape tensor_grid_shape(TensorParallelMode mode, int tp, int depth) {
+  COLOSSAL_CHECK(tp >= 1, "[layout] tp: expected >= 1, got ", tp);
+  COLOSSAL_CHECK(depth >= 1, "[layout] tp_depth: expected >= 1, got ", depth);
+  COLOSSAL_CHECK(depth == 1 || mode == TensorParallelMode::k2p5d, "[layout] tp_depth ", depth,
+                 " is for tp_mode 2.5d only (got tp_mode ", to_string(mode), ")");
+  switch (mode) {
+    case TensorParallelMode::k1d: return {tp, 1};
+    case TensorParallelMode::k2d: {
+      const int q = integer_root(tp, 2);
+      COLOSSAL_CHECK(q > 0, "[layout] tp_mode 2d lays the tp ranks out as a q x q grid: tp ", tp,
+                     " is not a square (", powers_list(2), ")");
+      return {q, 1};
+    }
+    case TensorParallelMode::k2p5d: {
+      COLOSSAL_CHECK(tp % depth == 0, "[layout] tp_mode 2.5d lays the tp ranks out as q x q x depth: tp ", tp,
+                     " does not divide by tp_depth ", depth);
+      const int q = integer_root(tp / depth, 2);
+      COLOSSAL_CHECK(q > 0, "[layout] tp_mode 2.5d lays the tp ranks out as q x q x depth: tp ", tp, " / tp_depth ",
+                     depth, " = ", tp / depth, " is not a square (", powers_list(2), ")");
+      return {q, depth};
+    }
+    case TensorParallelMode::k3d: {
+      const int q = integer_root(tp, 3);
+      COLOSSAL_CHECK(q > 0, "[layout] tp_mode 3d lays the tp ranks out as a q x q x q cube: tp ", tp,
+                     " is not a cube (", powers_list(3), ")");
+      return {q, q};
+    }
+  }
+  return {tp, 1};
+}
+
 void ParallelDims::Options::validate() const {
   for (auto [name, v] : {std::pair{"pp", pp}, std::pair{"sp", sp}, std::pair{"tp", tp}, std::pair{"ep", ep}})
     COLOSSAL_CHECK(v >= 1, "[layout] ", name, ": expected >= 1, got ", v);
@@ -47,6 +120,11 @@ void ParallelDims::Options::validate() const {
     COLOSSAL_CHECK(sp == 1 || sp == tp, "[layout] split_gather uses the tensor-parallel ranks for the sequence: sp ",
                    sp, " must be 1 or equal to tp ", tp);
   }
+  const auto tp_grid = parse_tensor_parallel_mode(tp_mode);
+  (void)tensor_grid_shape(tp_grid, tp, tp_depth);
+  COLOSSAL_CHECK(tp_grid == TensorParallelMode::k1d || mode != SequenceParallelMode::kSplitGather,
+                 "[layout] split_gather shards the sequence over 1d tensor parallelism; tp_mode ", tp_mode,
+                 " splits the batch over its grid instead (use sp_mode all_to_all or ring_attn, or tp_mode 1d)");
   if (dp > 0)
     COLOSSAL_CHECK(dp % ep == 0, "[layout] ep ", ep, " does not divide dp ", dp,
                    " (expert parallelism is carved out of the data-parallel ranks)");
@@ -57,6 +135,7 @@ std::string ParallelDims::Options::describe() const {
                   " x sp " + std::to_string(sp) + " x tp " + std::to_string(tp);
   if (ep > 1) s += " (ep " + std::to_string(ep) + ")";
   if (sp_mode != "none") s += ", sp_mode " + sp_mode;
+  if (tp_mode != "1d") s += ", tp_mode " + tp_mode + (tp_depth > 1 ? " (depth " + std::to_string(tp_depth) + ")" : "");
   return s;
 }
 
@@ -176,6 +255,11 @@ std::string ParallelDims::describe() const {
   if (mode_ != SequenceParallelMode::kNone)
     s += " x sp " + std::to_string(sequence_parallel_size()) + " (" + to_string(mode_) + ")";
   s += " x tp " + std::to_string(tp());
+  if (const auto m = tp_mode(); m != TensorParallelMode::k1d) {
+    const auto g = tensor_grid_shape(m, tp(), options_.tp_depth);
+    s += std::string(" (") + to_string(m) + ": " + std::to_string(g.q) + "x" + std::to_string(g.q) +
+         (m == TensorParallelMode::k2d ? "" : "x" + std::to_string(g.depth)) + ")";
+  }
   return s;
 }
 

@@ -52,6 +52,23 @@ const char* to_string(SequenceParallelMode mode);
 /// "none", "split_gather", "all_to_all", "ring_attn"; throws listing them otherwise.
 SequenceParallelMode parse_sequence_parallel_mode(const std::string& name);
 
+/// How tensor parallelism splits a layer over its tp ranks (ColossalAI's four):
+///   1d   Megatron: weights split by rows or columns, activations whole on every rank
+///   2d   a q x q grid (SUMMA/Optimus): weights and activations split over both grid axes
+///   2.5d q x q x d (Tesseract): d layers of the 2D grid, each on its own share of the batch
+///   3d   a q x q x q cube: weights and activations split over all three axes
+enum class TensorParallelMode { k1d, k2d, k2p5d, k3d };
+const char* to_string(TensorParallelMode mode);
+/// "1d", "2d", "2.5d", "3d"; throws listing them otherwise.
+TensorParallelMode parse_tensor_parallel_mode(const std::string& name);
+
+/// The grid a tp size makes in a mode: q (the side) and the depth. 1d: q = tp, depth 1; 2d: tp =
+/// q^2; 2.5d: tp = q^2 x depth; 3d: tp = q^3 (depth q). Throws naming what is not a square or cube.
+struct TensorGridShape {
+  int q = 1, depth = 1;
+};
+TensorGridShape tensor_grid_shape(TensorParallelMode mode, int tp, int depth = 1);
+
 class ParallelDims {
  public:
   /// The requested sizes, as a user gives them (flags --pp --dp --sp --tp --ep --sp_mode).
@@ -62,6 +79,8 @@ class ParallelDims {
     int tp = 1;
     int ep = 1;  // divides dp
     std::string sp_mode = "none";  // none | split_gather | all_to_all | ring_attn
+    std::string tp_mode = "1d";    // 1d | 2d | 2.5d | 3d
+    int tp_depth = 1;              // 2.5d: the depth d of a q x q x d grid (tp = q^2 d)
 
     /// Checks everything that needs no world size (each size, the mode's rules, unbuilt axes).
     void validate() const;
@@ -87,6 +106,7 @@ class ParallelDims {
   int tp() const { return options_.tp; }
   int size(Axis axis) const;
   SequenceParallelMode sp_mode() const { return mode_; }
+  TensorParallelMode tp_mode() const { return parse_tensor_parallel_mode(options_.tp_mode); }
   /// Ranks the sequence is sharded over (sp, or tp under split_gather; 1 without sp).
   int sequence_parallel_size() const;
 

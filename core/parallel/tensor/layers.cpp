@@ -31,7 +31,7 @@ namespace {
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
                                const torch::Tensor& target, c10::intrusive_ptr<GroupHolder> holder,
-                               int64_t ignore_index) {
+                               int64_t ignore_index, double divisor) {
     const auto& g = holder->group;
     const int64_t per_rank = logits.size(1), start = g.rank() * per_rank;
     auto x = logits.to(torch::kFloat);
@@ -48,12 +48,12 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
                       .contiguous();
     dist::all_reduce(picked, g);
     auto per_row = (sum.log() + max - picked).masked_fill_(valid.logical_not(), 0);
-    const int64_t count = valid.sum().item<int64_t>();
+    const double count = divisor > 0 ? divisor : static_cast<double>(valid.sum().item<int64_t>());
     e.div_(sum.unsqueeze(1));  // softmax over the whole vocabulary, this rank's columns
     ctx->save_for_backward({e, local, here, valid});
     ctx->saved_data["count"] = count;
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
-    return per_row.sum() / static_cast<double>(count);
+    return per_row.sum() / count;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -64,21 +64,21 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const auto& here = s[2];
     const auto& valid = s[3];
     g.scatter_add_(1, local.unsqueeze(1), -here.to(torch::kFloat).unsqueeze(1));
-    const double scale = grads[0].item<double>() / static_cast<double>(ctx->saved_data["count"].toInt());
+    const double scale = grads[0].item<double>() / ctx->saved_data["count"].toDouble();
     g.mul_(valid.to(torch::kFloat).mul(scale).unsqueeze(1));
     auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
-    return {g.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target,
-                                           const dist::Group& group, int64_t ignore_index) {
+                                           const dist::Group& group, int64_t ignore_index, double divisor) {
   COLOSSAL_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0),
                  "[tp] vocab_parallel_cross_entropy: expected logits [N, V/tp] and target [N], got ", logits.sizes(),
                  " and ", target.sizes());
-  return VocabParallelCrossEntropy::apply(logits, target, hold(group), ignore_index);
+  return VocabParallelCrossEntropy::apply(logits, target, hold(group), ignore_index, divisor);
 }
 
 }  // namespace colossal::parallel

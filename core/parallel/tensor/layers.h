@@ -23,8 +23,10 @@ torch::Tensor vocab_parallel_lookup(const torch::Tensor& weight, const torch::Te
 torch::Tensor vocab_parallel_partial_lookup(const torch::Tensor& weight, const torch::Tensor& ids, int64_t start);
 
 /// Mean cross entropy over targets != ignore_index; logits [N, V'/tp] are this rank's vocabulary
-/// slice (rank r holds ids [r V'/tp, (r+1) V'/tp)).
+/// slice (rank r holds ids [r V'/tp, (r+1) V'/tp)). `divisor` > 0: the summed loss is divided by
+/// it instead of by the number of targets here (a share of a mean over several ranks' rows).
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target,
-                                           const dist::Group& group, int64_t ignore_index = -100);
+                                           const dist::Group& group, int64_t ignore_index = -100,
+                                           double divisor = 0);
 
 }  // namespace colossal::parallel

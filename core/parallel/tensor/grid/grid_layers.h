@@ -1,0 +1,61 @@
+#pragma once
+// The layers of 2D, 2.5D and 3D tensor parallelism as functions over local blocks (the grid and
+// its layouts: tensor_grid.h). Each is its dense counterpart on a grid of one, and on a larger
+// grid gives this rank's block of the dense result, with gradients that are this rank's block of
+// the dense gradients. Activations are [rows, ..., features] with the batch as rows (dim 0).
+//
+//   grid_linear           y = x W^T + b over blocks. Forward gathers the input (2D: its feature
+//                         blocks along the row; 3D: its row blocks) and the weight, multiplies,
+//                         and (3D) reduce-scatters the partial product over rows. Only the local
+//                         blocks are kept for backward, which gathers them again (SUMMA's and
+//                         the 3D algorithm's memory: no rank keeps a whole activation).
+//   grid_rms_norm         the mean square over features all-reduced over the layout's feature
+//   grid_layer_norm       group (layer norm: the mean, then the variance about it).
+//   grid_embedding        hidden split only: weight [V, hidden / parts], no communication.
+//   grid_vocab_embedding  vocabulary and hidden split: weight [V' / rows, hidden / parts]. The ids
+//                         of the layout's row group are gathered, each rank looks up those in its
+//                         vocabulary range, and the partial rows are reduce-scattered back.
+//   grid_cross_entropy    logits [rows, V' / parts]: the vocabulary-parallel cross entropy over
+//                         the feature group; the mean is over every token of the grid, and every
+//                         rank returns it (its gradient covers this rank's tokens).
+// Parameters replicated over rows (biases, norm weights, the hidden-split table) have their
+// gradients summed over the ranks holding them as backward produces them; 2.5D's weights are
+// summed over the depth layers.
+#include <torch/types.h>
+
+#include "core/parallel/tensor/grid/tensor_grid.h"
+
+namespace colossal::parallel {
+
+torch::Tensor grid_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                          const GridLinearComm& comm);
+torch::Tensor grid_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                            const ActivationLayout& layout);
+torch::Tensor grid_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                              double eps, const ActivationLayout& layout);
+torch::Tensor grid_embedding(const torch::Tensor& ids, const torch::Tensor& weight, const ActivationLayout& layout);
+torch::Tensor grid_vocab_embedding(const torch::Tensor& ids, const torch::Tensor& weight,
+                                   const ActivationLayout& layout);
+/// Logits of a vocabulary head whose outputs were padded to V': columns past `vocab` become -inf
+/// (they never take probability).
+torch::Tensor mask_padded_vocab(const torch::Tensor& logits, int64_t vocab, const ActivationLayout& layout);
+torch::Tensor grid_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target,
+                                 const ActivationLayout& layout, int64_t ignore_index = -100);
+
+/// The sum of x over `group` in forward, and of the gradients in backward: a statistic every
+/// member computes part of and every member uses (a norm's mean square over feature blocks).
+torch::Tensor all_reduce_sum(const torch::Tensor& x, const dist::Group& group);
+/// Forward all-gather along `dim`, backward reduce-scatter (each rank's use is partial).
+torch::Tensor gather_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& group);
+/// Forward reduce-scatter along `dim`, backward all-gather.
+torch::Tensor reduce_scatter_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& group);
+
+/// This rank's block of a full tensor (a copy), and the full tensor from every rank's block.
+torch::Tensor take_block(const torch::Tensor& full, const GridBlock& block);
+torch::Tensor gather_block(const torch::Tensor& local, const GridBlock& block);
+/// This rank's block of a whole activation [rows, ..., features] (or of ids [rows, ...] with
+/// `features` false), and the whole activation back from every rank's block.
+torch::Tensor split_activation(const torch::Tensor& full, const ActivationLayout& layout, bool features = true);
+torch::Tensor gather_activation(const torch::Tensor& local, const ActivationLayout& layout, bool features = true);
+
+}  // namespace colossal::parallel

@@ -110,6 +110,8 @@ MaskedLMHeadImpl::MaskedLMHeadImpl(const BertConfig& c, const BuildContext& wher
 
 BertForTaskImpl::BertForTaskImpl(const BertConfig& c, BertHead head, const parallel::ParallelContext& parallel)
     : config_(c), head_(head), parallel_(parallel) {
+  COLOSSAL_CHECK(!parallel.grid_parallel(), "[bert] tp_mode ", dist::to_string(parallel.grid.mode()),
+                 " is not built for BERT yet; use --tp_mode 1d");
   {  // first, before any layer draws: eager and deferred construction take the same seed
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());

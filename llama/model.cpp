@@ -18,6 +18,7 @@
 #include "core/parallel/sequence/ring_attention.h"
 #include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
+#include "core/parallel/tensor/grid/grid_layers.h"
 #include "core/parallel/tensor/layers.h"
 #include "core/tools/memory_tracer.h"
 #include "llama/parallelize.h"
@@ -30,6 +31,13 @@ using nn::call;
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContext& parallel, bool per_head,
                          bool plus_one, bool layer_norm)
     : eps_(eps), parallel_(parallel), per_head_(per_head), plus_one_(plus_one) {
+  // On a 2D/2.5D/3D grid the residual stream's features are split: each rank holds its block.
+  if (parallel.grid_parallel() && !per_head) {
+    const int parts = parallel.grid.stream().feature_parts();
+    COLOSSAL_CHECK(dim % parts == 0, "[llama] tp_mode ", dist::to_string(parallel.grid.mode()), ": hidden size ", dim,
+                   " does not divide into the grid's ", parts, " feature blocks");
+    dim /= parts;
+  }
   weight = register_parameter("weight", nn::deferred_init_enabled() ? nn::deferred_empty({dim})
                                         : plus_one ? torch::zeros({dim}) : torch::ones({dim}));
   if (layer_norm)
@@ -37,6 +45,18 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const parallel::ParallelContex
 }
 
 std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
+  if (parallel_.grid_parallel()) {
+    const auto& grid = parallel_.grid;
+    parallel::ShardSpec s;
+    if (per_head_) {  // whole on every rank; each normalises its own heads of its own rows
+      s.group = grid.group();
+      s.gradient_partial = true;
+    } else {
+      s = parallel::grid_shard_spec(grid.feature_block(grid.stream()), {weight.size(0) * grid.stream().feature_parts()});
+    }
+    if (bias.defined()) return {{"weight", s}, {"bias", s}};
+    return {{"weight", s}};
+  }
   const bool partial = per_head_ ? parallel_.tp_size() > 1 : parallel::splits_sequence_over_tp(parallel_);
   if (!partial) return {};
   parallel::ShardSpec s;
@@ -48,15 +68,22 @@ std::map<std::string, parallel::ShardSpec> RMSNormImpl::shard_specs() const {
 
 LearnedPositionsImpl::LearnedPositionsImpl(int64_t positions, int64_t dim, const parallel::ParallelContext& parallel)
     : parallel_(parallel) {
+  if (parallel.grid_parallel()) dim /= parallel.grid.stream().feature_parts();  // the stream's feature block
   weight = register_parameter("weight", nn::deferred_init_enabled() ? nn::deferred_empty({positions, dim})
                                                                     : torch::zeros({positions, dim}));
 }
 
 torch::Tensor LearnedPositionsImpl::forward(const torch::Tensor& positions) {
+  if (parallel_.grid_parallel()) return parallel::grid_embedding(positions, weight, parallel_.grid.stream());
   return torch::embedding(weight, positions);
 }
 
 std::map<std::string, parallel::ShardSpec> LearnedPositionsImpl::shard_specs() const {
+  if (parallel_.grid_parallel()) {
+    const auto& grid = parallel_.grid;
+    return {{"weight", parallel::grid_shard_spec(grid.hidden_embedding_block(),
+                                                 {weight.size(0), weight.size(1) * grid.stream().feature_parts()})}};
+  }
   if (!parallel::splits_sequence_over_tp(parallel_)) return {};
   parallel::ShardSpec s;
   s.group = parallel_.tp;
@@ -65,6 +92,15 @@ std::map<std::string, parallel::ShardSpec> LearnedPositionsImpl::shard_specs() c
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (parallel_.grid_parallel() && !per_head_) {
+    // The statistics over the feature blocks of the grid (grid_layers.h); fp32 as below.
+    const auto& stream = parallel_.grid.stream();
+    if (bias.defined())
+      return parallel::grid_layer_norm(x.to(torch::kFloat), weight.to(torch::kFloat), bias.to(torch::kFloat), eps_,
+                                       stream)
+          .to(x.scalar_type());
+    return parallel::grid_rms_norm(x, plus_one_ ? weight.to(torch::kFloat) + 1.0 : weight, eps_, stream);
+  }
   if (bias.defined()) {  // LayerNorm, in fp32 whatever the compute dtype
     return torch::layer_norm(x.to(torch::kFloat), {x.size(-1)}, weight.to(torch::kFloat), bias.to(torch::kFloat), eps_)
         .to(x.scalar_type());
@@ -309,8 +345,10 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const para
     init_seed_ = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
   }
   config_.validate();
-  check_parallel(config_, {parallel_.tp_size(), parallel_.sp_size(), parallel_.sp_mode, parallel_.ep_size(),
-                           parallel_.pipeline.enabled() ? parallel_.pipeline.schedule.stages : 1});
+  check_parallel(config_, {parallel_.grid_parallel() ? parallel_.grid.size() : parallel_.tp_size(), parallel_.sp_size(),
+                           parallel_.sp_mode, parallel_.ep_size(),
+                           parallel_.pipeline.enabled() ? parallel_.pipeline.schedule.stages : 1, parallel_.grid.mode(),
+                           parallel_.grid.mode() == dist::TensorParallelMode::k2p5d ? parallel_.grid.depth() : 1});
   const auto plan = parallel_plan(config_);
   const BuildContext root{plan, parallel_, ""};
   model = register_module("model", Decoder(config_, root.at("model")));
@@ -471,6 +509,7 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
   torch::Tensor h;
   if (first) {
     auto ids = holds_sequence_shard() ? parallel::take_local(input, parallel_) : input;
+    if (parallel_.grid_parallel()) ids = parallel::split_activation(ids, parallel_.grid.stream(), /*features=*/false);
     tools::MemoryTracer::Scope traced("embed_tokens");
     h = call(model->embed_tokens, ids);
     // Gemma: sqrt(hidden_size), rounded to the embedding's dtype as transformers does.
@@ -484,7 +523,9 @@ torch::Tensor LlamaForCausalLMImpl::run_chunk(int chunk, const torch::Tensor& in
     if (neftune_alpha_ > 0 && is_training()) {
       // The whole batch's noise, then this rank's tokens: the same on every rank that holds them.
       auto noise = nn::neftune_noise({h.size(0), T, h.size(2)}, neftune_alpha_, neftune_seed_ + neftune_draws_++);
-      h = h + noise.index_select(1, embedded_indices(T)).to(h.device(), h.scalar_type());
+      noise = noise.index_select(1, embedded_indices(T));
+      if (parallel_.grid_parallel()) noise = parallel::split_activation(noise, parallel_.grid.stream());
+      h = h + noise.to(h.device(), h.scalar_type());
     }
   } else {
     h = hidden_in;
@@ -572,6 +613,19 @@ std::vector<torch::Tensor> LlamaForCausalLMImpl::chunk_parameters(int chunk) {
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& positions) {
+  if (parallel_.grid_parallel()) {
+    // Gathered without a gradient path: training on a grid goes through loss(). A batch the
+    // grid's rows do not divide (an evaluation's last one) is padded with copies of its first
+    // row, whose logits are dropped.
+    COLOSSAL_CHECK(!torch::GradMode::is_enabled() || !is_training(), "[llama] forward() with tp_mode ",
+                   dist::to_string(parallel_.grid.mode()), " gathers the logits for reading only; train through loss()");
+    const int64_t B = input_ids.size(0), rows = parallel_.grid.stream().row_parts(), pad = (rows - B % rows) % rows;
+    auto padded = [&](const torch::Tensor& t) {
+      return pad == 0 || !t.defined() || t.dim() < 2 ? t : torch::cat({t, t.narrow(0, 0, 1).expand({pad, t.size(1)})});
+    };
+    auto logits = local_logits(padded(input_ids), padded(positions));
+    return parallel::gather_activation(logits, parallel_.grid.inner()).narrow(0, 0, B).narrow(-1, 0, config_.vocab_size);
+  }
   auto logits = local_logits(input_ids, positions);
   if (parallel_.tensor_parallel())
     logits = parallel::gather_last_dim(logits, parallel_.tp).narrow(-1, 0, config_.vocab_size);
@@ -584,7 +638,7 @@ torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& input_ids, const t
   // The head and the loss fused (nn::linear_cross_entropy) wherever this rank holds the whole
   // head on the CPU: no logits-sized gradient besides the logits, which are read once. Under
   // tensor parallelism each rank holds a vocabulary slice (vocab_parallel_cross_entropy).
-  const bool fused = !parallel_.tensor_parallel() && !parallel_.pipeline.enabled() &&
+  const bool fused = !parallel_.tensor_parallel() && !parallel_.grid_parallel() && !parallel_.pipeline.enabled() &&
                      input_ids.device().is_cpu() && config_.final_logit_softcapping == 0;
   if (!fused) return loss_from_logits(local_logits(input_ids, positions), labels);
   auto hidden = run_chunk(0, input_ids, /*to_hidden=*/true, positions);
@@ -605,6 +659,20 @@ torch::Tensor LlamaForCausalLMImpl::token_log_probs(const torch::Tensor& input_i
                  "sequence's log-likelihood needs the head's stage); use tp, sp or data parallelism");
   COLOSSAL_CHECK(labels.sizes() == input_ids.sizes(), "[llama] token_log_probs: labels ", labels.sizes(),
                  " and input_ids ", input_ids.sizes(), " differ in shape");
+  if (parallel_.grid_parallel()) {
+    // Evaluation on a grid: the logits gathered whole on every rank (no gradient path; training
+    // objectives that need one, DPO's and GRPO's, are not built on a grid yet).
+    COLOSSAL_CHECK(!torch::GradMode::is_enabled(), "[llama] token_log_probs with tp_mode ",
+                   dist::to_string(parallel_.grid.mode()), " is for evaluation (no gradient) only; preference and "
+                   "policy-gradient training on a grid is not built yet (use --tp_mode 1d)");
+    auto logits = forward(input_ids, positions);
+    auto whole_target = torch::full_like(labels, -100);
+    const int64_t T = labels.size(1);
+    whole_target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
+    return nn::token_log_probs(logits.reshape({-1, logits.size(2)}), whole_target.reshape({-1}).to(logits.device()),
+                               -100)
+        .reshape(whole_target.sizes());
+  }
   auto target = next_token_targets(labels);  // this rank's positions
   const auto shape = target.sizes().vec();
   auto flat_target = target.reshape({-1});
@@ -629,6 +697,8 @@ torch::Tensor LlamaForCausalLMImpl::token_log_probs(const torch::Tensor& input_i
 
 void LlamaForCausalLMImpl::add_score_head(uint64_t seed) {
   COLOSSAL_CHECK(!score, "[llama] the model already has a score head");
+  COLOSSAL_CHECK(!parallel_.grid_parallel(), "[llama] a reward model with tp_mode ",
+                 dist::to_string(parallel_.grid.mode()), " is not built yet; use --tp_mode 1d");
   COLOSSAL_CHECK(!parallel_.pipeline.enabled(), "[llama] a reward model under pipeline parallelism is not supported "
                  "yet (the score needs the last stage's hidden states of whole sequences); use tp, sp or data "
                  "parallelism");
@@ -673,6 +743,8 @@ torch::Tensor LlamaForCausalLMImpl::next_token_targets(const torch::Tensor& labe
   int64_t T = labels.size(1);
   target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
   if (holds_sequence_shard()) target = parallel::take_local(target, parallel_);
+  // On a grid the head's output holds the rows of the inner layout (grid/tensor_grid.h).
+  if (parallel_.grid_parallel()) target = parallel::split_activation(target, parallel_.grid.inner(), false);
   return target;
 }
 
@@ -680,7 +752,9 @@ torch::Tensor LlamaForCausalLMImpl::loss_from_logits(const torch::Tensor& logits
   auto flat_target = next_token_targets(labels).reshape({-1});
   tools::MemoryTracer::Scope traced("loss");
   auto flat = logits.reshape({-1, logits.size(2)});
-  auto mean = parallel_.tensor_parallel()  // the full logits never exist on one rank
+  auto mean = parallel_.grid_parallel()       // the mean over the grid's rows, every rank the same
+                  ? parallel::grid_cross_entropy(flat, flat_target, parallel_.grid.inner(), -100)
+              : parallel_.tensor_parallel()  // the full logits never exist on one rank
                   ? parallel::vocab_parallel_cross_entropy(flat, flat_target, parallel_.tp, -100)
                   : nn::cross_entropy(flat, flat_target, -100);
   return finish_loss(mean, flat_target, flat);

@@ -8,6 +8,31 @@ void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_le
   using Mode = dist::SequenceParallelMode;
   const int tp = s.tp;
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  if (s.tp_mode != dist::TensorParallelMode::k1d && tp > 1) {
+    const char* mode = dist::to_string(s.tp_mode);
+    const auto grid = dist::tensor_grid_shape(s.tp_mode, tp, s.tp_depth);
+    const int q = grid.q;
+    // Output features are stored in q blocks (2D) or q^2 (3D: the output axis, then a).
+    const int64_t out_parts = s.tp_mode == dist::TensorParallelMode::k3d ? int64_t{q} * q : q;
+    const int64_t hd = c.resolved_head_dim();
+    COLOSSAL_CHECK(heads % q == 0 && kv % q == 0, "[llama] tp_mode ", mode, ": num_attention_heads ", heads,
+                   " and num_key_value_heads ", kv, " must divide by the grid's side q = ", q,
+                   " (each rank attends with its block of the heads)");
+    for (auto [name, width] : {std::pair{"hidden_size", c.hidden_size}, std::pair{"intermediate_size",
+                                                                                  c.intermediate_size},
+                               std::pair{"num_key_value_heads x head_dim", kv * hd},
+                               std::pair{"num_attention_heads x head_dim", heads * hd}})
+      COLOSSAL_CHECK(width % out_parts == 0, "[llama] tp_mode ", mode, ": ", name, " ", width,
+                     " does not divide into the grid's ", out_parts, " weight blocks");
+    COLOSSAL_CHECK(!c.is_moe(), "[llama] tp_mode ", mode, " with experts is not built yet; use --tp_mode 1d");
+    COLOSSAL_CHECK(s.sp_mode == Mode::kNone, "[llama] tp_mode ", mode, " with sp_mode ", dist::to_string(s.sp_mode),
+                   " is not built yet (the grid splits the batch, not the sequence)");
+    COLOSSAL_CHECK(s.pp == 1, "[llama] tp_mode ", mode, " with pp ", s.pp, " is not built yet; use --tp_mode 1d "
+                   "with pipeline stages");
+    COLOSSAL_CHECK(!c.tie_word_embeddings, "[llama] tp_mode ", mode, " with tie_word_embeddings is not built yet "
+                   "(the embedding and the head are cut differently on the grid); use --tp_mode 1d");
+    return;
+  }
   COLOSSAL_CHECK(heads % tp == 0, "[llama] num_attention_heads ", heads, " does not divide by tp ", tp);
   COLOSSAL_CHECK(kv % tp == 0 || tp % kv == 0, "[llama] num_key_value_heads ", kv, " and tp ", tp,
                  ": one must divide the other (kv heads are split by tp, or whole on every rank)");
@@ -40,7 +65,8 @@ void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_le
 }
 
 void check_parallel(const LlamaConfig& config, const dist::ParallelDims& dims, int64_t seq_len) {
-  check_parallel(config, {dims.tp(), dims.sequence_parallel_size(), dims.sp_mode(), dims.ep(), dims.pp()}, seq_len);
+  check_parallel(config, {dims.tp(), dims.sequence_parallel_size(), dims.sp_mode(), dims.ep(), dims.pp(),
+                          dims.tp_mode(), dims.options().tp_depth}, seq_len);
 }
 
 }  // namespace colossal::llama

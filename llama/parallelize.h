@@ -17,9 +17,12 @@ struct ParallelSplit {
   dist::SequenceParallelMode sp_mode = dist::SequenceParallelMode::kNone;
   int ep = 1;  // expert parallelism (a MoE model's experts shared out)
   int pp = 1;
+  dist::TensorParallelMode tp_mode = dist::TensorParallelMode::k1d;  // 2d, 2.5d, 3d: tp ranks as a grid
+  int tp_depth = 1;
 };
 
-/// Throws naming what does not divide: attention heads by tp; kv heads and tp (one divides the
+/// Throws naming what does not divide (on a 2d/2.5d/3d grid: heads, kv heads, hidden and MLP widths
+/// by the grid's blocks; no experts, sequence parallelism, pipeline stages or tied embeddings yet): attention heads by tp; kv heads and tp (one divides the
 /// other); the MLP width by tp; under all_to_all the heads per tp rank by sp; and, when seq_len
 /// is given, the sequence by the mode's split (sp, or 2 x sp for ring_attn's zigzag). A MoE model:
 /// its experts by ep; ep > 1 needs experts; no split_gather with experts, nor sp with pp.

@@ -87,8 +87,9 @@ LoadedModel load_pretrained(const std::string& dir, const checkpoint::LoadModelO
   auto opts = options;
   if (out.config.model_type == "gpt2")
     opts.adapt = [config = out.config](checkpoint::CheckpointReader& r) { adapt_gpt2_checkpoint(r, config); };
-  out.report = parallel.tensor_parallel() ? parallel::load_model_slices(*out.model, dir, opts)
-                                          : checkpoint::load_model_state(*out.model, dir, opts);
+  const bool split = parallel.tensor_parallel() || parallel.grid_parallel();
+  out.report = split ? parallel::load_model_slices(*out.model, dir, opts)
+                     : checkpoint::load_model_state(*out.model, dir, opts);
   return out;
 }
 

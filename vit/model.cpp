@@ -139,6 +139,8 @@ int64_t encoder_layer(const std::string& name, std::string* rest) {
 ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
                                                              const parallel::ParallelContext& parallel)
     : config_(c), parallel_(parallel) {
+  COLOSSAL_CHECK(!parallel.grid_parallel(), "[vit] tp_mode ", dist::to_string(parallel.grid.mode()),
+                 " is not built for ViT yet; use --tp_mode 1d");
   // First, before any layer draws: eager and deferred construction take the same seed.
   {
     auto gen = at::detail::getDefaultCPUGenerator();
@@ -217,6 +219,8 @@ void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode s
 }
 
 void check_parallel(const ViTConfig& c, const dist::ParallelDims& dims) {
+  COLOSSAL_CHECK(dims.tp_mode() == dist::TensorParallelMode::k1d, "[vit] tp_mode ", dims.options().tp_mode,
+                 " is not built for ViT yet; use --tp_mode 1d");
   COLOSSAL_CHECK(c.num_hidden_layers >= dims.pp(), "[vit] pp ", dims.pp(), ": the model has ", c.num_hidden_layers,
                  " layers and every pipeline stage needs at least one");
   check_parallel(c, dims.tp(), dims.sp_mode());

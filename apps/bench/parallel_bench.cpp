@@ -12,7 +12,13 @@
 //      does not fit fails its allocation instead of swapping the machine, and with glibc's mmap
 //      threshold fixed at 1 MiB so freed activations leave the resident set (see probe()).
 //
-//   build/apps/bench_parallel [--budget_gib 4] [--skip_throughput] [--skip_sequence]
+//   3. The tensor-parallel modes (1d, 2d, 2.5d, 3d) at 4 and 8 ranks, batch --modes_batch x
+//      --modes_seq: per-rank bytes handed to each kind of collective in one step (the
+//      communication profiler), beside grid_cost.h's formula for the model's linear layers; the
+//      activations the forward keeps for backward and the step's peak per rank (MemoryTracer,
+//      the heap's own count); tokens/s beside 1d.
+//
+//   build/apps/bench_parallel [--budget_gib 4] [--skip_throughput] [--skip_sequence] [--skip_modes]
 // Each probe is its own `colossal run` job of this program.
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -31,7 +37,10 @@
 #include "core/common/log.h"
 #include "core/common/progress.h"
 #include "core/dist/collectives.h"
+#include "core/dist/comm_profile.h"
 #include "core/dist/runtime.h"
+#include "core/parallel/tensor/grid/grid_cost.h"
+#include "core/tools/memory_tracer.h"
 #include "core/optim/factory.h"
 #include "llama/model.h"
 #include "llama/shapes.h"
@@ -48,11 +57,16 @@ struct Args {
   int sp = 4;
   int64_t throughput_seq = 512, granularity = 256, max_seq = 65536;
   int steps = 3;
-  bool skip_throughput = false, skip_sequence = false;
+  bool skip_throughput = false, skip_sequence = false, skip_modes = false;
+  int64_t modes_batch = 4, modes_seq = 128;
   // One job (set by the driver).
   int sp_zero_stage = 2;  // all_to_all / ring_attn: ZeRO over their dp x sp ranks
   int tp = 1, zero_stage = 0;
   std::string sp_mode = "none";
+  std::string tp_mode = "1d";
+  int tp_depth = 1;
+  int64_t batch = 1;
+  bool profile = false;  // record collectives' bytes and the memory of one step
   int64_t seq = 0;
   double data_limit_gib = 0;
   std::string row_file;
@@ -62,6 +76,9 @@ struct Row {
   bool ok = false;
   std::string error;  // a job that failed for another reason than memory
   double step_s = 0, tokens_s = 0, state_gib = 0, peak_gib = 0;
+  // With --profile: per rank (the largest), one step.
+  double all_gather_mib = 0, reduce_scatter_mib = 0, all_reduce_mib = 0, other_mib = 0;
+  double activations_mib = 0, step_peak_mib = 0;
 };
 
 Row run_job(const Args& a) {
@@ -76,7 +93,8 @@ Row run_job(const Args& a) {
   booster::PluginConfig pc;
   pc.name = "hybrid";
   pc.device = "cpu";
-  pc.layout = {.sp = a.sp_mode == "none" ? 1 : a.sp, .tp = a.tp, .sp_mode = a.sp_mode};
+  pc.layout = {.sp = a.sp_mode == "none" ? 1 : a.sp, .tp = a.tp, .sp_mode = a.sp_mode, .tp_mode = a.tp_mode,
+               .tp_depth = a.tp_depth};
   pc.options["zero_stage"] = a.zero_stage;
   auto plugin = booster::make_plugin(pc);
   colossal::llama::check_parallel(cfg, plugin->dims(), a.seq);
@@ -85,7 +103,7 @@ Row run_job(const Args& a) {
   auto optimizer = colossal::optim::make_optimizer(*model, {.name = "fused_adamw", .lr = 1e-4});
   booster::Booster booster(plugin);
   auto b = booster.boost(model.ptr(), optimizer);
-  auto ids = torch::randint(cfg.vocab_size, {1, a.seq}, torch::kInt64);
+  auto ids = torch::randint(cfg.vocab_size, {a.batch, a.seq}, torch::kInt64);
   std::vector<double> times;
   for (int s = 0; s < a.steps; ++s) {
     dist::barrier(dist::world_group());
@@ -100,7 +118,38 @@ Row run_job(const Args& a) {
   r.ok = true;
   r.step_s = median(times);
   const int replicas = plugin->dims().dp();
-  r.tokens_s = replicas * a.seq / r.step_s;
+  r.tokens_s = replicas * a.batch * a.seq / r.step_s;
+  if (a.profile) {  // one more step, its collectives and memory recorded
+    dist::barrier(dist::world_group());
+    colossal::tools::MemoryTracer tracer;
+    dist::comm_profile::reset();
+    dist::comm_profile::set_enabled(true);
+    tracer.begin_step();
+    b.optimizer->zero_grad();
+    tracer.phase("forward");
+    auto loss = model->loss(ids, ids);
+    tracer.phase("backward");
+    booster.backward(loss, *b.optimizer);
+    tracer.phase("optimizer");
+    b.optimizer->step();
+    tracer.end_step(0);
+    dist::comm_profile::set_enabled(false);
+    double by_op[4] = {0, 0, 0, 0};
+    for (const auto& [key, totals] : dist::comm_profile::current()) {
+      const auto& op = key.second;
+      by_op[op == "all_gather" ? 0 : op == "reduce_scatter" ? 1 : op == "all_reduce" ? 2 : 3] += totals.bytes;
+    }
+    const auto& step = tracer.last_step();
+    auto f = torch::tensor({by_op[0], by_op[1], by_op[2], by_op[3], double(step.activations), double(step.peak - step.start)},
+                           torch::kFloat64) / double(1 << 20);
+    dist::all_reduce(f, dist::world_group(), dist::ReduceOp::kMax);
+    r.all_gather_mib = f[0].item<double>();
+    r.reduce_scatter_mib = f[1].item<double>();
+    r.all_reduce_mib = f[2].item<double>();
+    r.other_mib = f[3].item<double>();
+    r.activations_mib = f[4].item<double>();
+    r.step_peak_mib = f[5].item<double>();
+  }
   auto report = b.optimizer->model_wrapper().hooks().memory_report(*model, *optimizer);
   auto mem = torch::tensor({report.total() / double(1ull << 30), colossal::peak_resident_gib()}, torch::kFloat64);
   dist::all_reduce(mem, dist::world_group(), dist::ReduceOp::kMax);
@@ -113,6 +162,10 @@ struct Layout {
   std::string label, sp_mode;
   int ranks, threads, tp;
   int zero_stage = 0;
+  std::string tp_mode = "1d";
+  int tp_depth = 1;
+  int64_t batch = 1;
+  bool profile = false;
 };
 
 // Runs one job under `colossal run`; a failed job (an allocation past the cap) is ok = false.
@@ -128,13 +181,16 @@ Row probe(const Args& a, const std::string& self, const Layout& l, int64_t seq, 
   // with the fixed threshold, same speed). Every layout runs with the same settings.
   cmd << "MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=1048576 OMP_NUM_THREADS=" << l.threads << " '" << launcher << "' run --nproc_per_node " << l.ranks << " -- '"
       << self << "' --shape " << a.shape << " --tp " << l.tp << " --sp " << a.sp << " --sp_mode " << l.sp_mode
-      << " --zero_stage " << l.zero_stage << " --seq " << seq << " --steps " << steps << " --data_limit_gib " << limit_gib << " --row_file " << row_file
+      << " --zero_stage " << l.zero_stage << " --tp_mode " << l.tp_mode << " --tp_depth " << l.tp_depth << " --batch "
+      << l.batch << (l.profile ? " --profile" : "") << " --seq " << seq << " --steps " << steps << " --data_limit_gib " << limit_gib << " --row_file " << row_file
       << " > " << row_file << ".log 2>&1";
   std::fprintf(stderr, "[bench_parallel] %s, sequence %ld...", l.label.c_str(), seq);
   int rc = std::system(cmd.str().c_str());
   Row r;
   std::ifstream in(row_file);
-  r.ok = rc == 0 && static_cast<bool>(in >> r.step_s >> r.tokens_s >> r.state_gib >> r.peak_gib);
+  r.ok = rc == 0 && static_cast<bool>(in >> r.step_s >> r.tokens_s >> r.state_gib >> r.peak_gib >> r.all_gather_mib >>
+                                      r.reduce_scatter_mib >> r.all_reduce_mib >> r.other_mib >> r.activations_mib >>
+                                      r.step_peak_mib);
   if (!r.ok) {  // out of memory under the cap, or a real error (reported, and the search stops)
     std::ifstream log(row_file + ".log");
     std::string line, error;
@@ -242,6 +298,77 @@ void sequence_table(const Args& a, const std::string& self) {
   for (const auto& e : errors) std::printf("not measured: %s\n", e.c_str());
 }
 
+// grid_cost.h's formula summed over the model's linear layers (the attention and MLP
+// projections of every layer, and the head), fp32.
+double linear_layers_mib(const colossal::llama::LlamaConfig& c, const Layout& l, int64_t tokens) {
+  using colossal::parallel::LinearShape;
+  const auto mode = dist::parse_tensor_parallel_mode(l.tp_mode);
+  const auto grid = dist::tensor_grid_shape(mode, l.tp, l.tp_depth);
+  const int64_t h = c.hidden_size, hd = c.resolved_head_dim(), f = c.intermediate_size;
+  const int64_t q_out = c.num_attention_heads * hd, kv_out = c.num_key_value_heads * hd;
+  colossal::parallel::CollectiveBytes sum;
+  auto add = [&](int64_t in, int64_t out, bool column) {
+    sum += colossal::parallel::linear_collective_bytes(mode, grid.q, grid.depth,
+                                                       LinearShape{tokens, in, out, false, column}, 4);
+  };
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    // 1d: q, k and v share one entry (one gradient all-reduce), as do gate and up.
+    if (mode == dist::TensorParallelMode::k1d) {
+      add(h, q_out + 2 * kv_out, true);
+      add(q_out, h, false);
+      add(h, 2 * f, true);
+      add(f, h, false);
+      continue;
+    }
+    add(h, q_out, true);
+    add(h, kv_out, true);
+    add(h, kv_out, true);
+    add(q_out, h, false);
+    add(h, f, true);
+    add(h, f, true);
+    add(f, h, false);
+  }
+  const int64_t parts = mode == dist::TensorParallelMode::k3d ? int64_t{grid.q} * grid.q : grid.q;
+  const int64_t vocab = mode == dist::TensorParallelMode::k1d ? c.vocab_size
+                                                              : (c.vocab_size + 64 * parts - 1) / (64 * parts) * 64 * parts;
+  add(h, vocab, true);  // the head (1d: its input gradient all-reduced; grids: padded to the grid)
+  return sum.total() / double(1 << 20);
+}
+
+void modes_table(const Args& a, const std::string& self) {
+  auto cfg = colossal::llama::benchmark_shape(a.shape).config;
+  const int64_t tokens = a.modes_batch * a.modes_seq;
+  std::printf("\n3. Tensor-parallel modes, %s shape, batch %ld x sequence %ld per replica, fp32; per rank, one step "
+              "(the largest rank's figure)\n", a.shape.c_str(), a.modes_batch, a.modes_seq);
+  std::printf("%-22s %9s %9s %8s %8s %8s %9s %12s %10s %10s\n", "layout", "tokens/s", "x 1d", "AG MiB", "RS MiB",
+              "AR MiB", "sum MiB", "formula MiB", "act. MiB", "peak MiB");
+  std::vector<Layout> layouts = {
+      {"1d, tp 4", "none", 4, 1, 4, 0, "1d", 1, a.modes_batch, true},
+      {"2d 2x2, tp 4", "none", 4, 1, 4, 0, "2d", 1, a.modes_batch, true},
+      {"2.5d 1x1x4, tp 4", "none", 4, 1, 4, 0, "2.5d", 4, a.modes_batch, true},
+      {"1d, tp 4 x dp 2", "none", 8, 1, 4, 0, "1d", 1, a.modes_batch / 2, true},
+      {"2d 2x2 x dp 2", "none", 8, 1, 4, 0, "2d", 1, a.modes_batch / 2, true},
+      {"2.5d 2x2x2, tp 8", "none", 8, 1, 8, 0, "2.5d", 2, a.modes_batch, true},
+      {"3d 2x2x2, tp 8", "none", 8, 1, 8, 0, "3d", 1, a.modes_batch, true},
+  };
+  double base = 0;
+  for (const auto& l : layouts) {
+    auto r = probe(a, self, l, a.modes_seq, a.steps + 1, 0);
+    if (!r.ok) {
+      std::printf("%-22s failed: %s\n", l.label.c_str(), r.error.empty() ? "out of memory" : r.error.c_str());
+      continue;
+    }
+    if (l.tp_mode == "1d") base = r.tokens_s;
+    const double sum = r.all_gather_mib + r.reduce_scatter_mib + r.all_reduce_mib + r.other_mib;
+    std::printf("%-22s %9.1f %8.2fx %8.1f %8.1f %8.1f %9.1f %12.1f %10.1f %10.1f\n", l.label.c_str(), r.tokens_s,
+                base > 0 ? r.tokens_s / base : 0.0, r.all_gather_mib, r.reduce_scatter_mib, r.all_reduce_mib, sum,
+                linear_layers_mib(cfg, l, l.batch * a.modes_seq), r.activations_mib, r.step_peak_mib);
+  }
+  std::printf("(AG/RS/AR: all-gather, reduce-scatter, all-reduce bytes this rank handed over; formula: the linear "
+              "layers' share by grid_cost.h; the rest is norms, the embedding and the loss. %ld tokens per step.)\n",
+              tokens);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -256,6 +383,13 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "measured steps of the tp table")->capture_default_str();
   app.add_flag("--skip_throughput", a.skip_throughput, "only the sequence search");
   app.add_flag("--skip_sequence", a.skip_sequence, "only the tp table");
+  app.add_flag("--skip_modes", a.skip_modes, "no table of tensor-parallel modes");
+  app.add_option("--modes_batch", a.modes_batch, "batch of the tp-mode table")->capture_default_str();
+  app.add_option("--modes_seq", a.modes_seq, "sequence of the tp-mode table")->capture_default_str();
+  app.add_option("--tp_mode", a.tp_mode, "(internal) a job's tensor-parallel mode");
+  app.add_option("--tp_depth", a.tp_depth, "(internal) a job's 2.5d depth");
+  app.add_option("--batch", a.batch, "(internal) a job's batch per replica");
+  app.add_flag("--profile", a.profile, "(internal) record one step's collectives and memory");
   app.add_option("--sp_zero_stage", a.sp_zero_stage, "ZeRO stage of the all_to_all and ring_attn layouts (0: DDP)")
       ->capture_default_str();
   app.add_option("--tp", a.tp, "(internal) a job's tp");
@@ -273,12 +407,15 @@ int main(int argc, char** argv) {
                   ::sysconf(_SC_NPROCESSORS_ONLN));
       if (!a.skip_throughput) throughput_table(a, self);
       if (!a.skip_sequence) sequence_table(a, self);
+      if (!a.skip_modes) modes_table(a, self);
       return 0;
     }
     dist::init();
     auto r = run_job(a);
     if (dist::rank() == 0 && !a.row_file.empty())
-      std::ofstream(a.row_file) << r.step_s << ' ' << r.tokens_s << ' ' << r.state_gib << ' ' << r.peak_gib << '\n';
+      std::ofstream(a.row_file) << r.step_s << ' ' << r.tokens_s << ' ' << r.state_gib << ' ' << r.peak_gib << ' '
+                                << r.all_gather_mib << ' ' << r.reduce_scatter_mib << ' ' << r.all_reduce_mib << ' '
+                                << r.other_mib << ' ' << r.activations_mib << ' ' << r.step_peak_mib << '\n';
     dist::shutdown();
     return 0;
   } catch (const std::exception& e) {

@@ -94,6 +94,12 @@ std::vector<checkpoint::OptimizerSlice> CheckpointLayout::optimizer_slices(const
       s.split_start = spec->second.local_start;
       s.split_size = spec->second.local_size;
       s.whole_shape[s.split_dim] = spec->second.full_size;
+      if (spec->second.dim2 >= 0) {  // a 2D/2.5D/3D grid's block
+        s.split_dim2 = spec->second.dim2;
+        s.split_start2 = spec->second.local_start2;
+        s.split_size2 = spec->second.local_size2;
+        s.whole_shape[s.split_dim2] = spec->second.full_size2;
+      }
     }
     s.name += "@tp" + std::to_string(split_.tp_rank) + "of" + std::to_string(split_.tp);
   }

@@ -22,6 +22,8 @@ void PluginConfig::set(const std::string& key, const std::string& text, const st
   else if (key == "tp") layout.tp = parse_size(text, from);
   else if (key == "ep") layout.ep = parse_size(text, from);
   else if (key == "sp_mode") layout.sp_mode = text;
+  else if (key == "tp_mode") layout.tp_mode = text;
+  else if (key == "tp_depth") layout.tp_depth = parse_size(text, from);
   else if (key == "mixed_precision" || key == "precision") precision = text;
   else if (key == "device") device = text;
   else {

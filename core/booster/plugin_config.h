@@ -21,7 +21,7 @@ namespace colossal::booster {
 
 struct PluginConfig {
   std::string name = "ddp";
-  dist::ParallelDims::Options layout;  // pp, dp, sp, tp, ep, sp_mode
+  dist::ParallelDims::Options layout;  // pp, dp, sp, tp, ep, sp_mode, tp_mode, tp_depth
   std::string precision = "fp32";      // fp32 | bf16 | fp16
   std::string device = "auto";         // auto (cuda when a GPU is visible) | cpu | cuda | cuda:N
   // The plugin's own options by name (JSON values; text from flags is converted by the option's
@@ -42,6 +42,9 @@ struct PluginConfig {
     v("sp", layout.sp, "sequence-parallel size (hybrid)", at_least(1));
     v("sp_mode", layout.sp_mode, "how sequences split (hybrid, sp > 1)",
       one_of({"none", "split_gather", "all_to_all", "ring_attn"}));
+    v("tp_mode", layout.tp_mode, "how tensor parallelism splits layers (hybrid): 1d (Megatron), 2d (a q x q grid), "
+      "2.5d (q x q x tp_depth), 3d (a q x q x q cube)", one_of({"1d", "2d", "2.5d", "3d"}));
+    v("tp_depth", layout.tp_depth, "the depth of a 2.5d grid (tp = q^2 x tp_depth)", at_least(1));
     v("dp", layout.dp, "data-parallel size (0: what the world leaves)", at_least(0));
     v("pp", layout.pp, "pipeline-parallel size (hybrid)", at_least(1));
     v("ep", layout.ep, "expert-parallel size (hybrid, a mixture-of-experts model; divides dp)", at_least(1));

@@ -71,6 +71,9 @@ NamedTensors optimizer_state(const torch::optim::Optimizer& optimizer,
       if (metadata) {
         (*metadata)["offset." + name] = std::to_string(n->second->offset);
         if (!n->second->whole_shape.empty()) (*metadata)["tp." + name] = encode_tp_part(*n->second);
+        if (const auto* sl = n->second; sl->split_dim2 >= 0)
+          (*metadata)["tp2." + name] = std::to_string(sl->split_dim2) + ":" + std::to_string(sl->split_start2) + ":" +
+                                       std::to_string(sl->split_size2);
       }
       auto* state = it->second.get();
       if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(state)) {
@@ -154,6 +157,10 @@ OptimizerStateSource::OptimizerStateSource(const std::string& dir) : dir_(dir) {
           part.whole_shape.push_back(std::stoll(shape.substr(at, x == std::string::npos ? std::string::npos : x - at)));
           at = x == std::string::npos ? shape.size() : x + 1;
         }
+        if (auto second = meta.find("tp2." + param); second != meta.end()) {
+          std::istringstream in2(second->second);
+          in2 >> part.split_dim2 >> sep >> part.split_start2 >> sep >> part.split_size2;
+        }
         tp_parts_[tp->base][tp->rank] = std::move(part);
         tp_size_[tp->base] = tp->size;
       }
@@ -221,23 +228,36 @@ at::Tensor OptimizerStateSource::read_whole(const std::string& base, const std::
   };
   if (first.split_dim < 0) return read_part(first).view(first.whole_shape);  // every rank held it whole
   const int dim = first.split_dim;
-  at::Tensor whole;
-  int64_t covered = 0;
+  at::Tensor whole, covered;  // covered: which elements some part gave (grids hold blocks more than once)
   for (const auto& [r, p] : parts) {
     if (p.split_size == 0) continue;  // only padding rows
     auto flat = read_part(p);
-    if (!whole.defined()) whole = torch::zeros(p.whole_shape, flat.options());
-    // The part as saved: the whole shape with its rows along `dim` (real ones, then padding).
+    if (!whole.defined()) {
+      whole = torch::zeros(p.whole_shape, flat.options());
+      covered = torch::zeros(p.whole_shape, torch::kBool);
+    }
+    // The part as saved: the whole shape with its rows along `dim` (real ones, then padding) and,
+    // on a grid, its block of dim2.
     auto shape = p.whole_shape;
-    const int64_t other = whole.numel() / std::max<int64_t>(shape[dim], 1);
+    if (p.split_dim2 >= 0) shape[p.split_dim2] = p.split_size2;
+    int64_t other = 1;
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (static_cast<int>(d) != dim) other *= shape[d];
     shape[dim] = flat.numel() / std::max<int64_t>(other, 1);
     COLOSSAL_CHECK(shape[dim] * other == flat.numel() && shape[dim] >= p.split_size, "[checkpoint] optimizer state '",
                    p.name, suffix, "' in '", dir_, "' does not fit its recorded place in the whole parameter");
-    whole.narrow(dim, p.split_start, p.split_size).copy_(flat.view(shape).narrow(dim, 0, p.split_size));
-    covered += p.split_size;
+    auto target = whole.narrow(dim, p.split_start, p.split_size);
+    auto mark = covered.narrow(dim, p.split_start, p.split_size);
+    if (p.split_dim2 >= 0) {
+      target = target.narrow(p.split_dim2, p.split_start2, p.split_size2);
+      mark = mark.narrow(p.split_dim2, p.split_start2, p.split_size2);
+    }
+    target.copy_(flat.view(shape).narrow(dim, 0, p.split_size));
+    mark.fill_(true);
   }
-  COLOSSAL_CHECK(covered == whole.size(dim), "[checkpoint] optimizer state of '", base, "' in '", dir_,
-                 "': the tensor-parallel parts cover ", covered, " of ", whole.size(dim), " rows");
+  const int64_t have = covered.sum().item<int64_t>();
+  COLOSSAL_CHECK(have == covered.numel(), "[checkpoint] optimizer state of '", base, "' in '", dir_,
+                 "': the tensor-parallel parts cover ", have, " of ", covered.numel(), " elements");
   return whole;
 }
 
@@ -290,6 +310,7 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer,
         auto part = slice.split_dim < 0 ? whole
                     : slice.split_size == 0 ? whole.narrow(slice.split_dim, 0, 0)
                                             : whole.narrow(slice.split_dim, slice.split_start, slice.split_size);
+        if (slice.split_dim2 >= 0) part = part.narrow(slice.split_dim2, slice.split_start2, slice.split_size2);
         auto flat = part.contiguous().reshape({-1});
         COLOSSAL_CHECK(flat.numel() <= full, "[checkpoint] optimizer state '", base, suffix, "' gives ", flat.numel(),
                        " elements to '", name, "', which has ", full);

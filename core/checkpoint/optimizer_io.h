@@ -40,6 +40,10 @@ struct OptimizerSlice {
   int split_dim = -1;        // -1: every tensor-parallel rank holds the whole parameter
   int64_t split_start = 0;   // the part's first row along split_dim
   int64_t split_size = 0;    // its real rows (the part may hold padding rows after them)
+  // A second cut (2D/2.5D/3D tensor-parallel grids cut weights along two dimensions; never
+  // padded), written as "tp2.<name>". -1: none.
+  int split_dim2 = -1;
+  int64_t split_start2 = 0, split_size2 = 0;
 };
 
 /// "<param>@tp<R>of<T>" -> "<param>"; other names unchanged.
@@ -91,6 +95,8 @@ class OptimizerStateSource {
     std::string name;
     int split_dim = -1;
     int64_t split_start = 0, split_size = 0;
+    int split_dim2 = -1;
+    int64_t split_start2 = 0, split_size2 = 0;
     std::vector<int64_t> whole_shape;
   };
   std::string dir_, layout_;

@@ -6,7 +6,12 @@ ParallelContext ParallelContext::from(const dist::ParallelDims& dims) {
   ParallelContext c;
   c.sp_mode = dims.sp_mode();
   // Groups only for axes that split something: an unset group means "not parallel".
-  if (dims.tp() > 1) c.tp = dims.group(dist::Axis::kTp);
+  if (dims.tp() > 1) {
+    if (dims.tp_mode() == dist::TensorParallelMode::k1d)
+      c.tp = dims.group(dist::Axis::kTp);
+    else
+      c.grid = TensorGrid::create(dims.group(dist::Axis::kTp), dims.tp_mode(), dims.options().tp_depth);
+  }
   if (dims.sp() > 1) c.sp = dims.group(dist::Axis::kSp);
   if (dims.ep() > 1) c.ep = dims.group(dist::Axis::kEp);
   if (dims.pp() > 1) {

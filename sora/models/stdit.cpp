@@ -88,7 +88,8 @@ StditImpl::StditImpl(StditOptions options, parallel::ParallelContext parallel)
     : options_(std::move(options)), parallel_(std::move(parallel)) {
   options_.validate();
   const auto& o = options_;
-  COLOSSAL_CHECK(!parallel_.tensor_parallel() && parallel_.ep_size() == 1 && !parallel_.pipeline.enabled(),
+  COLOSSAL_CHECK(!parallel_.tensor_parallel() && !parallel_.grid_parallel() && parallel_.ep_size() == 1 &&
+                     !parallel_.pipeline.enabled(),
                  "[stdit] tensor, expert and pipeline parallelism do not apply to STDiT (tp ", parallel_.tp_size(),
                  ", ep ", parallel_.ep_size(), "); use data parallelism and --sp N --sp_mode all_to_all");
   const int sp = parallel_.sp_size();

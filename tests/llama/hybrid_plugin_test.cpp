@@ -2,7 +2,7 @@
 // the same seed and the same global batch: losses for 3 AdamW steps with gradient clipping, the
 // clipped norm, and every gradient gathered whole after the data-parallel reduction, within
 // relative 1e-5 (fp32): split_gather x dp with ZeRO-1, tp x sp x dp with ZeRO-2 (all_to_all) and
-// DDP (ring_attn); the Qwen2, Qwen3, Gemma 2 and GPT-2 blocks under DDP, ZeRO-2, Gemini and tp 2. Invalid combinations of layout and model shape are refused with their reasons
+// DDP (ring_attn); 2D (x dp 2 under ZeRO-1), 2.5D and 3D grids; the Qwen2, Qwen3, Gemma 2 and GPT-2 blocks under DDP, ZeRO-2, Gemini and tp 2. Invalid combinations of layout and model shape are refused with their reasons
 // before any communication. (The plugin itself — tp x dp under DDP and ZeRO, checkpoints across tp
 // sizes — is tested on a toy transformer in tests/core/booster/hybrid_plugin_test.cpp.)
 #include <gtest/gtest.h>
@@ -121,6 +121,27 @@ PluginConfig opts(int tp, int sp, const char* mode, int zero) {
   return o;
 }
 
+PluginConfig grid_opts(int tp, const char* mode, int depth, int zero) {
+  auto o = opts(tp, 1, "none", zero);
+  o.layout.tp_mode = mode;
+  o.layout.tp_depth = depth;
+  return o;
+}
+
+// 2D, 2.5D and 3D tensor parallelism: the batch split over the grid's rows, weights and
+// activations over its blocks, the loss the mean over every row.
+TEST(LlamaHybridParallel, GridTensorParallelMatchesOneProcess) {
+  testing::run_ranks(4, [] {
+    expect_same(reference(), hybrid(grid_opts(4, "2d", 1, 0)), "tp 4 (2d 2x2), DDP");
+  });
+  testing::run_ranks(8, [] {
+    auto want = reference();
+    expect_same(want, hybrid(grid_opts(4, "2d", 1, 1)), "tp 4 (2d 2x2) x dp 2, ZeRO-1");
+    expect_same(want, hybrid(grid_opts(8, "2.5d", 2, 0)), "tp 8 (2.5d 2x2x2), DDP");
+    expect_same(want, hybrid(grid_opts(8, "3d", 1, 0)), "tp 8 (3d 2x2x2), DDP");
+  }, {.world_size = 8, .deadline_s = 240});
+}
+
 TEST(LlamaHybridParallel, SplitGatherTimesDataParallelMatchesOneProcess) {
   testing::run_ranks(4, [] {
     auto want = reference();
@@ -191,6 +212,20 @@ TEST(LlamaHybridParallel, InvalidCombinationsAreNamed) {
   has(msg(opts(1, 4, "ring_attn", 0), 4, {.seq = 12}), "ring_attn: sequence length 12 does not divide by 8");
   has(msg(opts(4, 1, "split_gather", 0), 4, {.seq = 6}), "split_gather: sequence length 6 does not divide by 4 (tp)");
   has(msg(opts(4, 1, "none", 0), 4, {.kv = 4, .ffn = 30}), "intermediate_size 30 does not divide by tp 4");
+  has(msg(grid_opts(6, "2d", 1, 0), 6), "tp 6 is not a square");
+  has(msg(grid_opts(4, "3d", 1, 0), 4), "tp 4 is not a cube");
+  has(msg(grid_opts(8, "2.5d", 3, 0), 8), "tp 8 does not divide by tp_depth 3");
+  has(msg(grid_opts(4, "2d", 2, 0), 4), "tp_depth 2 is for tp_mode 2.5d only");
+  has(msg(grid_opts(4, "2d", 1, 0), 4, {.kv = 1}), "num_key_value_heads 1 must divide by the grid's side q = 2");
+  has(msg(grid_opts(4, "2d", 1, 0), 4, {.ffn = 33}), "intermediate_size 33 does not divide into the grid's 2 weight");
+  has(msg(grid_opts(8, "3d", 1, 0), 8, {.ffn = 66}), "intermediate_size 66 does not divide into the grid's 4 weight");
+  auto staged = grid_opts(4, "2d", 1, 0);
+  staged.layout.pp = 2;
+  has(msg(staged, 8), "tp_mode 2d with pp 2 is not built yet");
+  auto mixed = grid_opts(4, "2d", 1, 0);
+  mixed.layout.sp = 4;
+  mixed.layout.sp_mode = "split_gather";
+  has(msg(mixed, 4), "split_gather shards the sequence over 1d tensor parallelism; tp_mode 2d");
 }
 
 }  // namespace

@@ -266,5 +266,47 @@ TEST(LlamaTensorParallel, CheckpointsMoveBetweenTensorParallelSizes) {
   });
 }
 
+// 2D and 3D grids hold blocks of every weight; checkpoints are still whole tensors: a model built
+// on a 2D grid is the one-process model bit for bit once gathered, a 2D checkpoint loads on a 3D
+// grid, at 1D and on one process, and a 3D one back on the 2D grid.
+TEST(LlamaTensorParallel, CheckpointsMoveBetweenGridsAndOneDimensional) {
+  const int owner = testing::is_rank_process() ? ::getppid() : ::getpid();
+  const std::string dir = ::testing::TempDir() + "grid_ckpt_" + std::to_string(owner);
+  testing::run_ranks(8, [dir] {
+    auto c = config(false);
+    dist::ProcessGroupMesh mesh({{"dp", 2}, {"tp", 4}});
+    dist::ProcessGroupMesh pairs({{"dp", 4}, {"tp", 2}});
+    parallel::ParallelContext grid2d, grid3d, tp2;
+    grid2d.grid = parallel::TensorGrid::create(mesh.group("tp"), dist::TensorParallelMode::k2d);
+    grid3d.grid = parallel::TensorGrid::create(dist::world_group(), dist::TensorParallelMode::k3d);
+    tp2.tp = pairs.group("tp");
+    torch::manual_seed(11);
+    LlamaForCausalLM one(c);
+    torch::manual_seed(11);
+    LlamaForCausalLM a(c, grid2d);
+    // Blocks: q_proj [32 out / 2, 32 in / 2] on the 2D grid; on the 3D grid [32 / 4, 32 / 2].
+    EXPECT_EQ(a->model->layers[0]->self_attn->q_proj->weight.sizes(), (std::vector<int64_t>{16, 16}));
+    auto from_a = parallel::full_model_state(*a);
+    expect_equal_states(from_a, checkpoint::model_state(*one), "2d grid, gathered = one process");
+    if (dist::rank() == 0) save_pretrained(c, from_a, dir + "/a");
+    dist::barrier(dist::world_group());
+    expect_equal_states(checkpoint::model_state(*load_pretrained(dir + "/a").model), from_a, "2d -> 1");
+    auto b = load_pretrained(dir + "/a", {}, grid3d).model;
+    EXPECT_EQ(b->model->layers[0]->self_attn->q_proj->weight.sizes(), (std::vector<int64_t>{8, 16}));
+    expect_equal_states(parallel::full_model_state(*b), from_a, "2d -> 3d");
+    expect_equal_states(parallel::full_model_state(*load_pretrained(dir + "/a", {}, tp2).model), from_a, "2d -> 1d");
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : b->parameters()) p.mul_(-0.5).add_(0.25);
+    }
+    auto from_b = parallel::full_model_state(*b);
+    if (dist::rank() == 0) save_pretrained(c, from_b, dir + "/b");
+    dist::barrier(dist::world_group());
+    auto back = parallel::load_model_slices(*a, dir + "/b");
+    EXPECT_TRUE(back.clean()) << back.describe();
+    expect_equal_states(parallel::full_model_state(*a), from_b, "3d -> 2d");
+  }, {.world_size = 8, .deadline_s = 180});
+}
+
 }  // namespace
 }  // namespace colossal::llama

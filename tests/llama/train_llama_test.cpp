@@ -284,6 +284,21 @@ TEST(TrainLlama, HybridPluginFollowsTheSingleProcessCurve) {
                                                   "--eval_interval 0 --load_checkpoint " + w.dir + "/tp_dp/checkpoints/step-2"));
   EXPECT_EQ(resumed.size(), 2u);
   expect_same_curve(one, resumed, "tp 2 x dp 2 resumed at step 2");
+  // 2D and 3D grids; the 2D run's checkpoint resumes at 1d (tp 2 x dp 2) and on one process.
+  expect_same_curve(one, losses(train("tp_2d", 4, "--plugin hybrid --tp 4 --tp_mode 2d --batch_size 4 --max_steps 4 "
+                                                  "--eval_interval 2 --save_interval 2")),
+                    "tp 4 (2d)");
+  expect_same_curve(one, losses(train("tp_3d", 8, "--plugin hybrid --tp 8 --tp_mode 3d --batch_size 4 --max_steps 4 "
+                                                  "--eval_interval 0")),
+                    "tp 8 (3d)");
+  const std::string grid_step2 = " --load_checkpoint " + w.dir + "/tp_2d/checkpoints/step-2";
+  auto at_1d = losses(train("tp_2d_at_1d", 4, "--plugin hybrid --tp 2 --zero_stage 2 --batch_size 2 --max_steps 4 "
+                                              "--eval_interval 0" + grid_step2));
+  EXPECT_EQ(at_1d.size(), 2u);
+  expect_same_curve(one, at_1d, "the 2d run's step-2 checkpoint resumed at tp 2 x dp 2");
+  auto at_one = losses(train("tp_2d_at_one", 1, "--batch_size 4 --max_steps 4 --eval_interval 0" + grid_step2));
+  EXPECT_EQ(at_one.size(), 2u);
+  expect_same_curve(one, at_one, "the 2d run's step-2 checkpoint resumed on one process");
 }
 
 // Mixtral from the command line: --plugin hybrid --ep 2 (DDP, and ZeRO-2 with the experts

@@ -41,7 +41,9 @@ dist::Handle DataParallelScope::reduce_scatter_async(at::Tensor& out, const at::
 
 bool DataParallelScope::counts_in_norm(const std::string& name) const {
   if (!norm_group.is_member() || norm_group.size() == 1) return true;
-  return norm_group.rank() == 0 || split_over_norm_group.count(name) > 0;
+  if (!split_over_norm_group.count(name)) return norm_group.rank() == 0;
+  auto it = block_replicas.find(name);
+  return it == block_replicas.end() || !it->second.is_member() || it->second.rank() == 0;
 }
 
 bool DataParallelScope::norm_spans_ranks() const {

@@ -9,6 +9,7 @@
 // over the dp x sp group and divided by dp.
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -23,6 +24,9 @@ struct DataParallelScope {
   // Parameters whose ranks of norm_group hold different slices; every other parameter is the
   // same on all of them and counted once, by its rank 0.
   std::set<std::string> split_over_norm_group;
+  // Of those, blocks of a 2D/2.5D/3D grid that several ranks of norm_group hold alike (norm
+  // weights, biases, 2.5D's depth layers): counted by the first rank of these replicas only.
+  std::map<std::string, dist::Group> block_replicas;
   dist::Group pipeline_group;  // pipeline parallelism: each stage holds other parameters, so
                                // gradient norms are summed over the stages too
   // Expert parallelism: each ep rank holds other experts. Their gradients are reduced over the

@@ -51,8 +51,7 @@ checkpoint::LoadReport load_model_slices(torch::nn::Module& model, const std::st
     }
     auto it = specs.find(name);
     const ShardSpec* spec = it != specs.end() && it->second.dim >= 0 ? &it->second : nullptr;
-    auto expected = target.sizes().vec();
-    if (spec) expected[spec->dim] = spec->full_size;
+    const auto expected = full_shape(target, spec);
     const auto& info = reader.info(name);
     const bool floats = c10::isFloatingType(info.dtype) && c10::isFloatingType(target.scalar_type());
     if (at::IntArrayRef(info.shape) != at::IntArrayRef(expected) || (info.dtype != target.scalar_type() && !floats)) {

@@ -14,6 +14,7 @@
 #include "core/nn/module_hooks.h"
 #include "core/nn/weight_gradient_store.h"
 #include "core/parallel/sequence/sequence_ops.h"
+#include "core/parallel/tensor/grid/grid_layers.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
 
@@ -56,9 +57,39 @@ ParallelLinearImpl::ParallelLinearImpl(const ParallelLinearOptions& o, const Par
   }
 }
 
+namespace {
+
+bool is_column(SplitStyle style) { return style != SplitStyle::kRow; }
+
+// A grid layer's full (padded) weight shape: a vocabulary head's rows padded to the grid.
+int64_t grid_padded_out(const ParallelLinearOptions& o, const TensorGrid& g) {
+  return o.style == SplitStyle::kVocabHead ? padded_vocab(o.out_features, g.weight_out_parts()) : o.out_features;
+}
+
+}  // namespace
+
 void ParallelLinearImpl::lay_out(int tp, int r) {
   const auto& o = options_;
   int64_t out = o.out_features, in = o.in_features;
+  if (ctx_.grid_parallel()) {
+    const auto& g = ctx_.grid;
+    const char* mode = dist::to_string(g.mode());
+    COLOSSAL_CHECK(o.style == SplitStyle::kColumn || o.style == SplitStyle::kRow || o.style == SplitStyle::kVocabHead,
+                   "[tp] tp_mode ", mode, ": a ", to_string(o.style), " linear layer (", in, " -> ", out,
+                   ") is not built for the grid yet (column, row and vocabulary-head layers are)");
+    COLOSSAL_CHECK(!o.gather_output, "[tp] tp_mode ", mode, ": gather_output is a 1d layer's option");
+    const auto& comm = g.linear(is_column(o.style));
+    out = grid_padded_out(o, g);
+    COLOSSAL_CHECK(out % g.weight_out_parts() == 0, "[tp] tp_mode ", mode, " linear ", in, " -> ", out, ": ", out,
+                   " output features do not divide into the grid's ", g.weight_out_parts(), " weight blocks");
+    COLOSSAL_CHECK(in % g.weight_in_parts() == 0, "[tp] tp_mode ", mode, " linear ", in, " -> ", out, ": ", in,
+                   " input features do not divide into the grid's ", g.weight_in_parts(), " blocks");
+    grid_out_ = out / comm.out.feature_parts();
+    out_start_ = comm.out.feature_index() * grid_out_;
+    weight = register_parameter("weight", nn::deferred_empty({out / g.weight_out_parts(), in / g.weight_in_parts()}));
+    if (o.bias) bias = register_parameter("bias", nn::deferred_empty({grid_out_}));
+    return;
+  }
   if (tp > 1) {
     switch (o.style) {
       case SplitStyle::kColumn:
@@ -90,12 +121,18 @@ void ParallelLinearImpl::lay_out(int tp, int r) {
 }
 
 torch::Tensor ParallelLinearImpl::base(const torch::Tensor& x, const torch::Tensor& b) {
+  if (fp8_) return amp::fp8_linear(x, weight, b, fp8_);
   if (!quantized_.defined()) return nn::linear(x, weight, b);
   auto y = nn::quantized_linear(x, quantized_);
   return b.defined() ? y + b : y;
 }
 
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
+  if (ctx_.grid_parallel()) {
+    const auto& comm = ctx_.grid.linear(is_column(options_.style));
+    auto y = grid_linear(x, weight, bias, comm);
+    return options_.style == SplitStyle::kVocabHead ? mask_padded_vocab(y, options_.out_features, comm.out) : y;
+  }
   if (!ctx_.tensor_parallel()) {
     auto y = base(x, bias);
     return has_lora() ? plus_lora(y, x) : y;
@@ -128,6 +165,7 @@ torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor ParallelLinearImpl::local_forward(const torch::Tensor& x) {
+  COLOSSAL_CHECK(!ctx_.grid_parallel(), "[tp] local_forward: not on a 2d/2.5d/3d grid");
   COLOSSAL_CHECK(options_.style != SplitStyle::kVocabHead, "[tp] local_forward: not for a vocabulary head");
   auto y = base(x, options_.style == SplitStyle::kRow ? torch::Tensor() : bias);
   return has_lora() ? plus_lora(y, x) : y;
@@ -157,6 +195,8 @@ torch::Tensor ParallelLinearImpl::plus_lora(const torch::Tensor& y, const torch:
 
 void ParallelLinearImpl::add_lora(const LoraAdapterOptions& o, const std::string& name) {
   COLOSSAL_CHECK(!has_lora(), "[lora] ", name, " already has an adapter");
+  COLOSSAL_CHECK(!ctx_.grid_parallel(), "[lora] ", name, ": LoRA with tp_mode ", dist::to_string(ctx_.grid.mode()),
+                 " is not built yet (use --tp_mode 1d with LoRA)");
   COLOSSAL_CHECK(options_.style == SplitStyle::kColumn || options_.style == SplitStyle::kRow ||
                      options_.style == SplitStyle::kReplicate,
                  "[lora] ", name, ": adapters go on linear layers, not on a vocabulary head (train it in full through modules_to_save)");
@@ -210,6 +250,8 @@ void ParallelLinearImpl::add_lora(const LoraAdapterOptions& o, const std::string
 void ParallelLinearImpl::quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& full_values) {
   using nn::QuantizedWeight;
   COLOSSAL_CHECK(!quantized_.defined(), "[qlora] the base of this layer is quantized already");
+  COLOSSAL_CHECK(!ctx_.grid_parallel(), "[qlora] a quantized base with tp_mode ", dist::to_string(ctx_.grid.mode()),
+                 " is not built yet (use --tp_mode 1d)");
   COLOSSAL_CHECK(!weight.requires_grad(), "[qlora] a trained weight cannot be quantized (only a LoRA run's frozen "
                  "base is): enable LoRA first");
   COLOSSAL_CHECK(options_.style != SplitStyle::kVocabHead, "[qlora] the vocabulary head is not quantized");
@@ -247,6 +289,27 @@ void ParallelLinearImpl::quantize_base(nn::QuantizedWeight::Format format, const
   weight.set_data(torch::empty({0}, weight.options()));
 }
 
+void ParallelLinearImpl::enable_fp8(const amp::Fp8LinearOptions& options) {
+  COLOSSAL_CHECK(!quantized_.defined(), "[fp8] a layer with a quantized (QLoRA) base cannot compute in FP8");
+  COLOSSAL_CHECK(!ctx_.grid_parallel(), "[fp8] FP8 on a tp_mode ", dist::to_string(ctx_.grid.mode()),
+                 " grid is not built yet (use --tp_mode 1d)");
+  COLOSSAL_CHECK(options_.style != SplitStyle::kVocabHead, "[fp8] the vocabulary head stays in the model's precision");
+  fp8_ = std::make_shared<amp::Fp8LinearState>(options);
+}
+
+int enable_fp8_linears(torch::nn::Module& model, const amp::Fp8LinearOptions& options) {
+  int count = 0;
+  auto visit = [&](torch::nn::Module& m) {
+    auto* layer = dynamic_cast<ParallelLinearImpl*>(&m);
+    if (layer == nullptr || layer->options().style == SplitStyle::kVocabHead || layer->fp8()) return;
+    layer->enable_fp8(options);
+    ++count;
+  };
+  visit(model);
+  for (auto& child : model.modules(/*include_self=*/false)) visit(*child);
+  return count;
+}
+
 void ParallelLinearImpl::merge_lora() {
   COLOSSAL_CHECK(has_lora(), "[lora] merge: this layer has no adapter");
   COLOSSAL_CHECK(!quantized_.defined(), "[qlora] merge: the base of this layer is quantized; fold the adapter into "
@@ -263,6 +326,14 @@ void ParallelLinearImpl::merge_lora() {
 
 std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
   std::map<std::string, ShardSpec> out;
+  if (ctx_.grid_parallel()) {
+    const auto& g = ctx_.grid;
+    const bool column = is_column(options_.style);
+    const int64_t padded = grid_padded_out(options_, g);
+    out["weight"] = grid_shard_spec(g.weight_block(column), {padded, options_.in_features}, options_.out_features);
+    if (bias.defined()) out["bias"] = grid_shard_spec(g.bias_block(column), {padded}, options_.out_features);
+    return out;
+  }
   if (!ctx_.tensor_parallel()) return out;
   ShardSpec s;
   s.group = ctx_.tp;

@@ -10,6 +10,8 @@
 //   replicate  the whole weight on every rank; with gradient_partial it sits inside the tp
 //              region (GQA key/value heads kept whole when there are fewer than tp of them):
 //              input entered like a column layer's, weight gradient summed over tp
+// On a 2D, 2.5D or 3D grid (ctx.grid) column and row layers (and the head, padded to the grid)
+// hold a block of the weight cut along both dimensions and run grid_linear (grid/grid_layers.h).
 // With no tensor parallelism every style is exactly torch::nn::Linear (same initialisation,
 // same forward). Initialisation draws the full tensor and keeps the slice, so a tp run starts
 // from the weights of a single process with the same seed.
@@ -17,6 +19,7 @@
 
 #include <string>
 
+#include "core/amp/fp8_linear.h"
 #include "core/nn/quantized_weight.h"
 #include "core/parallel/context.h"
 #include "core/parallel/plan.h"
@@ -88,7 +91,9 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   std::map<std::string, ShardSpec> shard_specs() const override;
   const ParallelLinearOptions& options() const { return options_; }
   /// Output features this rank computes (column: out/tp, padded for a vocabulary head).
-  int64_t local_out_features() const { return quantized_.defined() ? quantized_.rows() : weight.size(0); }
+  int64_t local_out_features() const {
+    return grid_out_ > 0 ? grid_out_ : quantized_.defined() ? quantized_.rows() : weight.size(0);
+  }
   /// Real (unpadded) outputs start here on this rank.
   int64_t out_start() const { return out_start_; }
 
@@ -113,6 +118,11 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   /// colossal merge).
   void quantize_base(nn::QuantizedWeight::Format format, const torch::Tensor& full = {});
   const nn::QuantizedWeight& quantized() const { return quantized_; }
+  /// FP8 products from now on (amp/fp8_linear.h): the input and weight in e4m3, the output
+  /// gradient in e5m2, each with its own scale. Not on a quantized base or a grid (yet).
+  void enable_fp8(const amp::Fp8LinearOptions& options);
+  bool fp8() const { return fp8_ != nullptr; }
+
   /// This rank's product alone, with no communication: x W^T over its slice (the bias but on a
   /// row layer, whose output here is a partial sum), plus the adapter's term. For layers whose
   /// owner combines the ranks' parts itself (a mixture's experts, reduced once after all of them).
@@ -135,9 +145,15 @@ class ParallelLinearImpl : public torch::nn::Module, public ShardedModule {
   ParallelContext ctx_;
   double lora_scaling_ = 0, lora_dropout_ = 0;
   int64_t out_start_ = 0;
+  int64_t grid_out_ = 0;  // 2D/2.5D/3D: the output features this rank computes (its weight holds fewer rows in 3D)
   torch::Tensor pad_mask_;  // vocab head: true on this rank's padded outputs
   nn::QuantizedWeight quantized_;
+  std::shared_ptr<amp::Fp8LinearState> fp8_;
 };
 TORCH_MODULE(ParallelLinear);
+
+/// Switches every ParallelLinear of `model` but vocabulary heads to FP8 (--mixed_precision fp8:
+/// the head keeps the model's precision, as Transformer Engine's recipes do); returns how many.
+int enable_fp8_linears(torch::nn::Module& model, const amp::Fp8LinearOptions& options);
 
 }  // namespace colossal::parallel

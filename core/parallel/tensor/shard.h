@@ -18,6 +18,14 @@ struct ShardSpec {
   int64_t local_start = 0; // where this rank's slice starts in the full tensor
   int64_t local_size = 0;  // rows of the slice that are real (the rest is padding)
   dist::Group group;
+  // A second split (2D, 2.5D and 3D grids cut weights along both dimensions, embeddings along the
+  // vocabulary and the hidden size): dimension dim2 over group2, never padded. -1: none.
+  int dim2 = -1;
+  int64_t full_size2 = 0, local_start2 = 0, local_size2 = 0;
+  dist::Group group2;
+  // Grids: the tensor-parallel ranks holding this same block (each over its own rows of the
+  // batch; the layers sum their gradients in backward). A gradient norm counts the block once.
+  dist::Group replicas;
   // Replicated parameters whose gradient each rank only partly computes (GQA key/value
   // projections kept whole when there are fewer kv heads than tp; norms under split_gather):
   // the gradient is summed over the group.

@@ -4,13 +4,16 @@
 // on real ranks. Every intermediate activation gathered from the ranks' blocks, the loss, and
 // every parameter's gradient gathered from its blocks equal the dense computation's (fp32,
 // relative 1e-5). The bytes each rank hands to the collectives in one linear layer's forward and
-// backward equal the algorithm's formula exactly (the communication profiler's counts).
+// backward equal the formulas of grid_cost.h exactly (the communication profiler's counts), as do
+// Megatron's 1D pair's.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "core/dist/comm_profile.h"
 #include "core/dist/runtime.h"
+#include "core/parallel/tensor/grid/grid_cost.h"
 #include "core/parallel/tensor/grid/grid_layers.h"
+#include "core/parallel/tensor/parallel_linear.h"
 #include "core/parallel/tensor/layers.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
@@ -137,42 +140,47 @@ std::map<std::string, int64_t> measured_bytes(const std::function<void()>& step)
   return out;
 }
 
+void expect_bytes(const std::map<std::string, int64_t>& got, const CollectiveBytes& want, const std::string& what) {
+  const std::map<std::string, int64_t> expected = {
+      {"all_gather", want.all_gather}, {"reduce_scatter", want.reduce_scatter}, {"all_reduce", want.all_reduce}};
+  for (const auto& [op, bytes] : expected) {
+    auto it = got.find(op);
+    EXPECT_EQ(it == got.end() ? 0 : it->second, bytes) << op << " bytes of " << what;
+  }
+  for (const auto& [op, bytes] : got)
+    EXPECT_TRUE(expected.count(op)) << "unexpected " << op << " (" << bytes << " bytes) in " << what;
+}
+
 void check_linear_bytes(TensorParallelMode mode, int depth) {
   auto grid = TensorGrid::create(dist::world_group(), mode, depth);
-  const int64_t B = 8, S = 5, K = 16, N = 24, q = grid.q(), d = grid.depth(), f = 4;  // fp32
+  const int64_t B = 8, S = 5, K = 16, N = 24;
   for (bool column : {true, false}) {
     const auto& comm = grid.linear(column);
     auto x = torch::randn({B / comm.in.row_parts(), S, K / comm.in.feature_parts()}).requires_grad_(true);
-    auto wb = grid.weight_block(column);
-    auto w = take_block(torch::randn({N, K}), wb).requires_grad_(true);
+    auto w = take_block(torch::randn({N, K}), grid.weight_block(column)).requires_grad_(true);
     auto b = take_block(torch::randn({N}), grid.bias_block(column)).requires_grad_(true);
     auto got = measured_bytes([&] { grid_linear(x, w, b, comm).sum().backward(); });
-    std::map<std::string, int64_t> want;
-    if (mode == TensorParallelMode::k3d) {
-      // Rows of the input gathered over q ranks: [B/q, S, K/q]; the weight block gathered over
-      // axis a: [N/q, K/q]; the product [B/q, S, N/q] reduce-scattered. Backward gathers both again
-      // and the output gradient, and reduce-scatters the input and weight gradients; the bias
-      // [N/q] is summed over the q^2 ranks sharing it.
-      const int64_t xg = B / q * S * K / q, wg = N / q * K / q, yg = B / q * S * N / q;
-      want["all_gather"] = f * (2 * xg + 2 * wg + yg);
-      want["reduce_scatter"] = f * (yg + xg + wg);
-      want["all_reduce"] = f * N / q;
-    } else {
-      // 2D / 2.5D: the input's features gathered along the row: [B/(q d), S, K]; the weight's
-      // input features along the column: [N/q, K]; no reduction of the product. Backward gathers
-      // both again and reduce-scatters their gradients; 2.5D sums the weight block's gradient
-      // [N/q, K/q] over the depth, and every mode the bias [N/q] over the q d ranks sharing it.
-      const int64_t xg = B / (q * d) * S * K, wg = N / q * K;
-      want["all_gather"] = f * (2 * xg + 2 * wg);
-      want["reduce_scatter"] = f * (xg + wg);
-      want["all_reduce"] = f * (N / q + (d > 1 ? N / q * K / q : 0));
-    }
-    for (const auto& [op, bytes] : want)
-      EXPECT_EQ(got[op], bytes) << op << " bytes of a " << (column ? "column" : "row") << " layer on the "
-                                << grid.describe();
-    for (const auto& [op, bytes] : got)
-      EXPECT_TRUE(want.count(op)) << "unexpected " << op << " (" << bytes << " bytes) on the " << grid.describe();
+    const LinearShape shape{.tokens = B * S, .in = K, .out = N, .bias = true, .column = column};
+    expect_bytes(got, linear_collective_bytes(mode, grid.q(), grid.depth(), shape, 4),
+                 std::string(column ? "a column" : "a row") + " layer on the " + grid.describe());
   }
+}
+
+// Megatron's pair for comparison: the column layer's input gradient and the row layer's output
+// all-reduced.
+void check_megatron_bytes() {
+  ParallelContext ctx;
+  ctx.tp = dist::world_group();
+  const int64_t B = 8, S = 5, K = 16, N = 24, tp = ctx.tp_size();
+  ParallelLinear column(ParallelLinearOptions{.in_features = K, .out_features = N, .style = SplitStyle::kColumn}, ctx);
+  ParallelLinear row(ParallelLinearOptions{.in_features = N, .out_features = K, .style = SplitStyle::kRow}, ctx);
+  auto x = torch::randn({B, S, K}).requires_grad_(true);
+  auto got = measured_bytes([&] { row->forward(column->forward(enter_tensor_parallel(x, ctx))).sum().backward(); });
+  auto want = linear_collective_bytes(TensorParallelMode::k1d, static_cast<int>(tp), 1,
+                                      {.tokens = B * S, .in = K, .out = N, .column = true}, 4);
+  want += linear_collective_bytes(TensorParallelMode::k1d, static_cast<int>(tp), 1,
+                                  {.tokens = B * S, .in = N, .out = K, .column = false}, 4);
+  expect_bytes(got, want, "Megatron's column and row pair on tp " + std::to_string(tp));
 }
 
 TEST(TensorGrid, EveryModeOnOneProcessIsTheDenseNetwork) {
@@ -188,6 +196,7 @@ TEST(TensorGrid, TwoDimensionalOnFourRanks) {
   testing::run_ranks(4, [] {
     check_network(TensorParallelMode::k2d, 1);
     check_linear_bytes(TensorParallelMode::k2d, 1);
+    check_megatron_bytes();
   });
 }
 

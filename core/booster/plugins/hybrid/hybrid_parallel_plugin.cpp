@@ -71,9 +71,12 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
   scope.gradient_divisor = dims().dp();
   if (dims().pp() > 1) scope.pipeline_group = context.pipeline.group;
   if (tp > 1) {
-    scope.norm_group = context.tp;
-    for (const auto& [name, spec] : specs)
-      if (spec.dim >= 0) scope.split_over_norm_group.insert(name);
+    scope.norm_group = context.grid_parallel() ? context.grid.group() : context.tp;
+    for (const auto& [name, spec] : specs) {
+      if (spec.dim < 0) continue;
+      scope.split_over_norm_group.insert(name);
+      if (spec.replicas.is_member() && spec.replicas.size() > 1) scope.block_replicas[name] = spec.replicas;
+    }
   }
   // Expert parallelism: each ep rank holds other experts (their gradients are reduced over the
   // replicas holding the same ones, their norms summed over ep).
@@ -118,7 +121,7 @@ std::unique_ptr<ModelWrapper> HybridParallelPlugin::wrap_model(torch::nn::Module
   ModelSplit split;
   split.tp_specs = specs;
   split.tp = tp;
-  split.tp_rank = context.tp_rank();
+  split.tp_rank = context.grid_parallel() ? context.grid.group().rank() : context.tp_rank();
   split.dp_rank = dims().coord(dist::Axis::kDp);
   if (dims().pp() > 1) split.pipeline = context.pipeline.group;
   if (ep > 1) {

@@ -212,14 +212,15 @@ torch::Tensor take_block(const torch::Tensor& full, const GridBlock& block) {
 
 torch::Tensor gather_block(const torch::Tensor& local, const GridBlock& block) {
   auto t = local.detach();
-  for (const auto& [dim, group] : block.gathers) t = grid_detail::gathered(t, dim, group);
+  for (const auto& cut : block.cuts) t = grid_detail::gathered(t, cut.dim, cut.group);
   return t;
 }
 
 torch::Tensor split_activation(const torch::Tensor& full, const ActivationLayout& layout, bool features) {
   GridBlock b;
-  b.cuts.push_back({0, layout.row_parts(), layout.row_index()});
-  if (features) b.cuts.push_back({static_cast<int>(full.dim() - 1), layout.feature_parts(), layout.feature_index()});
+  b.cuts.push_back({0, layout.row_parts(), layout.row_index(), layout.rows});
+  if (features)
+    b.cuts.push_back({static_cast<int>(full.dim() - 1), layout.feature_parts(), layout.feature_index(), layout.features});
   COLOSSAL_CHECK(full.size(0) % layout.row_parts() == 0, "[tp] a batch of ", full.size(0),
                  " does not divide over the grid's ", layout.row_parts(), " row blocks");
   return take_block(full, b);

@@ -1,5 +1,6 @@
 #include "core/parallel/tensor/grid/tensor_grid.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "core/common/check.h"
@@ -35,6 +36,7 @@ TensorGrid TensorGrid::create(const dist::Group& tp, TensorParallelMode mode, in
   g.q_ = shape.q;
   g.depth_ = shape.depth;
   g.size_ = tp.size();
+  g.all_ = tp;
   const int q = shape.q, d = shape.depth, t = tp.rank();
   g.coord_[0] = t / (q * q);  // 2D/2.5D: depth layer k; 3D: a
   g.coord_[1] = t / q % q;    // row r; b
@@ -68,6 +70,20 @@ TensorGrid TensorGrid::create(const dist::Group& tp, TensorParallelMode mode, in
       std::vector<int> m;
       for (int a = 0; a < q; ++a)
         for (int c = 0; c < q; ++c) m.push_back(rank_of(a, b, c));
+      return m;
+    });
+    // A weight's output rows: q^2 blocks, the output feature axis major and a minor (column
+    // layers: (b, a) with c fixed; row layers: (c, a) with b fixed).
+    g.weight_rows_[0] = grid_group(tp, "weight_rows_ba", q, [&](int c) {
+      std::vector<int> m;
+      for (int b = 0; b < q; ++b)
+        for (int a = 0; a < q; ++a) m.push_back(rank_of(a, b, c));
+      return m;
+    });
+    g.weight_rows_[1] = grid_group(tp, "weight_rows_ca", q, [&](int b) {
+      std::vector<int> m;
+      for (int c = 0; c < q; ++c)
+        for (int a = 0; a < q; ++a) m.push_back(rank_of(a, b, c));
       return m;
     });
     g.stream_ = {g.axis_[2], plane_ab};
@@ -112,6 +128,34 @@ TensorGrid TensorGrid::create(const dist::Group& tp, TensorParallelMode mode, in
   return g;
 }
 
+ShardSpec grid_shard_spec(const GridBlock& block, const std::vector<int64_t>& shape, int64_t real_rows) {
+  ShardSpec s;
+  s.replicas = block.replicas;
+  if (block.cuts.empty()) return s;
+  COLOSSAL_CHECK(block.cuts.size() <= 2, "[tp] a grid block cut along ", block.cuts.size(), " dimensions");
+  const auto& first = block.cuts[0];
+  const int64_t padded = shape.at(first.dim), part = padded / first.parts;
+  COLOSSAL_CHECK(padded % first.parts == 0, "[tp] dimension ", first.dim, " of ", c10::IntArrayRef(shape),
+                 " does not divide into ", first.parts, " grid blocks");
+  s.dim = first.dim;
+  s.group = first.group;
+  s.full_size = real_rows >= 0 && first.dim == 0 ? real_rows : padded;
+  s.local_start = first.index * part;
+  s.local_size = std::clamp<int64_t>(s.full_size - s.local_start, 0, part);
+  if (block.cuts.size() == 2) {
+    const auto& second = block.cuts[1];
+    const int64_t n = shape.at(second.dim);
+    COLOSSAL_CHECK(n % second.parts == 0, "[tp] dimension ", second.dim, " of ", c10::IntArrayRef(shape),
+                   " does not divide into ", second.parts, " grid blocks");
+    s.dim2 = second.dim;
+    s.group2 = second.group;
+    s.full_size2 = n;
+    s.local_size2 = n / second.parts;
+    s.local_start2 = second.index * s.local_size2;
+  }
+  return s;
+}
+
 int TensorGrid::weight_out_parts() const { return mode_ == TensorParallelMode::k3d ? q_ * q_ : q_; }
 int TensorGrid::weight_in_parts() const { return q_; }
 
@@ -121,13 +165,12 @@ GridBlock TensorGrid::weight_block(bool column) const {
   if (mode_ == TensorParallelMode::k3d) {
     // Rows of the output (feature axis of the output layout, then axis a), columns of the input.
     const int out_axis = column ? 1 : 2, in_axis = column ? 2 : 1;
-    b.cuts = {{0, q_ * q_, coord_[out_axis] * q_ + coord_[0]}, {1, q_, coord_[in_axis]}};
-    b.gathers = {{0, axis_[0]}, {0, axis_[out_axis]}, {1, axis_[in_axis]}};
+    b.cuts = {{0, q_ * q_, coord_[out_axis] * q_ + coord_[0], weight_rows_[column ? 0 : 1]},
+              {1, q_, coord_[in_axis], axis_[in_axis]}};
     return b;
   }
   // 2D: output block c (the row group's order), input block r (the column group's).
-  b.cuts = {{0, q_, coord_[2]}, {1, q_, coord_[1]}};
-  b.gathers = {{0, axis_[0]}, {1, axis_[1]}};
+  b.cuts = {{0, q_, coord_[2], axis_[0]}, {1, q_, coord_[1], axis_[1]}};
   b.replicas = linear(column).weight_replicas;
   return b;
 }
@@ -137,8 +180,7 @@ GridBlock TensorGrid::bias_block(bool column) const { return feature_block(linea
 GridBlock TensorGrid::feature_block(const ActivationLayout& layout) const {
   GridBlock b;
   if (size_ == 1) return b;
-  b.cuts = {{0, layout.feature_parts(), layout.feature_index()}};
-  b.gathers = {{0, layout.features}};
+  b.cuts = {{0, layout.feature_parts(), layout.feature_index(), layout.features}};
   b.replicas = layout.rows;
   return b;
 }
@@ -146,16 +188,15 @@ GridBlock TensorGrid::feature_block(const ActivationLayout& layout) const {
 GridBlock TensorGrid::embedding_block() const {
   GridBlock b;
   if (size_ == 1) return b;
-  b.cuts = {{0, stream_.row_parts(), stream_.row_index()}, {1, stream_.feature_parts(), stream_.feature_index()}};
-  b.gathers = {{1, stream_.features}, {0, stream_.rows}};
+  b.cuts = {{0, stream_.row_parts(), stream_.row_index(), stream_.rows},
+            {1, stream_.feature_parts(), stream_.feature_index(), stream_.features}};
   return b;
 }
 
 GridBlock TensorGrid::hidden_embedding_block() const {
   GridBlock b;
   if (size_ == 1) return b;
-  b.cuts = {{1, stream_.feature_parts(), stream_.feature_index()}};
-  b.gathers = {{1, stream_.features}};
+  b.cuts = {{1, stream_.feature_parts(), stream_.feature_index(), stream_.features}};
   b.replicas = stream_.rows;
   return b;
 }

@@ -23,6 +23,7 @@
 
 #include "core/dist/group.h"
 #include "core/dist/parallel_dims.h"
+#include "core/parallel/tensor/shard.h"
 
 namespace colossal::parallel {
 
@@ -52,19 +53,24 @@ struct GridLinearComm {
   ActivationLayout in, out;
 };
 
-/// Where a parameter's local block sits in the full tensor: per dimension, how many blocks the
-/// dimension is cut into and which this rank holds; `gathers` rebuilds the full tensor (each an
-/// all-gather along a dimension, innermost cut first). `replicas`: the ranks holding the same
-/// block, whose gradients each cover part of the batch and are summed.
+/// Where a parameter's local block sits in the full tensor: per cut dimension, how many blocks it
+/// is cut into, which one this rank holds, and the group whose rank order is the blocks' order
+/// (an all-gather over it along the dimension rebuilds it). `replicas`: the ranks holding the
+/// same block, whose gradients each cover part of the batch and are summed.
 struct GridBlock {
   struct Cut {
     int dim = 0;
     int parts = 1, index = 0;
+    dist::Group group;
   };
   std::vector<Cut> cuts;
-  std::vector<std::pair<int, dist::Group>> gathers;
   dist::Group replicas;
 };
+
+/// A block as the checkpoint and initialisation code see a split parameter: `shape` is the padded
+/// full shape; `real_rows`, when smaller than shape[0], the real size of dimension 0 (a vocabulary
+/// padded to the grid; the padding sits at the end of the last blocks). No cuts: not split.
+ShardSpec grid_shard_spec(const GridBlock& block, const std::vector<int64_t>& shape, int64_t real_rows = -1);
 
 class TensorGrid {
  public:
@@ -78,6 +84,8 @@ class TensorGrid {
   int depth() const { return depth_; }
   int size() const { return size_; }
   bool parallel() const { return size_ > 1; }
+  /// The whole tensor-parallel group (not a member on a default grid).
+  const dist::Group& group() const { return all_; }
 
   /// The residual stream's layout (what embeddings produce and norms read).
   const ActivationLayout& stream() const { return stream_; }
@@ -112,6 +120,8 @@ class TensorGrid {
   ActivationLayout stream_, inner_;
   GridLinearComm column_, row_;
   dist::Group axis_[3];  // 3D: axes a, b, c; 2D/2.5D: row (r,*,k), column (*,c,k), depth (r,c,*)
+  dist::Group weight_rows_[2];  // 3D: the planes a weight's rows are cut over (column, row layers)
+  dist::Group all_;             // the whole tp group
 };
 
 }  // namespace colossal::parallel

@@ -134,8 +134,11 @@ Row run_job(const Args& a) {
     b.optimizer->step();
     tracer.end_step(0);
     dist::comm_profile::set_enabled(false);
+    // The optimizer step closed the profiler's step: its table is the last of the history.
+    const auto steps = dist::comm_profile::steps();
+    const auto table = steps.empty() ? dist::comm_profile::current() : steps.back().table;
     double by_op[4] = {0, 0, 0, 0};
-    for (const auto& [key, totals] : dist::comm_profile::current()) {
+    for (const auto& [key, totals] : table) {
       const auto& op = key.second;
       by_op[op == "all_gather" ? 0 : op == "reduce_scatter" ? 1 : op == "all_reduce" ? 2 : 3] += totals.bytes;
     }

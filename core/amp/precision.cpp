@@ -9,7 +9,8 @@ Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
   if (name == "fp16") return Precision::kFp16;
-  COLOSSAL_FAIL("[amp] precision: expected fp32, bf16 or fp16, got '", name, "'");
+  if (name == "fp8") return Precision::kFp8;
+  COLOSSAL_FAIL("[amp] precision: expected fp32, bf16, fp16 or fp8, got '", name, "'");
 }
 
 std::string precision_name(Precision p) {
@@ -17,13 +18,15 @@ std::string precision_name(Precision p) {
     case Precision::kFp32: return "fp32";
     case Precision::kBf16: return "bf16";
     case Precision::kFp16: return "fp16";
+    case Precision::kFp8: return "fp8";
   }
   return "?";
 }
 
 c10::ScalarType low_precision_dtype(Precision p) {
   switch (p) {
-    case Precision::kBf16: return c10::kBFloat16;
+    case Precision::kBf16:
+    case Precision::kFp8: return c10::kBFloat16;  // what FP8 leaves outside the linear products
     case Precision::kFp16: return c10::kHalf;
     default: return c10::kFloat;
   }

@@ -5,6 +5,8 @@
 //   fp32       fp32                                              (the params themselves)
 //   bf16       bf16                                              fp32
 //   fp16       fp16 (+ dynamic loss scaling)                     fp32
+//   fp8        bf16, with linear layers' products in FP8          fp32
+//              (e4m3 forward, e5m2 gradients: amp/fp8_linear.h)
 //
 // The compute dtype rule: on CUDA, compute follows the precision. On CPU, compute follows it
 // only when the processor has native support (bf16: AVX512_BF16 or AMX-BF16; fp16: AVX512_FP16),
@@ -21,12 +23,12 @@
 
 namespace colossal::amp {
 
-enum class Precision { kFp32, kBf16, kFp16 };
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 
-/// "fp32" | "bf16" | "fp16"; anything else throws listing them.
+/// "fp32" | "bf16" | "fp16" | "fp8"; anything else throws listing them.
 Precision parse_precision(const std::string& name);
 std::string precision_name(Precision p);
-c10::ScalarType low_precision_dtype(Precision p);  // fp32 for kFp32
+c10::ScalarType low_precision_dtype(Precision p);  // fp32 for kFp32, bf16 for kFp8
 
 /// Whether this CPU multiplies matrices natively in `dtype` (bf16 or fp16).
 bool cpu_has_native(c10::ScalarType dtype);

@@ -10,6 +10,7 @@
 #include "core/dist/runtime.h"
 #include "core/nn/deferred_init.h"
 #include "core/parallel/data/model_sync.h"
+#include "core/parallel/tensor/parallel_linear.h"
 
 namespace colossal::booster {
 
@@ -107,6 +108,12 @@ Boosted Booster::boost(std::shared_ptr<torch::nn::Module> model,
     // Every rank materialises from rank 0's seed (as an eager model is broadcast from it).
     parallel::broadcast_init_seed(*model, dist::world_group());
     nn::materialize(*model, plugin_->device());
+  }
+  if (plugin_->precision() == "fp8") {
+    // The linear layers' products in FP8 (amp/fp8_linear.h); the rest runs as under bf16.
+    const int layers = parallel::enable_fp8_linears(*model, plugin_->fp8_options());
+    COLOSSAL_CHECK(layers > 0, "[booster] --mixed_precision fp8: the model has no linear layers built through its "
+                   "parallel plan (parallel::ParallelLinear), so nothing would compute in FP8");
   }
   auto wrapper = plugin_->wrap_model(*model, *optimizer);
   boosted_models_.push_back(model.get());

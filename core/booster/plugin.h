@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 
+#include "core/amp/fp8_linear.h"
 #include "core/booster/checkpoint_layout.h"
 #include "core/booster/pipeline_step.h"
 #include "core/booster/step_hooks.h"
@@ -71,6 +72,7 @@ std::unique_ptr<ModelWrapper> wrap_whole(std::shared_ptr<T> model) {
 struct PluginEnvironment {
   std::shared_ptr<const dist::ParallelDims> dims;  // null: pure data parallelism over the world
   c10::Device device = c10::kCPU;                  // where parameters, gradients and buckets live
+  amp::Fp8LinearOptions fp8;                       // --mixed_precision fp8: the linear layers' scaling
 };
 
 class Plugin {
@@ -83,6 +85,10 @@ class Plugin {
   virtual bool supports_no_sync() const { return false; }
   virtual std::string precision() const { return "fp32"; }
   virtual bool controls_checkpoint_io() const { return false; }
+  /// Whether --mixed_precision fp8 runs under this plugin (its linear layers in FP8, the rest
+  /// as bf16 with fp32 masters).
+  virtual bool supports_fp8() const { return false; }
+  const amp::Fp8LinearOptions& fp8_options() const { return env_.fp8; }
   /// True when the plugin materialises a lazily built model's deferred parameters itself,
   /// keeping only its shards (Gemini); otherwise boost() materialises each rank's slices first.
   virtual bool materializes_deferred() const { return false; }

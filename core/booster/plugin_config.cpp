@@ -25,6 +25,7 @@ void PluginConfig::set(const std::string& key, const std::string& text, const st
   else if (key == "tp_mode") layout.tp_mode = text;
   else if (key == "tp_depth") layout.tp_depth = parse_size(text, from);
   else if (key == "mixed_precision" || key == "precision") precision = text;
+  else if (key == "fp8_scaling") fp8_scaling = text;
   else if (key == "device") device = text;
   else {
     options[key] = text;

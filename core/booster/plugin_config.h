@@ -22,7 +22,8 @@ namespace colossal::booster {
 struct PluginConfig {
   std::string name = "ddp";
   dist::ParallelDims::Options layout;  // pp, dp, sp, tp, ep, sp_mode, tp_mode, tp_depth
-  std::string precision = "fp32";      // fp32 | bf16 | fp16
+  std::string precision = "fp32";      // fp32 | bf16 | fp16 | fp8
+  std::string fp8_scaling = "current";  // current | delayed
   std::string device = "auto";         // auto (cuda when a GPU is visible) | cpu | cuda | cuda:N
   // The plugin's own options by name (JSON values; text from flags is converted by the option's
   // type when the plugin reads it), and where each came from, for messages.
@@ -35,8 +36,11 @@ struct PluginConfig {
     v("plugin", name,
       "ddp | zero | zero1 | zero2 | gemini (= zero3) | hybrid | auto (chosen by measurement); 'help' lists every "
       "plugin's options");
-    v("mixed_precision", precision, "compute and gradient precision (fp32 masters under bf16/fp16)",
-      one_of({"fp32", "bf16", "fp16"}).also("precision"));
+    v("mixed_precision", precision,
+      "compute and gradient precision (fp32 masters under bf16/fp16/fp8; fp8: bf16 with linear layers in FP8)",
+      one_of({"fp32", "bf16", "fp16", "fp8"}).also("precision"));
+    v("fp8_scaling", fp8_scaling, "how --mixed_precision fp8 scales each tensor: current (its own amax) or "
+      "delayed (the largest amax of the last 16 steps)", one_of({"current", "delayed"}));
     v("device", device, "auto (cuda when a GPU is visible, rank -> LOCAL_RANK's GPU) | cpu | cuda | cuda:N");
     v("tp", layout.tp, "tensor-parallel size (hybrid)", at_least(1));
     v("sp", layout.sp, "sequence-parallel size (hybrid)", at_least(1));

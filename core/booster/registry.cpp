@@ -138,7 +138,12 @@ std::shared_ptr<Plugin> make_plugin(const PluginConfig& config) {
   }
   auto dims = std::make_shared<const dist::ParallelDims>(config.layout);
   auto node = ConfigNode::from_json(config.options, "plugin '" + config.name + "' options");
-  auto plugin = e.make(config, node, PluginEnvironment{dims, resolve_device(config.device)});
+  amp::Fp8LinearOptions fp8;
+  fp8.scaling = amp::parse_fp8_scaling(config.fp8_scaling);
+  auto plugin = e.make(config, node, PluginEnvironment{dims, resolve_device(config.device), fp8});
+  COLOSSAL_CHECK(config.precision != "fp8" || plugin->supports_fp8(), "[booster] --mixed_precision fp8 runs under the "
+                 "ddp, zero1/zero2 and hybrid plugins (their linear layers in FP8, fp32 masters); plugin '", config.name,
+                 "' keeps its parameters in chunks it casts itself: use bf16 with it, or one of those");
   node.check_all_keys_used();
   return plugin;
 }

@@ -51,8 +51,10 @@ TEST(LossScaler, ClampsAndRoundTripsItsState) {
 
 TEST(Precision, NamesAndTheComputeRule) {
   EXPECT_EQ(amp::parse_precision("bf16"), amp::Precision::kBf16);
-  EXPECT_NE(testing::error_message_of([] { amp::parse_precision("fp8"); })
-                .find("expected fp32, bf16 or fp16, got 'fp8'"),
+  EXPECT_EQ(amp::parse_precision("fp8"), amp::Precision::kFp8);
+  EXPECT_EQ(amp::low_precision_dtype(amp::Precision::kFp8), c10::kBFloat16) << "fp8 runs the rest as bf16";
+  EXPECT_NE(testing::error_message_of([] { amp::parse_precision("fp4"); })
+                .find("expected fp32, bf16, fp16 or fp8, got 'fp4'"),
             std::string::npos);
   EXPECT_EQ(amp::compute_dtype(amp::Precision::kFp32, c10::Device(c10::kCPU)), c10::kFloat);
   EXPECT_EQ(amp::compute_dtype(amp::Precision::kBf16, c10::Device(c10::kCUDA, 0)),

@@ -201,7 +201,10 @@ TEST(TensorGrid, TwoDimensionalOnFourRanks) {
 }
 
 TEST(TensorGrid, TwoAndAHalfDimensionalOnFourAndEightRanks) {
-  testing::run_ranks(4, [] { check_network(TensorParallelMode::k2p5d, 4); });  // q = 1: depth only
+  testing::run_ranks(4, [] {  // q = 1: the depth alone
+    check_network(TensorParallelMode::k2p5d, 4);
+    check_linear_bytes(TensorParallelMode::k2p5d, 4);
+  });
   testing::run_ranks(8, [] {
     check_network(TensorParallelMode::k2p5d, 2);
     check_linear_bytes(TensorParallelMode::k2p5d, 2);

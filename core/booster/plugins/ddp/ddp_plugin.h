@@ -50,6 +50,7 @@ class DDPPlugin : public Plugin {
 
   std::string name() const override { return "ddp"; }
   bool supports_no_sync() const override { return true; }
+  bool supports_fp8() const override { return true; }
   std::string precision() const override { return options_.precision; }
   std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model,
                                            torch::optim::Optimizer& optimizer) override;

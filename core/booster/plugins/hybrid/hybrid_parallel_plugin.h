@@ -78,6 +78,7 @@ class HybridParallelPlugin : public Plugin {
 
   std::string name() const override { return "hybrid"; }
   bool supports_no_sync() const override { return true; }
+  bool supports_fp8() const override { return true; }
   std::string precision() const override { return options_.precision; }
   std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer) override;
 

@@ -63,6 +63,7 @@ class LowLevelZeroPlugin : public Plugin {
 
   std::string name() const override { return "zero" + std::to_string(options_.stage); }
   bool supports_no_sync() const override { return true; }
+  bool supports_fp8() const override { return true; }
   std::string precision() const override { return options_.precision; }
   std::unique_ptr<ModelWrapper> wrap_model(torch::nn::Module& model, torch::optim::Optimizer& optimizer) override;
   const Options& options() const { return options_; }

@@ -16,7 +16,8 @@
 //           the output gradient and reduce-scatters the input's and the weight's gradients.
 //   1d      a column layer all-reduces its input gradient [n, in] in backward; a row layer its
 //           output [n, out] in forward (the pair's f and g).
-//   A bias adds its gradient's all-reduce over the ranks sharing it ([out/q]; 1d: none).
+//   A bias adds its gradient's all-reduce over the ranks sharing it ([out/q]; 1d: none). A grid
+//   side q of one gathers and scatters nothing.
 #include <cstdint>
 
 #include "core/dist/parallel_dims.h"

@@ -129,6 +129,16 @@ parallel::ParallelLinear linear(const BuildContext& where, int64_t in, int64_t o
   return where.linear(in, out, bias, kv_heads);
 }
 
+// Position t predicts labels[t + 1]; the last position predicts nothing. Shifting the labels
+// rather than slicing the logits keeps backward from building a zero-filled copy of the whole
+// logits tensor.
+torch::Tensor shifted_targets(const torch::Tensor& labels) {
+  auto target = torch::full_like(labels, -100);
+  const int64_t T = labels.size(1);
+  target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
+  return target;
+}
+
 // cap x tanh(x / cap), keeping -inf (masked or padded) entries as they are.
 torch::Tensor soft_cap(const torch::Tensor& x, double cap) {
   auto capped = torch::tanh(x / cap) * cap;
@@ -666,9 +676,7 @@ torch::Tensor LlamaForCausalLMImpl::token_log_probs(const torch::Tensor& input_i
                    dist::to_string(parallel_.grid.mode()), " is for evaluation (no gradient) only; preference and "
                    "policy-gradient training on a grid is not built yet (use --tp_mode 1d)");
     auto logits = forward(input_ids, positions);
-    auto whole_target = torch::full_like(labels, -100);
-    const int64_t T = labels.size(1);
-    whole_target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
+    auto whole_target = shifted_targets(labels);
     return nn::token_log_probs(logits.reshape({-1, logits.size(2)}), whole_target.reshape({-1}).to(logits.device()),
                                -100)
         .reshape(whole_target.sizes());
@@ -737,11 +745,7 @@ torch::Tensor LlamaForCausalLMImpl::sum_over_sequence(const torch::Tensor& per_t
 }
 
 torch::Tensor LlamaForCausalLMImpl::next_token_targets(const torch::Tensor& labels) const {
-  // Shifting the labels rather than slicing the logits keeps backward from building a
-  // zero-filled copy of the whole logits tensor.
-  auto target = torch::full_like(labels, -100);
-  int64_t T = labels.size(1);
-  target.narrow(1, 0, T - 1).copy_(labels.narrow(1, 1, T - 1));
+  auto target = shifted_targets(labels);
   if (holds_sequence_shard()) target = parallel::take_local(target, parallel_);
   // On a grid the head's output holds the rows of the inner layout (grid/tensor_grid.h).
   if (parallel_.grid_parallel()) target = parallel::split_activation(target, parallel_.grid.inner(), false);

@@ -12,8 +12,7 @@ void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_le
     const char* mode = dist::to_string(s.tp_mode);
     const auto grid = dist::tensor_grid_shape(s.tp_mode, tp, s.tp_depth);
     const int q = grid.q;
-    // Output features are stored in q blocks (2D) or q^2 (3D: the output axis, then a).
-    const int64_t out_parts = s.tp_mode == dist::TensorParallelMode::k3d ? int64_t{q} * q : q;
+    const int64_t out_parts = grid.weight_out_parts;
     const int64_t hd = c.resolved_head_dim();
     COLOSSAL_CHECK(heads % q == 0 && kv % q == 0, "[llama] tp_mode ", mode, ": num_attention_heads ", heads,
                    " and num_key_value_heads ", kv, " must divide by the grid's side q = ", q,

@@ -40,6 +40,7 @@
 #include "core/dist/comm_profile.h"
 #include "core/dist/runtime.h"
 #include "core/parallel/tensor/grid/grid_cost.h"
+#include "core/parallel/tensor/layers.h"
 #include "core/tools/memory_tracer.h"
 #include "core/optim/factory.h"
 #include "llama/model.h"
@@ -331,10 +332,8 @@ double linear_layers_mib(const colossal::llama::LlamaConfig& c, const Layout& l,
     add(h, f, true);
     add(f, h, false);
   }
-  const int64_t parts = mode == dist::TensorParallelMode::k3d ? int64_t{grid.q} * grid.q : grid.q;
-  const int64_t vocab = mode == dist::TensorParallelMode::k1d ? c.vocab_size
-                                                              : (c.vocab_size + 64 * parts - 1) / (64 * parts) * 64 * parts;
-  add(h, vocab, true);  // the head (1d: its input gradient all-reduced; grids: padded to the grid)
+  // The head: 1d all-reduces its input gradient; a grid pads the vocabulary to its weight blocks.
+  add(h, colossal::parallel::padded_vocab(c.vocab_size, grid.weight_out_parts), true);
   return sum.total() / double(1 << 20);
 }
 

@@ -83,12 +83,12 @@ TensorGridShape tensor_grid_shape(TensorParallelMode mode, int tp, int depth) {
   COLOSSAL_CHECK(depth == 1 || mode == TensorParallelMode::k2p5d, "[layout] tp_depth ", depth,
                  " is for tp_mode 2.5d only (got tp_mode ", to_string(mode), ")");
   switch (mode) {
-    case TensorParallelMode::k1d: return {tp, 1};
+    case TensorParallelMode::k1d: return {tp, 1, tp};
     case TensorParallelMode::k2d: {
       const int q = integer_root(tp, 2);
       COLOSSAL_CHECK(q > 0, "[layout] tp_mode 2d lays the tp ranks out as a q x q grid: tp ", tp,
                      " is not a square (", powers_list(2), ")");
-      return {q, 1};
+      return {q, 1, q};
     }
     case TensorParallelMode::k2p5d: {
       COLOSSAL_CHECK(tp % depth == 0, "[layout] tp_mode 2.5d lays the tp ranks out as q x q x depth: tp ", tp,
@@ -96,16 +96,16 @@ TensorGridShape tensor_grid_shape(TensorParallelMode mode, int tp, int depth) {
       const int q = integer_root(tp / depth, 2);
       COLOSSAL_CHECK(q > 0, "[layout] tp_mode 2.5d lays the tp ranks out as q x q x depth: tp ", tp, " / tp_depth ",
                      depth, " = ", tp / depth, " is not a square (", powers_list(2), ")");
-      return {q, depth};
+      return {q, depth, q};
     }
     case TensorParallelMode::k3d: {
       const int q = integer_root(tp, 3);
       COLOSSAL_CHECK(q > 0, "[layout] tp_mode 3d lays the tp ranks out as a q x q x q cube: tp ", tp,
                      " is not a cube (", powers_list(3), ")");
-      return {q, q};
+      return {q, q, q * q};
     }
   }
-  return {tp, 1};
+  return {tp, 1, tp};
 }
 
 void ParallelDims::Options::validate() const {

@@ -66,6 +66,9 @@ TensorParallelMode parse_tensor_parallel_mode(const std::string& name);
 /// q^2; 2.5d: tp = q^2 x depth; 3d: tp = q^3 (depth q). Throws naming what is not a square or cube.
 struct TensorGridShape {
   int q = 1, depth = 1;
+  // How many blocks a linear layer's output features are stored in: q (2d, 2.5d; 1d: tp), q^2
+  // in 3d (the output's feature axis, then the cube's first axis).
+  int weight_out_parts = 1;
 };
 TensorGridShape tensor_grid_shape(TensorParallelMode mode, int tp, int depth = 1);
 

@@ -1,6 +1,6 @@
 #include "core/parallel/autograd_group.h"
-#include "core/parallel/gather_along.h"
 #include "core/parallel/sequence/sequence_ops.h"
+#include "core/parallel/tensor/comm_ops.h"
 
 #include <torch/autograd.h>
 
@@ -13,22 +13,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-
-// [B, T/n, ...] on each rank -> [B, T, ...], shards in rank order.
-torch::Tensor all_gather_dim1(const torch::Tensor& x, const dist::Group& g) { return all_gather_along(x, 1, g); }
-
-// [B, T, ...] partial on each rank -> the sum's shard [B, T/n, ...] of this rank.
-torch::Tensor reduce_scatter_dim1(const torch::Tensor& x, const dist::Group& g) {
-  const int n = g.size();
-  COLOSSAL_CHECK(x.size(1) % n == 0, "[sp] sequence length ", x.size(1), " does not divide by the group size ", n,
-                 " (", g.describe(), ")");
-  auto moved = x.movedim(1, 0).contiguous();  // [T, B, ...]: rank r's shard is rows [r T/n, (r+1) T/n)
-  auto sizes = moved.sizes().vec();
-  sizes[0] /= n;
-  auto out = torch::empty(sizes, x.options());
-  dist::reduce_scatter(out, moved, g);
-  return out.movedim(0, 1).contiguous();
-}
 
 // Ulysses exchange: split dimension `scatter` into n parts (part k goes to rank k) and
 // concatenate what arrives along dimension `gather` (rank k's part at position k).
@@ -51,26 +35,6 @@ torch::Tensor exchange(const torch::Tensor& x, const dist::Group& g, int64_t sca
   out_sizes[gather] *= n;
   return placed.reshape(out_sizes).contiguous();
 }
-
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    save_group(ctx, g);
-    return all_gather_dim1(x, g->group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {reduce_scatter_dim1(grads[0], saved_group(ctx)), torch::Tensor()};
-  }
-};
-
-struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    save_group(ctx, g);
-    return reduce_scatter_dim1(x, g->group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_dim1(grads[0], saved_group(ctx)), torch::Tensor()};
-  }
-};
 
 // [B, T/n, H, D] <-> [B, T, H/n, D]
 struct SequenceToHeads : torch::autograd::Function<SequenceToHeads> {
@@ -101,9 +65,13 @@ torch::Tensor apply_sequence_op(const torch::Tensor& x, const dist::Group& g) {
 
 }  // namespace
 
-torch::Tensor gather_sequence(const torch::Tensor& x, const dist::Group& g) { return apply_sequence_op<GatherSequence>(x, g); }
+// The sequence is dimension 1: tensor/comm_ops.h's gather and reduce-scatter along it.
+torch::Tensor gather_sequence(const torch::Tensor& x, const dist::Group& g) { return gather_along_dim(x, 1, g); }
 torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, const dist::Group& g) {
-  return apply_sequence_op<ReduceScatterSequence>(x, g);
+  if (g.is_member())
+    COLOSSAL_CHECK(x.size(1) % g.size() == 0, "[sp] sequence length ", x.size(1), " does not divide by the group size ",
+                   g.size(), " (", g.describe(), ")");
+  return reduce_scatter_along_dim(x, 1, g);
 }
 torch::Tensor sequence_to_heads(const torch::Tensor& x, const dist::Group& g) { return apply_sequence_op<SequenceToHeads>(x, g); }
 torch::Tensor heads_to_sequence(const torch::Tensor& x, const dist::Group& g) { return apply_sequence_op<HeadsToSequence>(x, g); }

@@ -66,6 +66,44 @@ struct SplitLastDim : torch::autograd::Function<SplitLastDim> {
   }
 };
 
+struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+    save_group(ctx, g);
+    return all_reduced(x, g->group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_reduced(grads[0], saved_group(ctx)), torch::Tensor()};
+  }
+};
+
+struct GatherAlongDim : torch::autograd::Function<GatherAlongDim> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
+                               c10::intrusive_ptr<GroupHolder> g) {
+    save_group(ctx, g);
+    ctx->saved_data["dim"] = dim;
+    return all_gather_along(x, dim, g->group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {reduce_scatter_along(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+struct ReduceScatterAlongDim : torch::autograd::Function<ReduceScatterAlongDim> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
+                               c10::intrusive_ptr<GroupHolder> g) {
+    save_group(ctx, g);
+    ctx->saved_data["dim"] = dim;
+    return reduce_scatter_along(x, dim, g->group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gather_along(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+bool spans(const dist::Group& g) { return g.is_member() && g.size() > 1; }
+
 template <typename F>
 torch::Tensor apply_tensor_op(const torch::Tensor& x, const dist::Group& g) {
   if (g.size() == 1) return x;
@@ -78,5 +116,17 @@ torch::Tensor copy_to_group(const torch::Tensor& x, const dist::Group& g) { retu
 torch::Tensor reduce_from_group(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<ReduceFromGroup>(x, g); }
 torch::Tensor gather_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<GatherLastDim>(x, g); }
 torch::Tensor split_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<SplitLastDim>(x, g); }
+
+torch::Tensor all_reduce_sum(const torch::Tensor& x, const dist::Group& g) {
+  return spans(g) ? AllReduceSum::apply(x, hold(g)) : x;
+}
+
+torch::Tensor gather_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& g) {
+  return spans(g) ? GatherAlongDim::apply(x, dim, hold(g)) : x;
+}
+
+torch::Tensor reduce_scatter_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& g) {
+  return spans(g) ? ReduceScatterAlongDim::apply(x, dim, hold(g)) : x;
+}
 
 }  // namespace colossal::parallel

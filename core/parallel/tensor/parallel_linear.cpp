@@ -57,16 +57,17 @@ ParallelLinearImpl::ParallelLinearImpl(const ParallelLinearOptions& o, const Par
   }
 }
 
-namespace {
+namespace linear_grid {  // named: core is compiled in unity batches
 
 bool is_column(SplitStyle style) { return style != SplitStyle::kRow; }
 
 // A grid layer's full (padded) weight shape: a vocabulary head's rows padded to the grid.
-int64_t grid_padded_out(const ParallelLinearOptions& o, const TensorGrid& g) {
+int64_t padded_out(const ParallelLinearOptions& o, const TensorGrid& g) {
   return o.style == SplitStyle::kVocabHead ? padded_vocab(o.out_features, g.weight_out_parts()) : o.out_features;
 }
 
-}  // namespace
+}  // namespace linear_grid
+
 
 void ParallelLinearImpl::lay_out(int tp, int r) {
   const auto& o = options_;
@@ -78,8 +79,8 @@ void ParallelLinearImpl::lay_out(int tp, int r) {
                    "[tp] tp_mode ", mode, ": a ", to_string(o.style), " linear layer (", in, " -> ", out,
                    ") is not built for the grid yet (column, row and vocabulary-head layers are)");
     COLOSSAL_CHECK(!o.gather_output, "[tp] tp_mode ", mode, ": gather_output is a 1d layer's option");
-    const auto& comm = g.linear(is_column(o.style));
-    out = grid_padded_out(o, g);
+    const auto& comm = g.linear(linear_grid::is_column(o.style));
+    out = linear_grid::padded_out(o, g);
     COLOSSAL_CHECK(out % g.weight_out_parts() == 0, "[tp] tp_mode ", mode, " linear ", in, " -> ", out, ": ", out,
                    " output features do not divide into the grid's ", g.weight_out_parts(), " weight blocks");
     COLOSSAL_CHECK(in % g.weight_in_parts() == 0, "[tp] tp_mode ", mode, " linear ", in, " -> ", out, ": ", in,
@@ -129,7 +130,7 @@ torch::Tensor ParallelLinearImpl::base(const torch::Tensor& x, const torch::Tens
 
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
   if (ctx_.grid_parallel()) {
-    const auto& comm = ctx_.grid.linear(is_column(options_.style));
+    const auto& comm = ctx_.grid.linear(linear_grid::is_column(options_.style));
     auto y = grid_linear(x, weight, bias, comm);
     return options_.style == SplitStyle::kVocabHead ? mask_padded_vocab(y, options_.out_features, comm.out) : y;
   }
@@ -328,8 +329,8 @@ std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
   std::map<std::string, ShardSpec> out;
   if (ctx_.grid_parallel()) {
     const auto& g = ctx_.grid;
-    const bool column = is_column(options_.style);
-    const int64_t padded = grid_padded_out(options_, g);
+    const bool column = linear_grid::is_column(options_.style);
+    const int64_t padded = linear_grid::padded_out(options_, g);
     out["weight"] = grid_shard_spec(g.weight_block(column), {padded, options_.in_features}, options_.out_features);
     if (bias.defined()) out["bias"] = grid_shard_spec(g.bias_block(column), {padded}, options_.out_features);
     return out;

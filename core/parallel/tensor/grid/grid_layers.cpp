@@ -62,46 +62,6 @@ struct GridMatmul : torch::autograd::Function<GridMatmul> {
   }
 };
 
-struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
-    save_group(ctx, g);
-    auto out = x.contiguous().clone();
-    dist::all_reduce(out, g->group);
-    return out;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto out = grads[0].contiguous().clone();
-    dist::all_reduce(out, saved_group(ctx));
-    return {out, torch::Tensor()};
-  }
-};
-
-struct GatherAlongDim : torch::autograd::Function<GatherAlongDim> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
-                               c10::intrusive_ptr<GroupHolder> g) {
-    save_group(ctx, g);
-    ctx->saved_data["dim"] = dim;
-    return all_gather_along(x, dim, g->group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {reduce_scatter_along(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
-
-struct ReduceScatterAlongDim : torch::autograd::Function<ReduceScatterAlongDim> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
-                               c10::intrusive_ptr<GroupHolder> g) {
-    save_group(ctx, g);
-    ctx->saved_data["dim"] = dim;
-    return reduce_scatter_along(x, dim, g->group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_along(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
-
 // Parameters replicated over `g` (each rank's gradient covers its own rows): gradients summed.
 torch::Tensor replicated(const torch::Tensor& p, const dist::Group& g) {
   return splits(g) ? copy_to_group(p, g) : p;
@@ -110,18 +70,6 @@ torch::Tensor replicated(const torch::Tensor& p, const dist::Group& g) {
 }  // namespace grid_detail
 
 using grid_detail::splits;
-
-torch::Tensor all_reduce_sum(const torch::Tensor& x, const dist::Group& group) {
-  return splits(group) ? grid_detail::AllReduceSum::apply(x, hold(group)) : x;
-}
-
-torch::Tensor gather_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& group) {
-  return splits(group) ? grid_detail::GatherAlongDim::apply(x, dim, hold(group)) : x;
-}
-
-torch::Tensor reduce_scatter_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& group) {
-  return splits(group) ? grid_detail::ReduceScatterAlongDim::apply(x, dim, hold(group)) : x;
-}
 
 torch::Tensor grid_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                           const GridLinearComm& comm) {
@@ -198,22 +146,17 @@ torch::Tensor grid_cross_entropy(const torch::Tensor& logits, const torch::Tenso
   return splits(layout.rows) ? reduce_from_group(share, layout.rows) : share;
 }
 
+// Both through the block's ShardSpec (grid_shard_spec): the slicing and gathering every split
+// parameter goes through.
 torch::Tensor take_block(const torch::Tensor& full, const GridBlock& block) {
-  auto t = full;
-  for (const auto& cut : block.cuts) {
-    const int64_t n = full.size(cut.dim);
-    COLOSSAL_CHECK(n % cut.parts == 0, "[tp] dimension ", cut.dim, " of ", full.sizes(), " does not divide into ",
-                   cut.parts, " grid blocks");
-    const int64_t part = n / cut.parts;
-    t = t.narrow(cut.dim, cut.index * part, part);
-  }
-  return t.contiguous().clone();
+  const auto spec = grid_shard_spec(block, full.sizes().vec());
+  return slice_of(full, spec, spec.local_size).contiguous().clone();
 }
 
 torch::Tensor gather_block(const torch::Tensor& local, const GridBlock& block) {
-  auto t = local.detach();
-  for (const auto& cut : block.cuts) t = grid_detail::gathered(t, cut.dim, cut.group);
-  return t;
+  auto shape = local.sizes().vec();
+  for (const auto& cut : block.cuts) shape[cut.dim] *= cut.parts;
+  return gather_full(local.detach(), grid_shard_spec(block, shape));
 }
 
 torch::Tensor split_activation(const torch::Tensor& full, const ActivationLayout& layout, bool features) {

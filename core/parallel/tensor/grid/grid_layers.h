@@ -42,14 +42,6 @@ torch::Tensor mask_padded_vocab(const torch::Tensor& logits, int64_t vocab, cons
 torch::Tensor grid_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target,
                                  const ActivationLayout& layout, int64_t ignore_index = -100);
 
-/// The sum of x over `group` in forward, and of the gradients in backward: a statistic every
-/// member computes part of and every member uses (a norm's mean square over feature blocks).
-torch::Tensor all_reduce_sum(const torch::Tensor& x, const dist::Group& group);
-/// Forward all-gather along `dim`, backward reduce-scatter (each rank's use is partial).
-torch::Tensor gather_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& group);
-/// Forward reduce-scatter along `dim`, backward all-gather.
-torch::Tensor reduce_scatter_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& group);
-
 /// This rank's block of a full tensor (a copy), and the full tensor from every rank's block.
 torch::Tensor take_block(const torch::Tensor& full, const GridBlock& block);
 torch::Tensor gather_block(const torch::Tensor& local, const GridBlock& block);

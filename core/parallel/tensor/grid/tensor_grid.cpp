@@ -35,6 +35,7 @@ TensorGrid TensorGrid::create(const dist::Group& tp, TensorParallelMode mode, in
   g.mode_ = mode;
   g.q_ = shape.q;
   g.depth_ = shape.depth;
+  g.weight_out_parts_ = shape.weight_out_parts;
   g.size_ = tp.size();
   g.all_ = tp;
   const int q = shape.q, d = shape.depth, t = tp.rank();
@@ -155,9 +156,6 @@ ShardSpec grid_shard_spec(const GridBlock& block, const std::vector<int64_t>& sh
   }
   return s;
 }
-
-int TensorGrid::weight_out_parts() const { return mode_ == TensorParallelMode::k3d ? q_ * q_ : q_; }
-int TensorGrid::weight_in_parts() const { return q_; }
 
 GridBlock TensorGrid::weight_block(bool column) const {
   GridBlock b;

@@ -91,7 +91,7 @@ class TensorGrid {
   const ActivationLayout& stream() const { return stream_; }
   /// A column layer (q, k, v, gate, up, the head) reads the stream and writes `inner()`; a row
   /// layer (o, down) reads `inner()` and writes the stream. 2D and 2.5D: both are the stream.
-  const ActivationLayout& inner() const { return mode_ == TensorParallelMode::k3d ? inner_ : stream_; }
+  const ActivationLayout& inner() const { return inner_; }
   const GridLinearComm& linear(bool column) const { return column ? column_ : row_; }
 
   /// The block of a linear weight [out, in] / its bias [out] (out padded to `out_padded` when the
@@ -100,8 +100,8 @@ class TensorGrid {
   GridBlock bias_block(bool column) const;
   /// How many blocks a linear layer's output features are stored in (2D: q; 3D: q^2): a layer's
   /// output size must divide by it (a vocabulary head is padded to it).
-  int weight_out_parts() const;
-  int weight_in_parts() const;
+  int weight_out_parts() const { return weight_out_parts_; }
+  int weight_in_parts() const { return q_; }
   /// A norm's weight [features] in a layout: the layout's feature block, replicated over its rows.
   GridBlock feature_block(const ActivationLayout& layout) const;
   /// The vocabulary-parallel embedding [V', hidden]: the vocabulary cut over the stream's row
@@ -115,7 +115,7 @@ class TensorGrid {
 
  private:
   TensorParallelMode mode_ = TensorParallelMode::k1d;
-  int q_ = 1, depth_ = 1, size_ = 1;
+  int q_ = 1, depth_ = 1, size_ = 1, weight_out_parts_ = 1;
   int coord_[3] = {0, 0, 0};
   ActivationLayout stream_, inner_;
   GridLinearComm column_, row_;

@@ -10,6 +10,7 @@
 #include "core/common/check.h"
 #include "core/nn/activation_checkpoint.h"
 #include "core/nn/module_hooks.h"
+#include "core/parallel/tensor/grid/grid_layers.h"
 #include "core/parallel/tensor/shard.h"
 #include "core/tools/memory_tracer.h"
 
@@ -80,7 +81,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in) {
 }
 
 LayerImpl::LayerImpl(const ViTConfig& c, const BuildContext& where) : parallel_(where.parallel) {
-  auto ln = [&] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)); };
+  auto ln = [&] { return parallel::ParallelLayerNorm(c.hidden_size, c.layer_norm_eps, where.parallel); };
   layernorm_before = register_module("layernorm_before", ln());
   attention = register_module("attention", Attention(c, where.at("attention")));
   layernorm_after = register_module("layernorm_after", ln());
@@ -114,8 +115,8 @@ ViTModelImpl::ViTModelImpl(const ViTConfig& c, const BuildContext& where) {
   if (!pipe.enabled() || pipe.holds_first()) embeddings = register_module("embeddings", Embeddings(c));
   encoder = register_module("encoder", Encoder(c, where.at("encoder")));
   if (!pipe.enabled() || pipe.holds_last())
-    layernorm = register_module(
-        "layernorm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
+    layernorm =
+        register_module("layernorm", parallel::ParallelLayerNorm(c.hidden_size, c.layer_norm_eps, where.parallel));
 }
 
 namespace {
@@ -139,8 +140,6 @@ int64_t encoder_layer(const std::string& name, std::string* rest) {
 ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
                                                              const parallel::ParallelContext& parallel)
     : config_(c), parallel_(parallel) {
-  COLOSSAL_CHECK(!parallel.grid_parallel(), "[vit] tp_mode ", dist::to_string(parallel.grid.mode()),
-                 " is not built for ViT yet; use --tp_mode 1d");
   // First, before any layer draws: eager and deferred construction take the same seed.
   {
     auto gen = at::detail::getDefaultCPUGenerator();
@@ -148,7 +147,10 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
     init_seed_ = at::check_generator<at::CPUGeneratorImpl>(gen)->random64();
   }
   config_.validate();
-  check_parallel(config_, parallel_.tp_size(), parallel_.sp_mode);
+  const auto& grid = parallel_.grid;
+  check_parallel(config_, grid.parallel() ? grid.size() : parallel_.tp_size(), parallel_.sp_mode, grid.mode(),
+                 grid.mode() == dist::TensorParallelMode::k2p5d ? grid.depth() : 1,
+                 parallel_.pipeline.enabled() ? parallel_.pipeline.schedule.stages : 1);
   const auto plan = parallel_plan(config_);
   const BuildContext root{plan, parallel_, ""};
   vit = register_module("vit", ViTModel(config_, root.at("vit")));
@@ -209,9 +211,24 @@ void ViTForImageClassificationImpl::init_parameter(const std::string& name, torc
   full.normal_(0.0, s, gen).clamp_(-2 * s, 2 * s);
 }
 
-void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode sp_mode) {
+void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode sp_mode,
+                    dist::TensorParallelMode tp_mode, int tp_depth, int pp) {
   COLOSSAL_CHECK(sp_mode == parallel::SequenceParallelMode::kNone, "[vit] sp_mode ", parallel::to_string(sp_mode),
                  ": ViT has no sequence parallelism (a few hundred patch tokens fit on every rank); use tp or dp");
+  if (tp_mode != dist::TensorParallelMode::k1d && tp > 1) {
+    const char* mode = dist::to_string(tp_mode);
+    const auto grid = dist::tensor_grid_shape(tp_mode, tp, tp_depth);
+    COLOSSAL_CHECK(c.num_attention_heads % grid.q == 0, "[vit] tp_mode ", mode, ": num_attention_heads ",
+                   c.num_attention_heads, " must divide by the grid's side q = ", grid.q,
+                   " (each rank attends with its block of the heads)");
+    for (auto [name, width] : {std::pair{"hidden_size", c.hidden_size}, std::pair{"intermediate_size",
+                                                                                  c.intermediate_size}})
+      COLOSSAL_CHECK(width % grid.weight_out_parts == 0, "[vit] tp_mode ", mode, ": ", name, " ", width,
+                     " does not divide into the grid's ", grid.weight_out_parts, " weight blocks");
+    COLOSSAL_CHECK(pp == 1, "[vit] tp_mode ", mode, " with pp ", pp, " is not built yet; use --tp_mode 1d with "
+                   "pipeline stages");
+    return;
+  }
   COLOSSAL_CHECK(c.num_attention_heads % tp == 0, "[vit] num_attention_heads ", c.num_attention_heads,
                  " does not divide by tp ", tp);
   COLOSSAL_CHECK(c.intermediate_size % tp == 0, "[vit] intermediate_size ", c.intermediate_size,
@@ -219,11 +236,9 @@ void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode s
 }
 
 void check_parallel(const ViTConfig& c, const dist::ParallelDims& dims) {
-  COLOSSAL_CHECK(dims.tp_mode() == dist::TensorParallelMode::k1d, "[vit] tp_mode ", dims.options().tp_mode,
-                 " is not built for ViT yet; use --tp_mode 1d");
   COLOSSAL_CHECK(c.num_hidden_layers >= dims.pp(), "[vit] pp ", dims.pp(), ": the model has ", c.num_hidden_layers,
                  " layers and every pipeline stage needs at least one");
-  check_parallel(c, dims.tp(), dims.sp_mode());
+  check_parallel(c, dims.tp(), dims.sp_mode(), dims.tp_mode(), dims.options().tp_depth, dims.pp());
 }
 
 parallel::pipeline::StageCosts stage_costs(const ViTConfig& c) {
@@ -322,9 +337,18 @@ torch::Tensor ViTForImageClassificationImpl::forward_chunk(int chunk, const torc
                  ": this rank holds ", chunk_layers_.size());
   const auto [first, last] = chunk_ends(chunk);
   torch::Tensor h;
+  int64_t images = input.size(0);  // a grid pads the batch to its row blocks (no pipeline there)
   if (first) {
     tools::MemoryTracer::Scope traced("embeddings");  // --memory_trace's modules (free when off)
     h = embed(input);
+    // On a grid the replicated embeddings' output enters as this rank's block (grid_layers.h). A
+    // batch the row blocks do not divide (an evaluation's last) is padded with copies of its first
+    // image, dropped again before the classifier's output: they get no gradient.
+    if (parallel_.grid_parallel()) {
+      const int64_t rows = parallel_.grid.stream().row_parts(), pad = (rows - images % rows) % rows;
+      if (pad > 0) h = torch::cat({h, h.narrow(0, 0, 1).expand({pad, h.size(1), h.size(2)})});
+      h = parallel::enter_grid(h, parallel_.grid.stream());
+    }
   } else {
     h = input;
   }
@@ -341,13 +365,17 @@ torch::Tensor ViTForImageClassificationImpl::forward_chunk(int chunk, const torc
   }
   if (!last) return h;
   tools::MemoryTracer::Scope traced("head");
-  h = call(vit->layernorm, h);
-  return call(classifier, h.select(1, 0));
+  h = call(vit->layernorm, h).select(1, 0);
+  // The class tokens leave the grid whole: every rank runs the small classifier on them.
+  if (parallel_.grid_parallel()) h = parallel::leave_grid(h, parallel_.grid.stream()).narrow(0, 0, images);
+  return call(classifier, h);
 }
 
 torch::Tensor ViTForImageClassificationImpl::embed(const torch::Tensor& pixels) {
   auto h = vit->embeddings->forward(pixels);
   if (patch_keep_ < 1.0 && is_training()) {
+    COLOSSAL_CHECK(!parallel_.grid_parallel(), "[vit] patch dropout on a tp_mode ",
+                   dist::to_string(parallel_.grid.mode()), " grid is not built yet (every rank of the grid would draw its own patches); use --tp_mode 1d");
     const int64_t B = h.size(0), patches = h.size(1) - 1;
     const int64_t kept = std::max<int64_t>(1, std::llround(patches * patch_keep_));
     // A random subset per image: the first `kept` of a random permutation, after the class token.

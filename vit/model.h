@@ -22,6 +22,7 @@
 #include "core/parallel/apply_plan.h"
 #include "core/parallel/context.h"
 #include "core/parallel/plan.h"
+#include "core/parallel/tensor/parallel_norm.h"
 #include "vit/config.h"
 
 namespace colossal::vit {
@@ -80,7 +81,7 @@ class LayerImpl : public torch::nn::Module {
  public:
   LayerImpl(const ViTConfig& c, const BuildContext& where);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::LayerNorm layernorm_before{nullptr}, layernorm_after{nullptr};
+  parallel::ParallelLayerNorm layernorm_before{nullptr}, layernorm_after{nullptr};
   Attention attention{nullptr};
   Dense intermediate{nullptr}, output{nullptr};
 
@@ -105,7 +106,7 @@ class ViTModelImpl : public torch::nn::Module {
   ViTModelImpl(const ViTConfig& c, const BuildContext& where);
   Embeddings embeddings{nullptr};
   Encoder encoder{nullptr};
-  torch::nn::LayerNorm layernorm{nullptr};
+  parallel::ParallelLayerNorm layernorm{nullptr};
 };
 TORCH_MODULE(ViTModel);
 
@@ -191,16 +192,20 @@ torch::Tensor mean_log_probs(const torch::Tensor& a, const torch::Tensor& b);
 /// embedding's (first stage) and the classifier's (last).
 parallel::pipeline::StageCosts stage_costs(const ViTConfig& config);
 
-/// ViT's rules for being split: heads and the MLP width by tp, layers by pp (at least one per
-/// virtual stage); no sequence parallelism. Throws
-/// naming what does not divide (the model checks it when built; apps check the job's layout
-/// before creating any group).
-void check_parallel(const ViTConfig& config, int tp, parallel::SequenceParallelMode sp_mode);
+/// ViT's rules for being split: heads and the MLP width by tp (on a 2D/2.5D/3D grid: heads by
+/// the grid's side, widths by its weight blocks; no pipeline), layers by pp (at least one per
+/// virtual stage); no sequence parallelism. Throws naming what does not divide (the model checks
+/// it when built; apps check the job's layout before creating any group).
+void check_parallel(const ViTConfig& config, int tp, parallel::SequenceParallelMode sp_mode,
+                    dist::TensorParallelMode tp_mode = dist::TensorParallelMode::k1d, int tp_depth = 1, int pp = 1);
 void check_parallel(const ViTConfig& config, const dist::ParallelDims& dims);
 
 /// How tensor parallelism splits the model (Megatron's layout): query/key/value and the MLP's
 /// first layer by output features (heads stay whole on a rank), the attention output and the
 /// MLP's second layer by input features; embeddings, norms and the small classifier replicated.
+/// On a 2D/2.5D/3D grid the same rules cut blocks; the norms hold the stream's feature block, and
+/// the embeddings and the classifier stay whole (the activations enter the grid after the
+/// embeddings and leave it, gathered, before the classifier).
 parallel::ParallelPlan parallel_plan(const ViTConfig& config);
 
 }  // namespace colossal::vit

@@ -24,6 +24,8 @@ void PluginConfig::set(const std::string& key, const std::string& text, const st
   else if (key == "sp_mode") layout.sp_mode = text;
   else if (key == "tp_mode") layout.tp_mode = text;
   else if (key == "tp_depth") layout.tp_depth = parse_size(text, from);
+  else if (key == "fp8_communication")
+    layout.fp8_communication = detail::option_value_for(nlohmann::json(text), "bool", from).get<bool>();
   else if (key == "mixed_precision" || key == "precision") precision = text;
   else if (key == "fp8_scaling") fp8_scaling = text;
   else if (key == "device") device = text;

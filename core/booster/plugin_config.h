@@ -21,7 +21,7 @@ namespace colossal::booster {
 
 struct PluginConfig {
   std::string name = "ddp";
-  dist::ParallelDims::Options layout;  // pp, dp, sp, tp, ep, sp_mode, tp_mode, tp_depth
+  dist::ParallelDims::Options layout;  // pp, dp, sp, tp, ep, sp_mode, tp_mode, tp_depth, fp8_communication
   std::string precision = "fp32";      // fp32 | bf16 | fp16 | fp8
   std::string fp8_scaling = "current";  // current | delayed
   std::string device = "auto";         // auto (cuda when a GPU is visible) | cpu | cuda | cuda:N
@@ -52,6 +52,8 @@ struct PluginConfig {
     v("dp", layout.dp, "data-parallel size (0: what the world leaves)", at_least(0));
     v("pp", layout.pp, "pipeline-parallel size (hybrid)", at_least(1));
     v("ep", layout.ep, "expert-parallel size (hybrid, a mixture-of-experts model; divides dp)", at_least(1));
+    v("fp8_communication", layout.fp8_communication, "the activations and gradients that tp, sp, ep and pp exchange "
+      "(all-gathers, all-to-alls, pipeline sends) travel as FP8 with per-chunk scales (hybrid)");
   }
 
   /// Sets one setting from text (a flag): a general key, or a plugin option. `where` names the

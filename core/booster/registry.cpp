@@ -135,6 +135,9 @@ std::shared_ptr<Plugin> make_plugin(const PluginConfig& config) {
     COLOSSAL_CHECK(l.tp == 1 && l.sp == 1 && l.pp == 1 && l.ep == 1 && l.sp_mode == "none", "[booster] plugin '",
                    config.name, "' is data parallel only; the layout ", l.describe(),
                    " splits the model: use --plugin hybrid");
+    COLOSSAL_CHECK(!l.fp8_communication, "[booster] --fp8_communication compresses the activations that tensor, "
+                   "sequence, expert and pipeline parallelism exchange; plugin '", config.name, "' is data parallel "
+                   "only (its gradients and parameters travel exact): use --plugin hybrid, or drop the flag");
   }
   auto dims = std::make_shared<const dist::ParallelDims>(config.layout);
   auto node = ConfigNode::from_json(config.options, "plugin '" + config.name + "' options");

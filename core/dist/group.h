@@ -54,8 +54,20 @@ class Group {
 
   detail::GroupState& state() const;
 
+  /// --fp8_communication: the parallel layers' activation exchanges over this handle (their
+  /// all-gathers, all-to-alls and pipeline sends) carry FP8 payloads with scales
+  /// (parallel/fp8_payload.h). A property of the handle, not of the group: the other handles to
+  /// the same ranks (gradient sync, norms, checkpoint gathers) stay exact.
+  bool fp8_payloads() const { return fp8_payloads_; }
+  Group with_fp8_payloads(bool on = true) const {
+    Group g(*this);
+    g.fp8_payloads_ = on;
+    return g;
+  }
+
  private:
   std::shared_ptr<detail::GroupState> state_;
+  bool fp8_payloads_ = false;
 };
 
 /// "0-3" for contiguous runs, "0,2,4" otherwise (long lists are shortened).

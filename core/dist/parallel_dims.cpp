@@ -136,6 +136,7 @@ std::string ParallelDims::Options::describe() const {
   if (ep > 1) s += " (ep " + std::to_string(ep) + ")";
   if (sp_mode != "none") s += ", sp_mode " + sp_mode;
   if (tp_mode != "1d") s += ", tp_mode " + tp_mode + (tp_depth > 1 ? " (depth " + std::to_string(tp_depth) + ")" : "");
+  if (fp8_communication) s += ", fp8 communication";
   return s;
 }
 

@@ -84,6 +84,9 @@ class ParallelDims {
     std::string sp_mode = "none";  // none | split_gather | all_to_all | ring_attn
     std::string tp_mode = "1d";    // 1d | 2d | 2.5d | 3d
     int tp_depth = 1;              // 2.5d: the depth d of a q x q x d grid (tp = q^2 d)
+    // The activations (and their gradients) that tp, sp, ep and pp exchange travel as FP8 with
+    // scales (ParallelContext tags its groups; parallel/fp8_payload.h).
+    bool fp8_communication = false;
 
     /// Checks everything that needs no world size (each size, the mode's rules, unbuilt axes).
     void validate() const;

@@ -18,6 +18,14 @@ ParallelContext ParallelContext::from(const dist::ParallelDims& dims) {
     c.pipeline.group = dims.group(dist::Axis::kPp);
     c.pipeline.schedule.stages = dims.pp();
   }
+  if (dims.options().fp8_communication) {
+    // Tagged handles: the layers' activation exchanges over them carry FP8 (fp8_payload.h).
+    if (c.tp.is_member()) c.tp = c.tp.with_fp8_payloads();
+    if (c.sp.is_member()) c.sp = c.sp.with_fp8_payloads();
+    if (c.ep.is_member()) c.ep = c.ep.with_fp8_payloads();
+    if (c.pipeline.group.is_member()) c.pipeline.group = c.pipeline.group.with_fp8_payloads();
+    c.grid = c.grid.with_fp8_payloads();
+  }
   return c;
 }
 

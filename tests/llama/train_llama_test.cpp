@@ -327,6 +327,70 @@ TEST(TrainLlama, Fp8FollowsTheBf16Run) {
             std::string::npos) << gemini.output;
 }
 
+// --fp8_communication: pp 2 x sp 2 (Ulysses), the activations and gradients between the stages
+// and through the all-to-alls in FP8. The loss follows the exact run within 2% (FP8's rounding,
+// 2^-4 relative per exchanged value), and the profiler's per-step bytes are a quarter of fp32's
+// plus the scales: exactly so for the pipeline's messages (one header, then one FP8 chunk with its
+// 4-byte scale each), and within 0.25-0.30 for the all-to-alls (a scale per destination row).
+// fp32, so the figures hold on every CPU (bf16 falls back to fp32 compute where the CPU has no
+// bf16 units); that bf16 halves is MultiRankFp8Payload's.
+TEST(TrainLlama, Fp8CommunicationFollowsTheExactRunWithAQuarterOfTheBytes) {
+  const std::string layout = "--plugin hybrid --pp 2 --sp 2 --sp_mode all_to_all --num_microbatches 2 "
+                             "--batch_size 4 --max_steps 6 --eval_interval 0";
+  struct Totals {
+    int64_t calls = 0, bytes = 0;
+  };
+  // Per "group op" ("pp send", "sp all_to_all"): rank 0's last step.
+  auto profiled = [&](const std::string& name, const std::string& flags) {
+    const std::string dir = workspace().dir + "/" + name + "_comm";
+    (void)!std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
+    setenv("COLOSSAL_COMM_PROFILE", dir.c_str(), 1);
+    auto log = train(name, 4, flags);
+    unsetenv("COLOSSAL_COMM_PROFILE");
+    std::ifstream in(dir + "/comm_rank0.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    std::map<std::string, Totals> totals;
+    const auto step = last.empty() ? nlohmann::json::object() : nlohmann::json::parse(last);
+    if (step.contains("collectives"))
+      for (const auto& c : step["collectives"]) {
+        auto& t = totals[c["group"].get<std::string>() + " " + c["op"].get<std::string>()];
+        t.calls += c["calls"].get<int64_t>();
+        t.bytes += c["bytes"].get<int64_t>();
+      }
+    return std::make_pair(losses(log), totals);
+  };
+  const auto [exact, exact_bytes] = profiled("comm_exact", layout);
+  const auto [fp8, fp8_bytes] = profiled("comm_fp8", layout + " --fp8_communication");
+  ASSERT_EQ(exact.size(), 6u);
+  ASSERT_EQ(fp8.size(), exact.size());
+  double largest = 0;
+  for (const auto& [step, loss] : fp8) largest = std::max(largest, std::fabs(loss - exact.at(step)) / exact.at(step));
+  std::printf("[fp8 communication] largest relative loss difference from the exact run: %.4f\n", largest);
+  EXPECT_LT(largest, 0.02);
+  EXPECT_GT(largest, 0.0) << "identical to the exact run: nothing travelled in FP8";
+  for (const char* op : {"sp all_to_all", "pp send", "pp recv"}) {
+    ASSERT_TRUE(exact_bytes.count(op) && fp8_bytes.count(op)) << op;
+    const auto& e = exact_bytes.at(op);
+    const auto& f = fp8_bytes.at(op);
+    const double ratio = static_cast<double>(f.bytes) / e.bytes;
+    std::printf("[fp8 communication] %s: %lld bytes per step in fp32, %lld in FP8 (%.3f)\n", op,
+                static_cast<long long>(e.bytes), static_cast<long long>(f.bytes), ratio);
+    ASSERT_EQ(f.calls, e.calls) << op;
+    if (std::string(op) == "sp all_to_all") {
+      EXPECT_GT(ratio, 0.25) << op;
+      EXPECT_LT(ratio, 0.30) << op;
+    } else {
+      // One 80-byte header (dtype, rank, 8 sizes) and calls - 1 messages of n fp32 values each.
+      const int64_t messages = e.calls - 1, values = (e.bytes - 80) / messages / 4;
+      EXPECT_EQ(f.bytes, 80 + messages * (values + 4)) << op;
+    }
+  }
+  const auto ddp = launch("fp8_comm_ddp", 1, "--plugin ddp --fp8_communication --max_steps 1");
+  EXPECT_NE(ddp.rc, 0);
+  EXPECT_NE(ddp.output.find("--fp8_communication compresses the activations"), std::string::npos) << ddp.output;
+}
+
 // Mixtral from the command line: --plugin hybrid --ep 2 (DDP, and ZeRO-2 with the experts
 // sharded over their own replicas; and pp 2 x ep 2) follows one process, and the log carries the router
 // statistics (tokens per expert summed over the replicas: the same routing as one process).

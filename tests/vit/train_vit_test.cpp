@@ -2,6 +2,8 @@
 // written here: three classes of striped pictures (horizontal, vertical, diagonal) as PNG and
 // JPEG files of varying size.
 #include <gtest/gtest.h>
+
+#include <tuple>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "tests/support/multirank.h"
 #include "vit/pretrained.h"
@@ -171,7 +174,8 @@ std::map<int64_t, double> step_losses(const Run& r) {
 
 // Tensor parallelism through the same plan mechanism as LLaMA: on 2 ranks with tp 2 (one
 // replica, the same batches as one process) the loss curve is the single process's, with DDP
-// and with ZeRO-1 over the (single) data-parallel rank.
+// and with ZeRO-1 over the (single) data-parallel rank; and on a 2D grid of 2 x 2 ranks (the
+// embeddings and the classifier whole, the encoder in blocks; a checkpoint of whole tensors).
 TEST(TrainVit, HybridTensorParallelFollowsTheSingleProcessCurve) {
   auto data = make_data("hybrid", 24);
   const std::string flags = "--data " + data + kSmall + "--max_steps 6 --log_interval 1 --init normal ";
@@ -179,29 +183,35 @@ TEST(TrainVit, HybridTensorParallelFollowsTheSingleProcessCurve) {
   ASSERT_EQ(one.rc, 0) << one.output;
   auto ref = step_losses(one);
   ASSERT_EQ(ref.size(), 6u) << one.output;
-  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::string>>{
-           {"tp2", "--plugin hybrid --tp 2"}, {"tp2_zero1", "--plugin hybrid --tp 2 --zero_stage 1"}}) {
-    auto r = train_vit(2, flags + extra + " --save_dir " + data + "_" + name, data + "_" + name + ".jsonl");
+  for (const auto& [ranks, name, extra] : std::vector<std::tuple<int, std::string, std::string>>{
+           {2, "tp2", "--plugin hybrid --tp 2"}, {2, "tp2_zero1", "--plugin hybrid --tp 2 --zero_stage 1"},
+           {4, "tp4_2d", "--plugin hybrid --tp 4 --tp_mode 2d"}}) {
+    auto r = train_vit(ranks, flags + extra + " --save_dir " + data + "_" + name, data + "_" + name + ".jsonl");
     ASSERT_EQ(r.rc, 0) << r.output;
-    EXPECT_NE(r.output.find("tp 2"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("tp " + std::to_string(ranks)), std::string::npos) << r.output;
     auto got = step_losses(r);
     ASSERT_EQ(got.size(), ref.size()) << r.output;
     for (const auto& [step, loss] : got)
       EXPECT_NEAR(loss, ref.at(step), 1e-5 * std::abs(ref.at(step))) << name << " step " << step;
   }
-  // The tensor-parallel run saved whole tensors: a single process predicts with its model.
-  auto p = train_vit(1, "--save_dir " + data + "_tp2 --predict " + data + "/vertical/0.png");
-  EXPECT_EQ(p.rc, 0) << p.output;
+  // The tensor-parallel runs saved whole tensors: a single process predicts with their models.
+  for (const char* name : {"_tp2", "_tp4_2d"}) {
+    auto p = train_vit(1, "--save_dir " + data + name + " --predict " + data + "/vertical/0.png");
+    EXPECT_EQ(p.rc, 0) << name << "\n" << p.output;
+  }
 }
 
 // colossal verify on ViT: data parallelism (each rank half the images, the reference all of
-// them) and tensor parallelism match one process in loss, gradients and parameters.
+// them) and tensor parallelism (1d on 2 ranks, a 2d grid on 4) match one process in loss,
+// gradients and parameters.
 TEST(TrainVit, ColossalVerifyMatchesOneProcess) {
   auto data = make_data("verify", 24);
   const std::string bin = testing::binary_dir();
-  for (const std::string& layout : {"--plugin ddp", "--plugin hybrid --tp 2"}) {
+  for (const auto& [ranks, layout] : std::vector<std::pair<int, std::string>>{
+           {2, "--plugin ddp"}, {2, "--plugin hybrid --tp 2"}, {4, "--plugin hybrid --tp 4 --tp_mode 2d"}}) {
     const std::string out = data + "_verify_output.txt";
-    const std::string cmd = bin + "/colossal verify --nproc_per_node 2 --steps 2 -- " + bin + "/train_vit --data " +
+    const std::string cmd = bin + "/colossal verify --nproc_per_node " + std::to_string(ranks) + " --steps 2 -- " +
+                            bin + "/train_vit --data " +
                             data + kSmall + "--init normal --save_dir " + data + "_verify " + layout + " > " + out +
                             " 2>&1";
     const int rc = std::system(cmd.c_str());

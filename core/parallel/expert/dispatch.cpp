@@ -10,6 +10,7 @@
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/parallel/autograd_group.h"
+#include "core/parallel/fp8_payload.h"
 
 namespace colossal::parallel::expert {
 namespace {
@@ -27,15 +28,11 @@ struct ExchangeTimer {
   }
 };
 
+// Tokens travel as FP8 (one scale per token) on a handle tagged for FP8 payloads.
 at::Tensor all_to_all_rows(const at::Tensor& rows, const std::vector<int64_t>& recv, const std::vector<int64_t>& send,
-                           const dist::Group& group) {
+                           const dist::Group& group, amp::Fp8Format format) {
   ExchangeTimer timer;
-  auto sizes = rows.sizes().vec();
-  sizes[0] = std::accumulate(recv.begin(), recv.end(), int64_t{0});
-  auto out = torch::empty(sizes, rows.options());
-  auto in = rows.contiguous();
-  dist::all_to_all(out, in, group, recv, send);
-  return out;
+  return all_to_all_rows_payload(rows, group, format, recv, send);
 }
 
 struct ExchangeRows : torch::autograd::Function<ExchangeRows> {
@@ -44,13 +41,13 @@ struct ExchangeRows : torch::autograd::Function<ExchangeRows> {
     save_group(ctx, g);
     ctx->saved_data["recv"] = recv;
     ctx->saved_data["send"] = send;
-    return all_to_all_rows(rows, recv, send, g->group);
+    return all_to_all_rows(rows, recv, send, g->group, amp::Fp8Format::kE4M3);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     // What arrived from rank r goes back to it, and the reverse.
     auto recv = ctx->saved_data["recv"].toIntVector();
     auto send = ctx->saved_data["send"].toIntVector();
-    return {all_to_all_rows(grads[0], send, recv, saved_group(ctx)), {}, {}, {}};
+    return {all_to_all_rows(grads[0], send, recv, saved_group(ctx), amp::Fp8Format::kE5M2), {}, {}, {}};
   }
 };
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "core/common/check.h"
+#include "core/parallel/fp8_payload.h"
 
 namespace colossal::parallel::pipeline {
 namespace {
@@ -15,6 +16,14 @@ int data_tag(const Channel& c) { return (c.microbatch * 4096 + c.virtual_stage) 
 std::string describe(const Channel& c) {
   return std::string(c.direction == Direction::kForward ? "the activation into" : "the gradient out of") +
          " virtual stage " + std::to_string(c.virtual_stage) + ", microbatch " + std::to_string(c.microbatch);
+}
+
+// --fp8_communication (a pipeline group tagged for FP8 payloads): floating-point messages travel
+// as one FP8 chunk with its scale, activations in e4m3 and gradients in e5m2. Both ends know the
+// tag and the dtype, so the header stays the same.
+bool compressed(const dist::Group& g, c10::ScalarType dtype) { return g.fp8_payloads() && at::isFloatingType(dtype); }
+amp::Fp8Format format_of(const Channel& c) {
+  return c.direction == Direction::kForward ? amp::Fp8Format::kE4M3 : amp::Fp8Format::kE5M2;
 }
 
 std::string shape_text(at::IntArrayRef s) {
@@ -44,6 +53,7 @@ void StageLink::send(const at::Tensor& tensor, int peer, const Channel& channel)
                    describe(channel), " has shape ", shape_text(t.sizes()), " but the first microbatch's was ",
                    shape_text(it->second.shape), ": every microbatch must have the same shape");
   }
+  if (compressed(group_, t.scalar_type())) t = pack_fp8_rows(t.reshape({1, t.numel()}), format_of(channel));
   in_flight_.emplace_back(dist::send_async(t, peer, group_, data_tag(channel)), t);
 }
 
@@ -58,7 +68,14 @@ at::Tensor StageLink::recv(int peer, const Channel& channel) {
       for (int64_t d = 0; d < header[1].item<int64_t>(); ++d) m.shape.push_back(header[2 + d].item<int64_t>());
       it = received_.emplace(key(channel), m).first;
     }
-    auto t = at::empty(it->second.shape, at::TensorOptions().dtype(it->second.dtype));
+    const auto& meta = it->second;
+    if (compressed(group_, meta.dtype)) {
+      const int64_t n = c10::multiply_integers(meta.shape);
+      auto bytes = at::empty({1, n + kFp8ScaleBytes}, at::kByte);
+      dist::recv(bytes, peer, group_, data_tag(channel));
+      return unpack_fp8_rows(bytes, format_of(channel), meta.dtype).reshape(meta.shape);
+    }
+    auto t = at::empty(meta.shape, at::TensorOptions().dtype(meta.dtype));
     dist::recv(t, peer, group_, data_tag(channel));
     return t;
   } catch (const c10::Error& e) {

@@ -7,7 +7,9 @@
 // Each channel (one virtual stage's input, forward or backward) sends its tensor's shape and
 // dtype once per step, with the first message; later messages carry data only and must have that
 // shape (a step's microbatches are equal: a different one is an error naming both shapes).
-// new_step() forgets the shapes, so the next step (or an evaluation) may use others.
+// new_step() forgets the shapes, so the next step (or an evaluation) may use others. On a group
+// handle tagged for FP8 payloads (--fp8_communication) floating-point data travels as FP8 with its
+// scale (e4m3 forward, e5m2 backward; fp8_payload.h).
 #include <ATen/core/Tensor.h>
 
 #include <map>

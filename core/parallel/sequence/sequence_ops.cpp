@@ -1,4 +1,5 @@
 #include "core/parallel/autograd_group.h"
+#include "core/parallel/fp8_payload.h"
 #include "core/parallel/sequence/sequence_ops.h"
 #include "core/parallel/tensor/comm_ops.h"
 
@@ -16,7 +17,9 @@ using torch::autograd::variable_list;
 
 // Ulysses exchange: split dimension `scatter` into n parts (part k goes to rank k) and
 // concatenate what arrives along dimension `gather` (rank k's part at position k).
-torch::Tensor exchange(const torch::Tensor& x, const dist::Group& g, int64_t scatter, int64_t gather) {
+// On a handle tagged for FP8 payloads each destination's block travels as FP8 with its own scale.
+torch::Tensor exchange(const torch::Tensor& x, const dist::Group& g, int64_t scatter, int64_t gather,
+                       amp::Fp8Format format) {
   const int n = g.size();
   COLOSSAL_CHECK(x.size(scatter) % n == 0, "[sp] all_to_all: dimension ", scatter, " of size ", x.size(scatter),
                  " does not divide by the sequence-parallel size ", n);
@@ -26,8 +29,7 @@ torch::Tensor exchange(const torch::Tensor& x, const dist::Group& g, int64_t sca
   split[scatter] = sizes[scatter] / n;
   split.insert(split.begin() + scatter, n);
   auto send = x.reshape(split).movedim(scatter, 0).contiguous();
-  auto recv = torch::empty_like(send);
-  dist::all_to_all(recv, send, g);
+  auto recv = all_to_all_rows_payload(send, g, format);
   // recv row k came from rank k: it is the k-th block along `gather`.
   auto placed = recv.movedim(0, gather);  // [.., n, g, ..] with n before the gathered dimension
   auto out_sizes = x.sizes().vec();
@@ -40,20 +42,20 @@ torch::Tensor exchange(const torch::Tensor& x, const dist::Group& g, int64_t sca
 struct SequenceToHeads : torch::autograd::Function<SequenceToHeads> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
     save_group(ctx, g);
-    return exchange(x, g->group, /*scatter=*/2, /*gather=*/1);
+    return exchange(x, g->group, /*scatter=*/2, /*gather=*/1, amp::Fp8Format::kE4M3);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {exchange(grads[0], saved_group(ctx), 1, 2), torch::Tensor()};
+    return {exchange(grads[0], saved_group(ctx), 1, 2, amp::Fp8Format::kE5M2), torch::Tensor()};
   }
 };
 
 struct HeadsToSequence : torch::autograd::Function<HeadsToSequence> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
     save_group(ctx, g);
-    return exchange(x, g->group, /*scatter=*/1, /*gather=*/2);
+    return exchange(x, g->group, /*scatter=*/1, /*gather=*/2, amp::Fp8Format::kE4M3);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {exchange(grads[0], saved_group(ctx), 2, 1), torch::Tensor()};
+    return {exchange(grads[0], saved_group(ctx), 2, 1, amp::Fp8Format::kE5M2), torch::Tensor()};
   }
 };
 

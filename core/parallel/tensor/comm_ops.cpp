@@ -1,4 +1,5 @@
 #include "core/parallel/autograd_group.h"
+#include "core/parallel/fp8_payload.h"
 #include "core/parallel/gather_along.h"
 #include "core/parallel/tensor/comm_ops.h"
 
@@ -20,13 +21,12 @@ torch::Tensor all_reduced(const torch::Tensor& t, const dist::Group& g) {
   return out;
 }
 
-torch::Tensor gathered_last(const torch::Tensor& t, const dist::Group& g) { return all_gather_along(t, -1, g); }
-
-torch::Tensor own_slice_last(const torch::Tensor& t, const dist::Group& g) {
-  const int64_t d = t.size(-1);
-  COLOSSAL_CHECK(d % g.size() == 0, "[tp] last dimension ", d, " does not divide by the group size ", g.size());
+torch::Tensor own_slice(const torch::Tensor& t, int64_t dim, const dist::Group& g) {
+  const int64_t d = t.size(dim);
+  COLOSSAL_CHECK(d % g.size() == 0, "[tp] dimension ", dim, " of ", t.sizes(), " does not divide by the group size ",
+                 g.size());
   const int64_t part = d / g.size();
-  return t.narrow(-1, g.rank() * part, part).contiguous();
+  return t.narrow(dim, g.rank() * part, part).contiguous();
 }
 
 struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
@@ -46,23 +46,28 @@ struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
   static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
 
-struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+struct GatherWholeAlongDim : torch::autograd::Function<GatherWholeAlongDim> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
+                               c10::intrusive_ptr<GroupHolder> g) {
     save_group(ctx, g);
-    return gathered_last(x, g->group);
+    ctx->saved_data["dim"] = dim;
+    return all_gather_along(x, dim, g->group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {own_slice_last(grads[0], saved_group(ctx)), torch::Tensor()};
+    return {own_slice(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(), torch::Tensor()};
   }
 };
 
-struct SplitLastDim : torch::autograd::Function<SplitLastDim> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
+struct SplitAlongDim : torch::autograd::Function<SplitAlongDim> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
+                               c10::intrusive_ptr<GroupHolder> g) {
     save_group(ctx, g);
-    return own_slice_last(x, g->group);
+    ctx->saved_data["dim"] = dim;
+    return own_slice(x, dim, g->group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {gathered_last(grads[0].contiguous(), saved_group(ctx)), torch::Tensor()};
+    return {all_gather_along(grads[0].contiguous(), ctx->saved_data["dim"].toInt(), saved_group(ctx)),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -81,9 +86,10 @@ struct GatherAlongDim : torch::autograd::Function<GatherAlongDim> {
                                c10::intrusive_ptr<GroupHolder> g) {
     save_group(ctx, g);
     ctx->saved_data["dim"] = dim;
-    return all_gather_along(x, dim, g->group);
+    return all_gather_along_payload(x, dim, g->group, amp::Fp8Format::kE4M3);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // Reductions stay exact (FP8 partial sums would add their rounding once per rank).
     return {reduce_scatter_along(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(),
             torch::Tensor()};
   }
@@ -97,7 +103,8 @@ struct ReduceScatterAlongDim : torch::autograd::Function<ReduceScatterAlongDim> 
     return reduce_scatter_along(x, dim, g->group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_along(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(),
+    return {all_gather_along_payload(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx), amp::Fp8Format::kE5M2),
+            torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -114,8 +121,16 @@ torch::Tensor apply_tensor_op(const torch::Tensor& x, const dist::Group& g) {
 
 torch::Tensor copy_to_group(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<CopyToGroup>(x, g); }
 torch::Tensor reduce_from_group(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<ReduceFromGroup>(x, g); }
-torch::Tensor gather_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<GatherLastDim>(x, g); }
-torch::Tensor split_last_dim(const torch::Tensor& x, const dist::Group& g) { return apply_tensor_op<SplitLastDim>(x, g); }
+torch::Tensor gather_last_dim(const torch::Tensor& x, const dist::Group& g) { return gather_whole_along_dim(x, -1, g); }
+torch::Tensor split_last_dim(const torch::Tensor& x, const dist::Group& g) { return split_along_dim(x, -1, g); }
+
+torch::Tensor gather_whole_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& g) {
+  return spans(g) ? GatherWholeAlongDim::apply(x, dim, hold(g)) : x;
+}
+
+torch::Tensor split_along_dim(const torch::Tensor& x, int64_t dim, const dist::Group& g) {
+  return spans(g) ? SplitAlongDim::apply(x, dim, hold(g)) : x;
+}
 
 torch::Tensor all_reduce_sum(const torch::Tensor& x, const dist::Group& g) {
   return spans(g) ? AllReduceSum::apply(x, hold(g)) : x;

@@ -66,18 +66,23 @@ int64_t padded_out(const ParallelLinearOptions& o, const TensorGrid& g) {
   return o.style == SplitStyle::kVocabHead ? padded_vocab(o.out_features, g.weight_out_parts()) : o.out_features;
 }
 
+// A replicated layer stays whole on a grid (a small head on a whole input: ViT's classifier).
+bool on_grid(const ParallelContext& ctx, SplitStyle style) {
+  return ctx.grid_parallel() && style != SplitStyle::kReplicate;
+}
+
 }  // namespace linear_grid
 
 
 void ParallelLinearImpl::lay_out(int tp, int r) {
   const auto& o = options_;
   int64_t out = o.out_features, in = o.in_features;
-  if (ctx_.grid_parallel()) {
+  if (linear_grid::on_grid(ctx_, o.style)) {
     const auto& g = ctx_.grid;
     const char* mode = dist::to_string(g.mode());
     COLOSSAL_CHECK(o.style == SplitStyle::kColumn || o.style == SplitStyle::kRow || o.style == SplitStyle::kVocabHead,
                    "[tp] tp_mode ", mode, ": a ", to_string(o.style), " linear layer (", in, " -> ", out,
-                   ") is not built for the grid yet (column, row and vocabulary-head layers are)");
+                   ") is not built for the grid yet (column, row, vocabulary-head and replicated layers are)");
     COLOSSAL_CHECK(!o.gather_output, "[tp] tp_mode ", mode, ": gather_output is a 1d layer's option");
     const auto& comm = g.linear(linear_grid::is_column(o.style));
     out = linear_grid::padded_out(o, g);
@@ -129,7 +134,7 @@ torch::Tensor ParallelLinearImpl::base(const torch::Tensor& x, const torch::Tens
 }
 
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
-  if (ctx_.grid_parallel()) {
+  if (linear_grid::on_grid(ctx_, options_.style)) {
     const auto& comm = ctx_.grid.linear(linear_grid::is_column(options_.style));
     auto y = grid_linear(x, weight, bias, comm);
     return options_.style == SplitStyle::kVocabHead ? mask_padded_vocab(y, options_.out_features, comm.out) : y;
@@ -327,7 +332,7 @@ void ParallelLinearImpl::merge_lora() {
 
 std::map<std::string, ShardSpec> ParallelLinearImpl::shard_specs() const {
   std::map<std::string, ShardSpec> out;
-  if (ctx_.grid_parallel()) {
+  if (linear_grid::on_grid(ctx_, options_.style)) {
     const auto& g = ctx_.grid;
     const bool column = linear_grid::is_column(options_.style);
     const int64_t padded = linear_grid::padded_out(options_, g);

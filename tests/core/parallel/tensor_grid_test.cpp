@@ -9,12 +9,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/dist/comm_profile.h"
 #include "core/dist/runtime.h"
 #include "core/parallel/tensor/grid/grid_cost.h"
 #include "core/parallel/tensor/grid/grid_layers.h"
 #include "core/parallel/tensor/parallel_linear.h"
 #include "core/parallel/tensor/layers.h"
+#include "tests/support/comm_bytes.h"
 #include "tests/support/errors.h"
 #include "tests/support/multirank.h"
 
@@ -126,20 +126,6 @@ void check_network(TensorParallelMode mode, int depth) {
   }
 }
 
-// Bytes this rank hands to each kind of collective (all_gather: the output; reduce_scatter:
-// the input; all_reduce: the tensor) in one grid linear layer's forward and backward, summed over
-// groups.
-std::map<std::string, int64_t> measured_bytes(const std::function<void()>& step) {
-  dist::comm_profile::reset();
-  dist::comm_profile::set_enabled(true);
-  step();
-  dist::comm_profile::set_enabled(false);
-  std::map<std::string, int64_t> out;
-  for (const auto& [key, totals] : dist::comm_profile::current()) out[key.second] += totals.bytes;
-  dist::comm_profile::reset();
-  return out;
-}
-
 void expect_bytes(const std::map<std::string, int64_t>& got, const CollectiveBytes& want, const std::string& what) {
   const std::map<std::string, int64_t> expected = {
       {"all_gather", want.all_gather}, {"reduce_scatter", want.reduce_scatter}, {"all_reduce", want.all_reduce}};
@@ -159,7 +145,7 @@ void check_linear_bytes(TensorParallelMode mode, int depth) {
     auto x = torch::randn({B / comm.in.row_parts(), S, K / comm.in.feature_parts()}).requires_grad_(true);
     auto w = take_block(torch::randn({N, K}), grid.weight_block(column)).requires_grad_(true);
     auto b = take_block(torch::randn({N}), grid.bias_block(column)).requires_grad_(true);
-    auto got = measured_bytes([&] { grid_linear(x, w, b, comm).sum().backward(); });
+    auto got = testing::collective_bytes([&] { grid_linear(x, w, b, comm).sum().backward(); });
     const LinearShape shape{.tokens = B * S, .in = K, .out = N, .bias = true, .column = column};
     expect_bytes(got, linear_collective_bytes(mode, grid.q(), grid.depth(), shape, 4),
                  std::string(column ? "a column" : "a row") + " layer on the " + grid.describe());
@@ -175,7 +161,8 @@ void check_megatron_bytes() {
   ParallelLinear column(ParallelLinearOptions{.in_features = K, .out_features = N, .style = SplitStyle::kColumn}, ctx);
   ParallelLinear row(ParallelLinearOptions{.in_features = N, .out_features = K, .style = SplitStyle::kRow}, ctx);
   auto x = torch::randn({B, S, K}).requires_grad_(true);
-  auto got = measured_bytes([&] { row->forward(column->forward(enter_tensor_parallel(x, ctx))).sum().backward(); });
+  auto got = testing::collective_bytes(
+      [&] { row->forward(column->forward(enter_tensor_parallel(x, ctx))).sum().backward(); });
   auto want = linear_collective_bytes(TensorParallelMode::k1d, static_cast<int>(tp), 1,
                                       {.tokens = B * S, .in = K, .out = N, .column = true}, 4);
   want += linear_collective_bytes(TensorParallelMode::k1d, static_cast<int>(tp), 1,

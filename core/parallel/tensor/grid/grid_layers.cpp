@@ -8,6 +8,7 @@
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
 #include "core/parallel/autograd_group.h"
+#include "core/parallel/fp8_payload.h"
 #include "core/parallel/gather_along.h"
 #include "core/parallel/tensor/comm_ops.h"
 #include "core/parallel/tensor/layers.h"
@@ -35,12 +36,14 @@ struct CommHolder : torch::CustomClassHolder {
 };
 
 // x W^T over blocks (tensor_grid.h's GridLinearComm). Saves the local blocks only and gathers
-// them again in backward.
+// them again in backward. Under --fp8_communication the activation gathers (x in e4m3, the 3D
+// output gradient in e5m2) carry FP8 on their tagged handles; weight blocks and every reduction
+// stay exact.
 struct GridMatmul : torch::autograd::Function<GridMatmul> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
                                c10::intrusive_ptr<CommHolder> holder) {
     const auto& c = holder->comm;
-    auto xg = gathered(x, c.input_dim, c.input_gather);
+    auto xg = all_gather_along_payload(x, c.input_dim, c.input_gather, amp::Fp8Format::kE4M3);
     auto wg = gathered(w, c.weight_dim, c.weight_gather);
     auto y = torch::matmul(xg, wg.t());
     ctx->save_for_backward({x, w});
@@ -51,9 +54,9 @@ struct GridMatmul : torch::autograd::Function<GridMatmul> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto& c = static_cast<CommHolder*>(ctx->saved_data["comm"].toCapsule().get())->comm;
     auto saved = ctx->get_saved_variables();
-    auto xg = gathered(saved[0], c.input_dim, c.input_gather);
+    auto xg = all_gather_along_payload(saved[0], c.input_dim, c.input_gather, amp::Fp8Format::kE4M3);
     auto wg = gathered(saved[1], c.weight_dim, c.weight_gather);
-    auto dy = gathered(grads[0].contiguous(), 0, c.output_scatter);
+    auto dy = all_gather_along_payload(grads[0].contiguous(), 0, c.output_scatter, amp::Fp8Format::kE5M2);
     // Each gradient is partial over the ranks its tensor was gathered from: summed and split back.
     auto dx = scattered(torch::matmul(dy, wg), c.input_dim, c.input_gather);
     auto dw = dy.reshape({-1, dy.size(-1)}).t().mm(xg.reshape({-1, xg.size(-1)}));
@@ -172,6 +175,16 @@ torch::Tensor split_activation(const torch::Tensor& full, const ActivationLayout
 torch::Tensor gather_activation(const torch::Tensor& local, const ActivationLayout& layout, bool features) {
   auto t = grid_detail::gathered(local.detach().contiguous(), 0, layout.rows);
   return features ? grid_detail::gathered(t, -1, layout.features) : t;
+}
+
+torch::Tensor enter_grid(const torch::Tensor& full, const ActivationLayout& layout) {
+  COLOSSAL_CHECK(full.size(0) % layout.row_parts() == 0, "[tp] a batch of ", full.size(0),
+                 " does not divide over the grid's ", layout.row_parts(), " row blocks");
+  return split_along_dim(split_along_dim(full, 0, layout.rows), -1, layout.features);
+}
+
+torch::Tensor leave_grid(const torch::Tensor& local, const ActivationLayout& layout) {
+  return gather_whole_along_dim(gather_whole_along_dim(local, -1, layout.features), 0, layout.rows);
 }
 
 }  // namespace colossal::parallel

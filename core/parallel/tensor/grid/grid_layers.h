@@ -50,4 +50,13 @@ torch::Tensor gather_block(const torch::Tensor& local, const GridBlock& block);
 torch::Tensor split_activation(const torch::Tensor& full, const ActivationLayout& layout, bool features = true);
 torch::Tensor gather_activation(const torch::Tensor& local, const ActivationLayout& layout, bool features = true);
 
+/// The same two with gradients, around a part of a model that every rank computes whole (ViT's
+/// patch embeddings and classifier, from replicated parameters):
+///   enter_grid  whole -> this rank's block; backward gathers the block gradients whole, so the
+///               replicated parameters before it get their complete gradient on every rank
+///   leave_grid  this rank's block -> whole on every rank; backward keeps the own block of the
+///               whole gradient (every rank repeats the computation after it the same way)
+torch::Tensor enter_grid(const torch::Tensor& full, const ActivationLayout& layout);
+torch::Tensor leave_grid(const torch::Tensor& local, const ActivationLayout& layout);
+
 }  // namespace colossal::parallel

@@ -212,4 +212,13 @@ std::string TensorGrid::describe() const {
   return s + ")";
 }
 
+TensorGrid TensorGrid::with_fp8_payloads() const {
+  TensorGrid g(*this);
+  for (GridLinearComm* c : {&g.column_, &g.row_}) {
+    c->input_gather = c->input_gather.with_fp8_payloads();
+    c->output_scatter = c->output_scatter.with_fp8_payloads();
+  }
+  return g;
+}
+
 }  // namespace colossal::parallel

@@ -113,6 +113,10 @@ class TensorGrid {
   /// "2d grid 2x2 (row 1, column 0)"
   std::string describe() const;
 
+  /// The same grid whose linear layers gather activations with FP8 payloads (--fp8_communication;
+  /// the weight gathers and reductions keep exact handles).
+  TensorGrid with_fp8_payloads() const;
+
  private:
   TensorParallelMode mode_ = TensorParallelMode::k1d;
   int q_ = 1, depth_ = 1, size_ = 1, weight_out_parts_ = 1;

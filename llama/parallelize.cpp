@@ -26,8 +26,6 @@ void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_le
     COLOSSAL_CHECK(!c.is_moe(), "[llama] tp_mode ", mode, " with experts is not built yet; use --tp_mode 1d");
     COLOSSAL_CHECK(s.sp_mode == Mode::kNone, "[llama] tp_mode ", mode, " with sp_mode ", dist::to_string(s.sp_mode),
                    " is not built yet (the grid splits the batch, not the sequence)");
-    COLOSSAL_CHECK(s.pp == 1, "[llama] tp_mode ", mode, " with pp ", s.pp, " is not built yet; use --tp_mode 1d "
-                   "with pipeline stages");
     COLOSSAL_CHECK(!c.tie_word_embeddings, "[llama] tp_mode ", mode, " with tie_word_embeddings is not built yet "
                    "(the embedding and the head are cut differently on the grid); use --tp_mode 1d");
     return;

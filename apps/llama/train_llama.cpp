@@ -103,14 +103,23 @@ std::optional<double> evaluate(LlamaForCausalLM& model, const TokenDataset& data
     if (pipeline) {
       // Every replica runs every position, padding too (its labels masked, so it scores nothing):
       // under expert parallelism the replicas' forwards exchange tokens, so they must run the same
-      // microbatches.
+      // microbatches. A microbatch is one sample, or on a 2D/2.5D/3D grid as many as the grid
+      // splits the batch into (the last filled up with masked copies of sample 0).
+      const auto& context = model->parallel_context();
+      const int64_t rows = context.grid_parallel() ? context.grid.stream().row_parts() : 1;
+      auto all_labels = b.labels.clone();
+      for (size_t k = 0; k < idx.size(); ++k)
+        if (weight[k] == 0) all_labels[static_cast<int64_t>(k)].fill_(-100);
+      tokens += all_labels.narrow(1, 1, all_labels.size(1) - 1).ne(-100).sum().item<double>();
+      auto all_ids = b.input_ids;
+      if (const int64_t pad = (rows - all_ids.size(0) % rows) % rows; pad > 0) {
+        all_ids = torch::cat({all_ids, all_ids.narrow(0, 0, 1).expand({pad, all_ids.size(1)})});
+        all_labels = torch::cat({all_labels, torch::full({pad, all_labels.size(1)}, -100, all_labels.options())});
+      }
       std::vector<torch::Tensor> ids, labels;
-      for (size_t k = 0; k < idx.size(); ++k) {
-        auto l = b.labels.narrow(0, static_cast<int64_t>(k), 1);
-        if (weight[k] == 0) l = torch::full_like(l, -100);
-        tokens += l.narrow(1, 1, l.size(1) - 1).ne(-100).sum().item<double>();
-        ids.push_back(b.input_ids.narrow(0, static_cast<int64_t>(k), 1).to(device));
-        labels.push_back(l.to(device));
+      for (int64_t k = 0; k < all_ids.size(0); k += rows) {
+        ids.push_back(all_ids.narrow(0, k, rows).to(device));
+        labels.push_back(all_labels.narrow(0, k, rows).to(device));
       }
       loss_sum += pipeline(ids, labels);
       continue;

@@ -271,7 +271,8 @@ TEST(TrainLlama, PretrainedLoadsStraightIntoGeminiShards) {
 // replica) and tp 2 x sp 2 (ring_attn, one replica with the whole batch), then a checkpoint of
 // the tp x dp run resumed with the same layout.
 TEST(TrainLlama, HybridPluginFollowsTheSingleProcessCurve) {
-  auto one = losses(train("ref_hybrid", 1, "--batch_size 4 --max_steps 4 --eval_interval 0"));
+  const auto one_log = train("ref_hybrid", 1, "--batch_size 4 --max_steps 4 --eval_interval 0");
+  const auto one = losses(one_log);
   ASSERT_EQ(one.size(), 4u);
   expect_same_curve(one, losses(train("tp_dp", 4, "--plugin hybrid --tp 2 --zero_stage 2 --batch_size 2 --max_steps 4 "
                                                   "--eval_interval 2 --save_interval 2")),
@@ -284,13 +285,24 @@ TEST(TrainLlama, HybridPluginFollowsTheSingleProcessCurve) {
                                                   "--eval_interval 0 --load_checkpoint " + w.dir + "/tp_dp/checkpoints/step-2"));
   EXPECT_EQ(resumed.size(), 2u);
   expect_same_curve(one, resumed, "tp 2 x dp 2 resumed at step 2");
-  // 2D and 3D grids; the 2D run's checkpoint resumes at 1d (tp 2 x dp 2) and on one process.
+  // 2D and 3D grids, 2D under pipeline stages; the 2D run's checkpoint resumes at 1d (tp 2 x dp 2)
+  // and on one process.
   expect_same_curve(one, losses(train("tp_2d", 4, "--plugin hybrid --tp 4 --tp_mode 2d --batch_size 4 --max_steps 4 "
                                                   "--eval_interval 2 --save_interval 2")),
                     "tp 4 (2d)");
   expect_same_curve(one, losses(train("tp_3d", 8, "--plugin hybrid --tp 8 --tp_mode 3d --batch_size 4 --max_steps 4 "
                                                   "--eval_interval 0")),
                     "tp 8 (3d)");
+  // Pipeline stages of 2d grids: each stage's grid sends its blocks to the same grid rank of the
+  // next stage, and evaluation runs microbatches of the grid's rows (padded at the end).
+  const auto pp_2d = train("pp_2d", 8, "--plugin hybrid --pp 2 --tp 4 --tp_mode 2d --num_microbatches 2 "
+                                       "--batch_size 4 --max_steps 4 --eval_interval 0");
+  expect_same_curve(one, losses(pp_2d), "pp 2 x tp 4 (2d)");
+  const auto want_eval = eval_losses(one_log), got_eval = eval_losses(pp_2d);
+  ASSERT_EQ(got_eval.size(), want_eval.size());
+  ASSERT_FALSE(got_eval.empty());
+  for (size_t k = 0; k < got_eval.size(); ++k)
+    EXPECT_NEAR(got_eval[k], want_eval[k], 1e-5 * want_eval[k]) << "pp 2 x tp 4 (2d) evaluation " << k;
   const std::string grid_step2 = " --load_checkpoint " + w.dir + "/tp_2d/checkpoints/step-2";
   auto at_1d = losses(train("tp_2d_at_1d", 4, "--plugin hybrid --tp 2 --zero_stage 2 --batch_size 2 --max_steps 4 "
                                               "--eval_interval 0" + grid_step2));
@@ -321,6 +333,17 @@ TEST(TrainLlama, Fp8FollowsTheBf16Run) {
     EXPECT_GT(largest, 0.0) << scaling << " scaling: identical to bf16, so nothing ran in FP8";
     EXPECT_LT(fp8.rbegin()->second, fp8.begin()->second - 0.5) << scaling << " scaling: the loss did not fall";
   }
+  // On a 2d grid (4 ranks, one replica): the gathered blocks' products in FP8, against the same
+  // bf16 curve (the 1d run's per-tensor scales become per-block scales).
+  auto grid = losses(train("fp8_2d", 4, "--plugin hybrid --tp 4 --tp_mode 2d --batch_size 4 --max_steps 12 "
+                                        "--eval_interval 0 --mixed_precision fp8"));
+  ASSERT_EQ(grid.size(), bf16.size());
+  double grid_largest = 0;
+  for (const auto& [step, loss] : grid)
+    grid_largest = std::max(grid_largest, std::fabs(loss - bf16.at(step)) / bf16.at(step));
+  std::printf("[fp8] 2d grid: largest relative loss difference from bf16: %.4f\n", grid_largest);
+  EXPECT_LT(grid_largest, 0.01);
+  EXPECT_GT(grid_largest, 0.0);
   const auto gemini = launch("fp8_gemini", 1, "--plugin gemini --mixed_precision fp8 --max_steps 1");
   EXPECT_NE(gemini.rc, 0);
   EXPECT_NE(gemini.output.find("--mixed_precision fp8 runs under the ddp, zero1/zero2 and hybrid plugins"),

@@ -136,7 +136,7 @@ torch::Tensor ParallelLinearImpl::base(const torch::Tensor& x, const torch::Tens
 torch::Tensor ParallelLinearImpl::forward(const torch::Tensor& x) {
   if (linear_grid::on_grid(ctx_, options_.style)) {
     const auto& comm = ctx_.grid.linear(linear_grid::is_column(options_.style));
-    auto y = grid_linear(x, weight, bias, comm);
+    auto y = grid_linear(x, weight, bias, comm, fp8_);
     return options_.style == SplitStyle::kVocabHead ? mask_padded_vocab(y, options_.out_features, comm.out) : y;
   }
   if (!ctx_.tensor_parallel()) {
@@ -297,8 +297,6 @@ void ParallelLinearImpl::quantize_base(nn::QuantizedWeight::Format format, const
 
 void ParallelLinearImpl::enable_fp8(const amp::Fp8LinearOptions& options) {
   COLOSSAL_CHECK(!quantized_.defined(), "[fp8] a layer with a quantized (QLoRA) base cannot compute in FP8");
-  COLOSSAL_CHECK(!ctx_.grid_parallel(), "[fp8] FP8 on a tp_mode ", dist::to_string(ctx_.grid.mode()),
-                 " grid is not built yet (use --tp_mode 1d)");
   COLOSSAL_CHECK(options_.style != SplitStyle::kVocabHead, "[fp8] the vocabulary head stays in the model's precision");
   fp8_ = std::make_shared<amp::Fp8LinearState>(options);
 }

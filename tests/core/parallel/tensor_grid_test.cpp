@@ -205,6 +205,41 @@ TEST(TensorGrid, ThreeDimensionalOnEightRanks) {
   });
 }
 
+// --mixed_precision fp8 on a grid: a grid of one is amp::fp8_linear exactly (output and both
+// gradients); on a 2x2 grid each rank's gathered blocks carry their own scales, so the product is
+// not the one-process FP8 product but stays within FP8's bound of the fp32 one: each term's
+// operands round by at most 2^-4 (e4m3), so |y - x W^T| <= ~2 x 2^-4 x (|x| |W|^T).
+void check_fp8_linear(TensorParallelMode mode) {
+  auto grid = dist::is_initialized() ? TensorGrid::create(dist::world_group(), mode) : TensorGrid();
+  torch::manual_seed(5);
+  auto x = torch::randn({4, 3, 8}), w = torch::randn({12, 8});
+  auto state = std::make_shared<amp::Fp8LinearState>();
+  const auto& comm = grid.linear(/*column=*/true);
+  auto xb = split_activation(x, comm.in).requires_grad_(true);
+  auto wb = take_block(w, grid.weight_block(true)).requires_grad_(true);
+  auto y = grid_linear(xb, wb, {}, comm, state);
+  y.sum().backward();
+  auto whole = gather_activation(y, comm.out);
+  if (!grid.parallel()) {
+    auto xr = x.clone().requires_grad_(true), wr = w.clone().requires_grad_(true);
+    auto ref = amp::fp8_linear(xr, wr, {}, std::make_shared<amp::Fp8LinearState>());
+    ref.sum().backward();
+    EXPECT_TRUE(torch::equal(whole, ref));
+    EXPECT_TRUE(torch::equal(xb.grad(), xr.grad()));
+    EXPECT_TRUE(torch::equal(wb.grad(), wr.grad()));
+    return;
+  }
+  auto exact = torch::matmul(x, w.t());
+  auto allowed = torch::matmul(x.abs(), w.abs().t()) * (2 * std::ldexp(1.0, -4) + std::ldexp(1.0, -8));
+  EXPECT_TRUE(torch::all((whole - exact).abs() <= allowed).item<bool>());
+  EXPECT_FALSE(torch::equal(whole, exact)) << "nothing went through FP8";
+}
+
+TEST(TensorGrid, Fp8ProductsOnTheGrid) {
+  check_fp8_linear(TensorParallelMode::k2d);
+  testing::run_ranks(4, [] { check_fp8_linear(TensorParallelMode::k2d); });
+}
+
 TEST(TensorGrid, ShapesThatDoNotFitTheGridAreNamed) {
   using dist::tensor_grid_shape;
   EXPECT_EQ(tensor_grid_shape(TensorParallelMode::k2d, 9).q, 3);

@@ -31,9 +31,16 @@ torch::Tensor scattered(const torch::Tensor& x, int64_t dim, const dist::Group& 
 }
 
 struct CommHolder : torch::CustomClassHolder {
-  explicit CommHolder(GridLinearComm c) : comm(std::move(c)) {}
+  CommHolder(GridLinearComm c, std::shared_ptr<amp::Fp8LinearState> f) : comm(std::move(c)), fp8(std::move(f)) {}
   GridLinearComm comm;
+  std::shared_ptr<amp::Fp8LinearState> fp8;  // null: the products in the tensors' precision
 };
+
+// An FP8 operand: the values of `t` cast to FP8 under `scale` and widened back (the CPU's
+// emulation of an FP8 product: exactly the FP8 numbers, multiplied in fp32).
+torch::Tensor through_fp8(const torch::Tensor& t, amp::Fp8Format format, double scale) {
+  return amp::quantize_fp8(t, format, scale).dequantize(torch::kFloat);
+}
 
 // x W^T over blocks (tensor_grid.h's GridLinearComm). Saves the local blocks only and gathers
 // them again in backward. Under --fp8_communication the activation gathers (x in e4m3, the 3D
@@ -45,21 +52,34 @@ struct GridMatmul : torch::autograd::Function<GridMatmul> {
     const auto& c = holder->comm;
     auto xg = all_gather_along_payload(x, c.input_dim, c.input_gather, amp::Fp8Format::kE4M3);
     auto wg = gathered(w, c.weight_dim, c.weight_gather);
-    auto y = torch::matmul(xg, wg.t());
+    if (holder->fp8) {
+      auto qx = holder->fp8->input.quantize(xg), qw = holder->fp8->weight.quantize(wg);
+      ctx->saved_data["x_scale"] = qx.scale.item<double>();
+      ctx->saved_data["w_scale"] = qw.scale.item<double>();
+      xg = qx.dequantize(torch::kFloat);
+      wg = qw.dequantize(torch::kFloat);
+    }
+    auto y = torch::matmul(xg, wg.t()).to(x.scalar_type());
     ctx->save_for_backward({x, w});
     ctx->saved_data["comm"] = c10::IValue::make_capsule(holder);
     return scattered(y, 0, c.output_scatter);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& c = static_cast<CommHolder*>(ctx->saved_data["comm"].toCapsule().get())->comm;
+    const auto* holder = static_cast<CommHolder*>(ctx->saved_data["comm"].toCapsule().get());
+    const auto& c = holder->comm;
     auto saved = ctx->get_saved_variables();
     auto xg = all_gather_along_payload(saved[0], c.input_dim, c.input_gather, amp::Fp8Format::kE4M3);
     auto wg = gathered(saved[1], c.weight_dim, c.weight_gather);
     auto dy = all_gather_along_payload(grads[0].contiguous(), 0, c.output_scatter, amp::Fp8Format::kE5M2);
+    if (holder->fp8) {  // forward's FP8 operands again (its scales), and the gradient in e5m2
+      xg = through_fp8(xg, amp::Fp8Format::kE4M3, ctx->saved_data["x_scale"].toDouble());
+      wg = through_fp8(wg, amp::Fp8Format::kE4M3, ctx->saved_data["w_scale"].toDouble());
+      dy = holder->fp8->grad_output.quantize(dy).dequantize(torch::kFloat);
+    }
     // Each gradient is partial over the ranks its tensor was gathered from: summed and split back.
-    auto dx = scattered(torch::matmul(dy, wg), c.input_dim, c.input_gather);
-    auto dw = dy.reshape({-1, dy.size(-1)}).t().mm(xg.reshape({-1, xg.size(-1)}));
+    auto dx = scattered(torch::matmul(dy, wg).to(saved[0].scalar_type()), c.input_dim, c.input_gather);
+    auto dw = dy.reshape({-1, dy.size(-1)}).t().mm(xg.reshape({-1, xg.size(-1)})).to(saved[1].scalar_type());
     dw = scattered(dw, c.weight_dim, c.weight_gather);
     return {dx, dw, torch::Tensor()};
   }
@@ -75,14 +95,14 @@ torch::Tensor replicated(const torch::Tensor& p, const dist::Group& g) {
 using grid_detail::splits;
 
 torch::Tensor grid_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                          const GridLinearComm& comm) {
+                          const GridLinearComm& comm, const std::shared_ptr<amp::Fp8LinearState>& fp8) {
   auto parts = [](const dist::Group& g) { return splits(g) ? g.size() : 1; };
   const int64_t x_in = x.size(-1) * (comm.input_dim == -1 ? parts(comm.input_gather) : 1);
   COLOSSAL_CHECK(weight.dim() == 2 && x_in == weight.size(1) * (comm.weight_dim == 1 ? parts(comm.weight_gather) : 1),
                  "[tp] grid_linear: input ", x.sizes(), " (", x_in, " features once gathered) against a weight block ",
                  weight.sizes(), " of a ", parts(comm.weight_gather), "-way gather");
   auto w = grid_detail::replicated(weight, comm.weight_replicas);
-  auto y = grid_detail::GridMatmul::apply(x, w, c10::make_intrusive<grid_detail::CommHolder>(comm));
+  auto y = grid_detail::GridMatmul::apply(x, w, c10::make_intrusive<grid_detail::CommHolder>(comm, fp8));
   return bias.defined() ? y + grid_detail::replicated(bias, comm.out.rows) : y;
 }
 

@@ -8,7 +8,11 @@
 //                         blocks along the row; 3D: its row blocks) and the weight, multiplies,
 //                         and (3D) reduce-scatters the partial product over rows. Only the local
 //                         blocks are kept for backward, which gathers them again (SUMMA's and
-//                         the 3D algorithm's memory: no rank keeps a whole activation).
+//                         the 3D algorithm's memory: no rank keeps a whole activation). With an
+//                         FP8 state (--mixed_precision fp8) the gathered input and weight are
+//                         cast to e4m3 and the gathered output gradient to e5m2 before the
+//                         products (amp/fp8_linear.h's recipe, a scale per gathered block);
+//                         backward casts the re-gathered blocks with forward's scales.
 //   grid_rms_norm         the mean square over features all-reduced over the layout's feature
 //   grid_layer_norm       group (layer norm: the mean, then the variance about it).
 //   grid_embedding        hidden split only: weight [V, hidden / parts], no communication.
@@ -23,12 +27,15 @@
 // summed over the depth layers.
 #include <torch/types.h>
 
+#include <memory>
+
+#include "core/amp/fp8_linear.h"
 #include "core/parallel/tensor/grid/tensor_grid.h"
 
 namespace colossal::parallel {
 
 torch::Tensor grid_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                          const GridLinearComm& comm);
+                          const GridLinearComm& comm, const std::shared_ptr<amp::Fp8LinearState>& fp8 = nullptr);
 torch::Tensor grid_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                             const ActivationLayout& layout);
 torch::Tensor grid_layer_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,

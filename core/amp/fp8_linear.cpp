@@ -3,7 +3,10 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <atomic>
+
 #include "core/common/check.h"
+#include "core/common/log.h"
 
 namespace colossal::amp {
 
@@ -21,6 +24,54 @@ Fp8LinearState::Fp8LinearState(const Fp8LinearOptions& o)
 
 namespace {
 
+// Whether this process's GPU multiplies FP8 natively: unknown until the first try, then kept.
+std::atomic<int> g_native_fp8{-1};
+
+bool native_shape(const at::Tensor& a, const at::Tensor& b) {
+  return a.size(0) % 16 == 0 && a.size(1) % 16 == 0 && b.size(0) % 16 == 0;
+}
+
+}  // namespace
+
+at::Tensor fp8_matmul_nt(const Fp8Tensor& a, const Fp8Tensor& b, c10::ScalarType out_dtype) {
+  COLOSSAL_CHECK(a.data.dim() == 2 && b.data.dim() == 2 && a.data.size(1) == b.data.size(1), "[fp8] fp8_matmul_nt: ",
+                 a.data.sizes(), " against ", b.data.sizes(), " (a [m, k] and b [n, k])");
+  if (a.data.is_cuda() && g_native_fp8.load() != 0 && native_shape(a.data, b.data)) {
+    try {
+      // _scaled_mm: (A x scale_a) (B x scale_b) with B column-major; its scales dequantize, ours
+      // quantize. b's transpose of a row-major [n, k] is the column-major [k, n] it wants.
+      auto y = at::_scaled_mm(a.data.contiguous(), b.data.contiguous().t(), a.scale.reciprocal().to(a.data.device()),
+                              b.scale.reciprocal().to(b.data.device()), std::nullopt, std::nullopt, out_dtype);
+      g_native_fp8.store(1);
+      return y;
+    } catch (const c10::Error& e) {
+      if (g_native_fp8.exchange(0) != 0)
+        COLOSSAL_LOG_WARN("[fp8] this GPU does not multiply FP8 natively (", e.what_without_backtrace(),
+                          "): FP8 products are emulated in fp32 from now on");
+    }
+  }
+  return torch::matmul(a.dequantize(), b.dequantize().t()).to(out_dtype);
+}
+
+at::Tensor fp8_linear_output(const Fp8Tensor& x, const Fp8Tensor& w, c10::ScalarType dtype) {
+  auto rows = x.data.sizes().vec();
+  rows.back() = w.data.size(0);
+  return fp8_matmul_nt({x.data.reshape({-1, x.data.size(-1)}), x.scale, x.format}, w, dtype).reshape(rows);
+}
+
+std::pair<at::Tensor, at::Tensor> fp8_linear_gradients(const Fp8Tensor& g, const Fp8Tensor& x, const Fp8Tensor& w,
+                                                       c10::ScalarType x_dtype, c10::ScalarType w_dtype) {
+  const int64_t out = w.data.size(0), in = w.data.size(1);
+  const Fp8Tensor g2{g.data.reshape({-1, out}), g.scale, g.format}, x2{x.data.reshape({-1, in}), x.scale, x.format};
+  // dx = g W (b = W^T [in, out]); dW = g^T x (a = g^T [out, m], b = x^T [in, m]).
+  auto dx = fp8_matmul_nt(g2, {w.data.t().contiguous(), w.scale, w.format}, x_dtype).reshape(x.data.sizes());
+  auto dw = fp8_matmul_nt({g2.data.t().contiguous(), g2.scale, g2.format},
+                          {x2.data.t().contiguous(), x2.scale, x2.format}, w_dtype);
+  return {dx, dw};
+}
+
+namespace {
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -34,7 +85,7 @@ struct Fp8Matmul : torch::autograd::Function<Fp8Matmul> {
                                c10::intrusive_ptr<StateHolder> holder) {
     auto& s = *holder->state;
     auto qx = s.input.quantize(x), qw = s.weight.quantize(w);
-    auto y = torch::matmul(qx.dequantize(), qw.dequantize().t()).to(x.scalar_type());
+    auto y = fp8_linear_output(qx, qw, x.scalar_type());
     ctx->save_for_backward({qx.data, qx.scale, qw.data, qw.scale});
     ctx->saved_data["state"] = c10::IValue::make_capsule(holder);
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
@@ -46,11 +97,10 @@ struct Fp8Matmul : torch::autograd::Function<Fp8Matmul> {
     auto* holder = static_cast<StateHolder*>(ctx->saved_data["state"].toCapsule().get());
     auto saved = ctx->get_saved_variables();
     const Fp8Tensor qx{saved[0], saved[1], Fp8Format::kE4M3}, qw{saved[2], saved[3], Fp8Format::kE4M3};
-    auto g = holder->state->grad_output.quantize(grads[0]).dequantize();
-    auto x = qx.dequantize(), w = qw.dequantize();
-    auto dx = torch::matmul(g, w).to(static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt()));
-    auto dw = g.reshape({-1, g.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));
-    return {dx, dw.to(static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt())), torch::Tensor()};
+    auto g = holder->state->grad_output.quantize(grads[0]);
+    auto [dx, dw] = fp8_linear_gradients(g, qx, qw, static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt()),
+                                         static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt()));
+    return {dx, dw, torch::Tensor()};
   }
 };
 

@@ -36,11 +36,7 @@ struct CommHolder : torch::CustomClassHolder {
   std::shared_ptr<amp::Fp8LinearState> fp8;  // null: the products in the tensors' precision
 };
 
-// An FP8 operand: the values of `t` cast to FP8 under `scale` and widened back (the CPU's
-// emulation of an FP8 product: exactly the FP8 numbers, multiplied in fp32).
-torch::Tensor through_fp8(const torch::Tensor& t, amp::Fp8Format format, double scale) {
-  return amp::quantize_fp8(t, format, scale).dequantize(torch::kFloat);
-}
+
 
 // x W^T over blocks (tensor_grid.h's GridLinearComm). Saves the local blocks only and gathers
 // them again in backward. Under --fp8_communication the activation gathers (x in e4m3, the 3D
@@ -52,14 +48,15 @@ struct GridMatmul : torch::autograd::Function<GridMatmul> {
     const auto& c = holder->comm;
     auto xg = all_gather_along_payload(x, c.input_dim, c.input_gather, amp::Fp8Format::kE4M3);
     auto wg = gathered(w, c.weight_dim, c.weight_gather);
-    if (holder->fp8) {
+    torch::Tensor y;
+    if (holder->fp8) {  // amp/fp8_linear.h's products on the gathered blocks
       auto qx = holder->fp8->input.quantize(xg), qw = holder->fp8->weight.quantize(wg);
       ctx->saved_data["x_scale"] = qx.scale.item<double>();
       ctx->saved_data["w_scale"] = qw.scale.item<double>();
-      xg = qx.dequantize(torch::kFloat);
-      wg = qw.dequantize(torch::kFloat);
+      y = amp::fp8_linear_output(qx, qw, x.scalar_type());
+    } else {
+      y = torch::matmul(xg, wg.t());
     }
-    auto y = torch::matmul(xg, wg.t()).to(x.scalar_type());
     ctx->save_for_backward({x, w});
     ctx->saved_data["comm"] = c10::IValue::make_capsule(holder);
     return scattered(y, 0, c.output_scatter);
@@ -72,14 +69,19 @@ struct GridMatmul : torch::autograd::Function<GridMatmul> {
     auto xg = all_gather_along_payload(saved[0], c.input_dim, c.input_gather, amp::Fp8Format::kE4M3);
     auto wg = gathered(saved[1], c.weight_dim, c.weight_gather);
     auto dy = all_gather_along_payload(grads[0].contiguous(), 0, c.output_scatter, amp::Fp8Format::kE5M2);
+    torch::Tensor dx, dw;
     if (holder->fp8) {  // forward's FP8 operands again (its scales), and the gradient in e5m2
-      xg = through_fp8(xg, amp::Fp8Format::kE4M3, ctx->saved_data["x_scale"].toDouble());
-      wg = through_fp8(wg, amp::Fp8Format::kE4M3, ctx->saved_data["w_scale"].toDouble());
-      dy = holder->fp8->grad_output.quantize(dy).dequantize(torch::kFloat);
+      std::tie(dx, dw) = amp::fp8_linear_gradients(
+          holder->fp8->grad_output.quantize(dy),
+          amp::quantize_fp8(xg, amp::Fp8Format::kE4M3, ctx->saved_data["x_scale"].toDouble()),
+          amp::quantize_fp8(wg, amp::Fp8Format::kE4M3, ctx->saved_data["w_scale"].toDouble()),
+          saved[0].scalar_type(), saved[1].scalar_type());
+    } else {
+      dx = torch::matmul(dy, wg);
+      dw = dy.reshape({-1, dy.size(-1)}).t().mm(xg.reshape({-1, xg.size(-1)}));
     }
     // Each gradient is partial over the ranks its tensor was gathered from: summed and split back.
-    auto dx = scattered(torch::matmul(dy, wg).to(saved[0].scalar_type()), c.input_dim, c.input_gather);
-    auto dw = dy.reshape({-1, dy.size(-1)}).t().mm(xg.reshape({-1, xg.size(-1)})).to(saved[1].scalar_type());
+    dx = scattered(dx, c.input_dim, c.input_gather);
     dw = scattered(dw, c.weight_dim, c.weight_gather);
     return {dx, dw, torch::Tensor()};
   }

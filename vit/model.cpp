@@ -149,8 +149,7 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
   config_.validate();
   const auto& grid = parallel_.grid;
   check_parallel(config_, grid.parallel() ? grid.size() : parallel_.tp_size(), parallel_.sp_mode, grid.mode(),
-                 grid.mode() == dist::TensorParallelMode::k2p5d ? grid.depth() : 1,
-                 parallel_.pipeline.enabled() ? parallel_.pipeline.schedule.stages : 1);
+                 grid.mode() == dist::TensorParallelMode::k2p5d ? grid.depth() : 1);
   const auto plan = parallel_plan(config_);
   const BuildContext root{plan, parallel_, ""};
   vit = register_module("vit", ViTModel(config_, root.at("vit")));
@@ -212,7 +211,7 @@ void ViTForImageClassificationImpl::init_parameter(const std::string& name, torc
 }
 
 void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode sp_mode,
-                    dist::TensorParallelMode tp_mode, int tp_depth, int pp) {
+                    dist::TensorParallelMode tp_mode, int tp_depth) {
   COLOSSAL_CHECK(sp_mode == parallel::SequenceParallelMode::kNone, "[vit] sp_mode ", parallel::to_string(sp_mode),
                  ": ViT has no sequence parallelism (a few hundred patch tokens fit on every rank); use tp or dp");
   if (tp_mode != dist::TensorParallelMode::k1d && tp > 1) {
@@ -225,8 +224,6 @@ void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode s
                                                                                   c.intermediate_size}})
       COLOSSAL_CHECK(width % grid.weight_out_parts == 0, "[vit] tp_mode ", mode, ": ", name, " ", width,
                      " does not divide into the grid's ", grid.weight_out_parts, " weight blocks");
-    COLOSSAL_CHECK(pp == 1, "[vit] tp_mode ", mode, " with pp ", pp, " is not built yet; use --tp_mode 1d with "
-                   "pipeline stages");
     return;
   }
   COLOSSAL_CHECK(c.num_attention_heads % tp == 0, "[vit] num_attention_heads ", c.num_attention_heads,
@@ -238,7 +235,7 @@ void check_parallel(const ViTConfig& c, int tp, parallel::SequenceParallelMode s
 void check_parallel(const ViTConfig& c, const dist::ParallelDims& dims) {
   COLOSSAL_CHECK(c.num_hidden_layers >= dims.pp(), "[vit] pp ", dims.pp(), ": the model has ", c.num_hidden_layers,
                  " layers and every pipeline stage needs at least one");
-  check_parallel(c, dims.tp(), dims.sp_mode(), dims.tp_mode(), dims.options().tp_depth, dims.pp());
+  check_parallel(c, dims.tp(), dims.sp_mode(), dims.tp_mode(), dims.options().tp_depth);
 }
 
 parallel::pipeline::StageCosts stage_costs(const ViTConfig& c) {
@@ -337,15 +334,17 @@ torch::Tensor ViTForImageClassificationImpl::forward_chunk(int chunk, const torc
                  ": this rank holds ", chunk_layers_.size());
   const auto [first, last] = chunk_ends(chunk);
   torch::Tensor h;
-  int64_t images = input.size(0);  // a grid pads the batch to its row blocks (no pipeline there)
+  const int64_t images = input.size(0);  // a grid pads a batch that enters and leaves on this chunk
   if (first) {
     tools::MemoryTracer::Scope traced("embeddings");  // --memory_trace's modules (free when off)
     h = embed(input);
     // On a grid the replicated embeddings' output enters as this rank's block (grid_layers.h). A
     // batch the row blocks do not divide (an evaluation's last) is padded with copies of its first
-    // image, dropped again before the classifier's output: they get no gradient.
+    // image, dropped again before the classifier's output: they get no gradient. (Pipeline
+    // stages pass blocks: there the microbatches must divide, enter_grid says so.)
     if (parallel_.grid_parallel()) {
-      const int64_t rows = parallel_.grid.stream().row_parts(), pad = (rows - images % rows) % rows;
+      const int64_t rows = parallel_.grid.stream().row_parts();
+      const int64_t pad = last ? (rows - images % rows) % rows : 0;
       if (pad > 0) h = torch::cat({h, h.narrow(0, 0, 1).expand({pad, h.size(1), h.size(2)})});
       h = parallel::enter_grid(h, parallel_.grid.stream());
     }
@@ -367,7 +366,10 @@ torch::Tensor ViTForImageClassificationImpl::forward_chunk(int chunk, const torc
   tools::MemoryTracer::Scope traced("head");
   h = call(vit->layernorm, h).select(1, 0);
   // The class tokens leave the grid whole: every rank runs the small classifier on them.
-  if (parallel_.grid_parallel()) h = parallel::leave_grid(h, parallel_.grid.stream()).narrow(0, 0, images);
+  if (parallel_.grid_parallel()) {
+    h = parallel::leave_grid(h, parallel_.grid.stream());
+    if (first) h = h.narrow(0, 0, images);  // the padding of a batch that entered on this chunk
+  }
   return call(classifier, h);
 }
 

@@ -193,11 +193,11 @@ torch::Tensor mean_log_probs(const torch::Tensor& a, const torch::Tensor& b);
 parallel::pipeline::StageCosts stage_costs(const ViTConfig& config);
 
 /// ViT's rules for being split: heads and the MLP width by tp (on a 2D/2.5D/3D grid: heads by
-/// the grid's side, widths by its weight blocks; no pipeline), layers by pp (at least one per
+/// the grid's side, widths by its weight blocks), layers by pp (at least one per
 /// virtual stage); no sequence parallelism. Throws naming what does not divide (the model checks
 /// it when built; apps check the job's layout before creating any group).
 void check_parallel(const ViTConfig& config, int tp, parallel::SequenceParallelMode sp_mode,
-                    dist::TensorParallelMode tp_mode = dist::TensorParallelMode::k1d, int tp_depth = 1, int pp = 1);
+                    dist::TensorParallelMode tp_mode = dist::TensorParallelMode::k1d, int tp_depth = 1);
 void check_parallel(const ViTConfig& config, const dist::ParallelDims& dims);
 
 /// How tensor parallelism splits the model (Megatron's layout): query/key/value and the MLP's

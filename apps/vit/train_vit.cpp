@@ -498,12 +498,21 @@ void train(TrainArgs& a, colossal::apps::RunSummary& summary) {
           return torch::zeros({}, torch::kFloat64);
         };
         // Equal microbatches (a stage link fixes each channel's shape for the step): the most, up
-        // to the training count, that divide this batch.
-        int64_t parts = std::min<int64_t>(microbatches, pixels.size(0));
-        while (pixels.size(0) % parts != 0) --parts;
+        // to the training count, that divide this batch. On a 2D/2.5D/3D grid a microbatch is a
+        // multiple of the grid's row blocks: the batch is filled up with copies of its first
+        // image, whose predictions are dropped.
+        const auto& context = model->parallel_context();
+        const int64_t rows = context.grid_parallel() ? context.grid.stream().row_parts() : 1;
+        const int64_t images = pixels.size(0), pad = (rows - images % rows) % rows;
+        auto batch = pad > 0 ? torch::cat({pixels, pixels.narrow(0, 0, 1).expand({pad, pixels.size(1), pixels.size(2),
+                                                                                   pixels.size(3)})})
+                             : pixels;
+        const int64_t units = batch.size(0) / rows;
+        int64_t parts = std::min<int64_t>(microbatches, units);
+        while (units % parts != 0) --parts;
         const std::vector<torch::Tensor> targets(parts, torch::zeros({0}));  // the labels stay with evaluate()
-        (void)booster.evaluate_pipeline(optimizer, fns, pixels.split(pixels.size(0) / parts), targets);
-        return logits.empty() ? torch::Tensor() : torch::log_softmax(torch::cat(logits), 1);
+        (void)booster.evaluate_pipeline(optimizer, fns, batch.split(batch.size(0) / parts), targets);
+        return logits.empty() ? torch::Tensor() : torch::log_softmax(torch::cat(logits), 1).narrow(0, 0, images);
       };
     }
     last_eval = evaluate(model, eval_loader, a.batch_size, eval_place, depth, a.eval_flip);

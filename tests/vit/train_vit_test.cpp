@@ -225,7 +225,8 @@ TEST(TrainVit, ColossalVerifyMatchesOneProcess) {
 
 // Pipeline stages (2 ranks, one replica: the single process's batches in 4 microbatches): the
 // loss curve and the evaluation (run through the stages, counted on the last) are the single
-// process's, for 1F1B and zero-bubble; the stages' saved whole model predicts on one process.
+// process's, for 1F1B and zero-bubble, and with a 2d grid in each stage (8 ranks); the stages'
+// saved whole model predicts on one process.
 TEST(TrainVit, PipelineFollowsTheSingleProcessCurve) {
   auto data = make_data("pipeline", 24);
   const std::string flags = "--data " + data + kSmall + "--max_steps 6 --log_interval 1 --init normal ";
@@ -241,10 +242,11 @@ TEST(TrainVit, PipelineFollowsTheSingleProcessCurve) {
   };
   const auto ref_eval = last_eval(one.log);
   ASSERT_TRUE(ref_eval.contains("top1")) << one.output;
-  for (const auto& [name, extra] : std::vector<std::pair<std::string, std::string>>{
-           {"pp2", "--plugin hybrid --pp 2 --num_microbatches 4"},
-           {"pp2_zbh1", "--plugin hybrid --pp 2 --pp_schedule zbh1 --num_microbatches 4"}}) {
-    auto r = train_vit(2, flags + extra + " --save_dir " + data + "_" + name, data + "_" + name + ".jsonl");
+  for (const auto& [ranks, name, extra] : std::vector<std::tuple<int, std::string, std::string>>{
+           {2, "pp2", "--plugin hybrid --pp 2 --num_microbatches 4"},
+           {2, "pp2_zbh1", "--plugin hybrid --pp 2 --pp_schedule zbh1 --num_microbatches 4"},
+           {8, "pp2_2d", "--plugin hybrid --pp 2 --tp 4 --tp_mode 2d --num_microbatches 4"}}) {
+    auto r = train_vit(ranks, flags + extra + " --save_dir " + data + "_" + name, data + "_" + name + ".jsonl");
     ASSERT_EQ(r.rc, 0) << r.output;
     EXPECT_NE(r.output.find("pp 2"), std::string::npos) << r.output;
     auto got = step_losses(r);

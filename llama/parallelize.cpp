@@ -64,6 +64,11 @@ void check_parallel(const LlamaConfig& c, const ParallelSplit& s, int64_t seq_le
 void check_parallel(const LlamaConfig& config, const dist::ParallelDims& dims, int64_t seq_len) {
   check_parallel(config, {dims.tp(), dims.sequence_parallel_size(), dims.sp_mode(), dims.ep(), dims.pp(),
                           dims.tp_mode(), dims.options().tp_depth}, seq_len);
+  // A MoE model's pipeline stages carry the routing statistics (expert counts, probability sums)
+  // inside the activations: FP8 payloads would round them (3 mantissa bits).
+  COLOSSAL_CHECK(!(dims.options().fp8_communication && dims.pp() > 1 && config.is_moe()),
+                 "[llama] --fp8_communication with pp ", dims.pp(), " and experts: the stages pass the routing "
+                 "statistics inside the activations, and FP8 would round them; drop one of the three");
 }
 
 }  // namespace colossal::llama

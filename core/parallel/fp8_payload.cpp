@@ -13,6 +13,21 @@ namespace {
 
 bool spans(const dist::Group& g) { return g.is_member() && g.size() > 1; }
 
+// A tensor as [rows, vectors a row, vector length] (the vectors of its last dimension).
+struct Vectors {
+  int64_t rows = 1, per_row = 1, length = 1;
+};
+
+Vectors vectors_of(at::IntArrayRef sizes) {
+  Vectors v;
+  if (sizes.empty()) return v;
+  v.rows = sizes[0];
+  if (sizes.size() == 1) return v;
+  v.length = sizes.back();
+  for (size_t d = 1; d + 1 < sizes.size(); ++d) v.per_row *= sizes[d];
+  return v;
+}
+
 }  // namespace
 
 at::Tensor pack_fp8_rows(const at::Tensor& x, amp::Fp8Format format) {
@@ -41,17 +56,37 @@ at::Tensor unpack_fp8_rows(const at::Tensor& bytes, amp::Fp8Format format, c10::
   return (values / scale).to(dtype);
 }
 
+int64_t fp8_row_bytes(at::IntArrayRef sizes) {
+  const auto v = vectors_of(sizes);
+  return v.length == 0 ? 0 : v.per_row * (v.length + kFp8ScaleBytes);
+}
+
+at::Tensor pack_fp8(const at::Tensor& x, amp::Fp8Format format) {
+  const auto v = vectors_of(x.sizes());
+  if (v.length == 0 || v.per_row == 0) return at::empty({v.rows, 0}, at::kByte);
+  return pack_fp8_rows(x.reshape({v.rows * v.per_row, v.length}), format).view({v.rows, fp8_row_bytes(x.sizes())});
+}
+
+at::Tensor unpack_fp8(const at::Tensor& bytes, at::IntArrayRef sizes, amp::Fp8Format format, c10::ScalarType dtype) {
+  const auto v = vectors_of(sizes);
+  COLOSSAL_CHECK(bytes.dim() == 2 && bytes.size(0) == v.rows && bytes.size(1) == fp8_row_bytes(sizes),
+                 "[fp8] a payload of ", bytes.sizes(), " bytes does not hold a tensor of ", sizes);
+  if (v.length == 0 || v.per_row == 0) return at::zeros(sizes, at::TensorOptions().dtype(dtype));
+  return unpack_fp8_rows(bytes.reshape({v.rows * v.per_row, v.length + kFp8ScaleBytes}), format, dtype)
+      .reshape(sizes);
+}
+
 at::Tensor all_gather_along_payload(const at::Tensor& x, int64_t dim, const dist::Group& g, amp::Fp8Format format) {
   if (!g.fp8_payloads() || !spans(g)) return spans(g) ? all_gather_along(x, dim, g) : x;
   const int64_t d = dim < 0 ? dim + x.dim() : dim;
   auto moved = x.movedim(d, 0).contiguous();
-  // One row (one scale) per rank: the gathered rows are the ranks' tensors in rank order.
-  auto mine = pack_fp8_rows(moved.reshape({1, moved.numel()}), format);
-  auto all = at::empty({g.size(), mine.size(1)}, mine.options());
+  // The gathered rows of dimension 0 are the ranks' rows in rank order, each with its vectors.
+  auto mine = pack_fp8(moved, format);
+  auto all = at::empty({g.size() * mine.size(0), mine.size(1)}, mine.options());
   dist::all_gather(all, mine, g);
   auto sizes = moved.sizes().vec();
   sizes[0] *= g.size();
-  return unpack_fp8_rows(all, format, x.scalar_type()).reshape(sizes).movedim(0, d).contiguous();
+  return unpack_fp8(all, sizes, format, x.scalar_type()).movedim(0, d).contiguous();
 }
 
 at::Tensor all_to_all_rows_payload(const at::Tensor& rows, const dist::Group& g, amp::Fp8Format format,
@@ -64,10 +99,10 @@ at::Tensor all_to_all_rows_payload(const at::Tensor& rows, const dist::Group& g,
     dist::all_to_all(out, in, g, recv_splits, send_splits);
     return out;
   }
-  auto packed = pack_fp8_rows(in, format);
+  auto packed = pack_fp8(in, format);
   auto arrived = at::empty({sizes[0], packed.size(1)}, packed.options());
   dist::all_to_all(arrived, packed, g, recv_splits, send_splits);
-  return unpack_fp8_rows(arrived, format, in.scalar_type()).reshape(sizes);
+  return unpack_fp8(arrived, sizes, format, in.scalar_type());
 }
 
 }  // namespace colossal::parallel

@@ -185,7 +185,7 @@ TEST(LlamaHybridParallel, OtherFamiliesUnderEveryPluginMatchOneProcess) {
 // plugin's own options (the registry), the model's shape rules (check_parallel).
 TEST(LlamaHybridParallel, InvalidCombinationsAreNamed) {
   struct Shape {
-    int64_t heads = 4, kv = 2, ffn = 64, seq = 16;
+    int64_t heads = 4, kv = 2, ffn = 64, seq = 16, experts = 0;
   };
   auto msg = [](PluginConfig o, int world, Shape m = {}) {
     return testing::error_message_of([&] {
@@ -194,6 +194,10 @@ TEST(LlamaHybridParallel, InvalidCombinationsAreNamed) {
       c.num_attention_heads = m.heads;
       c.num_key_value_heads = m.kv;
       c.intermediate_size = m.ffn;
+      if (m.experts > 0) {
+        c.num_local_experts = m.experts;
+        c.num_experts_per_tok = 2;
+      }
       check_parallel(c, dims, m.seq);
     });
   };
@@ -219,6 +223,10 @@ TEST(LlamaHybridParallel, InvalidCombinationsAreNamed) {
   has(msg(grid_opts(4, "2d", 1, 0), 4, {.kv = 1}), "num_key_value_heads 1 must divide by the grid's side q = 2");
   has(msg(grid_opts(4, "2d", 1, 0), 4, {.ffn = 33}), "intermediate_size 33 does not divide into the grid's 2 weight");
   has(msg(grid_opts(8, "3d", 1, 0), 8, {.ffn = 66}), "intermediate_size 66 does not divide into the grid's 4 weight");
+  auto staged = opts(1, 1, "none", 0);
+  staged.layout.pp = 2;
+  staged.layout.fp8_communication = true;
+  has(msg(staged, 2, {.experts = 4}), "--fp8_communication with pp 2 and experts: the stages pass the routing");
   auto mixed = grid_opts(4, "2d", 1, 0);
   mixed.layout.sp = 4;
   mixed.layout.sp_mode = "split_gather";

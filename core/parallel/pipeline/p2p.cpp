@@ -19,7 +19,7 @@ std::string describe(const Channel& c) {
 }
 
 // --fp8_communication (a pipeline group tagged for FP8 payloads): floating-point messages travel
-// as one FP8 chunk with its scale, activations in e4m3 and gradients in e5m2. Both ends know the
+// as FP8 with a scale per token (fp8_payload.h), activations in e4m3 and gradients in e5m2. Both ends know the
 // tag and the dtype, so the header stays the same.
 bool compressed(const dist::Group& g, c10::ScalarType dtype) { return g.fp8_payloads() && at::isFloatingType(dtype); }
 amp::Fp8Format format_of(const Channel& c) {
@@ -53,7 +53,7 @@ void StageLink::send(const at::Tensor& tensor, int peer, const Channel& channel)
                    describe(channel), " has shape ", shape_text(t.sizes()), " but the first microbatch's was ",
                    shape_text(it->second.shape), ": every microbatch must have the same shape");
   }
-  if (compressed(group_, t.scalar_type())) t = pack_fp8_rows(t.reshape({1, t.numel()}), format_of(channel));
+  if (compressed(group_, t.scalar_type())) t = pack_fp8(t.dim() == 0 ? t.reshape({1}) : t, format_of(channel));
   in_flight_.emplace_back(dist::send_async(t, peer, group_, data_tag(channel)), t);
 }
 
@@ -70,10 +70,10 @@ at::Tensor StageLink::recv(int peer, const Channel& channel) {
     }
     const auto& meta = it->second;
     if (compressed(group_, meta.dtype)) {
-      const int64_t n = c10::multiply_integers(meta.shape);
-      auto bytes = at::empty({1, n + kFp8ScaleBytes}, at::kByte);
+      const std::vector<int64_t> shape = meta.shape.empty() ? std::vector<int64_t>{1} : meta.shape;
+      auto bytes = at::empty({shape[0], fp8_row_bytes(shape)}, at::kByte);
       dist::recv(bytes, peer, group_, data_tag(channel));
-      return unpack_fp8_rows(bytes, format_of(channel), meta.dtype).reshape(meta.shape);
+      return unpack_fp8(bytes, shape, format_of(channel), meta.dtype).reshape(meta.shape);
     }
     auto t = at::empty(meta.shape, at::TensorOptions().dtype(meta.dtype));
     dist::recv(t, peer, group_, data_tag(channel));

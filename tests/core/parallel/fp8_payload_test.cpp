@@ -1,9 +1,9 @@
 // FP8 payloads (--fp8_communication, core/parallel/fp8_payload.h): the packed rows against LibTorch's
 // float8 casts (saturation, NaN, zero rows), every value back within the format's rounding bound,
-// and on real ranks: the all-gather moves half of bf16's bytes plus one scale per rank (the
-// communication profiler's counts), the all-to-all (uneven rows) and pipeline sends carry FP8
-// on a tagged handle only, and the autograd exchanges (sequence gather, Ulysses) keep their
-// gradients within the e5m2 bound.
+// and on real ranks: the all-gather moves half of bf16's bytes plus one scale per vector of the
+// last dimension (the communication profiler's counts), the all-to-all (uneven rows) and
+// pipeline sends carry FP8 on a tagged handle only, and the autograd exchanges (sequence gather,
+// Ulysses) keep their gradients within the e5m2 bound.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -89,6 +89,25 @@ TEST(Fp8Payload, SaturatesKeepsNaNAndZeroRows) {
   EXPECT_EQ(pack_fp8_rows(torch::zeros({0, 7}), Fp8Format::kE5M2).sizes(), (c10::IntArrayRef{0, 7 + kFp8ScaleBytes}));
 }
 
+TEST(Fp8Payload, EachVectorOfTheLastDimensionHasItsOwnScale) {
+  // One token 10^6 times larger than the others: with a scale for the whole tensor the small
+  // tokens fall below FP8's subnormals (flushed to zero); each token's own scale keeps them
+  // within 2^-4.
+  torch::manual_seed(9);
+  auto x = torch::randn({2, 3, 16});
+  x[1][2] *= 1e6;
+  auto bytes = pack_fp8(x, Fp8Format::kE4M3);
+  EXPECT_EQ(bytes.sizes(), (c10::IntArrayRef{2, 3 * (16 + kFp8ScaleBytes)}));
+  EXPECT_EQ(fp8_row_bytes(x.sizes()), 3 * (16 + kFp8ScaleBytes));
+  auto back = unpack_fp8(bytes, x.sizes(), Fp8Format::kE4M3, torch::kFloat);
+  expect_within_fp8(back.reshape({6, 16}), x.reshape({6, 16}), Fp8Format::kE4M3, "per-token scales");
+  auto whole = unpack_fp8_rows(pack_fp8_rows(x.reshape({1, -1}), Fp8Format::kE4M3), Fp8Format::kE4M3, torch::kFloat);
+  const double per_token = (back - x).abs().narrow(0, 0, 1).mean().item<double>();
+  const double per_tensor = (whole.reshape(x.sizes()) - x).abs().narrow(0, 0, 1).mean().item<double>();
+  EXPECT_LT(per_token * 10, per_tensor) << "the small tokens' error under one scale for the whole tensor";
+  EXPECT_THROW(unpack_fp8(bytes, {2, 3, 15}, Fp8Format::kE4M3, torch::kFloat), c10::Error);
+}
+
 TEST(MultiRankFp8Payload, AllGatherMovesHalfOfBf16sBytesWithinTheBound) {
   testing::run_ranks(4, [] {
     const auto& world = dist::world_group();
@@ -101,11 +120,11 @@ TEST(MultiRankFp8Payload, AllGatherMovesHalfOfBf16sBytesWithinTheBound) {
     const auto fp8_bytes =
         testing::collective_bytes([&] { fp8 = all_gather_along_payload(x, 0, tagged, Fp8Format::kE4M3); });
     EXPECT_EQ(exact_bytes.at("all_gather"), 4 * 60 * 2);
-    EXPECT_EQ(fp8_bytes.at("all_gather"), exact_bytes.at("all_gather") / 2 + 4 * kFp8ScaleBytes);
+    // Half of bf16's bytes, plus a 4-byte scale for each of the 4 x 6 vectors of 10 values.
+    EXPECT_EQ(fp8_bytes.at("all_gather"), exact_bytes.at("all_gather") / 2 + 4 * 6 * kFp8ScaleBytes);
     EXPECT_EQ(fp8.scalar_type(), torch::kBFloat16);
-    // One scale per rank: each rank's block within the bound of its own amax (and bf16's rounding).
-    expect_within_fp8(fp8.reshape({4, 60}), exact.reshape({4, 60}), Fp8Format::kE4M3, "all_gather",
-                      std::ldexp(1.0, -8));
+    // Each vector within the bound of its own amax (and bf16's rounding).
+    expect_within_fp8(fp8, exact, Fp8Format::kE4M3, "all_gather", std::ldexp(1.0, -8));
     // Along another dimension, as the layers gather features.
     auto last = all_gather_along_payload(x, -1, tagged, Fp8Format::kE4M3);
     EXPECT_EQ(last.sizes(), (c10::IntArrayRef{6, 40}));
@@ -132,8 +151,8 @@ TEST(MultiRankFp8Payload, AllToAllRowsWithUnevenSplits) {
     const auto fp8_bytes = testing::collective_bytes(
         [&] { fp8 = all_to_all_rows_payload(x, world.with_fp8_payloads(), Fp8Format::kE5M2, recv, send); });
     EXPECT_EQ(exact_bytes.at("all_to_all"), rows * 16 * 4);
-    EXPECT_EQ(fp8_bytes.at("all_to_all"), rows * (16 + kFp8ScaleBytes));
-    expect_within_fp8(fp8, exact, Fp8Format::kE5M2, "all_to_all");
+    EXPECT_EQ(fp8_bytes.at("all_to_all"), rows * 2 * (8 + kFp8ScaleBytes));  // two vectors of 8 a row
+    expect_within_fp8(fp8.reshape({-1, 8}), exact.reshape({-1, 8}), Fp8Format::kE5M2, "all_to_all");
   });
 }
 
@@ -153,20 +172,20 @@ TEST(MultiRankFp8Payload, PipelineSendsAndAutogradExchanges) {
         if (r == 0) {
           link.send(act, 1, fwd);
           link.wait_sends();
-          expect_within_fp8(link.recv(1, bwd).reshape({2, -1}), grad.reshape({2, -1}), Fp8Format::kE5M2, "gradient");
+          expect_within_fp8(link.recv(1, bwd).reshape({6, 16}), grad.reshape({6, 16}), Fp8Format::kE5M2, "gradient");
         } else {
           auto got = link.recv(0, fwd);
           EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
-          expect_within_fp8(got.reshape({2, -1}), act.reshape({2, -1}), Fp8Format::kE4M3, "activation",
+          expect_within_fp8(got.reshape({6, 16}), act.reshape({6, 16}), Fp8Format::kE4M3, "activation",
                             std::ldexp(1.0, -8));
           link.send(grad, 0, bwd);
           link.wait_sends();
         }
       });
       // Each end sends and receives one header (10 int64: dtype, rank, 8 sizes) and one FP8 message
-      // (bf16 would be 192 bytes, the fp32 gradient 384).
-      EXPECT_EQ(bytes.at("send"), 80 + 96 + kFp8ScaleBytes);
-      EXPECT_EQ(bytes.at("recv"), 80 + 96 + kFp8ScaleBytes);
+      // of 6 tokens of 16 values with their scales (bf16 would be 192 bytes, the fp32 gradient 384).
+      EXPECT_EQ(bytes.at("send"), 80 + 6 * (16 + kFp8ScaleBytes));
+      EXPECT_EQ(bytes.at("recv"), 80 + 6 * (16 + kFp8ScaleBytes));
     }
     // Sequence-parallel gather (forward FP8, backward reduce-scatter exact) against the exact op.
     {
@@ -179,9 +198,7 @@ TEST(MultiRankFp8Payload, PipelineSendsAndAutogradExchanges) {
       x.mutable_grad().reset();
       auto fp8 = gather_along_dim(x, 1, tagged);
       fp8.backward(upstream);
-      for (int64_t k = 0; k < 2; ++k)  // rank k's block under its one scale
-        expect_within_fp8(fp8.narrow(1, 3 * k, 3).reshape({1, -1}), exact.narrow(1, 3 * k, 3).reshape({1, -1}),
-                          Fp8Format::kE4M3, "gathered sequence");
+      expect_within_fp8(fp8.reshape({-1, 8}), exact.reshape({-1, 8}), Fp8Format::kE4M3, "gathered sequence");
       EXPECT_TRUE(torch::equal(x.grad(), exact_grad)) << "the backward reduce-scatter stays exact";
     }
     // Ulysses: both directions of the all-to-all through FP8 (e4m3 forward, e5m2 backward).

@@ -63,10 +63,10 @@ std::pair<at::Tensor, at::Tensor> fp8_linear_gradients(const Fp8Tensor& g, const
                                                        c10::ScalarType x_dtype, c10::ScalarType w_dtype) {
   const int64_t out = w.data.size(0), in = w.data.size(1);
   const Fp8Tensor g2{g.data.reshape({-1, out}), g.scale, g.format}, x2{x.data.reshape({-1, in}), x.scale, x.format};
-  // dx = g W (b = W^T [in, out]); dW = g^T x (a = g^T [out, m], b = x^T [in, m]).
-  auto dx = fp8_matmul_nt(g2, {w.data.t().contiguous(), w.scale, w.format}, x_dtype).reshape(x.data.sizes());
-  auto dw = fp8_matmul_nt({g2.data.t().contiguous(), g2.scale, g2.format},
-                          {x2.data.t().contiguous(), x2.scale, x2.format}, w_dtype);
+  // dx = g W (b = W^T [in, out]); dW = g^T x (a = g^T [out, m], b = x^T [in, m]). Transposed views:
+  // only the native path needs them laid out (it makes its operands contiguous itself).
+  auto dx = fp8_matmul_nt(g2, {w.data.t(), w.scale, w.format}, x_dtype).reshape(x.data.sizes());
+  auto dw = fp8_matmul_nt({g2.data.t(), g2.scale, g2.format}, {x2.data.t(), x2.scale, x2.format}, w_dtype);
   return {dx, dw};
 }
 

@@ -46,31 +46,6 @@ struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
   static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
 
-struct GatherWholeAlongDim : torch::autograd::Function<GatherWholeAlongDim> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
-                               c10::intrusive_ptr<GroupHolder> g) {
-    save_group(ctx, g);
-    ctx->saved_data["dim"] = dim;
-    return all_gather_along(x, dim, g->group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {own_slice(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(), torch::Tensor()};
-  }
-};
-
-struct SplitAlongDim : torch::autograd::Function<SplitAlongDim> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
-                               c10::intrusive_ptr<GroupHolder> g) {
-    save_group(ctx, g);
-    ctx->saved_data["dim"] = dim;
-    return own_slice(x, dim, g->group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_along(grads[0].contiguous(), ctx->saved_data["dim"].toInt(), saved_group(ctx)),
-            torch::Tensor(), torch::Tensor()};
-  }
-};
-
 struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, c10::intrusive_ptr<GroupHolder> g) {
     save_group(ctx, g);
@@ -81,33 +56,34 @@ struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
   }
 };
 
-struct GatherAlongDim : torch::autograd::Function<GatherAlongDim> {
+// The four steps along a dimension, as forward/backward pairs of one autograd function. The
+// gathers of activations and their gradients carry FP8 on a tagged handle; reductions stay exact
+// (FP8 partial sums would add their rounding once per rank).
+torch::Tensor activation_gather(const torch::Tensor& t, int64_t dim, const dist::Group& g) {
+  return all_gather_along_payload(t, dim, g, amp::Fp8Format::kE4M3);
+}
+torch::Tensor gradient_gather(const torch::Tensor& t, int64_t dim, const dist::Group& g) {
+  return all_gather_along_payload(t, dim, g, amp::Fp8Format::kE5M2);
+}
+using DimStep = torch::Tensor (*)(const torch::Tensor&, int64_t, const dist::Group&);
+
+template <DimStep Forward, DimStep Backward>
+struct AlongDim : torch::autograd::Function<AlongDim<Forward, Backward>> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
                                c10::intrusive_ptr<GroupHolder> g) {
     save_group(ctx, g);
     ctx->saved_data["dim"] = dim;
-    return all_gather_along_payload(x, dim, g->group, amp::Fp8Format::kE4M3);
+    return Forward(x, dim, g->group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    // Reductions stay exact (FP8 partial sums would add their rounding once per rank).
-    return {reduce_scatter_along(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(),
-            torch::Tensor()};
+    return {Backward(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx)), torch::Tensor(), torch::Tensor()};
   }
 };
 
-struct ReduceScatterAlongDim : torch::autograd::Function<ReduceScatterAlongDim> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t dim,
-                               c10::intrusive_ptr<GroupHolder> g) {
-    save_group(ctx, g);
-    ctx->saved_data["dim"] = dim;
-    return reduce_scatter_along(x, dim, g->group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_along_payload(grads[0], ctx->saved_data["dim"].toInt(), saved_group(ctx), amp::Fp8Format::kE5M2),
-            torch::Tensor(),
-            torch::Tensor()};
-  }
-};
+using GatherWholeAlongDim = AlongDim<all_gather_along, own_slice>;
+using SplitAlongDim = AlongDim<own_slice, all_gather_along>;
+using GatherAlongDim = AlongDim<activation_gather, reduce_scatter_along>;
+using ReduceScatterAlongDim = AlongDim<reduce_scatter_along, gradient_gather>;
 
 bool spans(const dist::Group& g) { return g.is_member() && g.size() > 1; }
 

@@ -13,9 +13,10 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& args) {
       ->required();
   cmd->add_option("--gguf", args.gguf, "the GGUF file to write (atomically)")->required();
   cmd->add_option("--outtype", args.outtype,
-                  "the matrices' type: f16 | q8_0 | q4_0 | bf16 | f32 (norms stay f32; a quantized type keeps f16 "
-                  "for a matrix whose rows are not whole blocks of 32)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+                  "the matrices' type: f16 | q8_0 | q4_0 | bf16 | f32, or a K-quant mix as llama-quantize "
+                  "makes it: q4_k_m | q5_k_m | q6_k (norms stay f32; a quantized type keeps f16 for a matrix "
+                  "whose rows are not whole blocks of 32, a K-quant q8_0 where they are not 256)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"}));
   return cmd;
 }
 

@@ -4,7 +4,7 @@
 //   colossal verify [--nproc_per_node N] [--steps K] [--keep] -- PROGRAM ARGS...
 //   colossal check
 //   colossal merge --model BASE --adapter ADAPTER --output DIR [--dtype bf16]
-//   colossal export --model DIR --gguf FILE [--outtype f16|q8_0|q4_0|bf16|f32]
+//   colossal export --model DIR --gguf FILE [--outtype f16|q8_0|q4_0|bf16|f32|q4_k_m|q5_k_m|q6_k]
 //   colossal plot metrics.jsonl [--out DIR --metrics loss lr ...]
 //   colossal analyze --model_config config.json [--seq N --batch B --precision P --world 1 2 4 --json F]
 #include <CLI/CLI.hpp>

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <iostream>
 #include <thread>
 
@@ -181,6 +182,26 @@ int run(Args a) {
   if (a.serve) return serve(a, engine, tok, loaded.generation, loaded.adapter_names);
   COLOSSAL_CHECK(loaded.adapter_names.empty(), "--lora NAME=DIR: named adapters are served per request (--serve); to "
                  "generate here with one adapter, give --lora DIR (folded into the weights)");
+  if (!a.perplexity.empty() && !a.perplexity.ends_with(".jsonl")) {
+    // Plain text, scored as llama-perplexity scores it (the figure it prints for the same file).
+    std::ifstream in(a.perplexity, std::ios::binary);
+    COLOSSAL_CHECK(in.good(), "--perplexity ", a.perplexity, ": cannot read the file");
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto tokens = tok->encode(text.str(), true);
+    const auto bos = tok->special_tokens().bos;
+    const bool adds_bos = bos && !tokens.empty() && tokens[0] == *bos;
+    const int64_t n_ctx = std::min<int64_t>(a.perplexity_length, config.max_position_embeddings);
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = llama::perplexity_in_chunks(*loaded.model, tokens, n_ctx, adds_bos ? *bos : -1, a.perplexity_samples,
+                                         a.perplexity_chunk);
+    std::printf("perplexity %.4f (mean loss %.5f nats) over %ld tokens in %ld chunks of %ld (the second half of "
+                "each scored, as llama-perplexity does), weights %s, %.1f s\n",
+                r.perplexity, r.mean_nll, r.tokens, r.samples, n_ctx,
+                kernels::cpu::to_string(loaded.model->options().weight_format()),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return 0;
+  }
   if (!a.perplexity.empty()) {
     // Scored like train_llama's evaluation: samples of --perplexity_length tokens, next-token loss.
     DatasetOptions d;
@@ -300,14 +321,16 @@ int main(int argc, char** argv) {
   a.engine.visit(engine_flags);
   app.add_flag("--serve", a.serve, "run the OpenAI-compatible HTTP server");
   app.add_option("--perplexity", a.perplexity,
-                 "score a JSONL file (\"text\" per line) instead of generating: perplexity as train_llama's "
-                 "evaluation computes it (e.g. out/llama/data/valid.jsonl, the default run's held-out text)");
-  app.add_option("--perplexity_length", a.perplexity_length, "tokens per scored sample")
+                 "score a file instead of generating: a .jsonl file (\"text\" per line) as train_llama's "
+                 "evaluation scores it (e.g. out/llama/data/valid.jsonl, the default run's held-out text); any "
+                 "other file as plain text, as llama-perplexity scores it (chunks of --perplexity_length tokens, "
+                 "BOS first, the second half of each scored: its figure for the same file)");
+  app.add_option("--perplexity_length", a.perplexity_length, "tokens per scored sample (llama-perplexity's -c)")
       ->capture_default_str()->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
   app.add_option("--perplexity_chunk", a.perplexity_chunk,
                  "feed each sample N tokens at a time through the KV cache (1: the decode path; 0: one forward)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  app.add_option("--perplexity_samples", a.perplexity_samples, "score only the first N samples (0: all)")
+  app.add_option("--perplexity_samples", a.perplexity_samples, "score only the first N samples or chunks (0: all)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--host", a.host, "address to listen on")->capture_default_str();
   app.add_option("--port", a.port, "port to listen on")->capture_default_str()->check(CLI::Range(1, 65535));

@@ -28,7 +28,7 @@ PackedLinear::PackedLinear(const at::Tensor& weight, WeightFormat format) : form
   out_ = weight.size(0);
   in_ = weight.size(1);
   COLOSSAL_CHECK(!kc::is_kquant(format), "[inference] ", kc::to_string(format), " weights come only from GGUF "
-                 "files (this version has no K-quant quantizer): use int8 or int4, or a file llama-quantize wrote");
+                 "files: use int8 or int4, or write one (colossal export --gguf F --outtype q4_k_m) and load it");
   auto w = weight.detach();
   if (format == WeightFormat::kF32) {
     data_ = w.to(at::kFloat).contiguous();

@@ -42,6 +42,10 @@ void dequantize_kquant(WeightFormat f, const uint8_t* blocks, int64_t n, float* 
 /// q over values 16 j .. 16 j + 15.
 void quantize_q8k(const float* x, int64_t n, int8_t* q, float* d, int16_t* group_sums);
 
+/// x[n] (n a multiple of 256) as Q4_K, Q5_K or Q6_K blocks, fitted as llama.cpp's reference quantizer
+/// fits them without an importance matrix (kquants_quantize.cpp); other formats throw.
+void quantize_kquant(WeightFormat f, const float* x, int64_t n, uint8_t* blocks);
+
 /// The scalar reference dot product of one row of f's blocks with one Q8_K input.
 float kquant_dot(WeightFormat f, const uint8_t* row, const int8_t* q, const float* d, const int16_t* group_sums,
                  int64_t n);

@@ -177,8 +177,8 @@ uint16_t float_to_half(float f) {
 
 void pack_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void* data, uint16_t* scales) {
   if (is_kquant(f))
-    throw std::invalid_argument(std::string(to_string(f)) + " weights are read from GGUF files only (this version "
-                                "has no K-quant quantizer; use int8 or int4, or llama-quantize)");
+    throw std::invalid_argument(std::string(to_string(f)) + " weights are kept as GGUF files hold them, not packed "
+                                "here: use int8 or int4, or write a GGUF file (colossal export --outtype q4_k_m)");
   if (f == WeightFormat::kF32) {
     std::memcpy(data, w, static_cast<size_t>(rows * cols) * sizeof(float));
     return;

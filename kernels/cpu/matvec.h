@@ -39,7 +39,7 @@ WeightFormat weight_format(const std::string& name);
 
 /// int8 or int4 (per-block scales, integer dot products).
 constexpr bool is_quantized(WeightFormat f) { return f == WeightFormat::kQ8 || f == WeightFormat::kQ4; }
-/// One of llama.cpp's K-quants, kept in its own blocks (only read from GGUF files: no quantizer here).
+/// One of llama.cpp's K-quants, kept in its own blocks (read from GGUF; Q4_K, Q5_K and Q6_K also written).
 constexpr bool is_kquant(WeightFormat f) {
   return f == WeightFormat::kQ2K || f == WeightFormat::kQ3K || f == WeightFormat::kQ4K || f == WeightFormat::kQ5K ||
          f == WeightFormat::kQ6K;

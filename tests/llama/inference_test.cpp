@@ -16,6 +16,7 @@
 #include "core/cuda/ops.h"
 #include "llama/cuda_inference.h"
 #include "llama/inference.h"
+#include "llama/perplexity.h"
 #include "tests/support/id_detokenizer.h"
 #include "llama/pretrained.h"
 #include "core/peft/lora.h"
@@ -106,6 +107,36 @@ TEST(Inference, FreshPromptLogitsEqualTheModelsForward) {
     auto fed = inf.logits(ids, chunk);
     EXPECT_TRUE(torch::allclose(fed, ref, 1e-4, 1e-4)) << "chunk " << chunk << ": " << (fed - ref).abs().max().item<double>();
   }
+}
+
+// Perplexity as llama-perplexity scores a text: chunks of n_ctx with BOS first, the second half
+// of each scored, from the model's own forward (tests/python/test_gguf_export.py holds the figure
+// to llama-perplexity's on the same file where llama.cpp is built).
+TEST(Inference, PerplexityInChunksScoresEachChunksSecondHalf) {
+  auto m = tiny_model();
+  LlamaInference inf(m, LlamaInference::Options{});
+  auto tokens = prompt_of(70, 3);  // 4 chunks of 16 and a tail of 6, dropped
+  const int64_t bos = 1, n_ctx = 16;
+  torch::NoGradGuard no_grad;
+  double nll = 0;
+  int64_t scored = 0;
+  for (int64_t c = 0; c < 4; ++c) {
+    std::vector<int64_t> ids(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
+    ids[0] = bos;
+    auto logp = torch::log_softmax(m->forward(torch::tensor(ids, torch::kInt64).unsqueeze(0))[0].to(torch::kDouble), 1);
+    for (int64_t t = n_ctx / 2; t < n_ctx - 1; ++t, ++scored) nll -= logp[t][ids[t + 1]].item<double>();
+  }
+  auto r = perplexity_in_chunks(inf, tokens, n_ctx, bos);
+  EXPECT_EQ(r.tokens, scored);
+  EXPECT_EQ(r.samples, 4);
+  EXPECT_NEAR(r.mean_nll, nll / scored, 1e-5);
+  EXPECT_NEAR(r.perplexity, std::exp(nll / scored), 1e-4 * r.perplexity);
+  // Without a BOS the chunk's own first token stays, and changes what the second half sees.
+  EXPECT_NE(perplexity_in_chunks(inf, tokens, n_ctx, -1).mean_nll, r.mean_nll);
+  EXPECT_EQ(perplexity_in_chunks(inf, tokens, n_ctx, bos, /*max_chunks=*/2).samples, 2);
+  EXPECT_NEAR(perplexity_in_chunks(inf, tokens, n_ctx, bos, 0, /*chunk=*/1).mean_nll, r.mean_nll, 1e-5);
+  testing::expect_error_mentions([&] { perplexity_in_chunks(inf, prompt_of(20, 1), n_ctx, bos); },
+                                 {"20 tokens", "at least 32"});
 }
 
 // A tiny model with an adapter on every linear layer of its blocks (B random, so it changes the

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -130,6 +131,42 @@ TEST(KQuants, Q8KActivationsAreLlamaCppsDefinition) {
   quantize_q8k(zeros.data(), kSuperBlock, q.data(), d.data(), sums.data());
   EXPECT_EQ(d[0], 0.0f);
   EXPECT_EQ(q[5], 0);
+}
+
+// The quantizer (what colossal export --outtype q4_k_m writes): blocks that read back within the
+// format's error on Gaussian (and all-positive) weights with outliers, zeros kept zero;
+// tests/python/test_gguf_export.py holds it to llama-quantize's blocks.
+TEST(KQuants, QuantizedBlocksReadBackWithinTheFormatsError) {
+  torch::manual_seed(7);
+  const int64_t n = 64 * kSuperBlock;
+  auto x = torch::randn({n}) * 0.02;
+  x.narrow(0, 5, 3).mul_(40);  // outliers in the first super-block
+  x.narrow(0, kSuperBlock, kSuperBlock).zero_();  // a super-block of zeros
+  x.narrow(0, 2 * kSuperBlock, kSuperBlock).abs_();  // all positive
+  // Relative rms error bounds (on Gaussian weights alone: Q4_K 0.071, Q5_K 0.036, Q6_K 0.018 of the rms).
+  for (auto [f, bound] : {std::pair{WeightFormat::kQ4K, 0.10}, {WeightFormat::kQ5K, 0.05}, {WeightFormat::kQ6K, 0.025}}) {
+    std::vector<uint8_t> blocks(static_cast<size_t>(n / kSuperBlock * kquant_block_bytes(f)));
+    quantize_kquant(f, x.data_ptr<float>(), n, blocks.data());
+    auto back = torch::empty({n});
+    dequantize_kquant(f, blocks.data(), n, back.data_ptr<float>());
+    auto rest = x.narrow(0, 2 * kSuperBlock, n - 2 * kSuperBlock);  // the all-positive one and the Gaussians
+    auto err = (back - x).narrow(0, 2 * kSuperBlock, n - 2 * kSuperBlock);
+    const double rel = (err.pow(2).mean().sqrt() / rest.pow(2).mean().sqrt()).item<double>();
+    EXPECT_LT(rel, bound) << to_string(f);
+    EXPECT_GT(rel, bound / 10) << to_string(f) << ": no 4-6 bit format is this exact; the test reads wrong";
+    EXPECT_TRUE(back.narrow(0, kSuperBlock, kSuperBlock).eq(0).all().item<bool>()) << to_string(f);
+    // The outliers keep their size (the super-block's scale follows them) within a step of theirs.
+    const auto big = x.narrow(0, 5, 3), got = back.narrow(0, 5, 3);
+    EXPECT_LT(((got - big).abs() / big.abs()).max().item<double>(), 0.1) << to_string(f);
+  }
+  std::vector<uint8_t> q2(84);
+  try {
+    quantize_kquant(WeightFormat::kQ2K, x.data_ptr<float>(), kSuperBlock, q2.data());
+    ADD_FAILURE() << "Q2_K is not written";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("written: q4_k, q5_k, q6_k"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(quantize_kquant(WeightFormat::kQ4K, x.data_ptr<float>(), 300, q2.data()), std::invalid_argument);
 }
 
 TEST(KQuants, ErrorsNameTheProblem) {

@@ -1,4 +1,5 @@
 #include "llama/gguf.h"
+#include "llama/gguf_pre_splits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -302,73 +303,6 @@ Tokenizer gguf_tokenizer(const GgufFile& f) {
   return Tokenizer::from_serialized(gguf_sentencepiece_proto(f), f.path());
 }
 
-namespace {
-// The split each tokenizer.ggml.pre name stands for (llama.cpp's converter writes the name, from a
-// hash of the model's tokenizer): the Split regexes of the model's own tokenizer.json, applied in
-// order, each isolating its matches. ignore_merges: whole words found in the vocabulary are taken
-// as they are (Llama 3's tokenizer.json sets it).
-struct PreSplit {
-  std::vector<const char*> regexes;
-  bool ignore_merges;
-};
-constexpr const char* kLlama3Split =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-    "\\s+(?!\\S)|\\s+";
-constexpr const char* kQwen2Split =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-    "\\s+(?!\\S)|\\s+";
-constexpr const char* kQwen35Split =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr const char* kGpt2Split = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-constexpr const char* kTekkenSplit =
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr const char* kGpt4oSplit =
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
-    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr const char* kDeepseek3Split =
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-const std::map<std::string, PreSplit>& pre_splits() {
-  static const std::map<std::string, PreSplit> m = {
-      // Llama 3 and the models that took its tokenizer's split.
-      {"llama-bpe", {{kLlama3Split}, true}},
-      {"dbrx", {{kLlama3Split}, false}},
-      {"smaug-bpe", {{kLlama3Split}, false}},
-      {"chatglm-bpe", {{kLlama3Split}, false}},
-      // Qwen2, Qwen2.5, Qwen3 (and StableLM 2, Hunyuan); Qwen3.5 keeps marks with their letters.
-      {"qwen2", {{kQwen2Split}, false}},
-      {"stablelm2", {{kQwen2Split}, false}},
-      {"hunyuan", {{kQwen2Split}, false}},
-      {"qwen35", {{kQwen35Split}, false}},
-      // GPT-2's own regex (ByteLevel's), and the models that kept it.
-      {"gpt-2", {{kGpt2Split}, false}},
-      {"mpt", {{kGpt2Split}, false}},
-      {"olmo", {{kGpt2Split}, false}},
-      {"jais", {{kGpt2Split}, false}},
-      // Digits one by one, then GPT-2's regex (StarCoder, SmolLM, Command R, EXAONE, ...).
-      {"starcoder", {{"\\p{N}", kGpt2Split}, false}},
-      {"refact", {{"\\p{N}", kGpt2Split}, false}},
-      {"command-r", {{"\\p{N}", kGpt2Split}, false}},
-      {"smollm", {{"\\p{N}", kGpt2Split}, false}},
-      {"codeshell", {{"\\p{N}", kGpt2Split}, false}},
-      {"exaone", {{"\\p{N}", kGpt2Split}, false}},
-      {"minerva-7b", {{"\\p{N}", kGpt2Split}, false}},
-      // Mistral's Tekken (Nemo, Small 3, Pixtral) and GPT-4o's split (Phi-4, MiniMax).
-      {"tekken", {{kTekkenSplit}, false}},
-      {"gpt-4o", {{kGpt4oSplit}, false}},
-      {"minimax-m2", {{kGpt4oSplit}, false}},
-      // DeepSeek V3/R1: digits in threes, CJK runs, then the rest.
-      {"deepseek-v3", {{"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+", kDeepseek3Split},
-                       false}},
-  };
-  return m;
-}
-}  // namespace
 
 std::unique_ptr<text::Tokenizer> gguf_text_tokenizer(const GgufFile& f) {
   const std::string model = f.get_string("tokenizer.ggml.model");
@@ -376,10 +310,10 @@ std::unique_ptr<text::Tokenizer> gguf_text_tokenizer(const GgufFile& f) {
   COLOSSAL_CHECK(model == "gpt2", "[gguf] ", f.path(), ": tokenizer.ggml.model is '", model,
                  "'; this version reads 'llama' (SentencePiece) and 'gpt2' (byte-level BPE) vocabularies");
   const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "gpt-2";
-  auto split = pre_splits().find(pre == "default" ? "gpt-2" : pre == "llama3" || pre == "llama-v3" ? "llama-bpe" : pre);
-  if (split == pre_splits().end()) {
+  auto split = gguf_pre_splits().find(pre == "default" ? "gpt-2" : pre == "llama3" || pre == "llama-v3" ? "llama-bpe" : pre);
+  if (split == gguf_pre_splits().end()) {
     std::string known;
-    for (const auto& [name, s] : pre_splits()) known += (known.empty() ? "" : ", ") + name;
+    for (const auto& [name, s] : gguf_pre_splits()) known += (known.empty() ? "" : ", ") + name;
     COLOSSAL_FAIL("[gguf] ", f.path(), ": tokenizer.ggml.pre '", pre, "' is not supported (supported: ", known, ")");
   }
   const auto& tokens = f.get_array("tokenizer.ggml.tokens");

@@ -14,14 +14,25 @@
 #include "kernels/cpu/kquants.h"
 #include "kernels/cpu/matvec.h"
 #include "llama/config.h"
-#include "llama/tokenizer.h"
-#include "text/hf_tokenizer.h"
+#include "llama/gguf_vocab_export.h"
 
 namespace colossal::llama {
 
 namespace {
 
 using checkpoint::GgmlType;
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 namespace kc = kernels::cpu;
 
 struct OutType {
@@ -66,18 +77,6 @@ GgmlType matrix_type(const OutType& type, Role role, int64_t layer, int64_t laye
   }
   if (checkpoint::ggml_type_bytes(static_cast<uint32_t>(t), cols) < 0) t = GgmlType::kF16;
   return t;
-}
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::vector<uint8_t> bytes_of(const at::Tensor& t) {
@@ -129,67 +128,6 @@ at::Tensor interleave_rotary(const at::Tensor& w, int64_t heads) {
   return w.reshape(split).transpose(1, 2).reshape(shape).contiguous();
 }
 
-void add_tokenizer(checkpoint::GgufWriter& out, const std::string& dir, const LlamaConfig& c) {
-  const std::string spm = dir + "/tokenizer.model";
-  COLOSSAL_CHECK(exists(spm), "[gguf] ", dir, " has no tokenizer.model: this version exports SentencePiece "
-                 "vocabularies (LLaMA, Mistral and train_llama's own); a tokenizer.json alone is not written yet");
-  const auto tok = Tokenizer::load(spm);
-  COLOSSAL_CHECK(tok.vocab_size() <= c.vocab_size, "[gguf] ", spm, " has ", tok.vocab_size(),
-                 " pieces, more than the model's vocab_size ", c.vocab_size);
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  for (int64_t i = 0; i < c.vocab_size; ++i) {
-    if (i >= tok.vocab_size()) {  // rows of the embedding past the vocabulary (padding): unused pieces
-      tokens.push_back("[PAD" + std::to_string(i) + "]");
-      scores.push_back(-1000.0f);
-      types.push_back(5);
-      continue;
-    }
-    tokens.push_back(tok.raw_piece(i));
-    scores.push_back(tok.score(i));
-    // GGUF's token types are SentencePiece's: 1 normal, 2 unknown, 3 control, 4 user defined,
-    // 5 unused, 6 byte.
-    switch (tok.kind(i)) {
-      case Tokenizer::PieceKind::kUnknown: types.push_back(2); break;
-      case Tokenizer::PieceKind::kControl: types.push_back(3); break;
-      case Tokenizer::PieceKind::kUnused: types.push_back(5); break;
-      case Tokenizer::PieceKind::kByte: types.push_back(6); break;
-      default: types.push_back(1); break;
-    }
-  }
-  // Hugging Face's added tokens (tokenizer_config.json's added_tokens_decoder), typed as llama.cpp's
-  // converter types them: control when special, user defined otherwise, with a score of -1000.
-  const std::string config_path = dir + "/tokenizer_config.json";
-  if (exists(config_path)) {
-    const auto json = nlohmann::json::parse(read_text(config_path), nullptr, /*allow_exceptions=*/false);
-    COLOSSAL_CHECK(!json.is_discarded(), "[gguf] ", config_path, " is not JSON");
-    if (json.contains("added_tokens_decoder") && json["added_tokens_decoder"].is_object())
-      for (const auto& [key, token] : json["added_tokens_decoder"].items()) {
-        const int64_t id = std::stoll(key);
-        if (id < 0 || id >= static_cast<int64_t>(tokens.size())) continue;
-        scores[static_cast<size_t>(id)] = -1000.0f;
-        types[static_cast<size_t>(id)] = token.value("special", false) ? 3 : 4;
-      }
-  }
-  out.add_string("tokenizer.ggml.model", "llama");
-  out.add_string("tokenizer.ggml.pre", "default");
-  out.add_strings("tokenizer.ggml.tokens", tokens);
-  out.add_f32s("tokenizer.ggml.scores", scores);
-  out.add_i32s("tokenizer.ggml.token_type", types);
-  const auto& sp = tok.special_tokens();
-  if (sp.bos) out.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*sp.bos));
-  if (sp.eos) out.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(*sp.eos));
-  if (sp.unk) out.add_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(*sp.unk));
-  if (sp.pad) out.add_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(*sp.pad));
-  const auto config = text::TokenizerConfig::read(config_path);
-  out.add_bool("tokenizer.ggml.add_bos_token", config.add_bos_token.value_or(sp.bos.has_value()));
-  out.add_bool("tokenizer.ggml.add_eos_token", config.add_eos_token.value_or(false));
-  out.add_bool("tokenizer.ggml.add_sep_token", false);
-  out.add_bool("tokenizer.ggml.add_space_prefix", tok.adds_space_prefix());
-  if (!config.chat_template.empty()) out.add_string("tokenizer.chat_template", config.chat_template);
-}
-
 }  // namespace
 
 void GgufExportOptions::validate() const { (void)out_type(outtype); }
@@ -234,7 +172,19 @@ GgufExportResult export_gguf(const std::string& dir, const std::string& out_path
   out.add_f32(k + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   out.add_f32(k + "rope.freq_base", static_cast<float>(c.rope_theta));
   out.add_u32(k + "vocab_size", static_cast<uint32_t>(c.vocab_size));
-  add_tokenizer(out, dir, c);
+  add_gguf_vocabulary(out, dir, c);
+  // generation_config.json's sampling defaults, under the keys llama.cpp's converter gives them.
+  if (exists(dir + "/generation_config.json")) {
+    const auto g = nlohmann::json::parse(read_text(dir + "/generation_config.json"), nullptr, false);
+    if (g.is_object()) {
+      if (g.contains("top_k") && g["top_k"].is_number_integer())
+        out.add_i32("general.sampling.top_k", g["top_k"].get<int32_t>());
+      for (const auto& [hf_key, gguf_key] : {std::pair{"top_p", "top_p"}, {"min_p", "min_p"}, {"temperature", "temp"},
+                                            {"repetition_penalty", "penalty_repeat"}})
+        if (g.contains(hf_key) && g[hf_key].is_number())
+          out.add_f32(std::string("general.sampling.") + gguf_key, g[hf_key].get<float>());
+    }
+  }
 
   auto reader = std::make_shared<checkpoint::CheckpointReader>(dir);
   auto load = [reader, dir](const std::string& name) {

@@ -1,7 +1,7 @@
 #pragma once
 // A Hugging Face LLaMA-architecture directory (llama, mistral, qwen2, qwen3: the families
 // llama/gguf.h reads back) as a GGUF file that llama.cpp runs: hyper-parameters, the
-// SentencePiece vocabulary (pieces, scores, types, special ids), the chat template, and the
+// vocabulary (SentencePiece or byte-level BPE: llama/gguf_vocab_export.h), the chat template, and the
 // tensors under llama.cpp's names, the query/key rows of LLaMA put in llama.cpp's interleaved
 // rotary order (as its converter does). Matrices in the asked type (f32, f16, bf16, q8_0, q4_0;
 // a quantized type falls back to f16 for a matrix whose rows are not whole blocks of 32) or
@@ -25,7 +25,7 @@ struct GgufExportResult {
 };
 
 /// Writes `model_dir` as `out_path` (atomically). Throws naming what the file cannot hold: a
-/// family llama.cpp stores otherwise, rope scaling, experts, a tokenizer that is not SentencePiece.
+/// family llama.cpp stores otherwise, rope scaling, experts, a tokenizer it does not name.
 GgufExportResult export_gguf(const std::string& model_dir, const std::string& out_path,
                              const GgufExportOptions& options);
 

@@ -295,7 +295,7 @@ def test_a_q4_k_m_file_runs_as_its_dequantized_weights(wide_model, tmp_path):
 @pytest.mark.parametrize("change, message", [
     ({"model_type": "gemma"}, "model_type 'gemma'; this version exports llama, mistral, qwen2 and qwen3"),
     ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling 'linear' is not exported"),
-    (None, "has no tokenizer.model"),
+    (None, "tokenizer.json: pre-tokenizer 'Metaspace'; this version exports byte-level BPE"),
 ])
 def test_what_a_file_cannot_hold_is_named(model, change, message, tmp_path):
     import shutil

@@ -228,6 +228,106 @@ def test_gguf_from_llama_cpps_own_converter(llama3_dir, tmp_path):
     assert run(gguf_path) == run(d)
 
 
+def llama_cpp_source():
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    return subprocess.run(["bash", os.path.join(root, "scripts", "build_llama_cpp.sh"), "--root"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_colossal_export_writes_the_byte_level_vocabulary_as_llama_cpps_converter(llama3_dir, tmp_path):
+    """`colossal export --gguf` of the directory (tokenizer.json only): every metadata key and
+    tensor equal to llama.cpp's converter's file (vocabulary gpt2, pre llama-bpe recognised from the
+    split regex, tokens, types, merges, special ids, add_bos, the chat template); the file gives the
+    directory's ids and greedy text here, and in llama-completion where llama.cpp is built."""
+    import sys
+
+    import gguf
+    import numpy as np
+    d, hf_tok, _ = llama3_dir
+    ours_path = tmp_path / "ours.gguf"
+    r = subprocess.run([f"{APPS}/colossal", "export", "--model", str(d), "--gguf", str(ours_path), "--outtype", "f32"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    here = os.path.dirname(os.path.abspath(__file__))
+    theirs_path = tmp_path / "theirs.gguf"
+    done = subprocess.run([sys.executable, os.path.join(here, "..", "llama", "convert_with_llama_cpp.py"),
+                           llama_cpp_source(), str(d), str(theirs_path), "--pre", "llama-bpe"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours, theirs = gguf.GGUFReader(str(ours_path)), gguf.GGUFReader(str(theirs_path))
+    skip = {"general.name", "general.size_label"}
+    keys = {k for k in ours.fields if not k.startswith("GGUF.")} - skip
+    assert keys == {k for k in theirs.fields if not k.startswith("GGUF.")} - skip
+    for k in keys:
+        assert ours.fields[k].contents() == theirs.fields[k].contents(), k
+    b = {t.name: t for t in theirs.tensors}
+    for t in ours.tensors:
+        assert np.array_equal(np.asarray(t.data), np.asarray(b[t.name].data)), t.name
+
+    import colossal
+    tok = colossal.llama.Tokenizer(str(ours_path))
+    for text in [TEXT, "Emma Woodhouse, handsome <|eot_id|> 1815 caf\u00e9", "  \n\n spaces\t\tand 1234567 \u4f60"]:
+        assert tok.encode(text) == hf_tok(text).input_ids, text
+    run = lambda model: subprocess.run([f"{APPS}/infer_llama", "--model", str(model), "--prompt", "It is a truth",
+                                        "--temperature", "0", "--max_new_tokens", "16"],
+                                       capture_output=True, text=True, check=True).stdout
+    ours_text = run(ours_path)
+    assert ours_text == run(d)
+    cache = os.environ.get("COLOSSAL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "colossal-cpp"))
+    import glob
+    completion = sorted(glob.glob(os.path.join(cache, "llama-cpp-python-*", "build", "bin", "llama-completion")))
+    if completion:
+        for _ in range(10):  # see test_gguf_export.py: a run is complete once its timings were logged
+            c = subprocess.run([completion[-1], "-m", str(ours_path), "-p", "It is a truth", "-n", "16", "--temp", "0",
+                                "--top-k", "1", "-t", "1", "--no-warmup", "-no-cnv", "--no-display-prompt"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+            if b"total time" in c.stderr:
+                break
+        # llama.cpp prints the tokens' raw bytes, we print text (an invalid byte as U+FFFD, as Python decodes).
+        theirs_text = c.stdout.decode("utf-8", errors="replace").strip()
+        assert theirs_text == ours_text[len("It is a truth"):].strip(), (theirs_text, ours_text)
+
+
+@pytest.mark.parametrize("pre", ["qwen2", "gpt-2", "starcoder", "tekken", "deepseek-v3"])
+def test_colossal_export_names_the_pre_tokenizer_by_its_split(llama3_dir, pre, tmp_path):
+    """The directory's tokenizer.json with another model's split: the file names that model's
+    pre-tokenizer, and reads back with tokenizers' ids; a split llama.cpp does not know is refused."""
+    import shutil
+
+    import gguf
+    d = tmp_path / "model"
+    shutil.copytree(llama3_dir[0], d)
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    if pre == "gpt-2":  # GPT-2's own form: ByteLevel with its built-in regex
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_SPLITS[pre]] +
+            [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tj = json.loads(tok.to_str())
+    tj["model"]["ignore_merges"] = False
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    r = subprocess.run([f"{APPS}/colossal", "export", "--model", str(d), "--gguf", str(tmp_path / "m.gguf")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert gguf.GGUFReader(str(tmp_path / "m.gguf")).fields["tokenizer.ggml.pre"].contents() == pre
+    import colossal
+    from tokenizers import Tokenizer as HfTokenizer
+    ref = HfTokenizer.from_str(json.dumps(tj))
+    ours = colossal.llama.Tokenizer(str(tmp_path / "m.gguf"))
+    for text in [TEXT] + MIXED:
+        assert ours.encode(text) == ref.encode(text).ids, (pre, text)
+    tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\p{L}+|\s+"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    r = subprocess.run([f"{APPS}/colossal", "export", "--model", str(d), "--gguf", str(tmp_path / "bad.gguf")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and r"splits by \p{L}+|\s+; llama.cpp names no such split" in r.stdout + r.stderr
+    assert not (tmp_path / "bad.gguf").exists()
+
+
 # The pre-tokenizers of the models whose GGUF files name these tokenizer.ggml.pre values, as their
 # tokenizer.json files write them (Split regexes in order, then ByteLevel without its own regex).
 _DIGITS = r"\p{N}"
@@ -247,7 +347,8 @@ PRE_SPLITS = {
                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
                r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
     "deepseek-v3": [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
-                    r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|"
+                    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|"  # as DeepSeek's tokenizer.json reads
+                    r"[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|"
                     r"\s*[\r\n]+|\s+(?!\S)|\s+"],
 }
 MIXED = ["It's 12345 o'clock; THEY'RE here\r\n\n  and   there\tTabs", "CamelCaseWords and HTTPServer x/y//z 3.14159",

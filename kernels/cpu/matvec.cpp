@@ -383,6 +383,7 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
   in.lane_offset.resize(static_cast<size_t>(m * chunks * 16));
   const int32_t offset = stored_offset(f);
   if (use_avx512(f)) return detail::quantize_input_avx512(in, x, offset);
+  in.block_offset.resize(static_cast<size_t>(m * blocks));
   for (int64_t i = 0; i < m; ++i) {
     const float* src = x + i * cols;
     int8_t* q = in.q.data() + i * stride;
@@ -400,6 +401,11 @@ void prepare_input(MatvecInput& in, WeightFormat f, const float* x, int64_t m, i
         const int64_t c0 = k * kQuantChunk + lane * 4;
         in.lane_offset[(i * chunks + k) * 16 + lane] = -offset * (q[c0] + q[c0 + 1] + q[c0 + 2] + q[c0 + 3]);
       }
+    for (int64_t b = 0; b < blocks; ++b) {
+      int32_t sum = 0;
+      for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c) sum += q[c];
+      in.block_offset[i * blocks + b] = -offset * sum;
+    }
   }
 }
 

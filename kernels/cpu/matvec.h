@@ -94,6 +94,9 @@ struct MatvecInput {
   // [m, stride / 64, 16]: -offset * (sum of q over the lane's 4 columns), the starting value of
   // each int32 lane's dot product, so the stored weights' +128 (+8) cancels exactly in integers.
   std::vector<int32_t> lane_offset;
+  // kQ4 on AVX2: [m, stride / 32], -8 * (sum of q over the block): the stored weights' +8 taken
+  // back once per block (the AVX2 kernel multiplies the unsigned nibbles).
+  std::vector<int32_t> block_offset;
 };
 /// x [m, cols] fp32 (m <= kMaxVectors) for weights in `f`; reuses `in`'s buffers (no allocation once
 /// they are large enough). x must outlive `in` for kF32.

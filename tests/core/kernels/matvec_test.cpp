@@ -74,7 +74,7 @@ std::vector<std::string> implementations(WeightFormat f) {
 TEST(Matvec, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
   torch::manual_seed(3);
   for (auto f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kQ8, WeightFormat::kQ4})
-    for (int64_t cols : {1, 7, 32, 64, 100, 288, 4097})
+    for (int64_t cols : {1, 7, 32, 64, 100, 288, 520, 4097})
       for (int64_t rows : {1, 7, 33})
         for (int64_t m : {1, 3, 8, 13, 16}) {
           auto w = torch::randn({rows, cols});
@@ -90,9 +90,11 @@ TEST(Matvec, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
           for (const auto& impl : implementations(f)) {
             matvec_use(impl);
             auto y = torch::full({m, rows}, std::nan(""));
-            // Two ranges, as two threads would split them.
-            matvec(p.view(), in, y.data_ptr<float>(), rows, 0, rows / 2);
-            matvec(p.view(), in, y.data_ptr<float>(), rows, rows / 2, rows);
+            // Three ranges, as three threads would split them.
+            const int64_t cut1 = rows / 3, cut2 = 2 * rows / 3;
+            matvec(p.view(), in, y.data_ptr<float>(), rows, 0, cut1);
+            matvec(p.view(), in, y.data_ptr<float>(), rows, cut1, cut2);
+            matvec(p.view(), in, y.data_ptr<float>(), rows, cut2, rows);
             auto err = (y.to(torch::kDouble) - ref).abs();
             EXPECT_TRUE((err <= bound).all().item<bool>())
                 << to_string(f) << " " << impl << " rows " << rows << " cols " << cols << " m " << m

@@ -68,6 +68,32 @@ inline void accumulate(const uint8_t* b, const SuperBlockScales& s, const int8_t
   if constexpr (G < 7) accumulate<F, M, G + 1>(b, s, x, stride, sum);
 }
 
+// Q4_K/Q5_K: the 8 scales and 8 mins (6 bits each, one per 32 weights) from their 12 bytes
+// (kquants_scales.h's layout) with a few 32-bit operations instead of a scalar loop: `scales` holds
+// the 8 scales as int16 in both 128-bit halves (group g's is picked by a byte shuffle), `mins` the
+// 8 mins as 16 int16, each twice (the Q8_K sums they multiply are per 16).
+inline void k4_scales(const uint8_t* b, __m256i& scales, __m256i& mins) {
+  uint32_t u[3];
+  std::memcpy(u, b + 4, 12);
+  constexpr uint32_t m6 = 0x3F3F3F3F, m4 = 0x0F0F0F0F, m2 = 0x03030303;
+  const uint32_t s03 = u[0] & m6, n03 = u[1] & m6;
+  const uint32_t s47 = (u[2] & m4) | (((u[0] >> 6) & m2) << 4), n47 = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+  const __m128i bytes = _mm_set_epi32(static_cast<int>(n47), static_cast<int>(n03), static_cast<int>(s47),
+                                      static_cast<int>(s03));  // scales 0-7, mins 0-7
+  scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(bytes));
+  mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(bytes, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
+                                                                    15, 15)));
+}
+
+template <WeightFormat F, int M, int G>
+inline void accumulate_k4(const uint8_t* b, __m256i scales, const int8_t* x, int64_t stride, __m256i* sum) {
+  const __m256i q = group_q<F, G>(b);
+  const __m256i sc = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((2 * G) | ((2 * G + 1) << 8))));
+  for (int i = 0; i < M; ++i)
+    sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(x + i * stride + 32 * G)), sc));
+  if constexpr (G < 7) accumulate_k4<F, M, G + 1>(b, scales, x, stride, sum);
+}
+
 template <WeightFormat F, int M>
 void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64_t ldy, int64_t begin, int64_t end) {
   constexpr int64_t kBytes = block_bytes<F>();
@@ -82,17 +108,28 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
     const uint8_t* row = base + r * row_bytes;
     for (int64_t k = 0; k < blocks; ++k) {
       const uint8_t* b = row + k * kBytes;
-      SuperBlockScales s;
-      kquant_unpack_scales(F, b, s);
-      __m256i sum[M];
+      __m256i sum[M], mins;
+      float d, dm;
       for (int i = 0; i < M; ++i) sum[i] = _mm256_setzero_si256();
-      accumulate<F, M, 0>(b, s, xq + k * kSuperBlock, in.stride, sum);
-      const __m256i mins = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.min));
+      if constexpr (F == WeightFormat::kQ4K || F == WeightFormat::kQ5K) {
+        __m256i scales;
+        k4_scales(b, scales, mins);
+        d = kquant_half(b);
+        dm = kquant_half(b + 2);
+        accumulate_k4<F, M, 0>(b, scales, xq + k * kSuperBlock, in.stride, sum);
+      } else {
+        SuperBlockScales s;
+        kquant_unpack_scales(F, b, s);
+        d = s.d;
+        dm = s.dm;
+        accumulate<F, M, 0>(b, s, xq + k * kSuperBlock, in.stride, sum);
+        mins = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.min));
+      }
       for (int i = 0; i < M; ++i) {
         const __m256i m = _mm256_madd_epi16(mins, load(xs + i * groups + 16 * k));
         const float dx = xd[i * blocks + k];
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(s.d * dx), acc[i]);
-        acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(s.dm * dx), acc[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(d * dx), acc[i]);
+        acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(dm * dx), acc[i]);
       }
     }
     for (int i = 0; i < M; ++i) y[(first + i) * ldy + r] = hsum(acc[i]);

@@ -85,6 +85,33 @@ inline void k4_scales(const uint8_t* b, __m256i& scales, __m256i& mins) {
                                                                     15, 15)));
 }
 
+// Q6_K: its 16 int8 scales (one per 16 weights) as int16, scales 0-7 in both halves of `low`,
+// 8-15 in both halves of `high`, and the mins as 32 x each scale (q - 32 as q with a min).
+inline void q6k_scales(const uint8_t* b, __m256i& low, __m256i& high, __m256i& mins) {
+  const __m256i all = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+  low = _mm256_permute2x128_si256(all, all, 0x00);
+  high = _mm256_permute2x128_si256(all, all, 0x11);
+  mins = _mm256_slli_epi16(all, 5);
+}
+
+template <int M, int G>
+inline void accumulate_q6k(const uint8_t* b, __m256i low, __m256i high, const int8_t* x, int64_t stride,
+                           __m256i* sum) {
+  const __m256i q = group_q<WeightFormat::kQ6K, G>(b);
+  // Lanes 0-7 take scale 2G, lanes 8-15 scale 2G + 1: int16 elements 2G % 8 and 2G % 8 + 1 of the
+  // half holding them.
+  constexpr int e = (2 * G) % 8;
+  const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
+                                        2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2,
+                                        2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3,
+                                        2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
+                                        2 * e + 3);
+  const __m256i sc = _mm256_shuffle_epi8(G < 4 ? low : high, pick);
+  for (int i = 0; i < M; ++i)
+    sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(x + i * stride + 32 * G)), sc));
+  if constexpr (G < 7) accumulate_q6k<M, G + 1>(b, low, high, x, stride, sum);
+}
+
 template <WeightFormat F, int M, int G>
 inline void accumulate_k4(const uint8_t* b, __m256i scales, const int8_t* x, int64_t stride, __m256i* sum) {
   const __m256i q = group_q<F, G>(b);
@@ -117,6 +144,11 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
         d = kquant_half(b);
         dm = kquant_half(b + 2);
         accumulate_k4<F, M, 0>(b, scales, xq + k * kSuperBlock, in.stride, sum);
+      } else if constexpr (F == WeightFormat::kQ6K) {
+        __m256i low, high;
+        q6k_scales(b, low, high, mins);
+        d = dm = kquant_half(b + 208);
+        accumulate_q6k<M, 0>(b, low, high, xq + k * kSuperBlock, in.stride, sum);
       } else {
         SuperBlockScales s;
         kquant_unpack_scales(F, b, s);

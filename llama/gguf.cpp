@@ -374,6 +374,13 @@ std::shared_ptr<LlamaInference> LlamaInference::load_gguf(const std::string& pat
   auto file = GgufFile::open(path);
   const GgufFile& f = *file;
   LlamaConfig c = gguf_llama_config(f);
+  // As a safetensors checkpoint is: NaN or infinite weights (or block scales) are refused by name.
+  for (const auto& t : f.tensors()) {
+    const int64_t bad = checkpoint::first_non_finite(t);
+    COLOSSAL_CHECK(bad < 0, "[gguf] ", path, ": tensor '", t.name, "' (", checkpoint::ggml_type_name(t.type),
+                   ") holds a NaN or infinite value at ",
+                   checkpoint::ggml_type_bytes(t.type, 1) > 0 ? "element " : "block ", bad);
+  }
   const bool file_format = !options.weights;
   if (file_format) {  // the file's format, with the KV cache --dtype of that name would have
     const bool reuse = options.reuse_packed;

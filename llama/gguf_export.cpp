@@ -4,13 +4,12 @@
 #include <sys/stat.h>
 
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/checkpoint/gguf_writer.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/common/check.h"
+#include "core/common/fs.h"
 #include "kernels/cpu/kquants.h"
 #include "kernels/cpu/matvec.h"
 #include "llama/config.h"
@@ -22,17 +21,6 @@ namespace {
 
 using checkpoint::GgmlType;
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 namespace kc = kernels::cpu;
 
 struct OutType {
@@ -174,8 +162,8 @@ GgufExportResult export_gguf(const std::string& dir, const std::string& out_path
   out.add_u32(k + "vocab_size", static_cast<uint32_t>(c.vocab_size));
   add_gguf_vocabulary(out, dir, c);
   // generation_config.json's sampling defaults, under the keys llama.cpp's converter gives them.
-  if (exists(dir + "/generation_config.json")) {
-    const auto g = nlohmann::json::parse(read_text(dir + "/generation_config.json"), nullptr, false);
+  if (fs::exists(dir + "/generation_config.json")) {
+    const auto g = nlohmann::json::parse(fs::read_file(dir + "/generation_config.json"), nullptr, false);
     if (g.is_object()) {
       if (g.contains("top_k") && g["top_k"].is_number_integer())
         out.add_i32("general.sampling.top_k", g["top_k"].get<int32_t>());

@@ -3,15 +3,12 @@
 // them out, so that its reader (and ours) rebuild the same tokenizer.
 #include "llama/gguf_vocab_export.h"
 
-#include <sys/stat.h>
-
-#include <fstream>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/common/check.h"
+#include "core/common/fs.h"
 #include "llama/gguf_pre_splits.h"
 #include "llama/tokenizer.h"
 #include "text/hf_tokenizer.h"
@@ -19,23 +16,11 @@
 namespace colossal::llama {
 namespace gguf_vocab {  // named: the unity build puts the exporter's helpers beside these
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The chat template: tokenizer_config.json's, else chat_template.jinja's (where transformers 5
 // saves it), as the converter takes them.
 std::string chat_template_of(const std::string& dir, const text::TokenizerConfig& config) {
   if (!config.chat_template.empty()) return config.chat_template;
-  return exists(dir + "/chat_template.jinja") ? read_text(dir + "/chat_template.jinja") : "";
+  return fs::exists(dir + "/chat_template.jinja") ? fs::read_file(dir + "/chat_template.jinja") : "";
 }
 
 
@@ -69,8 +54,8 @@ void add_sentencepiece_vocab(checkpoint::GgufWriter& out, const std::string& dir
   // Hugging Face's added tokens (tokenizer_config.json's added_tokens_decoder), typed as llama.cpp's
   // converter types them: control when special, user defined otherwise, with a score of -1000.
   const std::string config_path = dir + "/tokenizer_config.json";
-  if (exists(config_path)) {
-    const auto json = nlohmann::json::parse(read_text(config_path), nullptr, /*allow_exceptions=*/false);
+  if (fs::exists(config_path)) {
+    const auto json = nlohmann::json::parse(fs::read_file(config_path), nullptr, /*allow_exceptions=*/false);
     COLOSSAL_CHECK(!json.is_discarded(), "[gguf] ", config_path, " is not JSON");
     if (json.contains("added_tokens_decoder") && json["added_tokens_decoder"].is_object())
       for (const auto& [key, token] : json["added_tokens_decoder"].items()) {
@@ -172,7 +157,7 @@ void post_processor_adds(const nlohmann::json& post, const std::string& bos, con
 
 void add_byte_level_vocab(checkpoint::GgufWriter& out, const std::string& dir, const LlamaConfig& c) {
   const std::string path = dir + "/tokenizer.json";
-  const auto j = nlohmann::json::parse(read_text(path), nullptr, /*allow_exceptions=*/false);
+  const auto j = nlohmann::json::parse(fs::read_file(path), nullptr, /*allow_exceptions=*/false);
   COLOSSAL_CHECK(!j.is_discarded() && j.is_object(), "[gguf] ", path, " is not JSON");
   const auto& model = j.contains("model") ? j["model"] : nlohmann::json();
   const std::string type = model.is_object() ? model.value("type", "") : "";
@@ -249,7 +234,7 @@ void add_byte_level_vocab(checkpoint::GgufWriter& out, const std::string& dir, c
       if (by_id[id] == name) return id;
     return std::nullopt;
   };
-  const auto hf = nlohmann::json::parse(read_text(dir + "/config.json"), nullptr, false);
+  const auto hf = nlohmann::json::parse(fs::read_file(dir + "/config.json"), nullptr, false);
   auto config_id = [&](const char* key) -> std::optional<int64_t> {
     if (hf.is_object() && hf.contains(key) && hf[key].is_number_integer()) {
       const int64_t id = hf[key].get<int64_t>();
@@ -279,8 +264,8 @@ void add_byte_level_vocab(checkpoint::GgufWriter& out, const std::string& dir, c
 }  // namespace gguf_vocab
 
 void add_gguf_vocabulary(checkpoint::GgufWriter& out, const std::string& dir, const LlamaConfig& c) {
-  if (gguf_vocab::exists(dir + "/tokenizer.model")) return gguf_vocab::add_sentencepiece_vocab(out, dir, c);
-  COLOSSAL_CHECK(gguf_vocab::exists(dir + "/tokenizer.json"), "[gguf] ", dir, " has neither tokenizer.model nor "
+  if (fs::exists(dir + "/tokenizer.model")) return gguf_vocab::add_sentencepiece_vocab(out, dir, c);
+  COLOSSAL_CHECK(fs::exists(dir + "/tokenizer.json"), "[gguf] ", dir, " has neither tokenizer.model nor "
                  "tokenizer.json: the file needs its vocabulary");
   gguf_vocab::add_byte_level_vocab(out, dir, c);
 }

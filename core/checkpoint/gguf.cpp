@@ -181,6 +181,12 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
   const int64_t alignment = f->get_int("general.alignment", 32);
   COLOSSAL_CHECK(alignment >= 1 && alignment <= (1 << 20) && (alignment & (alignment - 1)) == 0, "[gguf] ", path,
                  ": general.alignment is ", alignment, " (expected a power of two)");
+  // Writers place every tensor at a multiple of the alignment; one that is not means the offsets
+  // and the alignment disagree, and the weights would be read shifted.
+  for (const auto& x : raw)
+    COLOSSAL_CHECK(x.offset % static_cast<uint64_t>(alignment) == 0, "[gguf] ", path, ": tensor '", x.name,
+                   "' starts at data offset ", x.offset, ", not a multiple of general.alignment ", alignment,
+                   " (the file's layout is inconsistent)");
   const uint64_t data_start = (r.offset() + alignment - 1) / alignment * alignment;
   COLOSSAL_CHECK(data_start <= size, "[gguf] ", path, ": the data section starts past the end of the file");
   for (auto& x : raw) {
@@ -199,6 +205,53 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
     f->tensors_.push_back(std::move(t));
   }
   return f;
+}
+
+int64_t first_non_finite(const GgufTensor& t) {
+  auto half_bad = [](const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return (h & 0x7C00) == 0x7C00;
+  };
+  const int64_t n = t.elements();
+  switch (static_cast<GgmlType>(t.type)) {
+    case GgmlType::kF32:
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, t.data + 4 * i, 4);
+        if ((bits & 0x7F800000u) == 0x7F800000u) return i;
+      }
+      return -1;
+    case GgmlType::kF16:
+    case GgmlType::kBF16: {
+      const uint16_t mask = t.type == static_cast<uint32_t>(GgmlType::kF16) ? 0x7C00 : 0x7F80;
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        if ((h & mask) == mask) return i;
+      }
+      return -1;
+    }
+    default: break;
+  }
+  // Quantized blocks: (block bytes, offsets of the fp16 scales in a block).
+  struct Scales {
+    GgmlType type;
+    int64_t bytes;
+    int first, second;  // -1: none
+  };
+  constexpr Scales kScales[] = {{GgmlType::kQ8_0, 34, 0, -1},   {GgmlType::kQ4_0, 18, 0, -1},
+                                {GgmlType::kQ2_K, 84, 80, 82},  {GgmlType::kQ3_K, 110, 108, -1},
+                                {GgmlType::kQ4_K, 144, 0, 2},   {GgmlType::kQ5_K, 176, 0, 2},
+                                {GgmlType::kQ6_K, 210, 208, -1}};
+  for (const auto& s : kScales) {
+    if (t.type != static_cast<uint32_t>(s.type)) continue;
+    for (int64_t b = 0; b < t.bytes / s.bytes; ++b) {
+      const uint8_t* block = t.data + b * s.bytes;
+      if (half_bad(block + s.first) || (s.second >= 0 && half_bad(block + s.second))) return b;
+    }
+  }
+  return -1;
 }
 
 GgufFile::~GgufFile() {

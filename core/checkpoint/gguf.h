@@ -42,6 +42,10 @@ struct GgufTensor {
   int64_t elements() const;
 };
 
+/// The first element (f32, f16, bf16) or block (q8_0, q4_0 and the K-quants: their fp16 scales)
+/// of `t` that is NaN or infinite, or -1 when there is none (or the type is not one of those).
+int64_t first_non_finite(const GgufTensor& t);
+
 class GgufFile {
  public:
   /// Maps and validates `path`; throws naming the file and the field on any inconsistency.

@@ -88,6 +88,29 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  COLOSSAL_CHECK(fd >= 0, "cannot read ", path, ": ", std::strerror(errno));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      COLOSSAL_CHECK(n == 0, "cannot read ", path, ": ", std::strerror(err));
+      return out;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
 std::vector<std::string> list_dir(const std::string& path) {
   std::vector<std::string> out;
   DIR* d = ::opendir(path.c_str());

@@ -19,6 +19,10 @@ void remove_all(const std::string& path);
 void copy_file(const std::string& from, const std::string& to);
 /// Whether `path` is a directory (false when it does not exist).
 bool is_directory(const std::string& path);
+/// Whether `path` exists (any kind of file).
+bool exists(const std::string& path);
+/// The whole of a file's bytes; throws naming the path and the reason when it cannot be read.
+std::string read_file(const std::string& path);
 /// The names in directory `path` (not "." and ".."), sorted; empty when it does not exist.
 std::vector<std::string> list_dir(const std::string& path);
 

@@ -246,6 +246,16 @@ TEST_F(Gguf, BadFilesAreRefusedByName) {
   EXPECT_NE(msg.find(truncated), std::string::npos) << msg;
   EXPECT_TRUE(msg.find("truncated") != std::string::npos || msg.find("past the end") != std::string::npos) << msg;
 
+  // Weights that are not finite, as a float or as a block's scale; offsets the alignment breaks.
+  msg = testing::error_message_of([&] { LlamaInference::load_gguf(write("f32:nan"), {}); });
+  EXPECT_NE(msg.find("tensor 'blk.0.attn_q.weight' (F32) holds a NaN or infinite value at element "), std::string::npos)
+      << msg;
+  msg = testing::error_message_of([&] { LlamaInference::load_gguf(write("q8_0:nan"), {}); });
+  EXPECT_NE(msg.find("tensor 'blk.0.attn_q.weight' (Q8_0) holds a NaN or infinite value at block "), std::string::npos)
+      << msg;
+  msg = testing::error_message_of([&] { LlamaInference::load_gguf(write("f32:misaligned"), {}); });
+  EXPECT_NE(msg.find("not a multiple of general.alignment 64"), std::string::npos) << msg;
+
   const std::string not_gguf = dir_ + "/config.json";
   msg = testing::error_message_of([&] { checkpoint::GgufFile::open(not_gguf); });
   EXPECT_NE(msg.find("not a GGUF file"), std::string::npos) << msg;

@@ -96,6 +96,14 @@ def main(model_dir, out, kind):
         w.add_unk_token_id(sp.unk_id())
 
     kind, _, reference = kind.partition(":")
+    # Broken files for the loader's refusals: TYPE:nan puts a NaN in the first query weight (q8_0:
+    # its block's scale becomes NaN), TYPE:misaligned states an alignment of 64 over offsets the
+    # writer aligned to 32 (after a 12-byte tensor, so that some are 32 mod 64).
+    if reference == "nan":
+        weights["model.layers.0.self_attn.q_proj.weight"][0, 0] = float("nan")
+    if reference == "misaligned":
+        w.add_uint32("general.alignment", 64)
+        w.add_tensor("pad", np.zeros(3, np.float32))  # 12 bytes: the next tensors start at 32 mod 64
     T = gguf.GGMLQuantizationType
     if kind in K_KINDS:
         return write_kquants(w, weights, cfg, heads, kv, kind, reference == "f32")

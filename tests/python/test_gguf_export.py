@@ -33,12 +33,17 @@ def model(tmp_path_factory):
     """A small model train_llama trains for 300 steps (varied greedy text), with an intermediate
     size (176) that is not whole blocks of 32: the quantized types keep ffn_down in f16, as the
     converter does."""
-    d = tmp_path_factory.mktemp("export")
-    config = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "max_position_embeddings": 128, "vocab_size": 600}
+    return trained(tmp_path_factory.mktemp("export"), hidden=64, mlp=176, positions=128, steps=300)
+
+
+def trained(d, hidden, mlp, positions, steps):
+    """A 2-layer model of that shape that train_llama trains (its vocabulary of 600, held-out text
+    in run/data), as its Hugging Face directory."""
+    config = {"hidden_size": hidden, "intermediate_size": mlp, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": positions, "vocab_size": 600}
     (d / "config.json").write_text(json.dumps(config))
     subprocess.run([f"{APPS}/train_llama", "--output", str(d / "run"), "--model_config", str(d / "config.json"),
-                    "--vocab_size", "600", "--max_steps", "300", "--batch_size", "8", "--max_length", "64",
+                    "--vocab_size", "600", "--max_steps", str(steps), "--batch_size", "8", "--max_length", "64",
                     "--lr", "3e-3", "--sample_tokens", "0", "--eval_interval", "-1"],
                    check=True, capture_output=True, timeout=600)
     return d / "run" / "model"
@@ -171,15 +176,7 @@ def test_llama_cpp_runs_the_file_with_our_greedy_text(model, outtype, tmp_path):
 # K-quant mixes: a model whose rows are whole super-blocks of 256 (hidden 256, MLP 512), 2 layers.
 @pytest.fixture(scope="module")
 def wide_model(tmp_path_factory):
-    d = tmp_path_factory.mktemp("export_k")
-    config = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "max_position_embeddings": 256, "vocab_size": 600}
-    (d / "config.json").write_text(json.dumps(config))
-    subprocess.run([f"{APPS}/train_llama", "--output", str(d / "run"), "--model_config", str(d / "config.json"),
-                    "--vocab_size", "600", "--max_steps", "400", "--batch_size", "8", "--max_length", "64",
-                    "--lr", "3e-3", "--sample_tokens", "0", "--eval_interval", "-1"],
-                   check=True, capture_output=True, timeout=600)
-    return d / "run" / "model"
+    return trained(tmp_path_factory.mktemp("export_k"), hidden=256, mlp=512, positions=256, steps=400)
 
 
 def held_out_text(model_dir, path):

@@ -2,7 +2,7 @@
 // tokenizer.json files write them.
 #include "llama/gguf_pre_splits.h"
 
-#include <cstdint>
+#include "text/unicode.h"
 
 namespace colossal::llama {
 
@@ -79,17 +79,7 @@ std::string literal(const std::string& regex) {
       out += regex[i];
       continue;
     }
-    const auto cp = static_cast<uint32_t>(std::stoul(regex.substr(i + 3, close - i - 3), nullptr, 16));
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    text::append_utf8(out, static_cast<char32_t>(std::stoul(regex.substr(i + 3, close - i - 3), nullptr, 16)));
     i = close;
   }
   return out;

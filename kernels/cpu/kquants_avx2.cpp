@@ -60,12 +60,14 @@ inline __m256i group_scales(const SuperBlockScales& s, int g) {
   return _mm256_set_m128i(_mm_set1_epi16(s.scale[2 * g + 1]), _mm_set1_epi16(s.scale[2 * g]));
 }
 
-template <WeightFormat F, int M, int G>
-inline void accumulate(const uint8_t* b, const SuperBlockScales& s, const int8_t* x, int64_t stride, __m256i* sum) {
-  const __m256i q = group_q<F, G>(b), sc = group_scales(s, G);
+// Adds group G's products to every input's int32 sums: maddubs(q, x), then madd with the group's
+// scales (scale(G): lanes 0-7 the scale of its first 16 weights, 8-15 of the next 16).
+template <WeightFormat F, int M, int G, typename Scale>
+inline void accumulate(const uint8_t* b, const Scale& scale, const int8_t* x, int64_t stride, __m256i* sum) {
+  const __m256i q = group_q<F, G>(b), sc = scale(G);
   for (int i = 0; i < M; ++i)
     sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(x + i * stride + 32 * G)), sc));
-  if constexpr (G < 7) accumulate<F, M, G + 1>(b, s, x, stride, sum);
+  if constexpr (G < 7) accumulate<F, M, G + 1>(b, scale, x, stride, sum);
 }
 
 // Q4_K/Q5_K: the 8 scales and 8 mins (6 bits each, one per 32 weights) from their 12 bytes
@@ -94,33 +96,6 @@ inline void q6k_scales(const uint8_t* b, __m256i& low, __m256i& high, __m256i& m
   mins = _mm256_slli_epi16(all, 5);
 }
 
-template <int M, int G>
-inline void accumulate_q6k(const uint8_t* b, __m256i low, __m256i high, const int8_t* x, int64_t stride,
-                           __m256i* sum) {
-  const __m256i q = group_q<WeightFormat::kQ6K, G>(b);
-  // Lanes 0-7 take scale 2G, lanes 8-15 scale 2G + 1: int16 elements 2G % 8 and 2G % 8 + 1 of the
-  // half holding them.
-  constexpr int e = (2 * G) % 8;
-  const __m256i pick = _mm256_setr_epi8(2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e,
-                                        2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e, 2 * e + 1, 2 * e + 2,
-                                        2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3,
-                                        2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2, 2 * e + 3, 2 * e + 2,
-                                        2 * e + 3);
-  const __m256i sc = _mm256_shuffle_epi8(G < 4 ? low : high, pick);
-  for (int i = 0; i < M; ++i)
-    sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(x + i * stride + 32 * G)), sc));
-  if constexpr (G < 7) accumulate_q6k<M, G + 1>(b, low, high, x, stride, sum);
-}
-
-template <WeightFormat F, int M, int G>
-inline void accumulate_k4(const uint8_t* b, __m256i scales, const int8_t* x, int64_t stride, __m256i* sum) {
-  const __m256i q = group_q<F, G>(b);
-  const __m256i sc = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((2 * G) | ((2 * G + 1) << 8))));
-  for (int i = 0; i < M; ++i)
-    sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(x + i * stride + 32 * G)), sc));
-  if constexpr (G < 7) accumulate_k4<F, M, G + 1>(b, scales, x, stride, sum);
-}
-
 template <WeightFormat F, int M>
 void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64_t ldy, int64_t begin, int64_t end) {
   constexpr int64_t kBytes = block_bytes<F>();
@@ -143,18 +118,29 @@ void rows(const MatrixView& w, const MatvecInput& in, int first, float* y, int64
         k4_scales(b, scales, mins);
         d = kquant_half(b);
         dm = kquant_half(b + 2);
-        accumulate_k4<F, M, 0>(b, scales, xq + k * kSuperBlock, in.stride, sum);
+        // One scale per 32: int16 element g of either half, picked by a byte shuffle.
+        auto scale = [&](int g) { return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(
+                                                                         (2 * g) | ((2 * g + 1) << 8)))); };
+        accumulate<F, M, 0>(b, scale, xq + k * kSuperBlock, in.stride, sum);
       } else if constexpr (F == WeightFormat::kQ6K) {
         __m256i low, high;
         q6k_scales(b, low, high, mins);
         d = dm = kquant_half(b + 208);
-        accumulate_q6k<M, 0>(b, low, high, xq + k * kSuperBlock, in.stride, sum);
+        // Scales 2g and 2g + 1 (one per 16): int16 elements e and e + 1 of the half holding them.
+        auto scale = [&](int g) {
+          const int e = (2 * g) % 8;
+          const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>((2 * e + 2) | ((2 * e + 3) << 8))),
+                                                _mm_set1_epi16(static_cast<int16_t>((2 * e) | ((2 * e + 1) << 8))));
+          return _mm256_shuffle_epi8(g < 4 ? low : high, pick);
+        };
+        accumulate<F, M, 0>(b, scale, xq + k * kSuperBlock, in.stride, sum);
       } else {
         SuperBlockScales s;
         kquant_unpack_scales(F, b, s);
         d = s.d;
         dm = s.dm;
-        accumulate<F, M, 0>(b, s, xq + k * kSuperBlock, in.stride, sum);
+        auto scale = [&](int g) { return group_scales(s, g); };
+        accumulate<F, M, 0>(b, scale, xq + k * kSuperBlock, in.stride, sum);
         mins = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.min));
       }
       for (int i = 0; i < M; ++i) {

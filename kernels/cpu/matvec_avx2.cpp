@@ -80,9 +80,9 @@ inline __m256i block_dot(__m256i w, __m256i x) {
 }
 
 // Eight int32x8 vectors summed lane-wise: their 8 totals, in order.
-inline __m256i sum_rows8(__m256i p0, __m256i p1, __m256i p2, __m256i p3, __m256i p4, __m256i p5, __m256i p6,
+inline __m256i sum8(__m256i p0, __m256i p1, __m256i p2, __m256i p3, __m256i p4, __m256i p5, __m256i p6,
                          __m256i p7) {
-  // hadd within each 128-bit half: after two rounds each half holds rows 0-3 (4-7) over its 4 lanes.
+  // hadd within each 128-bit half: after two rounds each half holds vectors 0-3 (4-7) over its 4 lanes.
   const __m256i r0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
   const __m256i r4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(p4, p5), _mm256_hadd_epi32(p6, p7));
   return _mm256_add_epi32(_mm256_permute2x128_si256(r0123, r4567, 0x20),
@@ -117,7 +117,7 @@ inline float row_groups(const uint8_t* w, const uint16_t* scales, const int8_t* 
         p[2 * c + 1] = block_dot(_mm256_xor_si256(_mm256_loadu_si256(wb + 1), flip), _mm256_loadu_si256(xb + 1));
       }
     }
-    __m256i sums = sum_rows8(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    __m256i sums = sum8(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
     if constexpr (Q4)
       sums = _mm256_add_epi32(sums, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_offset + 8 * g)));
     const __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 8 * g))),

@@ -3,7 +3,12 @@
 // LLaMA shape (every layer's qkv, o, gate_up and down, then the head), cycled so nothing stays in
 // the caches between tokens.
 //
-//   build/apps/bench_matvec [--shape M] [--formats fp32,bf16,int8,int4] [--threads 1,2] [--tokens 40]
+// A second table times the prefill of one layer's matrices for a whole prompt (--prefill tokens):
+// the integer GEMM over quantized weights (kernels/cpu/prefill_gemm) beside the fp32 GEMM over the
+// same weights unpacked, the path it replaced, in the same run.
+//
+//   build/apps/bench_matvec [--shape M] [--formats fp32,bf16,int8,int4,q4_k,q6_k] [--threads 1,2] [--tokens 40]
+//                           [--prefill 128]
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -12,7 +17,9 @@
 
 #include "apps/bench/bench_util.h"
 #include "core/inference/packed_linear.h"
+#include "kernels/cpu/kquants.h"
 #include "kernels/cpu/matvec.h"
+#include "kernels/cpu/prefill_gemm.h"
 #include "llama/shapes.h"
 
 using namespace colossal;
@@ -21,15 +28,28 @@ using colossal::bench::seconds;
 using colossal::bench::stream_read_gbps;
 using colossal::bench::split_list;
 
+namespace {
+
+// A random [out, in] matrix in f (K-quants through their quantizer, as an exported GGUF file holds them).
+inference::PackedLinear random_matrix(int64_t out, int64_t in, kernels::cpu::WeightFormat f) {
+  auto w = (torch::randn({out, in}) * 0.02).contiguous();
+  if (!kernels::cpu::is_kquant(f)) return inference::PackedLinear(w, f);
+  std::vector<uint8_t> blocks(static_cast<size_t>(kernels::cpu::data_bytes(f, out, in)));
+  kernels::cpu::quantize_kquant(f, w.data_ptr<float>(), out * in, blocks.data());
+  return inference::PackedLinear::from_ggml_blocks(f, out, in, blocks.data());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string shape = "M", formats = "fp32,bf16,int8,int4", threads = "1,2";
-  int tokens = 40;
+  int tokens = 40, prefill = 128;
   CLI::App app{"Decode matvec bandwidth per weight format vs a streaming read"};
   app.add_option("--shape", shape)->capture_default_str();
   app.add_option("--formats", formats)->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
   app.add_option("--tokens", tokens, "decode tokens timed (each reads every matrix once)")->capture_default_str();
+  app.add_option("--prefill", prefill, "prompt tokens of the prefill table (0: skip it)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const auto c = llama::benchmark_shape(shape).config;
   const int64_t hidden = c.hidden_size, ffn = c.intermediate_size, d = c.resolved_head_dim();
@@ -45,7 +65,7 @@ int main(int argc, char** argv) {
     std::vector<inference::PackedLinear> mats;
     int64_t bytes = 0;
     for (auto [o, i] : shapes) {
-      mats.emplace_back(torch::randn({o, i}) * 0.02, f);
+      mats.push_back(random_matrix(o, i, f));
       bytes += mats.back().bytes();
     }
     auto x = torch::randn({std::max(hidden, ffn)});
@@ -61,6 +81,44 @@ int main(int argc, char** argv) {
       const double gbps = bytes / median(t) / 1e9, read = stream_read_gbps();
       std::printf("%-6s %7s %10.1f %12.1f %10.1f %8.1f%%\n", name.c_str(), th.c_str(), bytes / 1e6, gbps, read,
                   100 * gbps / read);
+      std::fflush(stdout);
+    }
+  }
+  if (prefill <= 0) return 0;
+  // One layer's matrices (query/key/value, output, gate/up, down) for the whole prompt.
+  std::printf("\nprefill of %d tokens through one layer's matrices: GFLOP/s\n", prefill);
+  std::printf("%-6s %7s %12s %12s %7s\n", "format", "threads", "integer", "fp32 GEMM", "ratio");
+  for (const auto& name : split_list(formats)) {
+    const auto f = kernels::cpu::weight_format(name);
+    if (!kernels::cpu::is_byte_format(f)) continue;
+    torch::manual_seed(0);
+    std::vector<inference::PackedLinear> mats;
+    double flops = 0;
+    for (int k = 0; k < 4; ++k) {
+      mats.push_back(random_matrix(shapes[k][0], shapes[k][1], f));
+      flops += 2.0 * prefill * shapes[k][0] * shapes[k][1];
+    }
+    auto x = torch::randn({prefill, std::max(hidden, ffn)});
+    auto y = torch::empty({prefill, 2 * ffn + qkv});
+    for (const auto& th : split_list(threads)) {
+      at::set_num_threads(std::stoi(th));
+      auto layer = [&] {
+        for (const auto& m : mats) m.forward_into(x.data_ptr<float>(), prefill, y.data_ptr<float>(), m.out_features());
+      };
+      double rate[2] = {0, 0};
+      for (int path = 0; path < 2; ++path) {  // integer, then the fp32 GEMM
+        const bool was = kernels::cpu::prefill_gemm_enable(path == 0);
+        layer();
+        std::vector<double> t;
+        for (int k = 0; k < 7; ++k) t.push_back(seconds(layer));
+        rate[path] = flops / median(t) / 1e9;
+        kernels::cpu::prefill_gemm_enable(was);
+      }
+      const bool ran = kernels::cpu::prefill_gemm_supports(f);
+      char integer[32] = "n/a";  // (a CPU without AVX2 runs the fp32 GEMM both times)
+      if (ran) std::snprintf(integer, sizeof integer, "%.1f", rate[0]);
+      std::printf("%-6s %7s %12s %12.1f %6.2fx\n", name.c_str(), th.c_str(), integer, rate[1],
+                  ran ? rate[0] / rate[1] : 0.0);
       std::fflush(stdout);
     }
   }

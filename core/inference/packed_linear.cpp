@@ -7,6 +7,7 @@
 
 #include "core/common/check.h"
 #include "kernels/cpu/kquants.h"
+#include "kernels/cpu/prefill_gemm.h"
 
 namespace colossal::inference {
 
@@ -189,6 +190,19 @@ void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy
     const kc::MatvecInput& in = prepared_here;
     kc::prepare_input(prepared_here, format_, x, n, in_);
     at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::matvec(v, in, y, ldy, b, e); });
+    return;
+  }
+  if (!native_bf16_gemm() && kc::prefill_gemm_supports(format_)) {
+    // No bf16 hardware: the prompt multiplies in integers (kernels/cpu/prefill_gemm.h), the tokens
+    // quantized once and each thread rebuilding its 8-row panels of the weights as it goes.
+    thread_local kc::PrefillInput prepared_here;
+    kc::PrefillInput& in = prepared_here;
+    kc::prepare_prefill_input(in, format_, n, in_);
+    at::parallel_for(0, n, 16, [&](int64_t b, int64_t e) { kc::quantize_prefill_rows(in, x, b, e); });
+    const int64_t panels = (out_ + kc::kPanelRows - 1) / kc::kPanelRows;
+    at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
+      kc::prefill_gemm(v, in, y, ldy, b * kc::kPanelRows, std::min(e * kc::kPanelRows, out_));
+    });
     return;
   }
   auto xt = at::from_blob(const_cast<float*>(x), {n, in_}, at::kFloat);

@@ -14,6 +14,7 @@
 #include "core/inference/engine.h"
 #include "core/nn/rotary.h"
 #include "core/cuda/ops.h"
+#include "kernels/cpu/prefill_gemm.h"
 #include "llama/cuda_inference.h"
 #include "llama/inference.h"
 #include "llama/perplexity.h"
@@ -360,10 +361,17 @@ TEST(Inference, QuantizedWeightsFollowTheirDequantizedMath) {
     const double scale = ref.abs().max().item<double>();
     const double err = (ours - ref).abs().max().item<double>();
     EXPECT_LE(err, (name == "bf16" ? 0.02 : 0.03) * scale) << "max |logit| " << scale;
-    if (__builtin_cpu_supports("avx512bf16") && name != "fp16")
-      EXPECT_GT(err, 0.0) << "a bf16 GEMM rounds the inputs: not bit for bit";
-    else  // without bf16 units (and for fp16 always) the prefill multiplies the unpacked weights in fp32
+    const auto format = kernels::cpu::weight_format(name);
+    if (name != "fp16" && (__builtin_cpu_supports("avx512bf16") || kernels::cpu::prefill_gemm_supports(format)))
+      EXPECT_GT(err, 0.0) << "a bf16 GEMM, or the integer one over int8 tokens, rounds the inputs";
+    else  // fp16 always (and int8/int4 on a CPU with neither) multiplies the unpacked weights in fp32
       EXPECT_EQ(err, 0.0);
+    if (kernels::cpu::prefill_gemm_supports(format) && !__builtin_cpu_supports("avx512bf16")) {
+      // The integer prefill GEMM turned off: the fp32 GEMM over the unpacked weights, bit for bit.
+      kernels::cpu::prefill_gemm_enable(false);
+      EXPECT_EQ((quantized.logits(ids) - ref).abs().max().item<double>(), 0.0);
+      kernels::cpu::prefill_gemm_enable(true);
+    }
     // The greedy choice agrees wherever the reference's top two are further apart than twice the error.
     auto top2 = std::get<0>(ref.topk(2, 1));
     auto decisive = (top2.select(1, 0) - top2.select(1, 1)) > 2 * err;

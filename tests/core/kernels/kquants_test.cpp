@@ -10,34 +10,13 @@
 
 #include "kernels/cpu/kquants.h"
 #include "kernels/cpu/matvec.h"
+#include "tests/core/kernels/kquant_blocks.h"
 
 namespace colossal::kernels::cpu {
 namespace kquants_test {  // named: the unity build puts matvec_test.cpp's helpers beside these
 
 constexpr WeightFormat kFormats[] = {WeightFormat::kQ2K, WeightFormat::kQ3K, WeightFormat::kQ4K, WeightFormat::kQ5K,
                                      WeightFormat::kQ6K};
-
-// Random blocks with fp16 scales of either sign at the format's offsets.
-std::vector<uint8_t> random_blocks(WeightFormat f, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<uint8_t> data(static_cast<size_t>(data_bytes(f, rows, cols)));
-  for (auto& b : data) b = static_cast<uint8_t>(gen());
-  const int64_t bytes = kquant_block_bytes(f);
-  std::vector<int64_t> offsets;
-  switch (f) {
-    case WeightFormat::kQ2K: offsets = {80, 82}; break;
-    case WeightFormat::kQ3K: offsets = {108}; break;
-    case WeightFormat::kQ6K: offsets = {208}; break;
-    default: offsets = {0, 2};
-  }
-  std::uniform_real_distribution<float> size(-0.01f, 0.01f);
-  for (size_t b = 0; b < data.size() / static_cast<size_t>(bytes); ++b)
-    for (int64_t o : offsets) {
-      const uint16_t h = float_to_half(size(gen));
-      std::memcpy(&data[b * static_cast<size_t>(bytes) + static_cast<size_t>(o)], &h, 2);
-    }
-  return data;
-}
 
 std::vector<std::string> implementations(WeightFormat f) {
   std::vector<std::string> names{"scalar"};
@@ -57,7 +36,7 @@ TEST(KQuants, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
     for (int64_t cols : {256, 768, 4096})
       for (int64_t rows : {1, 7, 33})
         for (int64_t m : {1, 3, 8, 13, 16}) {
-          auto data = random_blocks(f, rows, cols, seed++);
+          auto data = testing::random_kquant_blocks(f, rows, cols, seed++);
           const MatrixView w{f, rows, cols, data.data(), nullptr};
           auto x = torch::randn({m, cols}) * torch::rand({m, 1}) * 4;
           MatvecInput in;

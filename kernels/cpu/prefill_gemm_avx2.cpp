@@ -1,0 +1,204 @@
+// The prefill GEMM on AVX2 (compiled with -mavx2 -mfma -mf16c; chosen at run time): see
+// kernels/cpu/prefill_gemm.h for the layout. Per 4 columns of a panel, one 32-byte load of the
+// weights (8 rows x 4 bytes) and, per token, a broadcast of its 4 activations; maddubs multiplies
+// the unsigned weights by the signed activations and adds neighbours into int16, and a few steps'
+// int16 sums are added before one madd widens them to int32 (as many as cannot overflow: a pair
+// is at most 2 x 63 x 127 = 16002 for 6-bit weights, 2 x 15 x 127 = 3810 for 4-bit). int8
+// weights are signed: maddubs gets |w| and the activations with w's sign, one madd per step. Per
+// group, the int32 sums become fp32 once: acc += (scale x token scale) sums - offset x (token
+// scale x the token's sum over the group).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/kquants.h"
+#include "kernels/cpu/prefill_gemm.h"
+
+namespace colossal::kernels::cpu::detail {
+namespace prefill_avx2 {
+
+constexpr int kTokens = 4;  // tokens per tile: each weight load serves 4
+
+struct Panel {
+  std::vector<uint8_t> rows;  // [8][cols]: each row's q in column order
+  std::vector<uint8_t> q;     // [cols / 4][8][4]
+  std::vector<float> scale, offset;  // [cols / group][8]
+};
+
+// Row r of w as bytes q (column order) and per-group scale/offset (stride 8 between groups).
+void decode_row(const MatrixView& w, int64_t r, int64_t cols, uint8_t* q, float* scale, float* offset) {
+  switch (w.format) {
+    case WeightFormat::kQ8: {
+      // Stored int8 + 128: xor 0x80 gives the signed value's bits.
+      const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * cols;
+      for (int64_t c = 0; c < cols; c += 32) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + c));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + c), _mm256_xor_si256(v, _mm256_set1_epi8(-128)));
+      }
+      const uint16_t* s = w.scales + r * (cols / kQuantBlock);
+      for (int64_t b = 0; b < cols / kQuantBlock; ++b) scale[8 * b] = _cvtsh_ss(s[b]), offset[8 * b] = 0;
+      return;
+    }
+    case WeightFormat::kQ4: {
+      // Per 64 columns, 32 bytes: column j in byte j's low nibble, column j + 32 in its high one.
+      const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+      const __m256i low = _mm256_set1_epi8(0x0F);
+      for (int64_t c = 0; c < cols; c += 64) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + c / 2));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + c), _mm256_and_si256(v, low));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + c + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+      }
+      const uint16_t* s = w.scales + r * (cols / kQuantBlock);
+      for (int64_t b = 0; b < cols / kQuantBlock; ++b) {
+        scale[8 * b] = _cvtsh_ss(s[b]);
+        offset[8 * b] = 8.0f * scale[8 * b];  // stored value + 8
+      }
+      return;
+    }
+    default: {  // K-quants: llama.cpp's w = (d scale_j) q - dm min_j per 16
+      const int64_t bytes = kquant_block_bytes(w.format), blocks = cols / kSuperBlock;
+      const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * blocks * bytes;
+      SuperBlock sb;
+      for (int64_t b = 0; b < blocks; ++b) {
+        unpack_superblock(w.format, src + b * bytes, sb);
+        std::memcpy(q + b * kSuperBlock, sb.q, kSuperBlock);
+        for (int j = 0; j < 16; ++j) {
+          scale[8 * (16 * b + j)] = sb.d * static_cast<float>(sb.scale[j]);
+          offset[8 * (16 * b + j)] = sb.dm * static_cast<float>(sb.min[j]);
+        }
+      }
+    }
+  }
+}
+
+// Rows [r0, r0 + count) of w into the panel (rows past count: zero weights, scales and offsets).
+void build_panel(const MatrixView& w, const PrefillInput& in, int64_t r0, int count, Panel& p) {
+  const int64_t cols = in.cols, groups = cols / in.group;
+  p.rows.resize(static_cast<size_t>(kPanelRows * cols));
+  p.q.resize(static_cast<size_t>(kPanelRows * cols));
+  p.scale.assign(static_cast<size_t>(kPanelRows * groups), 0.0f);
+  p.offset.assign(static_cast<size_t>(kPanelRows * groups), 0.0f);
+  for (int r = 0; r < kPanelRows; ++r) {
+    uint8_t* q = p.rows.data() + r * cols;
+    if (r < count) decode_row(w, r0 + r, cols, q, p.scale.data() + r, p.offset.data() + r);
+    else std::memset(q, 0, static_cast<size_t>(cols));
+  }
+  // 8 x 8 transposes of 32-bit words: word k of every row's 32 columns becomes vector k.
+  for (int64_t c = 0; c < cols; c += 32) {
+    __m256 v[8];
+    for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(reinterpret_cast<const float*>(p.rows.data() + r * cols + c));
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+      u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+      u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+      u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+      u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    float* dst = reinterpret_cast<float*>(p.q.data() + c * kPanelRows);
+    for (int k = 0; k < 4; ++k) {
+      _mm256_storeu_ps(dst + 8 * k, _mm256_permute2f128_ps(u[k], u[4 + k], 0x20));
+      _mm256_storeu_ps(dst + 8 * (k + 4), _mm256_permute2f128_ps(u[k], u[4 + k], 0x31));
+    }
+  }
+}
+
+inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// T tokens from t0 against the panel: out[t * 8 + row]. kSpan 4-column steps of int16 sums per madd.
+template <int T, bool kSigned, int kGroup, int kSpan>
+void tile(const Panel& p, const PrefillInput& in, int64_t t0, float* out) {
+  constexpr int kSteps = kGroup / 4;
+  static_assert(kSteps % kSpan == 0);
+  const int64_t cols = in.cols, groups = cols / kGroup, blocks = cols / kQuantBlock;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* x[T];
+  const float *xs[T], *xg[T];
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) {
+    x[t] = in.q.data() + (t0 + t) * cols;
+    xs[t] = in.scale.data() + (t0 + t) * blocks;
+    xg[t] = in.group_sum.data() + (t0 + t) * groups;
+    acc[t] = _mm256_setzero_ps();
+  }
+  const uint8_t* wq = p.q.data();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i isum[T];
+    for (int s0 = 0; s0 < kSteps; s0 += kSpan) {
+      __m256i part[T];
+      for (int st = 0; st < kSpan; ++st) {
+        const int64_t k = g * kGroup + 4 * (s0 + st);
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + k * kPanelRows));
+        if constexpr (kSigned) {
+          const __m256i aw = _mm256_abs_epi8(wv);
+          for (int t = 0; t < T; ++t) {
+            const __m256i prod = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(broadcast4(x[t] + k), wv));
+            part[t] = st == 0 ? prod : _mm256_add_epi16(part[t], prod);
+          }
+        } else {
+          for (int t = 0; t < T; ++t) {
+            const __m256i prod = _mm256_maddubs_epi16(wv, broadcast4(x[t] + k));
+            part[t] = st == 0 ? prod : _mm256_add_epi16(part[t], prod);
+          }
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const __m256i wide = _mm256_madd_epi16(part[t], ones);
+        isum[t] = s0 == 0 ? wide : _mm256_add_epi32(isum[t], wide);
+      }
+    }
+    const __m256 sv = _mm256_loadu_ps(p.scale.data() + g * kPanelRows);
+    const int64_t block = g * kGroup / kQuantBlock;
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(sv, _mm256_set1_ps(xs[t][block])), acc[t]);
+    if constexpr (!kSigned) {
+      const __m256 ov = _mm256_loadu_ps(p.offset.data() + g * kPanelRows);
+      for (int t = 0; t < T; ++t) acc[t] = _mm256_fnmadd_ps(ov, _mm256_set1_ps(xg[t][g]), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
+}
+
+template <bool kSigned, int kGroup, int kSpan>
+void tiles(const Panel& p, const PrefillInput& in, float* y, int64_t ldy, int64_t r0, int count) {
+  alignas(32) float out[kTokens * kPanelRows];
+  for (int64_t t0 = 0; t0 < in.n; t0 += kTokens) {
+    const int n = static_cast<int>(std::min<int64_t>(kTokens, in.n - t0));
+    switch (n) {
+      case 4: tile<4, kSigned, kGroup, kSpan>(p, in, t0, out); break;
+      case 3: tile<3, kSigned, kGroup, kSpan>(p, in, t0, out); break;
+      case 2: tile<2, kSigned, kGroup, kSpan>(p, in, t0, out); break;
+      default: tile<1, kSigned, kGroup, kSpan>(p, in, t0, out);
+    }
+    for (int t = 0; t < n; ++t) std::memcpy(y + (t0 + t) * ldy + r0, out + 8 * t, sizeof(float) * count);
+  }
+}
+
+}  // namespace prefill_avx2
+
+void prefill_gemm_avx2(const MatrixView& w, const PrefillInput& in, float* y, int64_t ldy, int64_t begin,
+                       int64_t end) {
+  using namespace prefill_avx2;
+  thread_local Panel panel;
+  for (int64_t r0 = begin; r0 < end; r0 += kPanelRows) {
+    const int count = static_cast<int>(std::min<int64_t>(kPanelRows, end - r0));
+    build_panel(w, in, r0, count, panel);
+    switch (w.format) {
+      case WeightFormat::kQ8: tiles<true, 32, 1>(panel, in, y, ldy, r0, count); break;
+      case WeightFormat::kQ4: tiles<false, 32, 8>(panel, in, y, ldy, r0, count); break;  // 8 x 3810 < 32767
+      case WeightFormat::kQ6K: tiles<false, 16, 2>(panel, in, y, ldy, r0, count); break;  // 2 x 16002
+      default: tiles<false, 16, 4>(panel, in, y, ldy, r0, count);  // 4 x 7874 (Q5_K's 31 the largest)
+    }
+  }
+}
+
+}  // namespace colossal::kernels::cpu::detail

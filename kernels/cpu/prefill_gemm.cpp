@@ -32,35 +32,54 @@ void prepare_prefill_input(PrefillInput& in, WeightFormat f, int64_t n, int64_t 
   in.format = f;
   in.n = n;
   in.cols = stored_cols(f, cols);
-  in.group = is_kquant(f) ? 16 : 32;
-  // The logical columns, for quantize_prefill_rows's stride (the stored ones pad with zeros).
-  in.q.resize(static_cast<size_t>(n * in.cols));
-  in.scale.resize(static_cast<size_t>(n * (in.cols / kQuantBlock)));
-  in.group_sum.resize(static_cast<size_t>(n * (in.cols / in.group)));
   in.logical_cols = cols;
+  in.group = is_kquant(f) ? 16 : 32;
+  const int64_t slots = in.tiles() * PrefillInput::kTile;
+  in.q.resize(static_cast<size_t>(slots * in.cols));
+  in.scale.resize(static_cast<size_t>(slots * (in.cols / kQuantBlock)));
+  in.group_sum.resize(static_cast<size_t>(slots * (in.cols / in.group)));
+  // The padding tokens of the last tile: zero values, scales and sums (they add nothing).
+  for (int64_t i = n; i < slots; ++i) {
+    const int64_t t = i / PrefillInput::kTile, slot = i % PrefillInput::kTile;
+    for (int64_t c4 = 0; c4 < in.cols / 4; ++c4)
+      std::memset(in.q.data() + (t * (in.cols / 4) + c4) * 16 + slot * 4, 0, 4);
+    for (int64_t b = 0; b < in.cols / kQuantBlock; ++b)
+      in.scale[static_cast<size_t>((t * (in.cols / kQuantBlock) + b) * PrefillInput::kTile + slot)] = 0;
+    for (int64_t g = 0; g < in.cols / in.group; ++g)
+      in.group_sum[static_cast<size_t>((t * (in.cols / in.group) + g) * PrefillInput::kTile + slot)] = 0;
+  }
 }
 
 void quantize_prefill_rows(PrefillInput& in, const float* x, int64_t begin, int64_t end) {
-  const int64_t cols = in.cols, logical = in.logical_cols, blocks = cols / kQuantBlock;
+  if (cpu_has_avx2()) detail::quantize_prefill_rows_avx2(in, x, begin, end);
+  else detail::quantize_prefill_rows_scalar(in, x, begin, end);
+}
+
+void detail::quantize_prefill_rows_scalar(PrefillInput& in, const float* x, int64_t begin, int64_t end) {
+  constexpr int64_t kTile = PrefillInput::kTile;
+  const int64_t cols = in.cols, logical = in.logical_cols, blocks = cols / kQuantBlock, groups = cols / in.group;
   const int64_t per_block = kQuantBlock / in.group;  // groups per block of 32: 1 or 2
+  int8_t v32[kQuantBlock];
   for (int64_t i = begin; i < end; ++i) {
     const float* src = x + i * logical;
-    int8_t* q = in.q.data() + i * cols;
+    const int64_t tile = i / kTile, slot = i % kTile;
+    int8_t* tq = in.q.data() + tile * cols * kTile + slot * 4;
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t c0 = b * kQuantBlock, c1 = std::min(c0 + kQuantBlock, logical);
       float amax = 0;
       for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(src[c]));
       const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
       int32_t sums[2] = {0, 0};
-      for (int64_t c = c0; c < c0 + kQuantBlock; ++c) {
-        const int v = c < c1 ? static_cast<int>(std::nearbyint(src[c] * inv)) : 0;
-        q[c] = static_cast<int8_t>(std::clamp(v, -127, 127));
-        sums[(c - c0) / 16] += q[c];
+      for (int64_t j = 0; j < kQuantBlock; ++j) {
+        const int v = c0 + j < c1 ? static_cast<int>(std::nearbyint(src[c0 + j] * inv)) : 0;
+        v32[j] = static_cast<int8_t>(std::clamp(v, -127, 127));
+        sums[j / 16] += v32[j];
       }
-      in.scale[static_cast<size_t>(i * blocks + b)] = d;
-      float* gs = in.group_sum.data() + i * (cols / in.group) + b * per_block;
+      for (int64_t j = 0; j < kQuantBlock; j += 4) std::memcpy(tq + (c0 + j) * kTile, v32 + j, 4);
+      in.scale[static_cast<size_t>((tile * blocks + b) * kTile + slot)] = d;
+      float* gs = in.group_sum.data() + (tile * groups + b * per_block) * kTile + slot;
       if (per_block == 1) gs[0] = d * static_cast<float>(sums[0] + sums[1]);
-      else gs[0] = d * static_cast<float>(sums[0]), gs[1] = d * static_cast<float>(sums[1]);
+      else gs[0] = d * static_cast<float>(sums[0]), gs[kTile] = d * static_cast<float>(sums[1]);
     }
   }
 }

@@ -23,15 +23,31 @@ namespace colossal::kernels::cpu {
 constexpr int64_t kPanelRows = 8;
 
 /// The prompt's tokens as prefill_gemm reads them (prepare_prefill_input, then
-/// quantize_prefill_rows for every token, in any split among threads).
+/// quantize_prefill_rows for every token, in any split among threads). Stored 4 tokens to a tile,
+/// interleaved (a tile's 4 tokens' values for 4 columns are 16 adjacent bytes, their scales 4
+/// adjacent floats) so the kernel reads all four from one pointer; the last tile is padded with
+/// zero tokens.
 struct PrefillInput {
+  static constexpr int64_t kTile = 4;
   WeightFormat format = WeightFormat::kF32;
   int64_t n = 0, cols = 0;  // cols: the weights' stored columns (x's own, zero-padded to them)
   int64_t logical_cols = 0;  // x's own columns (its row stride)
   int64_t group = 32;       // columns per weight scale in the panels: 16 for K-quants
-  std::vector<int8_t> q;    // [n, cols]
-  std::vector<float> scale;      // [n, cols / 32]
-  std::vector<float> group_sum;  // [n, cols / group]: scale * (the sum of q over the group)
+  std::vector<int8_t> q;    // [tiles, cols / 4, 4 tokens, 4]
+  std::vector<float> scale;      // [tiles, cols / 32, 4 tokens]
+  std::vector<float> group_sum;  // [tiles, cols / group, 4 tokens]: scale * (the sum of q over the group)
+
+  int64_t tiles() const { return (n + kTile - 1) / kTile; }
+  /// Token i's quantized value at column c, its scale for block b of 32, its sum over group g.
+  int8_t value(int64_t i, int64_t c) const {
+    return q[static_cast<size_t>(((i / kTile) * (cols / 4) + c / 4) * 16 + (i % kTile) * 4 + c % 4)];
+  }
+  float block_scale(int64_t i, int64_t b) const {
+    return scale[static_cast<size_t>(((i / kTile) * (cols / 32) + b) * kTile + i % kTile)];
+  }
+  float sum_over_group(int64_t i, int64_t g) const {
+    return group_sum[static_cast<size_t>(((i / kTile) * (cols / group) + g) * kTile + i % kTile)];
+  }
 };
 
 /// Whether prefill_gemm runs format f on this CPU: int8, int4 and the K-quants where the CPU has
@@ -54,6 +70,10 @@ void prefill_gemm(const MatrixView& w, const PrefillInput& in, float* y, int64_t
 namespace detail {
 void prefill_gemm_avx2(const MatrixView& w, const PrefillInput& in, float* y, int64_t ldy, int64_t begin,
                        int64_t end);
+/// quantize_prefill_rows with AVX2: the same values, scales and sums.
+void quantize_prefill_rows_avx2(PrefillInput& in, const float* x, int64_t begin, int64_t end);
+/// The portable one (also the tests' reference for it).
+void quantize_prefill_rows_scalar(PrefillInput& in, const float* x, int64_t begin, int64_t end);
 }  // namespace detail
 
 }  // namespace colossal::kernels::cpu

@@ -19,8 +19,6 @@
 namespace colossal::kernels::cpu::detail {
 namespace prefill_avx2 {
 
-constexpr int kTokens = 4;  // tokens per tile: each weight load serves 4
-
 struct Panel {
   std::vector<uint8_t> rows;  // [8][cols]: each row's q in column order
   std::vector<uint8_t> q;     // [cols / 4][8][4]
@@ -114,22 +112,33 @@ inline __m256i broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// T tokens from t0 against the panel: out[t * 8 + row]. kSpan 4-column steps of int16 sums per madd.
-template <int T, bool kSigned, int kGroup, int kSpan>
-void tile(const Panel& p, const PrefillInput& in, int64_t t0, float* out) {
-  constexpr int kSteps = kGroup / 4;
+// Tile `index` (4 tokens) against the panel: out[t * 8 + row]. kSpan 4-column steps of int16 sums
+// per madd. The offsets' term first, in its own loop: the main loop then keeps its accumulators,
+// sums and weights in registers (with it, GCC spilled them).
+template <bool kSigned, int kGroup, int kSpan>
+void tile(const Panel& p, const PrefillInput& in, int64_t index, float* out) {
+  constexpr int kSteps = kGroup / 4, T = PrefillInput::kTile;
   static_assert(kSteps % kSpan == 0);
   const int64_t cols = in.cols, groups = cols / kGroup, blocks = cols / kQuantBlock;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const int8_t* x[T];
-  const float *xs[T], *xg[T];
+  const int8_t* x = in.q.data() + index * cols * T;       // column k, token t: x[4 k + 4 t]
+  const float* xs = in.scale.data() + index * blocks * T;  // block b, token t: xs[4 b + t]
   __m256 acc[T];
-  for (int t = 0; t < T; ++t) {
-    x[t] = in.q.data() + (t0 + t) * cols;
-    xs[t] = in.scale.data() + (t0 + t) * blocks;
-    xg[t] = in.group_sum.data() + (t0 + t) * groups;
-    acc[t] = _mm256_setzero_ps();
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  if constexpr (!kSigned) {  // (groups is even: two chains of multiply-adds, not one latency-bound)
+    const float* xg = in.group_sum.data() + index * groups * T;
+    __m256 odd[T];
+    for (int t = 0; t < T; ++t) odd[t] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g += 2) {
+      const __m256 ov = _mm256_loadu_ps(p.offset.data() + g * kPanelRows);
+      const __m256 ov1 = _mm256_loadu_ps(p.offset.data() + (g + 1) * kPanelRows);
+      for (int t = 0; t < T; ++t) {
+        acc[t] = _mm256_fnmadd_ps(ov, _mm256_set1_ps(xg[g * T + t]), acc[t]);
+        odd[t] = _mm256_fnmadd_ps(ov1, _mm256_set1_ps(xg[(g + 1) * T + t]), odd[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_add_ps(acc[t], odd[t]);
   }
+  const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* wq = p.q.data();
   for (int64_t g = 0; g < groups; ++g) {
     __m256i isum[T];
@@ -138,15 +147,16 @@ void tile(const Panel& p, const PrefillInput& in, int64_t t0, float* out) {
       for (int st = 0; st < kSpan; ++st) {
         const int64_t k = g * kGroup + 4 * (s0 + st);
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + k * kPanelRows));
+        const int8_t* xk = x + k * T;
         if constexpr (kSigned) {
           const __m256i aw = _mm256_abs_epi8(wv);
           for (int t = 0; t < T; ++t) {
-            const __m256i prod = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(broadcast4(x[t] + k), wv));
+            const __m256i prod = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(broadcast4(xk + 4 * t), wv));
             part[t] = st == 0 ? prod : _mm256_add_epi16(part[t], prod);
           }
         } else {
           for (int t = 0; t < T; ++t) {
-            const __m256i prod = _mm256_maddubs_epi16(wv, broadcast4(x[t] + k));
+            const __m256i prod = _mm256_maddubs_epi16(wv, broadcast4(xk + 4 * t));
             part[t] = st == 0 ? prod : _mm256_add_epi16(part[t], prod);
           }
         }
@@ -157,33 +167,72 @@ void tile(const Panel& p, const PrefillInput& in, int64_t t0, float* out) {
       }
     }
     const __m256 sv = _mm256_loadu_ps(p.scale.data() + g * kPanelRows);
-    const int64_t block = g * kGroup / kQuantBlock;
+    const float* xsb = xs + (g * kGroup / kQuantBlock) * T;
     for (int t = 0; t < T; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(sv, _mm256_set1_ps(xs[t][block])), acc[t]);
-    if constexpr (!kSigned) {
-      const __m256 ov = _mm256_loadu_ps(p.offset.data() + g * kPanelRows);
-      for (int t = 0; t < T; ++t) acc[t] = _mm256_fnmadd_ps(ov, _mm256_set1_ps(xg[t][g]), acc[t]);
-    }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(sv, _mm256_set1_ps(xsb[t])), acc[t]);
   }
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
 template <bool kSigned, int kGroup, int kSpan>
 void tiles(const Panel& p, const PrefillInput& in, float* y, int64_t ldy, int64_t r0, int count) {
-  alignas(32) float out[kTokens * kPanelRows];
-  for (int64_t t0 = 0; t0 < in.n; t0 += kTokens) {
-    const int n = static_cast<int>(std::min<int64_t>(kTokens, in.n - t0));
-    switch (n) {
-      case 4: tile<4, kSigned, kGroup, kSpan>(p, in, t0, out); break;
-      case 3: tile<3, kSigned, kGroup, kSpan>(p, in, t0, out); break;
-      case 2: tile<2, kSigned, kGroup, kSpan>(p, in, t0, out); break;
-      default: tile<1, kSigned, kGroup, kSpan>(p, in, t0, out);
-    }
-    for (int t = 0; t < n; ++t) std::memcpy(y + (t0 + t) * ldy + r0, out + 8 * t, sizeof(float) * count);
+  constexpr int64_t T = PrefillInput::kTile;
+  alignas(32) float out[T * kPanelRows];
+  for (int64_t index = 0; index < in.tiles(); ++index) {
+    tile<kSigned, kGroup, kSpan>(p, in, index, out);
+    const int64_t n = std::min(T, in.n - index * T);  // the last tile's padding tokens are not stored
+    for (int64_t t = 0; t < n; ++t) std::memcpy(y + (index * T + t) * ldy + r0, out + 8 * t, sizeof(float) * count);
   }
 }
 
 }  // namespace prefill_avx2
+
+void quantize_prefill_rows_avx2(PrefillInput& in, const float* x, int64_t begin, int64_t end) {
+  constexpr int64_t kTile = PrefillInput::kTile;
+  const int64_t cols = in.cols, logical = in.logical_cols, blocks = cols / kQuantBlock, groups = cols / in.group;
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // packs' lane interleave undone
+  alignas(32) float padded[kQuantBlock];
+  alignas(32) int32_t words[8];
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t tile = i / kTile, slot = i % kTile;
+    int8_t* tq = in.q.data() + tile * cols * kTile + slot * 4;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t c0 = b * kQuantBlock;
+      const float* src = x + i * logical + c0;
+      if (c0 + kQuantBlock > logical) {  // the block past x's own columns: zeros
+        std::fill(padded, padded + kQuantBlock, 0.0f);
+        if (logical > c0) std::copy(src, src + (logical - c0), padded);
+        src = padded;
+      }
+      __m256 v[4], amax = _mm256_setzero_ps();
+      for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_loadu_ps(src + 8 * k);
+        amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], magnitude));
+      }
+      __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+      m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+      const float top = _mm_cvtss_f32(m), d = top / 127.0f, inv = top > 0 ? 127.0f / top : 0.0f;
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(inv)));  // to even
+      // Sums of each 16 (int32 lanes, then across).
+      const __m256i s0 = _mm256_add_epi32(q[0], q[1]), s1 = _mm256_add_epi32(q[2], q[3]);
+      const __m256i s01 = _mm256_hadd_epi32(s0, s1);  // [s0 pairs | s1 pairs] per 128-bit lane
+      const __m256i s4 = _mm256_hadd_epi32(s01, s01);
+      const int32_t sum0 = _mm256_extract_epi32(s4, 0) + _mm256_extract_epi32(s4, 4);
+      const int32_t sum1 = _mm256_extract_epi32(s4, 1) + _mm256_extract_epi32(s4, 5);
+      const __m256i bytes = _mm256_permutevar8x32_epi32(
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(words), bytes);
+      for (int j = 0; j < 8; ++j) std::memcpy(tq + (c0 + 4 * j) * kTile, &words[j], 4);
+      in.scale[static_cast<size_t>((tile * blocks + b) * kTile + slot)] = d;
+      float* gs = in.group_sum.data() + (tile * groups + b * (kQuantBlock / in.group)) * kTile + slot;
+      if (in.group == kQuantBlock) gs[0] = d * static_cast<float>(sum0 + sum1);
+      else gs[0] = d * static_cast<float>(sum0), gs[kTile] = d * static_cast<float>(sum1);
+    }
+  }
+}
 
 void prefill_gemm_avx2(const MatrixView& w, const PrefillInput& in, float* y, int64_t ldy, int64_t begin,
                        int64_t end) {

@@ -68,27 +68,35 @@ TEST(PrefillGemm, EveryFormatMatchesFloat64OnWhatItMultiplies) {
   for (auto f : formats) {
     if (!prefill_gemm_supports(f)) GTEST_SKIP() << "no AVX2/FMA/F16C here: the prefill GEMM does not run";
     uint32_t seed = 11;
+    PrefillInput in;
     const std::vector<int64_t> widths = is_kquant(f) ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{100, 320};
     for (int64_t cols : widths)
       for (int64_t rows : {5, 8, 37})
-        for (int64_t n : {1, 3, 4, 9}) {
+        for (int64_t n : {9, 3, 4, 1}) {
           const auto w = make(f, rows, cols, seed++);
           torch::manual_seed(seed);
           auto x = (torch::randn({n, cols}) * torch::rand({n, 1}) * 4).contiguous();
           x[0][cols - 1] = 0;  // zeros and the tail of a padded block
-          PrefillInput in;
-          prepare_prefill_input(in, f, n, cols);
+          prepare_prefill_input(in, f, n, cols);  // reused: a larger input's leftovers must not count
           quantize_prefill_rows(in, x.data_ptr<float>(), 0, n / 2);  // any split among threads
           quantize_prefill_rows(in, x.data_ptr<float>(), n / 2, n);
+          {  // the vector quantizer gives the portable one's values, scales and sums
+            PrefillInput portable;
+            prepare_prefill_input(portable, f, n, cols);
+            detail::quantize_prefill_rows_scalar(portable, x.data_ptr<float>(), 0, n);
+            ASSERT_EQ(portable.q, in.q) << to_string(f) << " n " << n;
+            ASSERT_EQ(portable.scale, in.scale);
+            ASSERT_EQ(portable.group_sum, in.group_sum);
+          }
           // The tokens as quantized: within half a step of x, zero past the logical columns, and the
           // group sums theirs.
-          const int64_t blocks = in.cols / kQuantBlock, groups = in.cols / in.group;
+          const int64_t groups = in.cols / in.group;
           auto seen_x = torch::zeros({n, cols}, torch::kDouble);
           for (int64_t i = 0; i < n; ++i) {
             for (int64_t c = 0; c < in.cols; ++c) {
-              const double step = in.scale[i * blocks + c / kQuantBlock], v = in.q[i * in.cols + c] * step;
+              const double step = in.block_scale(i, c / kQuantBlock), v = in.value(i, c) * step;
               if (c >= cols) {
-                ASSERT_EQ(in.q[i * in.cols + c], 0) << "padding column " << c;
+                ASSERT_EQ(in.value(i, c), 0) << "padding column " << c;
                 continue;
               }
               ASSERT_LE(std::fabs(v - x[i][c].item<double>()), 0.5001 * step) << to_string(f) << " " << i << "," << c;
@@ -96,8 +104,8 @@ TEST(PrefillGemm, EveryFormatMatchesFloat64OnWhatItMultiplies) {
             }
             for (int64_t g = 0; g < groups; ++g) {
               int sum = 0;
-              for (int64_t c = g * in.group; c < (g + 1) * in.group; ++c) sum += in.q[i * in.cols + c];
-              ASSERT_FLOAT_EQ(in.group_sum[i * groups + g], in.scale[i * blocks + g * in.group / kQuantBlock] * sum);
+              for (int64_t c = g * in.group; c < (g + 1) * in.group; ++c) sum += in.value(i, c);
+              ASSERT_FLOAT_EQ(in.sum_over_group(i, g), in.block_scale(i, g * in.group / kQuantBlock) * sum);
             }
           }
           auto seen_w = torch::empty({rows, cols});

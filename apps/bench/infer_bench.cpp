@@ -6,14 +6,16 @@
 //     threads (decode reads every weight once per token: the fraction of it a token's bytes use);
 //  2. aggregate tokens/s of 1, 4 and 16 concurrent streams through the OpenAI server (HTTP on
 //     localhost) versus a plain LibTorch loop: the model's own forward over the whole sequence
-//     for every new token, one request at a time (no KV cache, no batching).
+//     for every new token, one request at a time (no KV cache, no batching);
+//  3. prefix caching: the time to first token of a request whose 512-token system prompt an
+//     earlier one prefilled, against the earlier one's (--prefix).
 //
 // K-quant dtypes (q4_k_m, q5_k_m, q6_k, q3_k_m, q2_k: llama-quantize's mixes, as people download
 // them) need llama.cpp: both engines read the one file llama-quantize writes (shapes whose widths
 // are multiples of 256, such as M; llama.cpp falls back to other types elsewhere).
 //
 //   build/apps/bench_infer [--shapes S,M] [--dtypes fp32,bf16,fp16,int8,int4] [--decode 128] [--streams 1,4,16]
-//                          [--llama_cpp auto|off|BIN_DIR]
+//                          [--llama_cpp auto|off|BIN_DIR] [--prefix 512]
 #include <httplib.h>
 #include <torch/torch.h>
 
@@ -32,6 +34,7 @@
 #include "apps/llama/openai_server.h"
 #include "core/common/check.h"
 #include "core/inference/engine.h"
+#include "kernels/cpu/prefill_gemm.h"
 #include "llama/inference.h"
 #include "llama/pretrained.h"
 #include "llama/shapes.h"
@@ -51,6 +54,7 @@ struct Args {
   int parallel = 16;               // sequences decoded together (against llama-batched-bench)
   int64_t parallel_prompt = 32;    // their prompts
   int64_t speculative_tokens = 4;  // the speculative row's draft length
+  int64_t prefix = 512;            // the shared system prompt of the prefix-caching row (0: skip it)
   bool skip_server = false;
   std::string llama_cpp = "auto";  // auto: build/find it with scripts/build_llama_cpp.sh; off; or its bin dir
   std::string python = COLOSSAL_DEFAULT_PYTHON;
@@ -146,6 +150,42 @@ double parallel_decode_tps(LlamaForCausalLM& model, const std::string& dtype, in
   std::vector<double> tps;
   for (int i = 0; i < 3; ++i) tps.push_back(run(a.stream_tokens));
   return median(tps);
+}
+
+struct PrefixRow {
+  std::string shape, dtype;
+  double first_s, second_s;  // time to first token, median of 3
+};
+
+// Two requests that share a system prompt of a.prefix tokens (then 16 tokens of their own) through
+// an engine with prefix caching on: the second prefills only its own tokens past the shared whole
+// blocks. The cache is cleared before each pair.
+PrefixRow prefix_row(const std::string& shape, const std::string& dtype, LlamaForCausalLM& model, const Args& a,
+                     const std::map<std::string, std::string>& gguf_files) {
+  auto inf = engine_model(model, dtype, gguf_files);
+  inference::EngineOptions o;
+  o.cache.memory_bytes = int64_t{512} << 20;
+  o.max_batched_tokens = 2048;
+  o.prefix_caching = true;
+  inference::Engine engine(inf, std::make_shared<Ids>(), -1, o);
+  const int64_t vocab = model->config().vocab_size;
+  auto ttft = [&](int64_t system, int64_t user) {
+    inference::GenerationRequest r;
+    r.prompt = tokens(a.prefix, vocab, system);
+    const auto own = tokens(16, vocab, user);
+    r.prompt.insert(r.prompt.end(), own.begin(), own.end());
+    r.params.temperature = 0;
+    r.params.max_tokens = 1;
+    return engine.generate({r})[0].time_to_first_token_s;
+  };
+  (void)ttft(7, 8);  // warm up
+  std::vector<double> first, second;
+  for (int i = 0; i < 3; ++i) {
+    engine.clear_prefix_cache();
+    first.push_back(ttft(1, 100 + 2 * i));
+    second.push_back(ttft(1, 101 + 2 * i));
+  }
+  return {shape, dtype, median(first), median(second)};
 }
 
 struct SpeculativeRow {
@@ -266,6 +306,8 @@ int main(int argc, char** argv) {
   app.add_option("--parallel_prompt", a.parallel_prompt, "prompt tokens of each of them")->capture_default_str();
   app.add_option("--speculative_tokens", a.speculative_tokens, "draft tokens per step in the speculative row "
                  "(0: skip it)")->capture_default_str();
+  app.add_option("--prefix", a.prefix, "shared system prompt of the prefix-caching row (0: skip it)")
+      ->capture_default_str();
   app.add_flag("--skip_server", a.skip_server, "only the batch-1 part");
   app.add_option("--llama_cpp", a.llama_cpp, "llama.cpp's bin directory, 'auto' (scripts/build_llama_cpp.sh) or 'off'")
       ->capture_default_str();
@@ -285,6 +327,7 @@ int main(int argc, char** argv) {
     std::vector<SingleRow> single;
     std::vector<std::string> server_rows, parallel_rows;
     std::vector<SpeculativeRow> spec_rows;
+    std::vector<PrefixRow> prefix_rows;
     for (const auto& shape : split_list(a.shapes)) {
       auto s = benchmark_shape(shape);
       s.config.max_position_embeddings = 1024;
@@ -332,6 +375,12 @@ int main(int argc, char** argv) {
             parallel_rows.push_back(line);
           }
       }
+      if (a.prefix > 0) {
+        const std::string dtype = split_list(a.dtypes).front();
+        std::fprintf(stderr, "[bench_infer] %s %s: prefix caching...\n", shape.c_str(), dtype.c_str());
+        at::set_num_threads(cores);
+        prefix_rows.push_back(prefix_row(shape, dtype, model, a, files));
+      }
       if (a.speculative_tokens > 0) {
         std::fprintf(stderr, "[bench_infer] %s speculative decoding...\n", shape.c_str());
         at::set_num_threads(cores);
@@ -364,13 +413,17 @@ int main(int argc, char** argv) {
     }
     (void)!std::system(("rm -rf " + scratch).c_str());
     namespace kc = kernels::cpu;
+    const bool bf16_units = __builtin_cpu_supports("avx512bf16");
     std::printf("matvec kernels on this CPU: fp32 %s, bf16 %s, fp16 %s, int8 %s, int4 %s, K-quants %s; prefill GEMM "
-                "in %s\n",
+                "%s\n",
                 kc::matvec_implementation(kc::WeightFormat::kF32), kc::matvec_implementation(kc::WeightFormat::kBF16),
                 kc::matvec_implementation(kc::WeightFormat::kF16),
                 kc::matvec_implementation(kc::WeightFormat::kQ8), kc::matvec_implementation(kc::WeightFormat::kQ4),
                 kc::matvec_implementation(kc::WeightFormat::kQ4K),
-                __builtin_cpu_supports("avx512bf16") ? "bf16 (AVX512-BF16)" : "fp32 (no bf16 units)");
+                bf16_units ? "in bf16 (AVX512-BF16)"
+                : kc::prefill_gemm_supports(kc::WeightFormat::kQ8)
+                    ? "in integers for int8/int4/K-quants (AVX2), fp32 for the others (no bf16 units)"
+                    : "in fp32 (no bf16 units)");
     std::printf("\nbatch 1 (prompt %ld tokens; decode %ld tokens), ours median of 3, llama.cpp mean of 3 "
                 "(llama-bench); 'of read': decode bytes/s over the streaming read bandwidth\n", a.prompt, a.decode);
     std::printf("%-5s %-6s %7s | %12s %12s %6s | %12s %12s %6s | %9s %8s\n", "shape", "dtype", "threads", "prompt tok/s",
@@ -387,6 +440,14 @@ int main(int argc, char** argv) {
                   a.stream_tokens, cores);
       std::printf("%-5s %-6s %9s %14s %14s %9s\n", "shape", "dtype", "sequences", "ours tok/s", "llama.cpp", "ratio");
       for (const auto& l : parallel_rows) std::printf("%s\n", l.c_str());
+    }
+    if (!prefix_rows.empty()) {
+      std::printf("\nprefix caching: two requests sharing a %ld-token system prompt (then 16 tokens each), %d "
+                  "threads: time to first token, median of 3\n", a.prefix, cores);
+      std::printf("%-5s %-6s %12s %12s %9s\n", "shape", "dtype", "first ms", "second ms", "second/first");
+      for (const auto& r : prefix_rows)
+        std::printf("%-5s %-6s %12.1f %12.1f %8.3fx\n", r.shape.c_str(), r.dtype.c_str(), 1e3 * r.first_s,
+                    1e3 * r.second_s, r.second_s / r.first_s);
     }
     if (!spec_rows.empty()) {
       std::printf("\nspeculative decoding, batch 1 greedy (%ld tokens, %d threads): the model in bf16, its own weights "

@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <functional>
 
 #include "apps/bench/bench_util.h"
 #include "core/inference/packed_linear.h"
@@ -81,6 +82,53 @@ int main(int argc, char** argv) {
       const double gbps = bytes / median(t) / 1e9, read = stream_read_gbps();
       std::printf("%-6s %7s %10.1f %12.1f %10.1f %8.1f%%\n", name.c_str(), th.c_str(), bytes / 1e6, gbps, read,
                   100 * gbps / read);
+      std::fflush(stdout);
+    }
+  }
+  // A few tokens at once (batched decode): the matvec kernel against the integer GEMM, to place
+  // the point where PackedLinear switches from one to the other.
+  std::printf("\nbatched decode through one layer's matrices: microseconds per call, matvec / integer GEMM\n");
+  std::printf("%-6s %7s", "format", "threads");
+  const std::vector<int64_t> batches = {2, 4, 8, 12, 16};
+  for (int64_t n : batches) std::printf(" %15ld", n);
+  std::printf("\n");
+  for (const auto& name : split_list(formats)) {
+    const auto f = kernels::cpu::weight_format(name);
+    if (!kernels::cpu::prefill_gemm_supports(f)) continue;
+    torch::manual_seed(0);
+    std::vector<inference::PackedLinear> mats;
+    for (int k = 0; k < 4; ++k) mats.push_back(random_matrix(shapes[k][0], shapes[k][1], f));
+    auto x = torch::randn({16, std::max(hidden, ffn)});
+    auto y = torch::empty({16, 2 * ffn + qkv});
+    for (const auto& th : split_list(threads)) {
+      at::set_num_threads(std::stoi(th));
+      std::printf("%-6s %7s", name.c_str(), th.c_str());
+      for (int64_t n : batches) {
+        auto by_matvec = [&] {
+          for (const auto& m : mats) m.forward_into(x.data_ptr<float>(), n, y.data_ptr<float>(), m.out_features());
+        };
+        kernels::cpu::PrefillInput in;
+        auto by_gemm = [&] {
+          for (const auto& m : mats) {
+            kernels::cpu::prepare_prefill_input(in, f, n, m.in_features());
+            kernels::cpu::quantize_prefill_rows(in, x.data_ptr<float>(), 0, n);
+            const auto v = m.view();
+            const int64_t panels = (m.out_features() + 7) / 8;
+            at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
+              kernels::cpu::prefill_gemm(v, in, y.data_ptr<float>(), m.out_features(), b * 8,
+                                         std::min(e * 8, m.out_features()));
+            });
+          }
+        };
+        double us[2];
+        for (int path = 0; path < 2; ++path) {
+          std::vector<double> t;
+          for (int k = 0; k < 9; ++k) t.push_back(seconds(path == 0 ? std::function<void()>(by_matvec) : by_gemm));
+          us[path] = 1e6 * median(t);
+        }
+        std::printf(" %7.0f / %5.0f", us[0], us[1]);
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
   }

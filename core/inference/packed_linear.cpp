@@ -183,7 +183,11 @@ void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy
     return;
   }
   const auto v = view();
-  if (n <= kMatvecTokens) {
+  // The integer GEMM where the CPU runs it and it beats the matvec at this many tokens (int8/int4
+  // from 4: batched decode too); otherwise the matvec up to kMatvecTokens.
+  const bool integer_gemm = !native_bf16_gemm() && kc::prefill_gemm_supports(format_) &&
+                            n >= kc::prefill_gemm_min_tokens(format_);
+  if (n <= kMatvecTokens && !integer_gemm) {
     // The calling thread prepares the input once, its buffers reused between calls; the workers
     // read that thread's copy (a thread_local named inside the lambda would be their own).
     thread_local kc::MatvecInput prepared_here;
@@ -192,7 +196,7 @@ void PackedLinear::forward_into(const float* x, int64_t n, float* y, int64_t ldy
     at::parallel_for(0, out_, kRowGrain, [&](int64_t b, int64_t e) { kc::matvec(v, in, y, ldy, b, e); });
     return;
   }
-  if (!native_bf16_gemm() && kc::prefill_gemm_supports(format_)) {
+  if (integer_gemm) {
     // No bf16 hardware: the prompt multiplies in integers (kernels/cpu/prefill_gemm.h), the tokens
     // quantized once and each thread rebuilding its 8-row panels of the weights as it goes.
     thread_local kc::PrefillInput prepared_here;

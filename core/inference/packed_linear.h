@@ -64,7 +64,8 @@ class PackedLinear {
   /// The whole weight as fp32 [out, in].
   at::Tensor unpacked() const;
 
-  /// Token counts up to this take the matvec path (one pass over the weight), more take the GEMM.
+  /// Token counts up to this take the matvec path (one pass over the weight), more take the GEMM
+  /// (int8/int4 on AVX2 CPUs without bf16 units: the integer GEMM from kernels::cpu::prefill_gemm_min_tokens).
   static constexpr int64_t kMatvecTokens = kernels::cpu::kMaxVectors;
 
  private:

@@ -27,13 +27,16 @@ bool prefill_gemm_supports(WeightFormat f) {
 
 bool prefill_gemm_enable(bool on) { return g_enabled.exchange(on); }
 
+int64_t prefill_gemm_min_tokens(WeightFormat f) { return is_quantized(f) ? 4 : kMaxVectors + 1; }
+
 void prepare_prefill_input(PrefillInput& in, WeightFormat f, int64_t n, int64_t cols) {
   if (!is_byte_format(f)) throw std::invalid_argument(std::string("prefill_gemm: ") + to_string(f) + " is not quantized");
   in.format = f;
   in.n = n;
   in.cols = stored_cols(f, cols);
   in.logical_cols = cols;
-  in.group = is_kquant(f) ? 16 : 32;
+  // A scale per 32 where the format has one (int8, int4, Q4_K, Q5_K), per 16 where it has 16.
+  in.group = f == WeightFormat::kQ6K || f == WeightFormat::kQ3K || f == WeightFormat::kQ2K ? 16 : 32;
   const int64_t slots = in.tiles() * PrefillInput::kTile;
   in.q.resize(static_cast<size_t>(slots * in.cols));
   in.scale.resize(static_cast<size_t>(slots * (in.cols / kQuantBlock)));

@@ -32,7 +32,7 @@ struct PrefillInput {
   WeightFormat format = WeightFormat::kF32;
   int64_t n = 0, cols = 0;  // cols: the weights' stored columns (x's own, zero-padded to them)
   int64_t logical_cols = 0;  // x's own columns (its row stride)
-  int64_t group = 32;       // columns per weight scale in the panels: 16 for K-quants
+  int64_t group = 32;       // columns per weight scale in the panels: 16 for Q6_K, Q3_K, Q2_K
   std::vector<int8_t> q;    // [tiles, cols / 4, 4 tokens, 4]
   std::vector<float> scale;      // [tiles, cols / 32, 4 tokens]
   std::vector<float> group_sum;  // [tiles, cols / group, 4 tokens]: scale * (the sum of q over the group)
@@ -56,6 +56,12 @@ bool prefill_gemm_supports(WeightFormat f);
 /// Turns the integer GEMM off (a benchmark's before/after, a test's reference) or back on;
 /// returns the previous setting.
 bool prefill_gemm_enable(bool on);
+
+/// The fewest tokens for which the GEMM beats the matvec kernel (which reads the weights once but
+/// multiplies them token by token): int8 and int4 from 4 tokens on (bench_matvec's batched table on
+/// Zen 3: 1.3x at 4, 2x at 16); K-quants not within the matvec's 16 (rebuilding a K-quant panel
+/// costs more than 16 tokens of its matvec save), so from 17.
+int64_t prefill_gemm_min_tokens(WeightFormat f);
 
 /// Sizes `in` for n tokens of x[n, cols] (cols the matrix's logical columns) against weights in f;
 /// reuses its buffers.

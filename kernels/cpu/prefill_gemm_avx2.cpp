@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/kquants.h"
+#include "kernels/cpu/kquants_scales.h"
 #include "kernels/cpu/prefill_gemm.h"
 
 namespace colossal::kernels::cpu::detail {
@@ -25,8 +26,59 @@ struct Panel {
   std::vector<float> scale, offset;  // [cols / group][8]
 };
 
+inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline void store32(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+// Bit `shift` .. of every byte of h, `bits` wide, moved to bits 4 and up (Q5_K's fifth bit, Q6_K's
+// top two): 16-bit shifts, the mask keeping each byte's own bits.
+inline __m256i high_bits(__m256i h, int shift, int bits) {
+  const __m256i mask = _mm256_set1_epi8(static_cast<char>((1 << bits) - 1));
+  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(shift)), mask), 4);
+}
+
+// The 256 unsigned values of one super-block in column order (unpack_superblock's q): Q4_K, Q5_K
+// and Q6_K with 32-byte operations, the rarer Q2_K/Q3_K through the portable unpacking.
+void kquant_values(WeightFormat f, const uint8_t* b, uint8_t* q) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  switch (f) {
+    case WeightFormat::kQ4K:
+    case WeightFormat::kQ5K: {
+      // Chunk c of 64: the low nibbles of qs[32c ..] then the high ones; Q5_K's fifth bits are
+      // bits 2c and 2c + 1 of qh.
+      const uint8_t* qs = f == WeightFormat::kQ4K ? b + 16 : b + 48;
+      const __m256i qh = load32(b + 16);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = load32(qs + 32 * c);
+        __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        if (f == WeightFormat::kQ5K) {
+          lo = _mm256_or_si256(lo, high_bits(qh, 2 * c, 1));
+          hi = _mm256_or_si256(hi, high_bits(qh, 2 * c + 1, 1));
+        }
+        store32(q + 64 * c, lo);
+        store32(q + 64 * c + 32, hi);
+      }
+      return;
+    }
+    case WeightFormat::kQ6K:
+      // Half n of 128: ql[64n ..] low nibbles then high nibbles, two bits each from qh[32n ..].
+      for (int n = 0; n < 2; ++n) {
+        const __m256i l0 = load32(b + 64 * n), l1 = load32(b + 64 * n + 32), h = load32(b + 128 + 32 * n);
+        uint8_t* out = q + 128 * n;
+        store32(out, _mm256_or_si256(_mm256_and_si256(l0, low), high_bits(h, 0, 2)));
+        store32(out + 32, _mm256_or_si256(_mm256_and_si256(l1, low), high_bits(h, 2, 2)));
+        store32(out + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low), high_bits(h, 4, 2)));
+        store32(out + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low), high_bits(h, 6, 2)));
+      }
+      return;
+    default: {
+      SuperBlock sb;
+      unpack_superblock(f, b, sb);
+      std::memcpy(q, sb.q, kSuperBlock);
+    }
+  }
+}
+
 // Row r of w as bytes q (column order) and per-group scale/offset (stride 8 between groups).
-void decode_row(const MatrixView& w, int64_t r, int64_t cols, uint8_t* q, float* scale, float* offset) {
+void decode_row(const MatrixView& w, int64_t r, int64_t cols, int64_t group, uint8_t* q, float* scale, float* offset) {
   switch (w.format) {
     case WeightFormat::kQ8: {
       // Stored int8 + 128: xor 0x80 gives the signed value's bits.
@@ -58,13 +110,15 @@ void decode_row(const MatrixView& w, int64_t r, int64_t cols, uint8_t* q, float*
     default: {  // K-quants: llama.cpp's w = (d scale_j) q - dm min_j per 16
       const int64_t bytes = kquant_block_bytes(w.format), blocks = cols / kSuperBlock;
       const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * blocks * bytes;
-      SuperBlock sb;
       for (int64_t b = 0; b < blocks; ++b) {
-        unpack_superblock(w.format, src + b * bytes, sb);
-        std::memcpy(q + b * kSuperBlock, sb.q, kSuperBlock);
-        for (int j = 0; j < 16; ++j) {
-          scale[8 * (16 * b + j)] = sb.d * static_cast<float>(sb.scale[j]);
-          offset[8 * (16 * b + j)] = sb.dm * static_cast<float>(sb.min[j]);
+        SuperBlockScales sc;
+        kquant_unpack_scales(w.format, src + b * bytes, sc);
+        kquant_values(w.format, src + b * bytes, q + b * kSuperBlock);
+        // Per 32 (Q4_K, Q5_K: the two 16s of a 32 share it) or per 16.
+        const int per = static_cast<int>(kSuperBlock / group), step = 16 / per;
+        for (int j = 0; j < per; ++j) {
+          scale[8 * (per * b + j)] = sc.d * static_cast<float>(sc.scale[step * j]);
+          offset[8 * (per * b + j)] = sc.dm * static_cast<float>(sc.min[step * j]);
         }
       }
     }
@@ -80,7 +134,7 @@ void build_panel(const MatrixView& w, const PrefillInput& in, int64_t r0, int co
   p.offset.assign(static_cast<size_t>(kPanelRows * groups), 0.0f);
   for (int r = 0; r < kPanelRows; ++r) {
     uint8_t* q = p.rows.data() + r * cols;
-    if (r < count) decode_row(w, r0 + r, cols, q, p.scale.data() + r, p.offset.data() + r);
+    if (r < count) decode_row(w, r0 + r, cols, in.group, q, p.scale.data() + r, p.offset.data() + r);
     else std::memset(q, 0, static_cast<size_t>(cols));
   }
   // 8 x 8 transposes of 32-bit words: word k of every row's 32 columns becomes vector k.
@@ -244,8 +298,10 @@ void prefill_gemm_avx2(const MatrixView& w, const PrefillInput& in, float* y, in
     switch (w.format) {
       case WeightFormat::kQ8: tiles<true, 32, 1>(panel, in, y, ldy, r0, count); break;
       case WeightFormat::kQ4: tiles<false, 32, 8>(panel, in, y, ldy, r0, count); break;  // 8 x 3810 < 32767
+      case WeightFormat::kQ4K: tiles<false, 32, 8>(panel, in, y, ldy, r0, count); break;  // 8 x 3810
+      case WeightFormat::kQ5K: tiles<false, 32, 4>(panel, in, y, ldy, r0, count); break;  // 4 x 7874
       case WeightFormat::kQ6K: tiles<false, 16, 2>(panel, in, y, ldy, r0, count); break;  // 2 x 16002
-      default: tiles<false, 16, 4>(panel, in, y, ldy, r0, count);  // 4 x 7874 (Q5_K's 31 the largest)
+      default: tiles<false, 16, 4>(panel, in, y, ldy, r0, count);  // Q3_K, Q2_K: 4 x 1778 at most
     }
   }
 }

@@ -104,8 +104,15 @@ int main(int argc, char** argv) {
       at::set_num_threads(std::stoi(th));
       std::printf("%-6s %7s", name.c_str(), th.c_str());
       for (int64_t n : batches) {
-        auto by_matvec = [&] {
-          for (const auto& m : mats) m.forward_into(x.data_ptr<float>(), n, y.data_ptr<float>(), m.out_features());
+        kernels::cpu::MatvecInput vin;
+        auto by_matvec = [&] {  // the kernel itself (PackedLinear now picks the GEMM where it wins)
+          for (const auto& m : mats) {
+            kernels::cpu::prepare_input(vin, f, x.data_ptr<float>(), n, m.in_features());
+            const auto v = m.view();
+            at::parallel_for(0, m.out_features(), 16, [&](int64_t b, int64_t e) {
+              kernels::cpu::matvec(v, vin, y.data_ptr<float>(), m.out_features(), b, e);
+            });
+          }
         };
         kernels::cpu::PrefillInput in;
         auto by_gemm = [&] {

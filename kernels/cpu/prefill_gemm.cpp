@@ -13,16 +13,10 @@ namespace colossal::kernels::cpu {
 
 namespace {
 std::atomic<bool> g_enabled{true};
-
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-  return has;
-}
 }  // namespace
 
 bool prefill_gemm_supports(WeightFormat f) {
-  return g_enabled.load(std::memory_order_relaxed) && cpu_has_avx2() && is_byte_format(f);
+  return g_enabled.load(std::memory_order_relaxed) && detail::matvec_avx2_supports() && is_byte_format(f);
 }
 
 bool prefill_gemm_enable(bool on) { return g_enabled.exchange(on); }
@@ -54,7 +48,7 @@ void prepare_prefill_input(PrefillInput& in, WeightFormat f, int64_t n, int64_t 
 }
 
 void quantize_prefill_rows(PrefillInput& in, const float* x, int64_t begin, int64_t end) {
-  if (cpu_has_avx2()) detail::quantize_prefill_rows_avx2(in, x, begin, end);
+  if (detail::matvec_avx2_supports()) detail::quantize_prefill_rows_avx2(in, x, begin, end);
   else detail::quantize_prefill_rows_scalar(in, x, begin, end);
 }
 

@@ -43,18 +43,11 @@ TEST(KQuants, EveryFormatAndImplementationMatchesFloat64OnWhatItSees) {
           prepare_input(in, f, x.data_ptr<float>(), m, cols);
           // The weights as the kernel multiplies them, and the size of their two terms (d scale q,
           // dm min): the min term is subtracted, so the bound follows the terms, not their difference.
-          auto seen_w = torch::empty({rows, cols}), size_w = torch::empty({rows, cols}, torch::kDouble);
+          auto seen_w = torch::empty({rows, cols});
+          const auto size_w = testing::kquant_term_sizes(f, data.data(), rows, cols);
           matvec_use("scalar");
           unpack_rows(w, 0, rows, seen_w.data_ptr<float>());
           matvec_use("auto");
-          SuperBlock s;
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t b = 0; b < cols / kSuperBlock; ++b) {
-              unpack_superblock(f, data.data() + r * data_bytes(f, 1, cols) + b * kquant_block_bytes(f), s);
-              for (int l = 0; l < kSuperBlock; ++l)
-                size_w[r][b * kSuperBlock + l] = std::fabs(double(s.d) * s.scale[l / 16] * s.q[l]) +
-                                                 std::fabs(double(s.dm) * s.min[l / 16]);
-            }
           auto seen_x = torch::empty({m, cols}, torch::kDouble);
           for (int64_t i = 0; i < m; ++i)
             for (int64_t c = 0; c < cols; ++c)

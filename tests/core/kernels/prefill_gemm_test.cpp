@@ -37,19 +37,8 @@ Weights make(WeightFormat f, int64_t rows, int64_t cols, uint32_t seed) {
 
 // |each term| the kernel adds per weight: |scale q| + |offset| (K-quants, int4's +8), |w| for int8.
 torch::Tensor term_sizes(const Weights& w) {
+  if (is_kquant(w.format)) return testing::kquant_term_sizes(w.format, w.data.data(), w.rows, w.cols);
   auto size = torch::empty({w.rows, w.cols}, torch::kDouble);
-  if (is_kquant(w.format)) {
-    SuperBlock s;
-    for (int64_t r = 0; r < w.rows; ++r)
-      for (int64_t b = 0; b < w.cols / kSuperBlock; ++b) {
-        unpack_superblock(w.format, w.data.data() + r * data_bytes(w.format, 1, w.cols) + b * kquant_block_bytes(w.format),
-                          s);
-        for (int l = 0; l < kSuperBlock; ++l)
-          size[r][b * kSuperBlock + l] =
-              std::fabs(double(s.d) * s.scale[l / 16] * s.q[l]) + std::fabs(double(s.dm) * s.min[l / 16]);
-      }
-    return size;
-  }
   auto seen = torch::empty({w.rows, w.cols});
   unpack_rows(w.view(), 0, w.rows, seen.data_ptr<float>());
   size.copy_(seen.abs());
